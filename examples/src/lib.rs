@@ -1,0 +1,1 @@
+//! The flash-sale and lottery services.

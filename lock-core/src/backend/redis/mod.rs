@@ -1,0 +1,385 @@
+//! The Redis backend: one Redis server (standalone or a cluster's single shard) through
+//! redis-rs's `ConnectionManager`.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script, Value};
+use tokio::sync::Notify;
+
+use super::{Attempt, Renewal};
+use crate::LockError;
+use crate::key::LockKey;
+use crate::token::Token;
+
+mod subscriber;
+
+use subscriber::Subscriber;
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+
+/// Default bound on establishing a connection.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on waiting for one answer from Redis.
+pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Locks in one Redis server.
+///
+/// Commands go through one multiplexed, auto-reconnecting connection; release notifications
+/// come through one more connection, opened the first time a waiter needs it and shared by
+/// every waiter and key of the backend (sharded pub/sub on Redis 7+, plain pub/sub before).
+/// Scripts run with `EVALSHA` and are loaded again after `NOSCRIPT` (a restarted server).
+///
+/// Clones share the connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{Locker, RedisBackend};
+///
+/// let backend = RedisBackend::builder("redis://app:secret@127.0.0.1:6379/0")
+///     .response_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// let locker = Locker::builder(backend).prefix("shop:").build();
+/// # drop(locker); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    sharded: bool,
+    subscriber: Subscriber,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: never print it.
+        f.debug_struct("RedisBackend")
+            .field("sharded_pubsub", &self.inner.sharded)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options for connecting a [`RedisBackend`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let backend = lock_core::RedisBackend::builder("redis+unix:///run/redis.sock")
+///     .connect_timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// # drop(backend); Ok(()) }
+/// ```
+#[must_use]
+pub struct RedisBackendBuilder {
+    url: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackendBuilder")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackendBuilder {
+    /// Bound on establishing (and re-establishing) a connection. Default 2 s.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedisBackend::builder("redis://127.0.0.1/").connect_timeout(Duration::from_secs(1));
+    /// # drop(b);
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on waiting for one answer. Default 2 s. A renewal that gets no answer in time is
+    /// retried while the lease is still locally valid.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedisBackend::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(300));
+    /// # drop(b);
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Connects, checks the server answers, and learns whether it has sharded pub/sub.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for a malformed URL or zero timeouts,
+    /// [`LockError::Backend`] when the server cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::builder("redis://127.0.0.1/").connect().await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<RedisBackend, LockError> {
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(LockError::config(
+                "Redis connect and response timeouts must be above zero",
+            ));
+        }
+        let client = Client::open(self.url.as_str()).map_err(|e| {
+            LockError::config(format!(
+                "cannot parse the Redis URL ({e}); expected redis://[user:password@]host[:port][/db], rediss://... or redis+unix:///path"
+            ))
+        })?;
+        let config = manager_config(self.connect_timeout, self.response_timeout);
+        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(|e| LockError::backend("connect", "", e))?;
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| LockError::backend("connect", "", e))?;
+        let major = server_major_version(&info);
+        let sharded = major >= 7;
+        let subscriber = Subscriber::new(
+            &client,
+            sharded,
+            major >= 6,
+            self.connect_timeout,
+            self.response_timeout,
+        )?;
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                conn,
+                sharded,
+                subscriber,
+            }),
+        })
+    }
+}
+
+fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect))
+        .set_response_timeout(Some(response))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+fn server_major_version(info: &str) -> u32 {
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
+
+impl RedisBackend {
+    /// Connects with default options; see [`RedisBackend::builder`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::connect("redis://127.0.0.1:6379/").await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Options for connecting. Accepts `redis://`, `rediss://` (when redis-rs is built with TLS),
+    /// `redis+unix://` and `unix://` URLs, with an ACL user and password in the URL.
+    ///
+    /// ```
+    /// let builder = lock_core::RedisBackend::builder("redis://127.0.0.1:6379/");
+    /// # drop(builder);
+    /// ```
+    pub fn builder(url: &str) -> RedisBackendBuilder {
+        RedisBackendBuilder {
+            url: url.to_owned(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// Whether release notifications use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis 7+).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::connect("redis://127.0.0.1/").await?;
+    /// println!("sharded pub/sub: {}", backend.sharded_pubsub());
+    /// # Ok(()) }
+    /// ```
+    pub fn sharded_pubsub(&self) -> bool {
+        self.inner.sharded
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        fenced: bool,
+    ) -> Result<Attempt, LockError> {
+        let reply: Value = ACQUIRE
+            .key(key.lock())
+            .key(key.fence())
+            .arg(token.as_str())
+            .arg(millis(lease))
+            .arg(if fenced { "1" } else { "0" })
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| LockError::backend("acquire", key.user(), e))?;
+        match int_pair(&reply) {
+            Some((1, _)) if !fenced => Ok(Attempt::Acquired { fence: None }),
+            Some((1, fence)) if fence > 0 => Ok(Attempt::Acquired {
+                fence: Some(fence.unsigned_abs()),
+            }),
+            Some((0, pttl)) => Ok(Attempt::Busy {
+                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+            }),
+            _ => Err(LockError::protocol(
+                "acquire",
+                key.user(),
+                format!("acquire script answered {reply:?}"),
+            )),
+        }
+    }
+
+    pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
+        let reply: Value = RELEASE
+            .key(key.lock())
+            .arg(token.as_str())
+            .arg(key.channel())
+            .arg(if self.inner.sharded { "1" } else { "0" })
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| LockError::backend("release", key.user(), e))?;
+        match reply {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(LockError::protocol(
+                "release",
+                key.user(),
+                format!("release script answered {other:?}"),
+            )),
+        }
+    }
+
+    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        let first = items.first().map_or("", |r| r.key.user());
+        let mut call = RENEW.prepare_invoke();
+        for r in items {
+            call.key(r.key.lock())
+                .arg(r.token.as_str())
+                .arg(millis(r.lease));
+        }
+        let reply: Value = call
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| LockError::backend("renew", first, e))?;
+        let answers = match &reply {
+            Value::Array(v) if v.len() == items.len() => v,
+            _ => {
+                return Err(LockError::protocol(
+                    "renew",
+                    first,
+                    format!("renew script answered {reply:?} for {} locks", items.len()),
+                ));
+            }
+        };
+        answers
+            .iter()
+            .map(|a| match a {
+                Value::Int(1) => Ok(true),
+                Value::Int(0) => Ok(false),
+                other => Err(LockError::protocol(
+                    "renew",
+                    first,
+                    format!("renew script answered {other:?} for one lock"),
+                )),
+            })
+            .collect()
+    }
+
+    pub(crate) async fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>) -> bool {
+        self.inner.subscriber.subscribe(key.channel(), notify).await
+    }
+
+    pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
+        self.inner.subscriber.unsubscribe(key.channel(), notify);
+    }
+
+    pub(crate) fn notifications_healthy(&self) -> bool {
+        self.inner.subscriber.healthy()
+    }
+}
+
+/// Milliseconds for PX/PEXPIRE, rounded up so a lease is never shorter than asked.
+fn millis(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let up = if d.subsec_nanos().is_multiple_of(1_000_000) {
+        ms
+    } else {
+        ms + 1
+    };
+    u64::try_from(up).unwrap_or(u64::MAX).max(1)
+}
+
+fn int_pair(v: &Value) -> Option<(i64, i64)> {
+    match v {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(a), Value::Int(b)] => Some((*a, *b)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_up() {
+        assert_eq!(millis(Duration::from_millis(30)), 30);
+        assert_eq!(millis(Duration::from_micros(30_001)), 31);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
+    }
+
+    #[test]
+    fn version_parse() {
+        assert_eq!(
+            server_major_version("# Server\r\nredis_version:7.0.15\r\n"),
+            7
+        );
+        assert_eq!(server_major_version("garbage"), 0);
+    }
+
+    #[test]
+    fn pairs() {
+        assert_eq!(
+            int_pair(&Value::Array(vec![Value::Int(1), Value::Int(5)])),
+            Some((1, 5))
+        );
+        assert_eq!(int_pair(&Value::Int(1)), None);
+    }
+}

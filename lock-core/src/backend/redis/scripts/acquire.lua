@@ -1,0 +1,17 @@
+-- Acquire a lock in one atomic step, optionally drawing a fencing token.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  the fencing counter key (same hash slot; touched only when ARGV[3] == '1')
+-- ARGV[1]  the owner token (128 random bits, hex)
+-- ARGV[2]  the lease in milliseconds
+-- ARGV[3]  '1' to increment and return the fencing counter, '0' not to
+--
+-- Returns {1, fence} when acquired (fence is 0 when not fenced),
+--         {0, pttl}  when held by someone else (pttl as PTTL reports it: -1 = no expiry).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] == '1' then
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+  return {1, 0}
+end
+return {0, redis.call('PTTL', KEYS[1])}

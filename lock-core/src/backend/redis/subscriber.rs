@@ -1,0 +1,262 @@
+//! The one subscriber connection of a Redis backend.
+//!
+//! Waiters register a `Notify` per lock channel; the first registration of a channel subscribes
+//! it, the last removal unsubscribes it. One task owns the connection and sends the
+//! (un)subscribe commands in the order they were asked for, so an unsubscribe can never overtake
+//! a later subscribe of the same channel. When the connection drops, waiters are woken and told
+//! notifications are unhealthy (they fall back to bounded retries); the task reconnects with
+//! backoff, subscribes every channel again, and wakes everyone once more, because releases
+//! published while it was away were missed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ProtocolVersion, PushInfo, PushKind, Value};
+use tokio::sync::{Mutex as AsyncMutex, Notify, mpsc, oneshot};
+
+use crate::LockError;
+use crate::backend::Listeners;
+
+const RECOVERY_MIN: Duration = Duration::from_millis(20);
+const RECOVERY_MAX: Duration = Duration::from_secs(1);
+
+pub(super) struct Subscriber {
+    /// `None` when the server is too old for RESP3 pushes: waiters then always retry on timers.
+    client: Option<Client>,
+    shared: Arc<Shared>,
+    /// The connection task's inbox; replaced when the task has ended (its runtime shut down).
+    commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    /// Serializes (re)connecting.
+    connecting: AsyncMutex<()>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+struct Shared {
+    sharded: bool,
+    healthy: AtomicBool,
+    listeners: Mutex<Listeners>,
+}
+
+impl Shared {
+    fn listeners(&self) -> MutexGuard<'_, Listeners> {
+        // Listener updates are single map operations; a poisoned lock holds consistent data.
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<bool>),
+    Unsubscribe(String),
+}
+
+impl Subscriber {
+    pub(super) fn new(
+        client: &Client,
+        sharded: bool,
+        resp3: bool,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let client = if resp3 {
+            let info = client.get_connection_info().clone();
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            Some(
+                Client::open(info.set_redis_settings(settings))
+                    .map_err(|e| LockError::backend("connect subscriber", "", e))?,
+            )
+        } else {
+            None
+        };
+        Ok(Subscriber {
+            client,
+            shared: Arc::new(Shared {
+                sharded,
+                healthy: AtomicBool::new(resp3),
+                listeners: Mutex::new(Listeners::default()),
+            }),
+            commands: Mutex::new(None),
+            connecting: AsyncMutex::new(()),
+            connect_timeout,
+            response_timeout,
+        })
+    }
+
+    pub(super) fn healthy(&self) -> bool {
+        self.shared.healthy.load(Ordering::Acquire)
+    }
+
+    /// Registers `notify` for `channel` and waits until the server confirmed the subscription.
+    /// `false` when it could not be confirmed (the caller falls back to bounded retries).
+    pub(super) async fn subscribe(&self, channel: &str, notify: &Arc<Notify>) -> bool {
+        let commands = self.commands().await;
+        let (reply, confirmed) = oneshot::channel();
+        {
+            // Registered and sent under one lock, so commands reach the task in the order the
+            // registrations decided them. The registration stays even when the subscriber is
+            // down: recovery subscribes it and wakes it.
+            let mut listeners = self.shared.listeners();
+            listeners.add(channel, notify);
+            let Some(commands) = commands else {
+                return false;
+            };
+            if commands
+                .send(Command::Subscribe(channel.to_owned(), reply))
+                .is_err()
+            {
+                return false;
+            }
+        }
+        confirmed.await.unwrap_or(false)
+    }
+
+    pub(super) fn unsubscribe(&self, channel: &str, notify: &Arc<Notify>) {
+        let mut listeners = self.shared.listeners();
+        if listeners.remove(channel, notify)
+            && let Some(commands) = self.live_sender()
+        {
+            let _ = commands.send(Command::Unsubscribe(channel.to_owned()));
+        }
+    }
+
+    fn live_sender(&self) -> Option<mpsc::UnboundedSender<Command>> {
+        let slot = self.commands.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.as_ref().filter(|tx| !tx.is_closed()).cloned()
+    }
+
+    async fn commands(&self) -> Option<mpsc::UnboundedSender<Command>> {
+        let client = self.client.as_ref()?;
+        if let Some(tx) = self.live_sender() {
+            return Some(tx);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(tx) = self.live_sender() {
+            return Some(tx);
+        }
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1)
+            .set_push_sender(push_tx);
+        match ConnectionManager::new_with_config(client.clone(), config).await {
+            Ok(conn) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                // A new connection subscribes whatever is registered already (channels whose
+                // subscription failed while there was no connection).
+                let resync = self.shared.listeners().len() > 0;
+                tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
+                self.shared.healthy.store(true, Ordering::Release);
+                *self.commands.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.clone());
+                Some(tx)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lock notifications unavailable: cannot connect the subscriber; waiters retry on timers");
+                self.shared.healthy.store(false, Ordering::Release);
+                None
+            }
+        }
+    }
+}
+
+async fn run(
+    mut conn: ConnectionManager,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    shared: Arc<Shared>,
+    resync: bool,
+) {
+    let (sub, unsub) = if shared.sharded {
+        ("SSUBSCRIBE", "SUNSUBSCRIBE")
+    } else {
+        ("SUBSCRIBE", "UNSUBSCRIBE")
+    };
+    let mut backoff: Option<Duration> = resync.then_some(Duration::ZERO);
+    loop {
+        let recovery = async {
+            match backoff {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe(channel, reply)) => {
+                    let ok = backoff.is_none() && send(&mut conn, sub, &channel).await;
+                    if !ok {
+                        backoff.get_or_insert_with(|| mark_unhealthy(&shared));
+                    }
+                    let _ = reply.send(ok);
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    if backoff.is_none() && !send(&mut conn, unsub, &channel).await {
+                        backoff.get_or_insert_with(|| mark_unhealthy(&shared));
+                    }
+                }
+            },
+            push = pushes.recv() => match push {
+                None => return,
+                Some(push) => match push.kind {
+                    PushKind::Message | PushKind::SMessage => {
+                        if let Some(channel) = push.data.first().and_then(channel_name) {
+                            shared.listeners().wake(&channel);
+                        }
+                    }
+                    PushKind::Disconnection => {
+                        backoff.get_or_insert_with(|| mark_unhealthy(&shared));
+                    }
+                    _ => {}
+                },
+            },
+            () = recovery => {
+                let channels: Vec<String> =
+                    shared.listeners().channels().map(str::to_owned).collect();
+                let mut ok = redis::cmd("PING").exec_async(&mut conn).await.is_ok();
+                for channel in &channels {
+                    ok = ok && send(&mut conn, sub, channel).await;
+                }
+                if ok {
+                    backoff = None;
+                    shared.healthy.store(true, Ordering::Release);
+                    tracing::info!(channels = channels.len(), "lock notifications restored");
+                    shared.listeners().wake_all();
+                } else {
+                    backoff = backoff.map(|d| (d * 2).clamp(RECOVERY_MIN, RECOVERY_MAX));
+                }
+            }
+        }
+    }
+}
+
+fn mark_unhealthy(shared: &Shared) -> Duration {
+    shared.healthy.store(false, Ordering::Release);
+    tracing::warn!("lock notification connection lost; waiters retry on timers until it is back");
+    shared.listeners().wake_all();
+    RECOVERY_MIN
+}
+
+async fn send(conn: &mut ConnectionManager, command: &str, channel: &str) -> bool {
+    match redis::cmd(command).arg(channel).exec_async(conn).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, command, "subscription command failed");
+            false
+        }
+    }
+}
+
+fn channel_name(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}

@@ -1,0 +1,197 @@
+//! Lock names: validation and the backend key layout.
+//!
+//! A lock named `K` under prefix `P` uses these backend names, all in one cluster hash slot:
+//!
+//! | what            | name                 |
+//! |-----------------|----------------------|
+//! | the lock        | `P{T}S`              |
+//! | fence counter   | `P{T}S:fence`        |
+//! | release channel | `P{T}S:released`     |
+//!
+//! where the hash tag `T` is `K` itself when `K` holds no brace (so `lock:{order:42}`), and
+//! otherwise `#` plus 16 hex digits of SHA-256(K), with `S = K`. A plain key's `S` is empty and
+//! never holds a brace, a hashed key's `S` always does, so two different keys never share a name.
+
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::LockError;
+
+/// The longest lock key accepted, in bytes. Longer keys get [`LockError::InvalidKey`]; hash
+/// untrusted long values before using them as keys (lock-tower does).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// The longest prefix accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 256;
+
+/// The prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "lock:";
+
+/// How many characters of a key an error message shows.
+const DISPLAY_LEN: usize = 128;
+
+/// One validated lock name with its backend names.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKey(Arc<KeyNames>);
+
+#[derive(Debug)]
+pub(crate) struct KeyNames {
+    user: String,
+    lock: String,
+    fence: String,
+    channel: String,
+}
+
+impl LockKey {
+    pub(crate) fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
+        validate_key(user)?;
+        let lock = if user.contains(['{', '}']) {
+            let digest = Sha256::digest(user.as_bytes());
+            let mut tag = String::with_capacity(17);
+            tag.push('#');
+            for byte in &digest[..8] {
+                tag.push_str(&format!("{byte:02x}"));
+            }
+            format!("{prefix}{{{tag}}}{user}")
+        } else {
+            format!("{prefix}{{{user}}}")
+        };
+        Ok(LockKey(Arc::new(KeyNames {
+            user: user.to_owned(),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        })))
+    }
+
+    /// The key as the user gave it.
+    pub(crate) fn user(&self) -> &str {
+        &self.0.user
+    }
+
+    /// The backend name of the lock itself.
+    pub(crate) fn lock(&self) -> &str {
+        &self.0.lock
+    }
+
+    /// The backend name of the fencing counter.
+    pub(crate) fn fence(&self) -> &str {
+        &self.0.fence
+    }
+
+    /// The release notification channel.
+    pub(crate) fn channel(&self) -> &str {
+        &self.0.channel
+    }
+}
+
+fn validate_key(user: &str) -> Result<(), LockError> {
+    if user.is_empty() {
+        return Err(LockError::InvalidKey {
+            key: String::new(),
+            reason: "the key is empty; name the resource you protect, e.g. \"order:42\"".into(),
+        });
+    }
+    if user.len() > MAX_KEY_LEN {
+        return Err(LockError::InvalidKey {
+            key: display_key(user),
+            reason: format!(
+                "the key is {} bytes, more than the {MAX_KEY_LEN} allowed; hash long or untrusted values first",
+                user.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(LockError::config(format!(
+            "the prefix is {} bytes, more than the {MAX_PREFIX_LEN} allowed",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(LockError::config(format!(
+            "the prefix {:?} contains a brace; braces would change the cluster hash slot of every lock (the crate places each lock's keys in one slot itself)",
+            display_key(prefix)
+        )));
+    }
+    Ok(())
+}
+
+/// A key shortened for messages and logs.
+pub(crate) fn display_key(key: &str) -> String {
+    if key.len() <= DISPLAY_LEN {
+        return key.to_owned();
+    }
+    let mut end = DISPLAY_LEN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &key[..end], key.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(user: &str) -> LockKey {
+        LockKey::new("lock:", user).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn plain_key_is_its_own_hash_tag() {
+        let k = names("order:42");
+        assert_eq!(k.lock(), "lock:{order:42}");
+        assert_eq!(k.fence(), "lock:{order:42}:fence");
+        assert_eq!(k.channel(), "lock:{order:42}:released");
+    }
+
+    #[test]
+    fn braces_are_hashed_into_the_tag() {
+        let k = names("a}b{c");
+        assert!(k.lock().starts_with("lock:{#"));
+        let tag_end = k.lock().find('}').unwrap_or(0);
+        assert_eq!(tag_end, "lock:{#".len() + 16);
+        assert!(k.lock().ends_with("a}b{c"));
+        assert!(k.fence().starts_with(&k.lock()[..=tag_end]));
+    }
+
+    #[test]
+    fn distinct_keys_get_distinct_names() {
+        let keys = ["a", "a:fence", "{a}", "a}", "}", "{", "a}:fence", "#0"];
+        let mut all = std::collections::HashSet::new();
+        for k in keys {
+            let n = names(k);
+            assert!(all.insert(n.lock().to_owned()), "{k}");
+            assert!(all.insert(n.fence().to_owned()), "{k}");
+        }
+    }
+
+    #[test]
+    fn bad_keys_and_prefixes_are_refused() {
+        assert!(matches!(
+            LockKey::new("p", ""),
+            Err(LockError::InvalidKey { .. })
+        ));
+        let long = "x".repeat(MAX_KEY_LEN + 1);
+        assert!(matches!(
+            LockKey::new("p", &long),
+            Err(LockError::InvalidKey { .. })
+        ));
+        assert!(LockKey::new("p", &"x".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix(&"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert!(validate_prefix("").is_ok());
+    }
+
+    #[test]
+    fn display_key_cuts_on_char_boundary() {
+        let s = "é".repeat(200);
+        let d = display_key(&s);
+        assert!(d.len() < s.len());
+        assert!(d.ends_with("(400 bytes)"));
+    }
+}

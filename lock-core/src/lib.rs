@@ -1,0 +1,39 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod error;
+mod global;
+mod guard;
+mod key;
+mod locker;
+mod request;
+mod scope;
+mod token;
+mod wait;
+mod watchdog;
+
+pub use backend::{Backend, MemoryBackend};
+#[cfg(feature = "redis")]
+pub use backend::{RedisBackend, RedisBackendBuilder};
+pub use error::{BoxError, LockError};
+pub use global::{clear_global, global, set_global};
+pub use guard::{LockGuard, LockInfo};
+pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
+pub use locker::{
+    DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,
+};
+pub use request::LockRequest;
+pub use scope::{current_fence, current_lock};
+
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
+
+/// Support for the code `#[distributed_lock]` generates. Not a public API: it may change in any
+/// release.
+#[doc(hidden)]
+pub mod __private {
+    pub use std::time::Duration;
+
+    pub use crate::global::global;
+}

@@ -1,0 +1,361 @@
+//! [`Locker`]: the entry point, and its builder.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::LockError;
+use crate::backend::{Backend, BackendKind, MemoryBackend};
+use crate::key::{DEFAULT_PREFIX, validate_prefix};
+use crate::request::LockRequest;
+use crate::wait::WaitQueues;
+use crate::watchdog::Watchdog;
+
+/// The lease used when none is configured.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// How long `lock` waits when no wait is configured.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease accepted.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest wait accepted.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Takes and holds locks on one backend.
+///
+/// Cheap to clone (an `Arc`); clones share the watchdog, the wait queues and the connections.
+/// Keys are namespaced by the locker's prefix (default `"lock:"`).
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{Locker, MemoryBackend};
+///
+/// let locker = Locker::memory();                                   // embedded, in-process
+/// let custom = Locker::builder(MemoryBackend::new())
+///     .prefix("shop:")
+///     .lease(Duration::from_secs(30))
+///     .wait(Duration::from_secs(2))
+///     .build();
+///
+/// let guard = locker.lock("order:42").await?;                      // waits up to the default wait
+/// guard.release().await?;
+/// let total = custom.lock("stock:7").run(async { 1 + 1 }).await?;  // released after the body
+/// assert_eq!(total, 2);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct Locker {
+    pub(crate) inner: Arc<LockerInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct LockerInner {
+    pub(crate) id: u64,
+    pub(crate) backend: BackendKind,
+    pub(crate) config: Config,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) queues: WaitQueues,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) watchdog: bool,
+    /// A builder value was out of range: every lock attempt reports it.
+    pub(crate) error: Option<LockError>,
+}
+
+/// Counters describing a locker right now.
+///
+/// ```
+/// let stats = lock_core::Locker::memory().stats();
+/// assert_eq!(stats.renewed_locks, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockerStats {
+    /// Locks the watchdog is renewing now.
+    pub renewed_locks: usize,
+    /// Renewal calls sent to the backend so far (each may renew many locks).
+    pub renewal_calls: u64,
+    /// Keys with local waiters now.
+    pub waiting_keys: usize,
+    /// Local waiters now, over all keys.
+    pub waiters: usize,
+}
+
+impl Locker {
+    /// A locker on a new, private, embedded memory backend: no server, same semantics.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let _g = locker.lock("k").await.unwrap();
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn memory() -> Self {
+        Self::builder(MemoryBackend::new()).build()
+    }
+
+    /// A locker on one Redis server, with default options. Accepts `redis://`, `rediss://`,
+    /// `redis+unix://` URLs, with an ACL user and password in the URL.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for a bad URL, [`LockError::Backend`] when Redis cannot be
+    /// reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::redis("redis://127.0.0.1:6379/").await?;
+    /// # drop(locker); Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    pub async fn redis(url: &str) -> Result<Self, LockError> {
+        Ok(Self::builder(crate::RedisBackend::connect(url).await?).build())
+    }
+
+    /// A builder for a locker on `backend`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locker = lock_core::Locker::builder(lock_core::MemoryBackend::new())
+    ///     .prefix("shop:")
+    ///     .lease(Duration::from_secs(10))
+    ///     .build();
+    /// # drop(locker);
+    /// ```
+    pub fn builder(backend: impl Into<Backend>) -> LockerBuilder {
+        LockerBuilder {
+            backend: backend.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            lease: DEFAULT_LEASE,
+            wait: DEFAULT_WAIT,
+            watchdog: true,
+        }
+    }
+
+    /// Asks for the lock on `key`. Await the request for a [`LockGuard`](crate::LockGuard), or
+    /// call [`run`](LockRequest::run) on it; set options on it first. Waits up to the locker's
+    /// default wait unless told otherwise.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// let locker = lock_core::Locker::memory();
+    /// let guard = locker.lock("order:42").wait(Duration::from_secs(2)).await?;
+    /// # drop(guard); Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn lock(&self, key: impl AsRef<str>) -> LockRequest {
+        LockRequest::new(self.clone(), key.as_ref().to_owned())
+    }
+
+    /// Asks for the lock on `key` with one attempt only: [`LockError::Busy`] when it is held.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use lock_core::LockError;
+    /// let locker = lock_core::Locker::memory();
+    /// let _held = locker.try_lock("order:42").await.unwrap();
+    /// assert!(matches!(locker.try_lock("order:42").await, Err(LockError::Busy { .. })));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn try_lock(&self, key: impl AsRef<str>) -> LockRequest {
+        self.lock(key).no_wait()
+    }
+
+    /// The key prefix.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().prefix(), "lock:");
+    /// ```
+    pub fn prefix(&self) -> &str {
+        &self.inner.config.prefix
+    }
+
+    /// The default lease.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().lease(), lock_core::DEFAULT_LEASE);
+    /// ```
+    pub fn lease(&self) -> Duration {
+        self.inner.config.lease
+    }
+
+    /// The default wait.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().wait(), lock_core::DEFAULT_WAIT);
+    /// ```
+    pub fn wait(&self) -> Duration {
+        self.inner.config.wait
+    }
+
+    /// The backend this locker uses.
+    ///
+    /// ```
+    /// let backend = lock_core::Locker::memory().backend();
+    /// # drop(backend);
+    /// ```
+    pub fn backend(&self) -> Backend {
+        Backend(self.inner.backend.clone())
+    }
+
+    /// Counters: locks being renewed, renewal calls sent, local waiters.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().stats().waiters, 0);
+    /// ```
+    pub fn stats(&self) -> LockerStats {
+        LockerStats {
+            renewed_locks: self.inner.watchdog.len(),
+            renewal_calls: self.inner.watchdog.calls.load(Ordering::Relaxed),
+            waiting_keys: self.inner.queues.waiting_keys(),
+            waiters: self.inner.queues.waiters(),
+        }
+    }
+}
+
+/// Options for a [`Locker`]; from [`Locker::builder`].
+///
+/// `build` never fails: a value out of range is reported by every lock attempt as
+/// [`LockError::InvalidConfig`]. Use [`try_build`](LockerBuilder::try_build) to find out at
+/// start-up.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{Locker, MemoryBackend};
+///
+/// let err = Locker::builder(MemoryBackend::new()).lease(Duration::ZERO).try_build().unwrap_err();
+/// assert!(matches!(err, lock_core::LockError::InvalidConfig { .. }));
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct LockerBuilder {
+    backend: Backend,
+    prefix: String,
+    lease: Duration,
+    wait: Duration,
+    watchdog: bool,
+}
+
+impl LockerBuilder {
+    /// The namespace put before every key (default `"lock:"`; no braces: the crate chooses
+    /// the cluster hash slot itself).
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).prefix("shop:").build();
+    /// assert_eq!(l.prefix(), "shop:");
+    /// ```
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The default lease (how long a lock outlives a holder that stops renewing it), from
+    /// [`MIN_LEASE`] to [`MAX_LEASE`]. Default 30 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).lease(Duration::from_secs(5)).build();
+    /// assert_eq!(l.lease(), Duration::from_secs(5));
+    /// ```
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The default wait of `lock` (at most [`MAX_WAIT`]; zero means one attempt). Default 10 s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).wait(Duration::from_secs(1)).build();
+    /// assert_eq!(l.wait(), Duration::from_secs(1));
+    /// ```
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Whether held locks are renewed by the watchdog by default (default `true`).
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).watchdog(false).build();
+    /// # drop(l);
+    /// ```
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// Builds the locker; an out-of-range value is reported by each lock attempt.
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).build();
+    /// # drop(l);
+    /// ```
+    pub fn build(self) -> Locker {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let error = validate_prefix(&self.prefix)
+            .and_then(|()| validate_lease(self.lease))
+            .and_then(|()| validate_wait(self.wait))
+            .err();
+        Locker {
+            inner: Arc::new(LockerInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                backend: self.backend.0,
+                config: Config {
+                    prefix: self.prefix,
+                    lease: self.lease,
+                    wait: self.wait,
+                    watchdog: self.watchdog,
+                    error,
+                },
+                watchdog: Watchdog::default(),
+                queues: WaitQueues::default(),
+            }),
+        }
+    }
+
+    /// Builds the locker, or says which value is out of range.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`].
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).prefix("a{b").try_build();
+    /// assert!(l.is_err());
+    /// ```
+    pub fn try_build(self) -> Result<Locker, LockError> {
+        let locker = self.build();
+        match &locker.inner.config.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(locker),
+        }
+    }
+}
+
+pub(crate) fn validate_lease(lease: Duration) -> Result<(), LockError> {
+    if lease < MIN_LEASE || lease > MAX_LEASE {
+        return Err(LockError::config(format!(
+            "lease {lease:?} is out of range: use {MIN_LEASE:?} to {MAX_LEASE:?} (the watchdog renews it every lease/3 while the lock is held)"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_wait(wait: Duration) -> Result<(), LockError> {
+    if wait > MAX_WAIT {
+        return Err(LockError::config(format!(
+            "wait {wait:?} is above the {MAX_WAIT:?} allowed; waits are bounded so a stuck holder cannot stall callers forever"
+        )));
+    }
+    Ok(())
+}

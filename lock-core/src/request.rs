@@ -1,0 +1,435 @@
+//! [`LockRequest`]: one request for a lock, its options, and how it is acquired.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Attempt;
+use crate::guard::{Held, LockGuard};
+use crate::key::LockKey;
+use crate::locker::{Locker, LockerInner, validate_lease, validate_wait};
+use crate::token::Token;
+use crate::{LockError, scope};
+
+/// Backoff bounds while release notifications are unavailable.
+const DEGRADED_MIN: Duration = Duration::from_millis(5);
+const DEGRADED_MAX: Duration = Duration::from_millis(250);
+/// Slack added to a holder's remaining lease before trying again (clock granularity).
+const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+
+/// A request for the lock on one key; from [`Locker::lock`] or [`Locker::try_lock`].
+///
+/// Set options, then `.await` it for a [`LockGuard`] or call [`run`](Self::run) to run a future
+/// under the lock.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let locker = lock_core::Locker::memory();
+/// let guard = locker
+///     .lock("payment:9")
+///     .wait(Duration::from_secs(2))
+///     .lease(Duration::from_secs(10))
+///     .fenced()
+///     .await?;
+/// assert!(guard.fence().is_some());
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Debug)]
+#[must_use = "a lock request does nothing until awaited or run"]
+pub struct LockRequest {
+    locker: Locker,
+    key: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    fenced: bool,
+    watchdog: Option<bool>,
+    max_hold: Option<Duration>,
+}
+
+impl LockRequest {
+    pub(crate) fn new(locker: Locker, key: String) -> Self {
+        LockRequest {
+            locker,
+            key,
+            wait: None,
+            lease: None,
+            fenced: false,
+            watchdog: None,
+            max_hold: None,
+        }
+    }
+
+    /// Waits up to `wait` for the lock (zero: one attempt). Beyond it: [`LockError::Timeout`].
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let locker = lock_core::Locker::memory();
+    /// let _g = locker.lock("k").await.unwrap();
+    /// let r = locker.lock("k").wait(Duration::from_millis(20)).await;
+    /// assert!(matches!(r, Err(lock_core::LockError::Timeout { .. })));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// One attempt, no waiting: [`LockError::Busy`] when held.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let _g = locker.lock("k").await.unwrap();
+    /// assert!(matches!(locker.lock("k").no_wait().await, Err(lock_core::LockError::Busy { .. })));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn no_wait(self) -> Self {
+        self.wait(Duration::ZERO)
+    }
+
+    /// The lease for this lock (default: the locker's).
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let g = lock_core::Locker::memory().lock("k").lease(Duration::from_secs(3)).await.unwrap();
+    /// assert_eq!(g.lease(), Duration::from_secs(3));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Draws a fencing token with the lock: [`LockGuard::fence`] is then `Some(n)`, with `n`
+    /// strictly greater than every token drawn before for this key (across releases, expiries,
+    /// processes and client restarts).
+    ///
+    /// Cost: one small counter per fenced key name, kept without expiry (tokens must never go
+    /// backwards). On Redis the counter survives a server restart only with persistence (RDB or
+    /// AOF); without it a restarted Redis starts counting again from 1.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let g = lock_core::Locker::memory().lock("k").fenced().await.unwrap();
+    /// assert_eq!(g.fence(), Some(1));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn fenced(mut self) -> Self {
+        self.fenced = true;
+        self
+    }
+
+    /// Whether the watchdog renews this lock while it is held (default: the locker's, `true`).
+    /// Without it the lock lasts one lease unless you call [`LockGuard::extend`].
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let g = lock_core::Locker::memory().lock("k").watchdog(false).await.unwrap();
+    /// # drop(g);
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// Caps how long the lock is held: renewal stops after `max_hold`, and [`run`](Self::run)
+    /// cancels its body then with [`LockError::MaxHoldExceeded`].
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use std::time::Duration;
+    /// let r = lock_core::Locker::memory()
+    ///     .lock("k")
+    ///     .max_hold(Duration::from_millis(20))
+    ///     .run(tokio::time::sleep(Duration::from_secs(60)))
+    ///     .await;
+    /// assert!(matches!(r, Err(lock_core::LockError::MaxHoldExceeded { .. })));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The key asked for.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().lock("k").key(), "k");
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Runs `body` under the lock and releases it afterwards.
+    ///
+    /// If the lease is lost while the body runs, the body is dropped at once (at its next
+    /// `.await`) and `run` returns [`LockError::LeaseLost`]; the same if the body finished but
+    /// the lease had already been lost. Inside the body, locking the same key again through
+    /// the same locker is reentrant, and [`current_lock`](crate::current_lock) describes the lock.
+    ///
+    /// # Errors
+    /// Acquisition errors (`Busy`, `Timeout`, `InvalidKey`, `Backend`...), `LeaseLost`,
+    /// `MaxHoldExceeded`. The body never runs without the lock.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::memory();
+    /// let stock = std::sync::atomic::AtomicI64::new(10);
+    /// let left = locker.lock("inventory:sku-1").run(async {
+    ///     stock.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) - 1
+    /// }).await?;
+    /// assert_eq!(left, 9);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+        if let Some(held) = scope::find(self.locker.inner.id, &self.key) {
+            // Reentrant: the outer scope holds the lock, watches its loss and releases it.
+            if !held.is_held() {
+                return Err(held.lease_lost());
+            }
+            return Ok(body.await);
+        }
+        let max_hold = self.max_hold;
+        let guard = self.acquire().await?;
+        let held = guard.held().clone();
+        let outcome = scope::enter(held.clone(), async {
+            let cap = async {
+                match max_hold {
+                    Some(d) => tokio::time::sleep_until(held.acquired_at + d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = held.lost() => Err(held.lease_lost()),
+                () = cap => Err(LockError::MaxHoldExceeded {
+                    key: held.key.user().to_owned(),
+                    max_hold: max_hold.unwrap_or_default(),
+                }),
+                out = body => Ok(out),
+            }
+        })
+        .await;
+        match outcome {
+            Ok(out) if held.is_held() => {
+                if let Err(e) = guard.release().await {
+                    // The body ran while the lease was valid; the lease expires on its own.
+                    tracing::warn!(key = %crate::key::display_key(held.key.user()), error = %e, "release after run failed");
+                }
+                Ok(out)
+            }
+            Ok(_) => {
+                let _ = guard.release().await;
+                Err(held.lease_lost())
+            }
+            Err(e) => {
+                let _ = guard.release().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn acquire(self) -> Result<LockGuard, LockError> {
+        let inner = &self.locker.inner;
+        if let Some(e) = &inner.config.error {
+            return Err(e.clone());
+        }
+        if let Some(held) = scope::find(inner.id, &self.key) {
+            if !held.is_held() {
+                return Err(held.lease_lost());
+            }
+            return Ok(LockGuard::reentrant(held));
+        }
+        let key = LockKey::new(&inner.config.prefix, &self.key)?;
+        let spec = Spec {
+            wait: self.wait.unwrap_or(inner.config.wait),
+            lease: self.lease.unwrap_or(inner.config.lease),
+            fenced: self.fenced,
+            watchdog: self.watchdog.unwrap_or(inner.config.watchdog),
+            max_hold: self.max_hold,
+        };
+        validate_lease(spec.lease)?;
+        validate_wait(spec.wait)?;
+        if spec.max_hold.is_some_and(|m| m.is_zero()) {
+            return Err(LockError::config("max_hold must be above zero"));
+        }
+        acquire(inner, &key, &spec).await
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'static>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.acquire())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    wait: Duration,
+    lease: Duration,
+    fenced: bool,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+}
+
+/// Acquires `key`: one attempt; then, when waiting is allowed, a place in the local queue and,
+/// as its head, attempts woken by release notifications or by the holder's lease running out.
+async fn acquire(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let deadline = start + spec.wait;
+    let busy = |retry_after| LockError::Busy {
+        key: key.user().to_owned(),
+        retry_after,
+    };
+    let timeout = || LockError::Timeout {
+        key: key.user().to_owned(),
+        waited: start.elapsed(),
+    };
+    // Nobody queues here: contend at once (the uncontended path is this one round trip).
+    let mut remaining = None;
+    if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
+        match attempt(inner, key, spec).await? {
+            Ok(guard) => return Ok(guard),
+            Err(r) if spec.wait.is_zero() => return Err(busy(r)),
+            Err(r) => remaining = r,
+        }
+    }
+    let mut ticket = inner.queues.join(inner, key);
+    let held_by_predecessor = tokio::time::timeout_at(deadline, ticket.my_turn())
+        .await
+        .map_err(|_| timeout())?;
+    // Subscribed before the next attempt, so a release after it cannot go unnoticed.
+    let subscribed = tokio::time::timeout_at(deadline, ticket.subscribe())
+        .await
+        .map_err(|_| timeout())?;
+    let mut skip_attempt = held_by_predecessor && subscribed;
+    let mut backoff = DEGRADED_MIN;
+    loop {
+        if !skip_attempt {
+            match attempt(inner, key, spec).await? {
+                Ok(guard) => {
+                    ticket.acquired = true;
+                    return Ok(guard);
+                }
+                Err(r) => remaining = r,
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(timeout());
+        }
+        // The holder's lease bounds every wait: a key that expires publishes nothing. When
+        // the predecessor just took the lock we know no TTL: its lease is at most ours.
+        let expiry = if skip_attempt {
+            spec.lease.max(inner.config.lease)
+        } else {
+            remaining.map_or(spec.lease, |r| r + EXPIRY_SLACK)
+        };
+        skip_attempt = false;
+        let nap = if inner.backend.notifications_healthy() {
+            expiry
+        } else {
+            let nap = jittered(backoff).min(expiry);
+            backoff = (backoff * 2).min(DEGRADED_MAX);
+            nap
+        };
+        tokio::select! {
+            biased;
+            () = ticket.released() => {}
+            () = tokio::time::sleep(nap) => {}
+            () = tokio::time::sleep_until(deadline) => return Err(timeout()),
+        }
+    }
+}
+
+/// One acquire round trip. `Ok(Err(remaining))` when busy.
+async fn attempt(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+    let token = Token::random()?;
+    let sent_at = Instant::now();
+    // If this future is dropped mid-flight, or the answer is lost, the lock may be ours in the
+    // backend without our knowing: release it in the background rather than block the key
+    // for a whole lease (the release script only deletes a key holding this token).
+    let mut in_flight = InFlight {
+        inner,
+        key,
+        token: Some(&token),
+    };
+    let answer = inner
+        .backend
+        .acquire(key, &token, spec.lease, spec.fenced)
+        .await?;
+    in_flight.token = None;
+    drop(in_flight);
+    match answer {
+        Attempt::Acquired { fence } => {
+            let held = Held::new(
+                inner.clone(),
+                key.clone(),
+                token,
+                fence,
+                spec.lease,
+                sent_at,
+                spec.max_hold,
+            );
+            if spec.watchdog {
+                inner.watchdog.add(inner, &held);
+            }
+            tracing::trace!(key = %crate::key::display_key(key.user()), fence, "lock acquired");
+            Ok(Ok(LockGuard::owned(held)))
+        }
+        Attempt::Busy { remaining } => Ok(Err(remaining)),
+    }
+}
+
+struct InFlight<'a> {
+    inner: &'a Arc<LockerInner>,
+    key: &'a LockKey,
+    token: Option<&'a Token>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let Some(token) = self.token else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let token = token.clone();
+        handle.spawn(async move {
+            let _ = inner.backend.release(&key, &token).await;
+            inner.queues.wake_local(&key);
+        });
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    let r = getrandom::u32().unwrap_or(0);
+    // Between d/2 and d.
+    d / 2 + d.mul_f64(f64::from(r) / f64::from(u32::MAX) / 2.0)
+}

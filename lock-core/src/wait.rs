@@ -1,0 +1,172 @@
+//! The local wait queue: within one locker, waiters for one key queue up in arrival order and
+//! only the head contends in the backend.
+//!
+//! The head is woken by the key's release notification (one subscription per locker and key,
+//! made when the queue forms and dropped when it empties), by a release through this locker, or
+//! when the holder's remaining lease runs out (a key that expires publishes nothing). A waiter
+//! that times out, is dropped or whose task is aborted leaves the queue in its `Drop`, handing
+//! the turn on.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{Notify, OnceCell};
+
+use crate::key::LockKey;
+use crate::locker::LockerInner;
+
+#[derive(Debug, Default)]
+pub(crate) struct WaitQueues {
+    by_key: Mutex<HashMap<String, Queue>>,
+}
+
+#[derive(Debug)]
+struct Queue {
+    waiters: VecDeque<Waiter>,
+    /// Wakes the head: release notifications and local releases.
+    wake: Arc<Notify>,
+    /// Whether the backend confirmed the release subscription (set once per queue).
+    subscribed: Arc<OnceCell<bool>>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    turn: Arc<Notify>,
+    /// Set when this waiter became head because its predecessor acquired the lock.
+    after_acquire: bool,
+}
+
+impl WaitQueues {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
+        // Every update is a handful of map/deque operations that cannot panic half-way.
+        self.by_key.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether any local waiter queues for `key`.
+    pub(crate) fn has_waiters(&self, key: &LockKey) -> bool {
+        self.map().contains_key(key.lock())
+    }
+
+    /// How many keys have local waiters.
+    pub(crate) fn waiting_keys(&self) -> usize {
+        self.map().len()
+    }
+
+    /// How many local waiters there are in all.
+    pub(crate) fn waiters(&self) -> usize {
+        self.map().values().map(|q| q.waiters.len()).sum()
+    }
+
+    /// A lock of this locker was released: wake the key's head at once.
+    pub(crate) fn wake_local(&self, key: &LockKey) {
+        if let Some(q) = self.map().get(key.lock()) {
+            q.wake.notify_one();
+        }
+    }
+
+    /// Joins the queue of `key` at its tail.
+    pub(crate) fn join(&self, locker: &Arc<LockerInner>, key: &LockKey) -> Ticket {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let turn = Arc::new(Notify::new());
+        let mut map = self.map();
+        let q = map.entry(key.lock().to_owned()).or_insert_with(|| Queue {
+            waiters: VecDeque::new(),
+            wake: Arc::new(Notify::new()),
+            subscribed: Arc::new(OnceCell::new()),
+        });
+        q.waiters.push_back(Waiter {
+            id,
+            turn: turn.clone(),
+            after_acquire: false,
+        });
+        Ticket {
+            locker: locker.clone(),
+            key: key.clone(),
+            id,
+            turn,
+            wake: q.wake.clone(),
+            subscribed: q.subscribed.clone(),
+            acquired: false,
+        }
+    }
+}
+
+/// A place in a key's local queue. Dropping it leaves the queue.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    locker: Arc<LockerInner>,
+    key: LockKey,
+    id: u64,
+    turn: Arc<Notify>,
+    wake: Arc<Notify>,
+    subscribed: Arc<OnceCell<bool>>,
+    /// Set by the head when it acquired, so the next head knows the lock is held.
+    pub(crate) acquired: bool,
+}
+
+impl Ticket {
+    /// `Some(after_acquire)` when this waiter is the head.
+    fn head(&self) -> Option<bool> {
+        let map = self.locker.queues.map();
+        map.get(self.key.lock())
+            .and_then(|q| q.waiters.front())
+            .filter(|w| w.id == self.id)
+            .map(|w| w.after_acquire)
+    }
+
+    /// Waits until this waiter is the head. Returns whether it became head because its
+    /// predecessor acquired the lock (so the lock is known to be held right now).
+    pub(crate) async fn my_turn(&self) -> bool {
+        loop {
+            let notified = self.turn.notified();
+            if let Some(after_acquire) = self.head() {
+                return after_acquire;
+            }
+            notified.await;
+        }
+    }
+
+    /// Makes sure the backend delivers release notifications for this key to the queue.
+    /// `false` when it could not confirm them (the caller then retries on timers).
+    pub(crate) async fn subscribe(&self) -> bool {
+        *self
+            .subscribed
+            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.wake))
+            .await
+    }
+
+    /// Resolves on a release notification (or a stored one that arrived since the last wait).
+    pub(crate) async fn released(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let queues = &self.locker.queues;
+        let mut map = queues.map();
+        let Some(q) = map.get_mut(self.key.lock()) else {
+            return;
+        };
+        let Some(pos) = q.waiters.iter().position(|w| w.id == self.id) else {
+            return;
+        };
+        q.waiters.remove(pos);
+        if pos == 0
+            && let Some(next) = q.waiters.front_mut()
+        {
+            next.after_acquire = self.acquired;
+            next.turn.notify_one();
+        }
+        if q.waiters.is_empty()
+            && let Some(q) = map.remove(self.key.lock())
+        {
+            drop(map);
+            // Unconditional: removing a listener that was never registered does nothing.
+            self.locker.backend.unsubscribe(&self.key, &q.wake);
+        }
+    }
+}

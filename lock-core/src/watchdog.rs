@@ -1,0 +1,186 @@
+//! The watchdog: one renewal scheduler per locker, batching the renewals of every held lock
+//! that is due into one backend call per tick.
+//!
+//! Each held lock is due lease/3 after its last successful renewal (or its acquire). Locks due
+//! within a tenth of their lease of each other go in the same call, so after the first tick
+//! locks with the same lease stay in step and 1,000 held locks cost one call per lease/3.
+//! A transport failure is retried every lease/15 (10 ms to 1 s) while the lease is still
+//! locally valid; an answer of "not owner" marks the lock lost at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::guard::{Held, Phase};
+use crate::locker::LockerInner;
+
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    entries: Mutex<HashMap<u64, Entry>>,
+    wake: Arc<Notify>,
+    /// The scheduler task; spawned again if the runtime it ran on has shut down.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(crate) calls: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    held: Weak<Held>,
+    renew_at: Instant,
+}
+
+impl Watchdog {
+    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        // Entries are updated by single map operations; a poisoned lock holds consistent data.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts renewing `held` (and the scheduler, the first time).
+    pub(crate) fn add(&self, inner: &Arc<LockerInner>, held: &Arc<Held>) {
+        let renew_at = held.acquired_at + held.lease() / 3;
+        self.entries().insert(
+            held.id,
+            Entry {
+                held: Arc::downgrade(held),
+                renew_at,
+            },
+        );
+        {
+            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+            if task
+                .as_ref()
+                .is_none_or(tokio::task::JoinHandle::is_finished)
+            {
+                *task = Some(tokio::spawn(run(Arc::downgrade(inner), self.wake.clone())));
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// Stops renewing a lock. Takes effect before the next tick: a released lock is never renewed.
+    pub(crate) fn remove(&self, id: u64) {
+        self.entries().remove(&id);
+    }
+
+    /// A manual extend moved the lock's next renewal.
+    pub(crate) fn rescheduled(&self, id: u64, renew_at: Instant) {
+        if let Some(e) = self.entries().get_mut(&id) {
+            e.renew_at = renew_at;
+        }
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    /// Renews whatever is due; returns when to look again.
+    async fn tick(&self, inner: &LockerInner) -> Option<Instant> {
+        let now = Instant::now();
+        let mut due: Vec<Arc<Held>> = Vec::new();
+        let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
+        self.entries().retain(|_, e| {
+            let Some(held) = e.held.upgrade() else {
+                return false;
+            };
+            if held.snapshot().phase != Phase::Held || held.renew_until.is_some_and(|u| now >= u) {
+                return false;
+            }
+            if e.renew_at <= now {
+                due.push(held);
+            } else {
+                early.push((held, e.renew_at));
+            }
+            true
+        });
+        if due.is_empty() {
+            return early.iter().map(|(_, at)| *at).min();
+        }
+        // Renew in the same call the locks that would be due within a tenth of their lease.
+        due.extend(
+            early
+                .into_iter()
+                .filter(|(h, at)| *at <= now + h.lease() / 10)
+                .map(|(h, _)| h),
+        );
+        let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
+        let bound = due
+            .iter()
+            .map(|h| h.remaining())
+            .min()
+            .unwrap_or_default()
+            .max(Duration::from_millis(1));
+        let sent = Instant::now();
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let answer = tokio::time::timeout(bound, inner.backend.renew(&items)).await;
+        let mut lost = Vec::new();
+        {
+            let mut entries = self.entries();
+            match answer {
+                Ok(Ok(answers)) => {
+                    for ((held, item), ok) in due.iter().zip(&items).zip(answers) {
+                        if ok {
+                            held.renewed(sent, item.lease);
+                            if let Some(e) = entries.get_mut(&held.id) {
+                                e.renew_at = sent + item.lease / 3;
+                            }
+                        } else {
+                            entries.remove(&held.id);
+                            lost.push(held.clone());
+                        }
+                    }
+                }
+                failed => {
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer within {bound:?}"),
+                    };
+                    tracing::warn!(locks = due.len(), error = %why, "lock renewal failed; retrying while the leases are valid");
+                    let failed_at = Instant::now();
+                    for held in &due {
+                        if let Some(e) = entries.get_mut(&held.id) {
+                            e.renew_at = failed_at
+                                + (held.lease() / 15)
+                                    .clamp(Duration::from_millis(10), Duration::from_secs(1));
+                        }
+                    }
+                }
+            }
+        }
+        for held in lost {
+            held.mark_lost("renewal found the lock no longer ours");
+        }
+        Some(Instant::now())
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Ends the scheduler task when its locker goes away.
+        self.wake.notify_one();
+    }
+}
+
+async fn run(inner: Weak<LockerInner>, wake: Arc<Notify>) {
+    loop {
+        let next = {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            inner.watchdog.tick(&inner).await
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}

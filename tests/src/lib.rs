@@ -1,0 +1,1 @@
+//! The redis-server test harness.
