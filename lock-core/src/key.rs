@@ -7,6 +7,8 @@
 //! | the lock        | `P{T}S`              |
 //! | fence counter   | `P{T}S:fence`        |
 //! | release channel | `P{T}S:released`     |
+//! | fair queue      | `P{T}S:queue`        |
+//! | fair waiters    | `P{T}S:waiters`      |
 //!
 //! where the hash tag `T` is `K` itself when `K` holds no brace (so `lock:{order:42}`), and
 //! otherwise `#` plus 16 hex digits of SHA-256(K), with `S = K`. A plain key's `S` is empty and
@@ -41,6 +43,8 @@ pub(crate) struct KeyNames {
     lock: String,
     fence: String,
     channel: String,
+    queue: String,
+    waiters: String,
 }
 
 impl LockKey {
@@ -61,6 +65,8 @@ impl LockKey {
             user: user.to_owned(),
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            waiters: format!("{lock}:waiters"),
             lock,
         })))
     }
@@ -83,6 +89,16 @@ impl LockKey {
     /// The release notification channel.
     pub(crate) fn channel(&self) -> &str {
         &self.0.channel
+    }
+
+    /// The fair-mode FIFO of waiter tickets.
+    pub(crate) fn queue(&self) -> &str {
+        &self.0.queue
+    }
+
+    /// The fair-mode waiter tickets with their expiry.
+    pub(crate) fn waiters(&self) -> &str {
+        &self.0.waiters
     }
 }
 

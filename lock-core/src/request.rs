@@ -5,9 +5,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::Attempt;
+use crate::backend::{Attempt, FairTicket};
 use crate::guard::{Held, LockGuard};
 use crate::key::LockKey;
 use crate::locker::{Locker, LockerInner, validate_lease, validate_wait};
@@ -19,6 +20,9 @@ const DEGRADED_MIN: Duration = Duration::from_millis(5);
 const DEGRADED_MAX: Duration = Duration::from_millis(250);
 /// Slack added to a holder's remaining lease before trying again (clock granularity).
 const EXPIRY_SLACK: Duration = Duration::from_millis(1);
+/// How long a fair waiter's ticket stays in the queue without a refresh; waiters refresh it
+/// every third of that, so a crashed waiter holds up the queue for at most this long.
+pub(crate) const FAIR_TICKET_TTL: Duration = Duration::from_secs(3);
 
 /// A request for the lock on one key; from [`Locker::lock`] or [`Locker::try_lock`].
 ///
@@ -49,6 +53,7 @@ pub struct LockRequest {
     fenced: bool,
     watchdog: Option<bool>,
     max_hold: Option<Duration>,
+    fair: bool,
 }
 
 impl LockRequest {
@@ -61,6 +66,7 @@ impl LockRequest {
             fenced: false,
             watchdog: None,
             max_hold: None,
+            fair: false,
         }
     }
 
@@ -162,6 +168,26 @@ impl LockRequest {
     /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Waits in first-come, first-served order across processes: a queue of waiter tickets in
+    /// the backend, and the release names the next ticket so only that waiter wakes. Waiters
+    /// refresh their ticket every second; a crashed waiter is skipped after at most 3 s.
+    ///
+    /// Costs more than the default (unfair) mode: every waiter keeps its own place, and
+    /// subscription, in the backend. Fair and unfair requests on one key can be mixed, but
+    /// unfair ones do not queue: they take the lock whenever they find it free.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::memory();
+    /// let guard = locker.lock("payout:batch").fair().await?;
+    /// # drop(guard); Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
         self
     }
 
@@ -268,7 +294,11 @@ impl LockRequest {
         if spec.max_hold.is_some_and(|m| m.is_zero()) {
             return Err(LockError::config("max_hold must be above zero"));
         }
-        acquire(inner, &key, &spec).await
+        if self.fair {
+            acquire_fair(inner, &key, &spec).await
+        } else {
+            acquire(inner, &key, &spec).await
+        }
     }
 }
 
@@ -310,7 +340,7 @@ async fn acquire(
     // Nobody queues here: contend at once (the uncontended path is this one round trip).
     let mut remaining = None;
     if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
-        match attempt(inner, key, spec).await? {
+        match attempt(inner, key, spec, None).await? {
             Ok(guard) => return Ok(guard),
             Err(r) if spec.wait.is_zero() => return Err(busy(r)),
             Err(r) => remaining = r,
@@ -328,7 +358,7 @@ async fn acquire(
     let mut backoff = DEGRADED_MIN;
     loop {
         if !skip_attempt {
-            match attempt(inner, key, spec).await? {
+            match attempt(inner, key, spec, None).await? {
                 Ok(guard) => {
                     ticket.acquired = true;
                     return Ok(guard);
@@ -368,6 +398,7 @@ async fn attempt(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
+    fair: Option<&FairTicket>,
 ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
     let token = Token::random()?;
     let sent_at = Instant::now();
@@ -381,7 +412,7 @@ async fn attempt(
     };
     let answer = inner
         .backend
-        .acquire(key, &token, spec.lease, spec.fenced)
+        .acquire(key, &token, spec.lease, spec.fenced, fair)
         .await?;
     in_flight.token = None;
     drop(in_flight);
@@ -403,6 +434,105 @@ async fn attempt(
             Ok(Ok(LockGuard::owned(held)))
         }
         Attempt::Busy { remaining } => Ok(Err(remaining)),
+    }
+}
+
+/// Acquires `key` in fair mode: this waiter's ticket joins the backend's FIFO on its first
+/// attempt; it tries again when a release names its ticket, when the holder's lease runs out,
+/// or every third of the ticket's lifetime to keep the ticket alive.
+async fn acquire_fair(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let deadline = start + spec.wait;
+    let timeout = || LockError::Timeout {
+        key: key.user().to_owned(),
+        waited: start.elapsed(),
+    };
+    let mut ticket = FairTicket {
+        id: format!("t{:016x}", getrandom::u64().unwrap_or_default()),
+        ttl: FAIR_TICKET_TTL,
+    };
+    if spec.wait.is_zero() {
+        ticket.ttl = Duration::ZERO;
+        return match attempt(inner, key, spec, Some(&ticket)).await? {
+            Ok(guard) => Ok(guard),
+            Err(retry_after) => Err(LockError::Busy {
+                key: key.user().to_owned(),
+                retry_after,
+            }),
+        };
+    }
+    let mut stay = FairStay {
+        inner: inner.clone(),
+        key: key.clone(),
+        ticket: ticket.id.clone(),
+        wake: Arc::new(Notify::new()),
+        acquired: false,
+    };
+    // Subscribed before the first attempt: a release after it names us or wakes us.
+    tokio::time::timeout_at(
+        deadline,
+        inner.backend.subscribe(key, &stay.wake, Some(&ticket.id)),
+    )
+    .await
+    .map_err(|_| timeout())?;
+    let refresh = ticket.ttl / 3;
+    let mut backoff = DEGRADED_MIN;
+    loop {
+        let remaining = match attempt(inner, key, spec, Some(&ticket)).await? {
+            Ok(guard) => {
+                stay.acquired = true;
+                return Ok(guard);
+            }
+            Err(r) => r,
+        };
+        if Instant::now() >= deadline {
+            return Err(timeout());
+        }
+        let mut nap = remaining.map_or(refresh, |r| (r + EXPIRY_SLACK).min(refresh));
+        if !inner.backend.notifications_healthy() {
+            nap = nap.min(jittered(backoff));
+            backoff = (backoff * 2).min(DEGRADED_MAX);
+        }
+        tokio::select! {
+            biased;
+            () = stay.wake.notified() => {}
+            () = tokio::time::sleep(nap) => {}
+            () = tokio::time::sleep_until(deadline) => return Err(timeout()),
+        }
+    }
+}
+
+/// A fair waiter's registrations; dropping it unsubscribes and, unless the lock was acquired,
+/// takes the ticket out of the queue in the background.
+struct FairStay {
+    inner: Arc<LockerInner>,
+    key: LockKey,
+    ticket: String,
+    wake: Arc<Notify>,
+    acquired: bool,
+}
+
+impl Drop for FairStay {
+    fn drop(&mut self) {
+        self.inner.backend.unsubscribe(&self.key, &self.wake);
+        if self.acquired {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let ticket = std::mem::take(&mut self.ticket);
+        handle.spawn(async move {
+            if let Err(e) = inner.backend.leave_queue(&key, &ticket).await {
+                tracing::debug!(error = %e, "leaving the fair queue failed; the ticket expires on its own");
+            }
+        });
     }
 }
 

@@ -134,7 +134,7 @@ impl Ticket {
     pub(crate) async fn subscribe(&self) -> bool {
         *self
             .subscribed
-            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.wake))
+            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.wake, None))
             .await
     }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Attempt, Listeners, Renewal};
+use std::collections::VecDeque;
+
+use super::{Attempt, FairTicket, Listeners, Renewal};
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -47,6 +49,8 @@ pub struct MemoryBackend {
 struct Table {
     locks: HashMap<String, Entry>,
     fences: HashMap<String, u64>,
+    /// Fair-mode FIFO per lock: ticket and the instant it dies without a refresh.
+    queues: HashMap<String, VecDeque<(String, Instant)>>,
     listeners: Listeners,
     sweep_above: usize,
 }
@@ -94,7 +98,7 @@ impl MemoryBackend {
     pub fn sweep(&self) {
         let mut t = self.table();
         let now = Instant::now();
-        t.locks.retain(|_, e| e.expires > now);
+        t.sweep(now);
     }
 
     /// How many release listeners are registered (one per locker and contended key).
@@ -147,14 +151,36 @@ impl MemoryBackend {
         token: &Token,
         lease: Duration,
         fenced: bool,
+        fair: Option<&FairTicket>,
     ) -> Attempt {
         let now = Instant::now();
         let mut t = self.table();
-        if let Some(e) = t.locks.get(key.lock())
-            && e.expires > now
-        {
+        let held_for = t
+            .locks
+            .get(key.lock())
+            .filter(|e| e.expires > now)
+            .map(|e| e.expires - now);
+        if let Some(fair) = fair {
+            let head = t.queue_head(key.lock(), now, Some(&fair.id));
+            let our_turn = head.as_deref().is_none_or(|h| h == fair.id);
+            if held_for.is_some() || !our_turn {
+                if !fair.ttl.is_zero() {
+                    let q = t.queues.entry(key.lock().to_owned()).or_default();
+                    match q.iter_mut().find(|(id, _)| *id == fair.id) {
+                        Some(entry) => entry.1 = now + fair.ttl,
+                        None => q.push_back((fair.id.clone(), now + fair.ttl)),
+                    }
+                }
+                return Attempt::Busy {
+                    remaining: held_for,
+                };
+            }
+            if head.is_some() {
+                t.leave(key.lock(), &fair.id);
+            }
+        } else if let Some(remaining) = held_for {
             return Attempt::Busy {
-                remaining: Some(e.expires - now),
+                remaining: Some(remaining),
             };
         }
         t.locks.insert(
@@ -165,7 +191,7 @@ impl MemoryBackend {
             },
         );
         if t.locks.len() > t.sweep_above.max(MIN_SWEEP) {
-            t.locks.retain(|_, e| e.expires > now);
+            t.sweep(now);
             t.sweep_above = t.locks.len() * 2;
         }
         let fence = fenced.then(|| {
@@ -184,11 +210,22 @@ impl MemoryBackend {
                 let live = e.expires > now;
                 t.locks.remove(key.lock());
                 if live {
-                    t.listeners.wake(key.channel());
+                    t.announce_release(key, now);
                 }
                 live
             }
             _ => false,
+        }
+    }
+
+    pub(crate) fn leave_queue(&self, key: &LockKey, ticket: &str) {
+        let now = Instant::now();
+        let mut t = self.table();
+        let was_head = t.queue_head(key.lock(), now, None).as_deref() == Some(ticket);
+        t.leave(key.lock(), ticket);
+        let free = t.locks.get(key.lock()).is_none_or(|e| e.expires <= now);
+        if was_head && free {
+            t.announce_release(key, now);
         }
     }
 
@@ -207,11 +244,50 @@ impl MemoryBackend {
             .collect()
     }
 
-    pub(crate) fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
-        self.table().listeners.add(key.channel(), notify);
+    pub(crate) fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>, ticket: Option<&str>) {
+        self.table().listeners.add(key.channel(), notify, ticket);
     }
 
     pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
         self.table().listeners.remove(key.channel(), notify);
+    }
+}
+
+impl Table {
+    /// The first live ticket of a lock's fair queue, dropping dead ones (`keep` is never dropped).
+    fn queue_head(&mut self, lock: &str, now: Instant, keep: Option<&str>) -> Option<String> {
+        let q = self.queues.get_mut(lock)?;
+        while let Some((id, dies)) = q.front() {
+            if *dies > now || keep == Some(id.as_str()) {
+                return Some(id.clone());
+            }
+            q.pop_front();
+        }
+        self.queues.remove(lock);
+        None
+    }
+
+    fn leave(&mut self, lock: &str, ticket: &str) {
+        if let Some(q) = self.queues.get_mut(lock) {
+            q.retain(|(id, _)| id != ticket);
+            if q.is_empty() {
+                self.queues.remove(lock);
+            }
+        }
+    }
+
+    /// Wakes the waiters of a lock that just became free: the next fair ticket, if any, by name.
+    fn announce_release(&mut self, key: &LockKey, now: Instant) {
+        let next = self.queue_head(key.lock(), now, None);
+        let payload = next.as_deref().unwrap_or("released");
+        self.listeners.wake(key.channel(), payload.as_bytes());
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        self.locks.retain(|_, e| e.expires > now);
+        self.queues.retain(|_, q| {
+            q.retain(|(_, dies)| *dies > now);
+            !q.is_empty()
+        });
     }
 }

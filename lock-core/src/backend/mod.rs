@@ -67,6 +67,16 @@ pub(crate) enum Attempt {
     Busy { remaining: Option<Duration> },
 }
 
+/// A fair waiter's place in the key's cross-process FIFO queue.
+#[derive(Debug, Clone)]
+pub(crate) struct FairTicket {
+    /// Random, not secret: it is published to name the next waiter.
+    pub(crate) id: String,
+    /// How long the ticket stays alive without a refresh (each attempt refreshes it); zero for
+    /// a single attempt that must not join the queue.
+    pub(crate) ttl: Duration,
+}
+
 /// One lock to renew (or extend) in a batch.
 #[derive(Debug, Clone)]
 pub(crate) struct Renewal {
@@ -82,11 +92,24 @@ impl BackendKind {
         token: &Token,
         lease: Duration,
         fenced: bool,
+        fair: Option<&FairTicket>,
     ) -> Result<Attempt, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.acquire(key, token, lease, fenced)),
+            BackendKind::Memory(m) => Ok(m.acquire(key, token, lease, fenced, fair)),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.acquire(key, token, lease, fenced).await,
+            BackendKind::Redis(r) => r.acquire(key, token, lease, fenced, fair).await,
+        }
+    }
+
+    /// Takes a fair waiter's ticket out of the key's queue (it gave up).
+    pub(crate) async fn leave_queue(&self, key: &LockKey, ticket: &str) -> Result<(), LockError> {
+        match self {
+            BackendKind::Memory(m) => {
+                m.leave_queue(key, ticket);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.leave_queue(key, ticket).await,
         }
     }
 
@@ -111,14 +134,19 @@ impl BackendKind {
     /// Registers `notify` to be woken (`notify_one`) when `key` is released. Returns `false`
     /// when the backend could not confirm the subscription: the caller must then fall back to
     /// bounded retries.
-    pub(crate) async fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>) -> bool {
+    pub(crate) async fn subscribe(
+        &self,
+        key: &LockKey,
+        notify: &Arc<Notify>,
+        ticket: Option<&str>,
+    ) -> bool {
         match self {
             BackendKind::Memory(m) => {
-                m.subscribe(key, notify);
+                m.subscribe(key, notify, ticket);
                 true
             }
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.subscribe(key, notify).await,
+            BackendKind::Redis(r) => r.subscribe(key, notify, ticket).await,
         }
     }
 
@@ -141,26 +169,39 @@ impl BackendKind {
 }
 
 /// Registrations of release listeners per channel, shared by the backends.
+///
+/// A listener is a local queue's head (no ticket) or a fair waiter (its ticket). A release whose
+/// payload names a ticket wakes that waiter and the untargeted listeners only; any other payload
+/// wakes everyone.
 #[derive(Debug, Default)]
 pub(crate) struct Listeners {
-    by_channel: std::collections::HashMap<String, Vec<Arc<Notify>>>,
+    by_channel: std::collections::HashMap<String, Vec<Listener>>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    notify: Arc<Notify>,
+    ticket: Option<String>,
 }
 
 impl Listeners {
     /// Adds a listener (once: adding the same one again changes nothing).
-    pub(crate) fn add(&mut self, channel: &str, notify: &Arc<Notify>) {
+    pub(crate) fn add(&mut self, channel: &str, notify: &Arc<Notify>, ticket: Option<&str>) {
         let list = self.by_channel.entry(channel.to_owned()).or_default();
-        if !list.iter().any(|n| Arc::ptr_eq(n, notify)) {
-            list.push(notify.clone());
+        if !list.iter().any(|l| Arc::ptr_eq(&l.notify, notify)) {
+            list.push(Listener {
+                notify: notify.clone(),
+                ticket: ticket.map(str::to_owned),
+            });
         }
     }
 
-    /// Removes one registration of a listener; `true` when the channel has none left.
+    /// Removes a listener; `true` when the channel has none left.
     pub(crate) fn remove(&mut self, channel: &str, notify: &Arc<Notify>) -> bool {
         let Some(list) = self.by_channel.get_mut(channel) else {
             return false;
         };
-        if let Some(pos) = list.iter().position(|n| Arc::ptr_eq(n, notify)) {
+        if let Some(pos) = list.iter().position(|l| Arc::ptr_eq(&l.notify, notify)) {
             list.swap_remove(pos);
         }
         if list.is_empty() {
@@ -171,19 +212,29 @@ impl Listeners {
         }
     }
 
-    /// Wakes every listener of a channel.
-    pub(crate) fn wake(&self, channel: &str) {
-        if let Some(list) = self.by_channel.get(channel) {
-            for n in list {
-                n.notify_one();
+    /// Delivers a release on `channel` with its payload (a fair waiter's ticket, or anything).
+    pub(crate) fn wake(&self, channel: &str, payload: &[u8]) {
+        let Some(list) = self.by_channel.get(channel) else {
+            return;
+        };
+        let targeted = list
+            .iter()
+            .any(|l| l.ticket.as_deref().is_some_and(|t| t.as_bytes() == payload));
+        for l in list {
+            let hit = match &l.ticket {
+                None => true,
+                Some(t) => !targeted || t.as_bytes() == payload,
+            };
+            if hit {
+                l.notify.notify_one();
             }
         }
     }
 
     /// Wakes every listener of every channel (used when notifications may have been missed).
     pub(crate) fn wake_all(&self) {
-        for n in self.by_channel.values().flatten() {
-            n.notify_one();
+        for l in self.by_channel.values().flatten() {
+            l.notify.notify_one();
         }
     }
 

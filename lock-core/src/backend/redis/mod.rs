@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value};
 use tokio::sync::Notify;
 
-use super::{Attempt, Renewal};
+use super::{Attempt, FairTicket, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -22,6 +22,9 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static ACQUIRE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire_fair.lua")));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));
 
 /// Default bound on establishing a connection.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -238,13 +241,29 @@ impl RedisBackend {
         token: &Token,
         lease: Duration,
         fenced: bool,
+        fair: Option<&FairTicket>,
     ) -> Result<Attempt, LockError> {
-        let reply: Value = ACQUIRE
-            .key(key.lock())
+        let mut call = match fair {
+            None => ACQUIRE.prepare_invoke(),
+            Some(_) => ACQUIRE_FAIR.prepare_invoke(),
+        };
+        call.key(key.lock())
             .key(key.fence())
             .arg(token.as_str())
             .arg(millis(lease))
-            .arg(if fenced { "1" } else { "0" })
+            .arg(if fenced { "1" } else { "0" });
+        if let Some(fair) = fair {
+            let ttl = if fair.ttl.is_zero() {
+                0
+            } else {
+                millis(fair.ttl)
+            };
+            call.key(key.queue())
+                .key(key.waiters())
+                .arg(fair.id.as_str())
+                .arg(ttl);
+        }
+        let reply: Value = call
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| LockError::backend("acquire", key.user(), e))?;
@@ -267,6 +286,8 @@ impl RedisBackend {
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
         let reply: Value = RELEASE
             .key(key.lock())
+            .key(key.queue())
+            .key(key.waiters())
             .arg(token.as_str())
             .arg(key.channel())
             .arg(if self.inner.sharded { "1" } else { "0" })
@@ -282,6 +303,20 @@ impl RedisBackend {
                 format!("release script answered {other:?}"),
             )),
         }
+    }
+
+    pub(crate) async fn leave_queue(&self, key: &LockKey, ticket: &str) -> Result<(), LockError> {
+        let _: Value = LEAVE
+            .key(key.lock())
+            .key(key.queue())
+            .key(key.waiters())
+            .arg(ticket)
+            .arg(key.channel())
+            .arg(if self.inner.sharded { "1" } else { "0" })
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| LockError::backend("leave queue", key.user(), e))?;
+        Ok(())
     }
 
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
@@ -320,8 +355,16 @@ impl RedisBackend {
             .collect()
     }
 
-    pub(crate) async fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>) -> bool {
-        self.inner.subscriber.subscribe(key.channel(), notify).await
+    pub(crate) async fn subscribe(
+        &self,
+        key: &LockKey,
+        notify: &Arc<Notify>,
+        ticket: Option<&str>,
+    ) -> bool {
+        self.inner
+            .subscriber
+            .subscribe(key.channel(), notify, ticket)
+            .await
     }
 
     pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {

@@ -95,7 +95,12 @@ impl Subscriber {
 
     /// Registers `notify` for `channel` and waits until the server confirmed the subscription.
     /// `false` when it could not be confirmed (the caller falls back to bounded retries).
-    pub(super) async fn subscribe(&self, channel: &str, notify: &Arc<Notify>) -> bool {
+    pub(super) async fn subscribe(
+        &self,
+        channel: &str,
+        notify: &Arc<Notify>,
+        ticket: Option<&str>,
+    ) -> bool {
         let commands = self.commands().await;
         let (reply, confirmed) = oneshot::channel();
         {
@@ -103,7 +108,7 @@ impl Subscriber {
             // registrations decided them. The registration stays even when the subscriber is
             // down: recovery subscribes it and wakes it.
             let mut listeners = self.shared.listeners();
-            listeners.add(channel, notify);
+            listeners.add(channel, notify, ticket);
             let Some(commands) = commands else {
                 return false;
             };
@@ -206,8 +211,10 @@ async fn run(
                 None => return,
                 Some(push) => match push.kind {
                     PushKind::Message | PushKind::SMessage => {
-                        if let Some(channel) = push.data.first().and_then(channel_name) {
-                            shared.listeners().wake(&channel);
+                        if let [channel, payload, ..] = push.data.as_slice() {
+                            if let (Some(channel), Some(payload)) = (bytes(channel), bytes(payload)) {
+                                shared.listeners().wake(&String::from_utf8_lossy(channel), payload);
+                            }
                         }
                     }
                     PushKind::Disconnection => {
@@ -253,10 +260,10 @@ async fn send(conn: &mut ConnectionManager, command: &str, channel: &str) -> boo
     }
 }
 
-fn channel_name(v: &Value) -> Option<String> {
+fn bytes(v: &Value) -> Option<&[u8]> {
     match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
 }

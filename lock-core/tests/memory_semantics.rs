@@ -1,0 +1,388 @@
+//! Holding and waiting semantics on the memory backend, on tokio's paused clock: virtual time
+//! only moves when every task waits on a timer, so "woken without time passing" proves a
+//! notification woke the waiter, and renewal counts are exact functions of virtual time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use lock_core::{LockError, Locker, MemoryBackend};
+use tokio::sync::{Barrier, Mutex};
+use tokio::time::Instant;
+
+fn pair() -> (MemoryBackend, Locker, Locker) {
+    let backend = MemoryBackend::new();
+    let a = Locker::builder(backend.clone()).build();
+    let b = Locker::builder(backend.clone()).build();
+    (backend, a, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchdog_keeps_the_lock_past_many_leases_with_batched_renewals() {
+    let (_backend, a, b) = pair();
+    let lease = Duration::from_millis(300);
+    let mut guards = Vec::new();
+    for i in 0..100 {
+        guards.push(a.lock(format!("k{i}")).lease(lease).await.unwrap());
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = b.try_lock("k0").await;
+        assert!(matches!(r, Err(LockError::Busy { .. })), "{r:?}");
+    }
+    assert!(guards.iter().all(|g| g.is_held()));
+    let calls = a.stats().renewal_calls;
+    // 3 s / (lease/3 = 100 ms) = 30 ticks for all 100 locks together, not 3,000.
+    assert!((25..=40).contains(&calls), "renewal calls: {calls}");
+    assert_eq!(a.stats().renewed_locks, 100);
+    drop(guards);
+    tokio::task::yield_now().await;
+    assert_eq!(a.stats().renewed_locks, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleted_key_is_detected_within_a_renewal_period() {
+    let (backend, a, b) = pair();
+    let lease = Duration::from_millis(300);
+    let guard = a.lock("job").lease(lease).await.unwrap();
+    assert!(backend.force_delete("job"));
+    let deleted_at = Instant::now();
+    // Another owner takes it at once.
+    let other = b.try_lock("job").await.unwrap();
+    guard.lost().await;
+    let delay = deleted_at.elapsed();
+    assert!(delay <= lease / 3 + Duration::from_millis(1), "{delay:?}");
+    assert!(!guard.is_held());
+    assert_eq!(guard.remaining(), Duration::ZERO);
+    // Releasing after the loss says so and leaves the new owner alone.
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert!(other.is_held());
+    assert!(matches!(
+        a.try_lock("job").await,
+        Err(LockError::Busy { .. })
+    ));
+    other.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_cancels_its_body_when_the_lease_is_lost() {
+    let (backend, a, _b) = pair();
+    let after_await = Arc::new(AtomicBool::new(false));
+    let flag = after_await.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let started2 = started.clone();
+    let run = tokio::spawn(async move {
+        a.lock("job")
+            .lease(Duration::from_millis(300))
+            .run(async move {
+                started2.notify_one();
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                flag.store(true, Ordering::SeqCst);
+            })
+            .await
+    });
+    started.notified().await;
+    backend.force_delete("job");
+    let r = run.await.unwrap();
+    assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
+    assert!(!after_await.load(Ordering::SeqCst));
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_without_watchdog_expires_and_frees_the_key() {
+    let (_backend, a, b) = pair();
+    let lease = Duration::from_millis(200);
+    let guard = a.lock("k").lease(lease).watchdog(false).await.unwrap();
+    let t0 = Instant::now();
+    guard.lost().await;
+    // Lost at the local validity deadline: lease minus the drift allowance (1 % + 2 ms).
+    let at = t0.elapsed();
+    assert!(
+        at < lease && at >= lease - Duration::from_millis(5),
+        "{at:?}"
+    );
+    tokio::time::sleep(lease - at).await;
+    let g = b.try_lock("k").await.unwrap();
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert!(g.is_held());
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_moves_the_deadline_for_manual_holders() {
+    let (_backend, a, b) = pair();
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_millis(200))
+        .watchdog(false)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    guard.extend(Duration::from_millis(500)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(guard.is_held());
+    assert!(b.try_lock("k").await.is_err());
+    assert!(guard.extend(Duration::ZERO).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_hold_cancels_run() {
+    let a = Locker::memory();
+    let t0 = Instant::now();
+    let r = a
+        .lock("k")
+        .max_hold(Duration::from_millis(500))
+        .run(tokio::time::sleep(Duration::from_secs(60)))
+        .await;
+    assert!(matches!(r, Err(LockError::MaxHoldExceeded { .. })), "{r:?}");
+    assert_eq!(t0.elapsed(), Duration::from_millis(500));
+    // Released afterwards.
+    a.try_lock("k").await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_wakes_a_waiter_without_time_passing() {
+    let (_backend, a, b) = pair();
+    let guard = a.lock("hot").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = b.lock("hot").wait(Duration::from_secs(5)).await;
+        (g, Instant::now())
+    });
+    // Let the waiter reach its wait (virtual time advances only when all tasks are idle).
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (g, acquired_at) = waiter.await.unwrap();
+    g.unwrap();
+    // A polling waiter would need virtual time to pass before its next attempt.
+    assert_eq!(acquired_at, released_at);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_without_release_wakes_the_waiter_when_the_lease_runs_out() {
+    let (_backend, a, b) = pair();
+    let lease = Duration::from_millis(400);
+    let holder = a.lock("k").lease(lease).watchdog(false).await.unwrap();
+    let t0 = Instant::now();
+    let g = b.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+    let waited = t0.elapsed();
+    assert!(
+        waited >= lease && waited <= lease + Duration::from_millis(5),
+        "{waited:?}"
+    );
+    drop((holder, g));
+}
+
+#[tokio::test(start_paused = true)]
+async fn bounded_wait_times_out_at_its_bound() {
+    let (_backend, a, b) = pair();
+    let _g = a.lock("k").await.unwrap();
+    let t0 = Instant::now();
+    let r = b.lock("k").wait(Duration::from_millis(750)).await;
+    assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");
+    assert_eq!(t0.elapsed(), Duration::from_millis(750));
+    assert_eq!(b.stats().waiters, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_queue_drains_in_arrival_order() {
+    let a = Locker::memory();
+    let first = a.lock("q").await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..200u32 {
+        let a = a.clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            a.lock("q")
+                .run(async {
+                    order.lock().await.push(i);
+                })
+                .await
+                .unwrap();
+        }));
+        // Each waiter joins the queue before the next one starts.
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(a.stats().waiters, 200);
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().await.clone();
+    assert_eq!(order, (0..200).collect::<Vec<_>>());
+    assert_eq!(a.stats().waiting_keys, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_waiters_leave_no_queue_entries_or_listeners() {
+    let (backend, a, b) = pair();
+    let holder = a.lock("k").await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..100 {
+        let b = b.clone();
+        waiters.push(tokio::spawn(async move { b.lock("k").await }));
+    }
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(b.stats().waiters, 100);
+    assert_eq!(backend.listener_count(), 1);
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        assert!(w.await.unwrap_err().is_cancelled());
+    }
+    assert_eq!(b.stats().waiters, 0);
+    assert_eq!(b.stats().waiting_keys, 0);
+    assert_eq!(backend.listener_count(), 0);
+    // The lock is untouched and still works for the next waiter.
+    assert!(holder.is_held());
+    holder.release().await.unwrap();
+    b.try_lock("k").await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentrant_inside_run_but_not_in_spawned_tasks() {
+    let a = Locker::memory();
+    let a2 = a.clone();
+    let out = a
+        .lock("k")
+        .fenced()
+        .run(async move {
+            let outer_fence = lock_core::current_fence();
+            // Same scope: immediate, same fence, released by the outer scope only.
+            let inner = a2.lock("k").no_wait().await.unwrap();
+            assert!(inner.is_reentrant());
+            assert_eq!(inner.fence(), outer_fence);
+            inner.release().await.unwrap();
+            let nested = a2.lock("k").no_wait().run(async { 7 }).await.unwrap();
+            assert!(a2.try_lock("k").await.unwrap().is_reentrant());
+            // A spawned task is another owner.
+            let a3 = a2.clone();
+            let spawned = tokio::spawn(async move { a3.try_lock("k").await.map(drop) })
+                .await
+                .unwrap();
+            assert!(matches!(spawned, Err(LockError::Busy { .. })));
+            nested
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, 7);
+    // The outermost exit released it.
+    a.try_lock("k").await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn fences_strictly_increase_across_release_and_expiry() {
+    let (_backend, a, b) = pair();
+    let mut last = 0;
+    for i in 0..20 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let g = locker
+            .lock("f")
+            .fenced()
+            .lease(Duration::from_millis(50))
+            .watchdog(false)
+            .await
+            .unwrap();
+        let f = g.fence().unwrap();
+        assert!(f > last, "{f} after {last}");
+        last = f;
+        if i % 3 == 0 {
+            // Let it expire instead of releasing.
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            drop(g);
+        } else {
+            g.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_mode_serves_waiters_of_several_lockers_in_arrival_order() {
+    let backend = MemoryBackend::new();
+    let lockers: Vec<Locker> = (0..3)
+        .map(|_| Locker::builder(backend.clone()).build())
+        .collect();
+    let holder = lockers[0].lock("fair").fair().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5usize {
+        let locker = lockers[i % 3].clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = locker.lock("fair").fair().await.unwrap();
+            order.lock().await.push(i);
+            tokio::task::yield_now().await;
+            g.release().await.unwrap();
+        }));
+        // Each waiter has joined the queue before the next arrives.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    holder.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().await, vec![0, 1, 2, 3, 4]);
+    assert_eq!(backend.listener_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_waiter_that_gives_up_hands_the_turn_on() {
+    let (_backend, a, b) = pair();
+    let holder = a.lock("k").fair().await.unwrap();
+    let quitter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("k").fair().wait(Duration::from_millis(100)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let patient = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("k").fair().wait(Duration::from_secs(10)).await })
+    };
+    assert!(matches!(
+        quitter.await.unwrap(),
+        Err(LockError::Timeout { .. })
+    ));
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let g = patient.await.unwrap().unwrap();
+    assert!(g.is_held());
+    // Not held up by the quitter's ticket until it expired.
+    assert!(released_at.elapsed() < Duration::from_millis(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn non_atomic_counter_stays_exact_under_contention() {
+    let a = Locker::memory();
+    let counter = Arc::new(AtomicU32::new(0));
+    let barrier = Arc::new(Barrier::new(8));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (a, counter, barrier) = (a.clone(), counter.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for _ in 0..500 {
+                a.lock("counter")
+                    .run(async {
+                        let v = counter.load(Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        counter.store(v + 1, Ordering::SeqCst);
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 4000);
+}
