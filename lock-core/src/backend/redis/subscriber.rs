@@ -211,11 +211,10 @@ async fn run(
                 None => return,
                 Some(push) => match push.kind {
                     PushKind::Message | PushKind::SMessage => {
-                        if let [channel, payload, ..] = push.data.as_slice() {
-                            if let (Some(channel), Some(payload)) = (bytes(channel), bytes(payload)) {
+                        if let [channel, payload, ..] = push.data.as_slice()
+                            && let (Some(channel), Some(payload)) = (bytes(channel), bytes(payload)) {
                                 shared.listeners().wake(&String::from_utf8_lossy(channel), payload);
                             }
-                        }
                     }
                     PushKind::Disconnection => {
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
