@@ -143,7 +143,7 @@ async fn max_hold_cancels_run() {
     assert!(matches!(r, Err(LockError::MaxHoldExceeded { .. })), "{r:?}");
     assert_eq!(t0.elapsed(), Duration::from_millis(500));
     // Released afterwards.
-    a.try_lock("k").await.unwrap();
+    let _held = a.try_lock("k").await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -159,7 +159,7 @@ async fn release_wakes_a_waiter_without_time_passing() {
     let released_at = Instant::now();
     guard.release().await.unwrap();
     let (g, acquired_at) = waiter.await.unwrap();
-    g.unwrap();
+    let _held = g.unwrap();
     // A polling waiter would need virtual time to pass before its next attempt.
     assert_eq!(acquired_at, released_at);
 }
