@@ -245,7 +245,7 @@ async fn dropped_waiters_leave_no_queue_entries_or_listeners() {
     // The lock is untouched and still works for the next waiter.
     assert!(holder.is_held());
     holder.release().await.unwrap();
-    b.try_lock("k").await.unwrap();
+    let _held = b.try_lock("k").await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -276,7 +276,7 @@ async fn reentrant_inside_run_but_not_in_spawned_tasks() {
         .unwrap();
     assert_eq!(out, 7);
     // The outermost exit released it.
-    a.try_lock("k").await.unwrap();
+    let _held = a.try_lock("k").await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
