@@ -259,14 +259,10 @@ impl LockRequest {
                 }
                 Ok(out)
             }
-            Ok(_) => {
-                let _ = guard.release().await;
-                Err(held.lease_lost())
-            }
-            Err(e) => {
-                let _ = guard.release().await;
-                Err(e)
-            }
+            Ok(_) => Err(held.lease_lost()),
+            // The guard drops here and releases in the background: the caller learns of the
+            // loss now, not after a release round trip to a server that may not answer.
+            Err(e) => Err(e),
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script, Value};
+use redis::{Client, Script, ScriptInvocation, Value};
 use tokio::sync::Notify;
 
 use super::{Attempt, FairTicket, Renewal};
@@ -231,8 +231,32 @@ impl RedisBackend {
         self.inner.sharded
     }
 
-    fn conn(&self) -> ConnectionManager {
-        self.inner.conn.clone()
+    /// Runs a script (EVALSHA, loading it again after NOSCRIPT). When the connection was found
+    /// dropped or refused, the connection manager starts reconnecting and the call is made once
+    /// more: every script here is safe to run twice (acquire recognises its own token; release,
+    /// renew and leave compare it). Timeouts are not retried: the caller's deadline rules.
+    async fn invoke(
+        &self,
+        call: &ScriptInvocation<'_>,
+        operation: &'static str,
+        key: &str,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.inner.conn.clone();
+        match call.invoke_async::<Value>(&mut conn).await {
+            Ok(v) => Ok(v),
+            Err(e)
+                if !e.is_timeout()
+                    && (e.is_connection_dropped()
+                        || e.is_connection_refusal()
+                        || e.is_io_error()) =>
+            {
+                tracing::debug!(error = %e, operation, "Redis connection lost; retrying once on a new one");
+                call.invoke_async::<Value>(&mut conn)
+                    .await
+                    .map_err(|e| LockError::backend(operation, key, e))
+            }
+            Err(e) => Err(LockError::backend(operation, key, e)),
+        }
     }
 
     pub(crate) async fn acquire(
@@ -263,10 +287,7 @@ impl RedisBackend {
                 .arg(fair.id.as_str())
                 .arg(ttl);
         }
-        let reply: Value = call
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| LockError::backend("acquire", key.user(), e))?;
+        let reply = self.invoke(&call, "acquire", key.user()).await?;
         match int_pair(&reply) {
             Some((1, _)) if !fenced => Ok(Attempt::Acquired { fence: None }),
             Some((1, fence)) if fence > 0 => Ok(Attempt::Acquired {
@@ -284,16 +305,14 @@ impl RedisBackend {
     }
 
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        let reply: Value = RELEASE
-            .key(key.lock())
+        let mut call = RELEASE.prepare_invoke();
+        call.key(key.lock())
             .key(key.queue())
             .key(key.waiters())
             .arg(token.as_str())
             .arg(key.channel())
-            .arg(if self.inner.sharded { "1" } else { "0" })
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| LockError::backend("release", key.user(), e))?;
+            .arg(if self.inner.sharded { "1" } else { "0" });
+        let reply = self.invoke(&call, "release", key.user()).await?;
         match reply {
             Value::Int(1) => Ok(true),
             Value::Int(0) => Ok(false),
@@ -306,16 +325,14 @@ impl RedisBackend {
     }
 
     pub(crate) async fn leave_queue(&self, key: &LockKey, ticket: &str) -> Result<(), LockError> {
-        let _: Value = LEAVE
-            .key(key.lock())
+        let mut call = LEAVE.prepare_invoke();
+        call.key(key.lock())
             .key(key.queue())
             .key(key.waiters())
             .arg(ticket)
             .arg(key.channel())
-            .arg(if self.inner.sharded { "1" } else { "0" })
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| LockError::backend("leave queue", key.user(), e))?;
+            .arg(if self.inner.sharded { "1" } else { "0" });
+        self.invoke(&call, "leave queue", key.user()).await?;
         Ok(())
     }
 
@@ -327,10 +344,7 @@ impl RedisBackend {
                 .arg(r.token.as_str())
                 .arg(millis(r.lease));
         }
-        let reply: Value = call
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| LockError::backend("renew", first, e))?;
+        let reply = self.invoke(&call, "renew", first).await?;
         let answers = match &reply {
             Value::Array(v) if v.len() == items.len() => v,
             _ => {

@@ -6,9 +6,16 @@
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  '1' to increment and return the fencing counter, '0' not to
 --
+-- Running it twice with one token is safe: a retry after a dropped connection finds the lock
+-- already holding its token and counts it as acquired.
+--
 -- Returns {1, fence} when acquired (fence is 0 when not fenced),
 --         {0, pttl}  when held by someone else (pttl as PTTL reports it: -1 = no expiry).
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local ours = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not ours and redis.call('GET', KEYS[1]) == ARGV[1] then
+  ours = redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 1
+end
+if ours then
   if ARGV[3] == '1' then
     return {1, redis.call('INCR', KEYS[2])}
   end

@@ -10,10 +10,18 @@
 -- ARGV[4]  this waiter's ticket (random, not secret)
 -- ARGV[5]  how long the ticket lives without a refresh, in ms; '0' = one attempt, never queue
 --
--- Dead tickets (not refreshed in time) at the head are dropped first. The lock is taken only
+-- Running it twice with one token is safe (a retry after a dropped connection finds the lock
+-- holding its token). Dead tickets (not refreshed in time) at the head are dropped first. The lock is taken only
 -- when it is free and nobody live queues before this ticket.
 -- Returns {1, fence} when acquired (fence 0 when not fenced),
 --         {0, pttl}  otherwise (-2 when the lock is free but it is another waiter's turn).
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] == '1' then
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+  return {1, 0}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head
