@@ -41,10 +41,6 @@ pub(crate) struct LockKey(Arc<KeyNames>);
 pub(crate) struct KeyNames {
     user: String,
     lock: String,
-    fence: String,
-    channel: String,
-    queue: String,
-    waiters: String,
 }
 
 impl LockKey {
@@ -63,10 +59,6 @@ impl LockKey {
         };
         Ok(LockKey(Arc::new(KeyNames {
             user: user.to_owned(),
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            waiters: format!("{lock}:waiters"),
             lock,
         })))
     }
@@ -82,23 +74,23 @@ impl LockKey {
     }
 
     /// The backend name of the fencing counter.
-    pub(crate) fn fence(&self) -> &str {
-        &self.0.fence
+    pub(crate) fn fence(&self) -> String {
+        format!("{}:fence", self.0.lock)
     }
 
     /// The release notification channel.
-    pub(crate) fn channel(&self) -> &str {
-        &self.0.channel
+    pub(crate) fn channel(&self) -> String {
+        format!("{}:released", self.0.lock)
     }
 
     /// The fair-mode FIFO of waiter tickets.
-    pub(crate) fn queue(&self) -> &str {
-        &self.0.queue
+    pub(crate) fn queue(&self) -> String {
+        format!("{}:queue", self.0.lock)
     }
 
     /// The fair-mode waiter tickets with their expiry.
-    pub(crate) fn waiters(&self) -> &str {
-        &self.0.waiters
+    pub(crate) fn waiters(&self) -> String {
+        format!("{}:waiters", self.0.lock)
     }
 }
 

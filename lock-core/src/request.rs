@@ -259,10 +259,15 @@ impl LockRequest {
                 }
                 Ok(out)
             }
+            // After a loss the guard drops here and releases in the background: the caller
+            // learns of the loss now, not after a round trip to a server that may not answer.
             Ok(_) => Err(held.lease_lost()),
-            // The guard drops here and releases in the background: the caller learns of the
-            // loss now, not after a release round trip to a server that may not answer.
-            Err(e) => Err(e),
+            Err(e @ LockError::LeaseLost { .. }) => Err(e),
+            Err(e) => {
+                // Still ours (max_hold): free it before returning, as on success.
+                let _ = guard.release().await;
+                Err(e)
+            }
         }
     }
 
@@ -396,7 +401,7 @@ async fn attempt(
     spec: &Spec,
     fair: Option<&FairTicket>,
 ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
-    let token = Token::random()?;
+    let token = Token::random();
     let sent_at = Instant::now();
     // If this future is dropped mid-flight, or the answer is lost, the lock may be ours in the
     // backend without our knowing: release it in the background rather than block the key
@@ -448,7 +453,7 @@ async fn acquire_fair(
         waited: start.elapsed(),
     };
     let mut ticket = FairTicket {
-        id: format!("t{:016x}", getrandom::u64().unwrap_or_default()),
+        id: format!("t{:016x}", rand::random::<u64>()),
         ttl: FAIR_TICKET_TTL,
     };
     if spec.wait.is_zero() {
@@ -555,7 +560,7 @@ impl Drop for InFlight<'_> {
 }
 
 fn jittered(d: Duration) -> Duration {
-    let r = getrandom::u32().unwrap_or(0);
+    let r: u32 = rand::random();
     // Between d/2 and d.
     d / 2 + d.mul_f64(f64::from(r) / f64::from(u32::MAX) / 2.0)
 }

@@ -2,31 +2,26 @@
 
 use std::fmt;
 
-use crate::LockError;
-
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The proof of ownership of one acquisition: 128 bits from the operating system's CSPRNG
-/// (`getrandom`), as 32 lowercase hex digits. (A UUID v4 would carry only 122 random bits.)
+/// The proof of ownership of one acquisition: 128 bits from `rand`'s thread-local CSPRNG
+/// (ChaCha12, seeded and periodically reseeded from the operating system), as 32 lowercase hex
+/// digits. (A UUID v4 would carry only 122 random bits; a syscall per token costs more than the
+/// whole in-memory lock.)
 ///
 /// `Debug` prints `Token(<redacted>)` so tokens never reach logs.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Token(String);
 
 impl Token {
-    pub(crate) fn random() -> Result<Self, LockError> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| LockError::Backend {
-            operation: "generate token",
-            key: String::new(),
-            source: std::sync::Arc::new(std::io::Error::other(e.to_string())),
-        })?;
+    pub(crate) fn random() -> Self {
+        let bytes: [u8; 16] = rand::random();
         let mut hex = String::with_capacity(32);
         for b in bytes {
             hex.push(char::from(HEX[usize::from(b >> 4)]));
             hex.push(char::from(HEX[usize::from(b & 0x0f)]));
         }
-        Ok(Token(hex))
+        Token(hex)
     }
 
     pub(crate) fn as_str(&self) -> &str {
@@ -46,8 +41,8 @@ mod tests {
 
     #[test]
     fn tokens_are_unique_hex_and_redacted() {
-        let a = Token::random().unwrap_or_else(|e| panic!("{e}"));
-        let b = Token::random().unwrap_or_else(|e| panic!("{e}"));
+        let a = Token::random();
+        let b = Token::random();
         assert_ne!(a, b);
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));

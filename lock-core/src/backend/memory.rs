@@ -245,11 +245,12 @@ impl MemoryBackend {
     }
 
     pub(crate) fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>, ticket: Option<&str>) {
-        self.table().listeners.add(key.channel(), notify, ticket);
+        // In memory the lock name serves as the channel.
+        self.table().listeners.add(key.lock(), notify, ticket);
     }
 
     pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
-        self.table().listeners.remove(key.channel(), notify);
+        self.table().listeners.remove(key.lock(), notify);
     }
 }
 
@@ -278,9 +279,12 @@ impl Table {
 
     /// Wakes the waiters of a lock that just became free: the next fair ticket, if any, by name.
     fn announce_release(&mut self, key: &LockKey, now: Instant) {
+        if self.listeners.len() == 0 {
+            return;
+        }
         let next = self.queue_head(key.lock(), now, None);
         let payload = next.as_deref().unwrap_or("released");
-        self.listeners.wake(key.channel(), payload.as_bytes());
+        self.listeners.wake(key.lock(), payload.as_bytes());
     }
 
     fn sweep(&mut self, now: Instant) {

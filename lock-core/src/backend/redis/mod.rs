@@ -377,12 +377,12 @@ impl RedisBackend {
     ) -> bool {
         self.inner
             .subscriber
-            .subscribe(key.channel(), notify, ticket)
+            .subscribe(&key.channel(), notify, ticket)
             .await
     }
 
     pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
-        self.inner.subscriber.unsubscribe(key.channel(), notify);
+        self.inner.subscriber.unsubscribe(&key.channel(), notify);
     }
 
     pub(crate) fn notifications_healthy(&self) -> bool {
