@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, FairTicket};
 use crate::guard::{Held, LockGuard};
 use crate::key::LockKey;
-use crate::locker::{Locker, LockerInner, validate_lease, validate_wait};
+use crate::locker::{Locker, LockerInner, MAX_LEASE, validate_lease, validate_wait};
 use crate::token::Token;
 use crate::{LockError, scope};
 
@@ -151,8 +151,9 @@ impl LockRequest {
         self
     }
 
-    /// Caps how long the lock is held: renewal stops after `max_hold`, and [`run`](Self::run)
-    /// cancels its body then with [`LockError::MaxHoldExceeded`].
+    /// Caps how long the lock is held (above zero, at most [`MAX_LEASE`](crate::MAX_LEASE)):
+    /// renewal stops after `max_hold`, and [`run`](Self::run) cancels its body then with
+    /// [`LockError::MaxHoldExceeded`].
     ///
     /// ```
     /// # async fn demo() {
@@ -223,11 +224,9 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
     /// ```
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
-        if let Some(held) = scope::find(self.locker.inner.id, &self.key) {
+        if let Some(held) = self.reentrant() {
             // Reentrant: the outer scope holds the lock, watches its loss and releases it.
-            if !held.is_held() {
-                return Err(held.lease_lost());
-            }
+            held?;
             return Ok(body.await);
         }
         let max_hold = self.max_hold;
@@ -271,16 +270,30 @@ impl LockRequest {
         }
     }
 
+    /// The lock of the current `run` scope for this key, if it holds one: reentrant use.
+    /// Its own options do not apply (the outer lock's lease, watchdog and `max_hold` rule), but
+    /// asking for a fence the outer lock does not have is refused rather than ignored.
+    fn reentrant(&self) -> Option<Result<Arc<Held>, LockError>> {
+        let held = scope::find(self.locker.inner.id, &self.key)?;
+        if !held.is_held() {
+            return Some(Err(held.lease_lost()));
+        }
+        if self.fenced && held.fence.is_none() {
+            return Some(Err(LockError::config(format!(
+                "lock {:?} is already held without a fence by this run scope; ask for .fenced() on the outermost lock",
+                crate::key::display_key(&self.key)
+            ))));
+        }
+        Some(Ok(held))
+    }
+
     async fn acquire(self) -> Result<LockGuard, LockError> {
         let inner = &self.locker.inner;
         if let Some(e) = &inner.config.error {
             return Err(e.clone());
         }
-        if let Some(held) = scope::find(inner.id, &self.key) {
-            if !held.is_held() {
-                return Err(held.lease_lost());
-            }
-            return Ok(LockGuard::reentrant(held));
+        if let Some(held) = self.reentrant() {
+            return held.map(LockGuard::reentrant);
         }
         let key = LockKey::new(&inner.config.prefix, &self.key)?;
         let spec = Spec {
@@ -292,8 +305,12 @@ impl LockRequest {
         };
         validate_lease(spec.lease)?;
         validate_wait(spec.wait)?;
-        if spec.max_hold.is_some_and(|m| m.is_zero()) {
-            return Err(LockError::config("max_hold must be above zero"));
+        if let Some(m) = spec.max_hold {
+            if m.is_zero() || m > MAX_LEASE {
+                return Err(LockError::config(format!(
+                    "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
+                )));
+            }
         }
         if self.fair {
             acquire_fair(inner, &key, &spec).await

@@ -263,6 +263,8 @@ async fn reentrant_inside_run_but_not_in_spawned_tasks() {
             assert_eq!(inner.fence(), outer_fence);
             inner.release().await.unwrap();
             let nested = a2.lock("k").no_wait().run(async { 7 }).await.unwrap();
+            // Outer lock is fenced, so asking for a fence again is fine...
+            assert!(a2.lock("k").fenced().await.is_ok());
             assert!(a2.try_lock("k").await.unwrap().is_reentrant());
             // A spawned task is another owner.
             let a3 = a2.clone();
@@ -277,6 +279,21 @@ async fn reentrant_inside_run_but_not_in_spawned_tasks() {
     assert_eq!(out, 7);
     // The outermost exit released it.
     let _held = a.try_lock("k").await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reentrant_request_for_a_fence_the_scope_lacks_is_refused() {
+    let a = Locker::memory();
+    let a2 = a.clone();
+    a.lock("k")
+        .run(async move {
+            let r = a2.lock("k").fenced().await;
+            assert!(matches!(r, Err(LockError::InvalidConfig { .. })), "{r:?}");
+            let r = a2.lock("k").fenced().run(async {}).await;
+            assert!(matches!(r, Err(LockError::InvalidConfig { .. })), "{r:?}");
+        })
+        .await
+        .unwrap();
 }
 
 #[tokio::test(start_paused = true)]

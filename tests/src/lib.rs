@@ -1,1 +1,30 @@
-//! The redis-server test harness.
+//! Cross-crate integration and fault tests for the lock workspace, and the harness they use.
+//!
+//! - [`redis::RedisServer`]: real `redis-server` processes on free loopback ports (no
+//!   persistence, temporary directories, killed on drop) that tests can stop, restart, pause
+//!   and resume, with small async helpers to read Redis directly in assertions.
+//! - [`worker`]: the `lock-worker` binary's command line and a handle on a worker process, for
+//!   tests that need several OS processes contending for one lock.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use lock_tests::RedisServer;
+//!
+//! let server = RedisServer::start();
+//! let locker = lock_core::Locker::redis(&server.url()).await.unwrap();
+//! let fence = locker.lock("job").fenced().run(async { lock_core::current_fence() }).await.unwrap();
+//! assert_eq!(fence, Some(1));
+//! assert_eq!(server.get("lock:{job}:fence").await.as_deref(), Some("1"));
+//! # }
+//! ```
+//!
+//! The tests live in `tests/` (`conformance.rs`: one suite run against the memory backend and
+//! Redis; `harness.rs`: the harness itself). Run them with `cargo test -p lock-tests`;
+//! `redis-server` must be installed (`apt-get install -y redis-server`).
+
+#![forbid(unsafe_code)]
+
+pub mod redis;
+pub mod worker;
+
+pub use crate::redis::RedisServer;

@@ -1,0 +1,381 @@
+//! Waiting without polling (issue 4), against real redis-server processes: notified handoff
+//! across processes, no lost wake-up, expiry without release, one subscriber connection per
+//! locker, Redis work per handoff independent of the number of waiters, clean cancellation,
+//! fair FIFO order across processes, and a subscriber connection that drops.
+//!
+//! Every lock here has a lease far longer than the bound asserted, so a waiter that missed its
+//! wake-up and waited for the lease to run out fails the test.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    reason = "test code: a failed expectation fails the test; figures are printed for the notes"
+)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::{LockError, Locker, RedisBackend};
+use lock_tests::redis::RedisServer;
+use support::Agent;
+use tokio::sync::Mutex;
+
+async fn locker(server: &RedisServer) -> Locker {
+    let backend = RedisBackend::builder(&server.url())
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect");
+    Locker::builder(backend).build()
+}
+
+/// Polls server-side state, which has no signal of its own, within a bound.
+async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Client connections that hold at least one (sharded or plain) subscription.
+async fn subscriber_connections(server: &RedisServer) -> Vec<u64> {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST").clone()).await;
+    list.lines()
+        .filter(|line| {
+            line.split(' ').any(|field| {
+                ["sub=", "ssub="].iter().any(|p| {
+                    field
+                        .strip_prefix(p)
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .is_some_and(|n| n > 0)
+                })
+            })
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
+
+async fn shard_channels(server: &RedisServer) -> Vec<String> {
+    let mut all: Vec<String> = server
+        .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
+        .await;
+    let plain: Vec<String> = server
+        .query(redis::cmd("PUBSUB").arg("CHANNELS").clone())
+        .await;
+    all.extend(plain);
+    all
+}
+
+/// Commands the lock scripts run inside Redis (INFO commandstats counts them one by one).
+const SCRIPT_INTERNAL: &[&str] = &[
+    "get", "set", "del", "exists", "pexpire", "pttl", "incr", "publish", "spublish", "time",
+    "lindex", "lpop", "lrem", "rpush", "hget", "hset", "hdel",
+];
+
+fn total_calls(stats: &std::collections::BTreeMap<String, u64>) -> u64 {
+    stats.values().sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_release_wakes_a_waiter_in_another_process() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let mut agents = [
+        Agent::start(&server.url()).await,
+        Agent::start(&server.url()).await,
+    ];
+    let guard = holder.lock("hot").await.unwrap();
+    for id in 0..20 {
+        agents[id % 2].send(&format!("WAIT hot {id} order")).await;
+    }
+    // Each agent's waiters share one subscription, on one connection per agent.
+    eventually(
+        "both agents subscribed",
+        Duration::from_secs(5),
+        async || subscriber_connections(&server).await.len() == 2,
+    )
+    .await;
+    assert_eq!(shard_channels(&server).await, vec!["lock:{hot}:released"]);
+    let start = Instant::now();
+    guard.release().await.unwrap();
+    let mut done = 0;
+    for agent in &mut agents {
+        for _ in 0..10 {
+            let line = agent.line().await;
+            assert!(line.starts_with("DONE "), "{line}");
+            done += 1;
+        }
+    }
+    let took = start.elapsed();
+    println!("20 waiters in 2 processes served in {took:?}");
+    assert_eq!(done, 20);
+    // The default lease is 30 s: one handoff that waited for expiry would blow this.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let order: Vec<String> = server
+        .query(redis::cmd("LRANGE").arg("order").arg(0).arg(-1).clone())
+        .await;
+    assert_eq!(order.len(), 20);
+    eventually(
+        "subscriptions dropped",
+        Duration::from_secs(5),
+        async || shard_channels(&server).await.is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_racing_the_subscription_is_never_missed() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let lease = Duration::from_secs(5);
+    let mut worst = Duration::ZERO;
+    for i in 0..100u64 {
+        // A fresh key each time, so each waiter goes through subscribing.
+        let key = format!("race:{i}");
+        let guard = holder.lock(&key).lease(lease).await.unwrap();
+        let w = waiter.clone();
+        let k = key.clone();
+        let task = tokio::spawn(async move {
+            let g = w.lock(&k).wait(Duration::from_secs(20)).await;
+            (g, Instant::now())
+        });
+        // Release at varying points of the waiter's attempt / subscribe / attempt sequence.
+        for _ in 0..(i % 7) {
+            tokio::task::yield_now().await;
+        }
+        if i % 3 == 0 {
+            tokio::time::sleep(Duration::from_micros(100 * (i % 10))).await;
+        }
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let (g, at) = task.await.unwrap();
+        g.unwrap().release().await.unwrap();
+        worst = worst.max(at.saturating_duration_since(released));
+    }
+    println!("worst acquire after release over 100 races: {worst:?} (lease {lease:?})");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a wake-up was lost: {worst:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_without_release_wakes_the_waiter_when_the_ttl_runs_out() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let lease = Duration::from_millis(600);
+    let acquired_at = Instant::now();
+    let guard = holder.lock("k").lease(lease).watchdog(false).await.unwrap();
+    let g = waiter
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = acquired_at.elapsed();
+    println!("expiry handoff after {waited:?} (lease {lease:?})");
+    assert!(waited >= lease - Duration::from_millis(50), "{waited:?}");
+    assert!(waited <= lease + Duration::from_millis(200), "{waited:?}");
+    drop(guard);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_local_waiters_cost_o1_redis_commands_per_handoff_and_drain_in_order() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiters = locker(&server).await;
+    let guard = holder.lock("hot").await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..1000u32 {
+        let (w, order) = (waiters.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            w.lock("hot")
+                .wait(Duration::from_secs(60))
+                .run(async {
+                    order.lock().await.push(i);
+                })
+                .await
+                .unwrap();
+        }));
+        // Arrival order: the next waiter starts once this one has joined the queue.
+        let expected = i as usize + 1;
+        while waiters.stats().waiters < expected {
+            tokio::task::yield_now().await;
+        }
+    }
+    assert_eq!(subscriber_connections(&server).await.len(), 1);
+    let before = server.commandstats().await;
+    guard.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let after = server.commandstats().await;
+    // INFO commandstats counts the commands a script runs too; the round trips a client sends
+    // are the rest. The INFO call that read `before` is counted in `after`.
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let all = total_calls(&after) - total_calls(&before) - 1;
+    let in_scripts: u64 = SCRIPT_INTERNAL.iter().map(|c| delta(c)).sum();
+    let sent = all - in_scripts;
+    println!(
+        "1000 waiters: {sent} commands sent ({:.2} per handoff; EVALSHA {}), {all} executed counting script internals ({:.2} per handoff)",
+        sent as f64 / 1000.0,
+        delta("evalsha"),
+        all as f64 / 1000.0
+    );
+    assert!(sent <= 3 * 1000, "{sent} commands sent for 1000 handoffs");
+    assert!(all <= 8 * 1000, "{all} commands executed for 1000 handoffs");
+    assert_eq!(*order.lock().await, (0..1000).collect::<Vec<_>>());
+    assert_eq!(waiters.stats().waiting_keys, 0);
+    eventually(
+        "subscriptions dropped",
+        Duration::from_secs(5),
+        async || shard_channels(&server).await.is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiters = locker(&server).await;
+    let guard = holder.lock("k").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let w = waiters.clone();
+        tasks.push(tokio::spawn(async move { w.lock("k").await.map(drop) }));
+    }
+    eventually(
+        "waiters queued and subscribed",
+        Duration::from_secs(5),
+        async || waiters.stats().waiters == 100 && !shard_channels(&server).await.is_empty(),
+    )
+    .await;
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        assert!(t.await.unwrap_err().is_cancelled());
+    }
+    assert_eq!(waiters.stats().waiters, 0);
+    assert_eq!(waiters.stats().waiting_keys, 0);
+    eventually("subscription dropped", Duration::from_secs(5), async || {
+        shard_channels(&server).await.is_empty()
+    })
+    .await;
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    waiters
+        .try_lock("k")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_serves_five_waiters_in_three_processes_in_arrival_order() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let mut agents = [
+        Agent::start(&server.url()).await,
+        Agent::start(&server.url()).await,
+        Agent::start(&server.url()).await,
+    ];
+    let guard = holder.lock("fair").fair().await.unwrap();
+    for id in 0..5usize {
+        agents[id % 3]
+            .send(&format!("WAIT fair {id} order fair"))
+            .await;
+        let queued = id as i64 + 1;
+        eventually(
+            "waiter queued in Redis",
+            Duration::from_secs(5),
+            async || {
+                let n: i64 = server
+                    .query(redis::cmd("LLEN").arg("lock:{fair}:queue").clone())
+                    .await;
+                n == queued
+            },
+        )
+        .await;
+    }
+    guard.release().await.unwrap();
+    let mut done = 0;
+    for (i, agent) in agents.iter_mut().enumerate() {
+        for _ in 0..if i < 2 { 2 } else { 1 } {
+            let line = agent.line().await;
+            assert!(line.starts_with("DONE "), "{line}");
+            done += 1;
+        }
+    }
+    assert_eq!(done, 5);
+    let order: Vec<String> = server
+        .query(redis::cmd("LRANGE").arg("order").arg(0).arg(-1).clone())
+        .await;
+    assert_eq!(order, ["0", "1", "2", "3", "4"]);
+    assert!(!server.exists("lock:{fair}:queue").await);
+    assert!(!server.exists("lock:{fair}:waiters").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_fall_back_to_bounded_retries_while_the_subscriber_is_down() {
+    let server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiters = locker(&server).await;
+    let guard = holder.lock("k").await.unwrap();
+    let w = waiters.clone();
+    let patient = tokio::spawn(async move {
+        let g = w.lock("k").wait(Duration::from_secs(20)).await;
+        (g, Instant::now())
+    });
+    eventually("waiter subscribed", Duration::from_secs(5), async || {
+        !subscriber_connections(&server).await.is_empty()
+    })
+    .await;
+    for id in subscriber_connections(&server).await {
+        let _: i64 = server
+            .query(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).clone())
+            .await;
+    }
+    // A waiter with a short wait is not kept past its deadline meanwhile.
+    let start = Instant::now();
+    let short = waiters.lock("k").wait(Duration::from_millis(300)).await;
+    assert!(matches!(short, Err(LockError::Timeout { .. })), "{short:?}");
+    assert!(start.elapsed() < Duration::from_secs(2));
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (g, at) = patient.await.unwrap();
+    let took = at - released;
+    println!("handoff with the subscriber killed: {took:?}");
+    // The lease is 30 s: the waiter did not wait for it to run out.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    g.unwrap().release().await.unwrap();
+    // Notifications come back: the subscription is restored for the next waiter.
+    let guard = holder.lock("k").await.unwrap();
+    let w = waiters.clone();
+    let next =
+        tokio::spawn(async move { w.lock("k").wait(Duration::from_secs(20)).await.map(drop) });
+    eventually(
+        "subscription restored",
+        Duration::from_secs(5),
+        async || !shard_channels(&server).await.is_empty(),
+    )
+    .await;
+    guard.release().await.unwrap();
+    next.await.unwrap().unwrap();
+}

@@ -1,0 +1,97 @@
+//! Drives `lock-agent` child processes (a lock client in its own OS process) from tests.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test support shared by test files: a failure here fails the test that uses it"
+)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// How long an agent may take to answer one command (generous: CI machines are slow).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct Agent {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Agent {
+    /// Starts an agent connected to `url` and waits until it is ready.
+    pub async fn start(url: &str) -> Agent {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lock-agent"))
+            .arg("--url")
+            .arg(url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn lock-agent");
+        let stdin = child.stdin.take().expect("agent stdin");
+        let stdout = child.stdout.take().expect("agent stdout");
+        let mut agent = Agent {
+            child,
+            stdin,
+            lines: BufReader::new(stdout).lines(),
+        };
+        let ready = agent.line().await;
+        assert_eq!(ready, "READY");
+        agent
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("agent pid")
+    }
+
+    pub async fn send(&mut self, command: &str) {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("write to agent");
+        self.stdin.flush().await.expect("flush agent stdin");
+    }
+
+    /// The next line the agent prints.
+    pub async fn line(&mut self) -> String {
+        match tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line()).await {
+            Ok(Ok(Some(line))) => line,
+            other => panic!("agent gave no answer: {other:?}"),
+        }
+    }
+
+    pub async fn ask(&mut self, command: &str) -> String {
+        self.send(command).await;
+        self.line().await
+    }
+
+    /// Holds `key`; returns its fencing token (when fenced).
+    pub async fn hold(&mut self, key: &str, lease_ms: u64, fenced: bool) -> Option<u64> {
+        let answer = self
+            .ask(&format!("HOLD {key} {lease_ms} {}", u8::from(fenced)))
+            .await;
+        let fence = answer
+            .strip_prefix(&format!("HELD {key} fence="))
+            .unwrap_or_else(|| panic!("agent could not hold {key}: {answer}"));
+        fence.parse().ok()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("kill agent");
+    }
+}
