@@ -305,12 +305,10 @@ impl LockRequest {
         };
         validate_lease(spec.lease)?;
         validate_wait(spec.wait)?;
-        if let Some(m) = spec.max_hold {
-            if m.is_zero() || m > MAX_LEASE {
-                return Err(LockError::config(format!(
-                    "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
-                )));
-            }
+        if let Some(m) = spec.max_hold.filter(|m| m.is_zero() || *m > MAX_LEASE) {
+            return Err(LockError::config(format!(
+                "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
+            )));
         }
         if self.fair {
             acquire_fair(inner, &key, &spec).await
