@@ -2,19 +2,24 @@
 //! only the head contends in the backend.
 //!
 //! The head is woken by the key's release notification (one subscription per locker and key,
-//! made when the queue forms and dropped when it empties), by a release through this locker, or
-//! when the holder's remaining lease runs out (a key that expires publishes nothing). A waiter
-//! that times out, is dropped or whose task is aborted leaves the queue in its `Drop`, handing
-//! the turn on.
+//! made when the queue forms and dropped [`LINGER`] after it empties, so a burst of contention
+//! subscribes once), by a release through this locker, or when the holder's remaining lease runs
+//! out (a key that expires publishes nothing). A waiter that times out, is dropped or whose task
+//! is aborted leaves the queue in its `Drop`, handing the turn on.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use std::time::Duration;
+
 use tokio::sync::{Notify, OnceCell};
 
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+
+/// How long an emptied queue keeps its release subscription for the next waiter.
+pub(crate) const LINGER: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Default)]
 pub(crate) struct WaitQueues {
@@ -28,6 +33,9 @@ struct Queue {
     wake: Arc<Notify>,
     /// Whether the backend confirmed the release subscription (set once per queue).
     subscribed: Arc<OnceCell<bool>>,
+    /// Bumped whenever the queue empties or is joined: a pending removal of an emptied queue
+    /// goes ahead only if nothing happened since.
+    generation: u64,
 }
 
 #[derive(Debug)]
@@ -46,12 +54,17 @@ impl WaitQueues {
 
     /// Whether any local waiter queues for `key`.
     pub(crate) fn has_waiters(&self, key: &LockKey) -> bool {
-        self.map().contains_key(key.lock())
+        self.map()
+            .get(key.lock())
+            .is_some_and(|q| !q.waiters.is_empty())
     }
 
     /// How many keys have local waiters.
     pub(crate) fn waiting_keys(&self) -> usize {
-        self.map().len()
+        self.map()
+            .values()
+            .filter(|q| !q.waiters.is_empty())
+            .count()
     }
 
     /// How many local waiters there are in all.
@@ -61,7 +74,7 @@ impl WaitQueues {
 
     /// A lock of this locker was released: wake the key's head at once.
     pub(crate) fn wake_local(&self, key: &LockKey) {
-        if let Some(q) = self.map().get(key.lock()) {
+        if let Some(q) = self.map().get(key.lock()).filter(|q| !q.waiters.is_empty()) {
             q.wake.notify_one();
         }
     }
@@ -76,7 +89,9 @@ impl WaitQueues {
             waiters: VecDeque::new(),
             wake: Arc::new(Notify::new()),
             subscribed: Arc::new(OnceCell::new()),
+            generation: 0,
         });
+        q.generation += 1;
         q.waiters.push_back(Waiter {
             id,
             turn: turn.clone(),
@@ -161,12 +176,35 @@ impl Drop for Ticket {
             next.after_acquire = self.acquired;
             next.turn.notify_one();
         }
-        if q.waiters.is_empty()
-            && let Some(q) = map.remove(self.key.lock())
-        {
+        if q.waiters.is_empty() {
+            q.generation += 1;
+            let generation = q.generation;
+            drop(map);
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    let (locker, key) = (self.locker.clone(), self.key.clone());
+                    handle.spawn(async move {
+                        tokio::time::sleep(LINGER).await;
+                        locker.queues.remove_if_idle(&locker, &key, generation);
+                    });
+                }
+                Err(_) => queues.remove_if_idle(&self.locker, &self.key, generation),
+            }
+        }
+    }
+}
+
+impl WaitQueues {
+    /// Removes an emptied queue and its subscription, unless it was joined since `generation`.
+    fn remove_if_idle(&self, locker: &LockerInner, key: &LockKey, generation: u64) {
+        let mut map = self.map();
+        let idle = map
+            .get(key.lock())
+            .is_some_and(|q| q.waiters.is_empty() && q.generation == generation);
+        if idle && let Some(q) = map.remove(key.lock()) {
             drop(map);
             // Unconditional: removing a listener that was never registered does nothing.
-            self.locker.backend.unsubscribe(&self.key, &q.wake);
+            locker.backend.unsubscribe(key, &q.wake);
         }
     }
 }
