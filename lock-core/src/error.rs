@@ -142,6 +142,7 @@ impl LockError {
         }
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn backend(
         operation: &'static str,
         key: &str,
@@ -154,6 +155,7 @@ impl LockError {
         }
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn protocol(operation: &'static str, key: &str, what: impl Into<String>) -> Self {
         LockError::Backend {
             operation,
@@ -167,6 +169,7 @@ impl LockError {
     }
 }
 
+#[cfg(feature = "redis")]
 /// The server answered something this crate does not understand.
 #[derive(Debug, thiserror::Error)]
 #[error("unexpected answer from the lock backend: {0}")]

@@ -43,6 +43,8 @@ pub(crate) struct Held {
     /// Renewal stops here (`max_hold`).
     pub(crate) renew_until: Option<Instant>,
     pub(crate) acquired_at: Instant,
+    /// Whether the first attempt found the lock busy.
+    pub(crate) waited: bool,
 }
 
 /// The drift allowance subtracted from every lease: 1 % plus 2 ms.
@@ -50,17 +52,31 @@ pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
+/// What an acquire attempt that succeeded knows about the new lock.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) key: LockKey,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<u64>,
+    pub(crate) lease: Duration,
+    /// The instant before the acquire was sent: validity is measured from here.
+    pub(crate) sent_at: Instant,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) waited: bool,
+}
+
 impl Held {
-    pub(crate) fn new(
-        locker: Arc<LockerInner>,
-        key: LockKey,
-        token: Token,
-        fence: Option<u64>,
-        lease: Duration,
-        sent_at: Instant,
-        max_hold: Option<Duration>,
-    ) -> Arc<Self> {
+    pub(crate) fn new(locker: Arc<LockerInner>, acquisition: Acquisition) -> Arc<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let Acquisition {
+            key,
+            token,
+            fence,
+            lease,
+            sent_at,
+            max_hold,
+            waited,
+        } = acquisition;
         let valid_until = sent_at + lease.saturating_sub(drift(lease));
         let (state, _) = watch::channel(HoldState {
             valid_until,
@@ -76,6 +92,7 @@ impl Held {
             state,
             renew_until: max_hold.map(|m| sent_at + m),
             acquired_at: sent_at,
+            waited,
         })
     }
 
@@ -185,15 +202,19 @@ impl Held {
     }
 
     /// Releases in the backend. `Ok(())` only when the lock was ours until this moment.
-    pub(crate) async fn release(&self) -> Result<(), LockError> {
+    /// Cancel-safe: if this future is dropped before the backend answered, the release is
+    /// finished in the background.
+    pub(crate) async fn release(self: &Arc<Self>) -> Result<(), LockError> {
         let valid = self.is_held();
         self.locker.watchdog.remove(self.id);
         let before = self.mark_released();
         if before == Phase::Released {
             return Ok(());
         }
+        let mut unfinished = Unfinished(Some(self));
         // Safe even after a loss: the script deletes only a key that still holds our token.
         let ours = self.locker.backend.release(&self.key, &self.token).await;
+        unfinished.0 = None;
         self.locker.queues.wake_local(&self.key);
         match ours {
             Ok(true) if valid && before == Phase::Held => Ok(()),
@@ -268,6 +289,18 @@ impl Held {
     pub(crate) fn lease_lost(&self) -> LockError {
         LockError::LeaseLost {
             key: self.key.user().to_owned(),
+        }
+    }
+}
+
+/// Finishes a release whose future was dropped before the backend answered.
+struct Unfinished<'a>(Option<&'a Arc<Held>>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.0.take() {
+            held.locker
+                .release_later(held.key.clone(), held.token.clone());
         }
     }
 }
@@ -400,6 +433,36 @@ impl LockGuard {
     /// ```
     pub fn lease(&self) -> Duration {
         self.held.lease()
+    }
+
+    /// Whether this acquisition had to wait: its first attempt found the lock held.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let g = lock_core::Locker::memory().lock("a").await.unwrap();
+    /// assert!(!g.waited());
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn waited(&self) -> bool {
+        self.held.waited
+    }
+
+    /// Runs `fut` inside this lock's scope, as [`run`](crate::LockRequest::run) runs its body:
+    /// [`current_lock`](crate::current_lock) describes this lock there, and locking the same key
+    /// through the same locker is reentrant. The lock is not released at the end (the guard is).
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let guard = locker.lock("order:1").await.unwrap();
+    /// let again = guard.scope(async { locker.try_lock("order:1").await.map(|g| g.is_reentrant()) });
+    /// assert!(again.await.unwrap());
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn scope<F: std::future::Future>(&self, fut: F) -> crate::Scoped<F> {
+        crate::scope::scoped(self.held.clone(), fut)
     }
 
     /// Whether this guard is a reentrant one (its release is left to the outer scope).

@@ -78,16 +78,19 @@ impl LockKey {
         format!("{}:fence", self.0.lock)
     }
 
+    #[cfg(any(feature = "redis", test))]
     /// The release notification channel.
     pub(crate) fn channel(&self) -> String {
         format!("{}:released", self.0.lock)
     }
 
+    #[cfg(feature = "redis")]
     /// The fair-mode FIFO of waiter tickets.
     pub(crate) fn queue(&self) -> String {
         format!("{}:queue", self.0.lock)
     }
 
+    #[cfg(feature = "redis")]
     /// The fair-mode waiter tickets with their expiry.
     pub(crate) fn waiters(&self) -> String {
         format!("{}:waiters", self.0.lock)

@@ -24,7 +24,7 @@ pub use locker::{
     DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,
 };
 pub use request::LockRequest;
-pub use scope::{current_fence, current_lock};
+pub use scope::{Scoped, current_fence, current_lock};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::backend::{Backend, BackendKind, MemoryBackend};
-use crate::key::{DEFAULT_PREFIX, validate_prefix};
+use crate::key::{DEFAULT_PREFIX, LockKey, validate_prefix};
 use crate::request::LockRequest;
+use crate::token::Token;
 use crate::wait::WaitQueues;
 use crate::watchdog::Watchdog;
 
@@ -339,6 +340,23 @@ impl LockerBuilder {
             Some(e) => Err(e.clone()),
             None => Ok(locker),
         }
+    }
+}
+
+impl LockerInner {
+    /// Releases `key` if it still holds `token`, in the background (best effort: the lease is
+    /// the backstop), then wakes the key's local waiters.
+    pub(crate) fn release_later(self: &Arc<Self>, key: LockKey, token: Token) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = self.clone();
+        handle.spawn(async move {
+            if let Err(e) = inner.backend.release(&key, &token).await {
+                tracing::debug!(key = %crate::key::display_key(key.user()), error = %e, "background release failed; the lease will expire");
+            }
+            inner.queues.wake_local(&key);
+        });
     }
 }
 

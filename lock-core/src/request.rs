@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, FairTicket};
-use crate::guard::{Held, LockGuard};
+use crate::guard::{Acquisition, Held, LockGuard};
 use crate::key::LockKey;
 use crate::locker::{Locker, LockerInner, MAX_LEASE, validate_lease, validate_wait};
 use crate::token::Token;
@@ -356,7 +356,7 @@ async fn acquire(
     // Nobody queues here: contend at once (the uncontended path is this one round trip).
     let mut remaining = None;
     if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
-        match attempt(inner, key, spec, None).await? {
+        match attempt(inner, key, spec, None, false).await? {
             Ok(guard) => return Ok(guard),
             Err(r) if spec.wait.is_zero() => return Err(busy(r)),
             Err(r) => remaining = r,
@@ -374,7 +374,7 @@ async fn acquire(
     let mut backoff = DEGRADED_MIN;
     loop {
         if !skip_attempt {
-            match attempt(inner, key, spec, None).await? {
+            match attempt(inner, key, spec, None, true).await? {
                 Ok(guard) => {
                     ticket.acquired = true;
                     return Ok(guard);
@@ -415,6 +415,7 @@ async fn attempt(
     key: &LockKey,
     spec: &Spec,
     fair: Option<&FairTicket>,
+    waited: bool,
 ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
     let token = Token::random();
     let sent_at = Instant::now();
@@ -436,12 +437,15 @@ async fn attempt(
         Attempt::Acquired { fence } => {
             let held = Held::new(
                 inner.clone(),
-                key.clone(),
-                token,
-                fence,
-                spec.lease,
-                sent_at,
-                spec.max_hold,
+                Acquisition {
+                    key: key.clone(),
+                    token,
+                    fence,
+                    lease: spec.lease,
+                    sent_at,
+                    max_hold: spec.max_hold,
+                    waited,
+                },
             );
             if spec.watchdog {
                 inner.watchdog.add(inner, &held);
@@ -473,7 +477,7 @@ async fn acquire_fair(
     };
     if spec.wait.is_zero() {
         ticket.ttl = Duration::ZERO;
-        return match attempt(inner, key, spec, Some(&ticket)).await? {
+        return match attempt(inner, key, spec, Some(&ticket), false).await? {
             Ok(guard) => Ok(guard),
             Err(retry_after) => Err(LockError::Busy {
                 key: key.user().to_owned(),
@@ -497,14 +501,16 @@ async fn acquire_fair(
     .map_err(|_| timeout())?;
     let refresh = ticket.ttl / 3;
     let mut backoff = DEGRADED_MIN;
+    let mut waited = false;
     loop {
-        let remaining = match attempt(inner, key, spec, Some(&ticket)).await? {
+        let remaining = match attempt(inner, key, spec, Some(&ticket), waited).await? {
             Ok(guard) => {
                 stay.acquired = true;
                 return Ok(guard);
             }
             Err(r) => r,
         };
+        waited = true;
         if Instant::now() >= deadline {
             return Err(timeout());
         }
@@ -560,17 +566,9 @@ struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        let Some(token) = self.token else { return };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = self.inner.clone();
-        let key = self.key.clone();
-        let token = token.clone();
-        handle.spawn(async move {
-            let _ = inner.backend.release(&key, &token).await;
-            inner.queues.wake_local(&key);
-        });
+        if let Some(token) = self.token {
+            self.inner.release_later(self.key.clone(), token.clone());
+        }
     }
 }
 

@@ -15,7 +15,7 @@ tokio::task_local! {
 }
 
 #[derive(Debug, Clone, Default)]
-struct Scope {
+pub(crate) struct Scope {
     /// Innermost last.
     held: Vec<Arc<Held>>,
 }
@@ -36,9 +36,52 @@ pub(crate) fn find(locker_id: u64, key: &str) -> Option<Arc<Held>> {
 
 /// Runs `fut` with `held` added to the current scope.
 pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
+    scoped(held, fut).await
+}
+
+/// `fut`, run with `held` added to the scope that is current when this is called.
+pub(crate) fn scoped<F: Future>(held: Arc<Held>, fut: F) -> Scoped<F> {
     let mut scope = SCOPE.try_with(Scope::clone).unwrap_or_default();
     scope.held.push(held);
-    SCOPE.scope(scope, fut).await
+    Scoped {
+        inner: SCOPE.scope(scope, fut),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future run inside a lock's scope; from [`LockGuard::scope`](crate::LockGuard::scope).
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let guard = locker.lock("k").fenced().await.unwrap();
+    /// let scoped: lock_core::Scoped<_> = guard.scope(async { lock_core::current_fence() });
+    /// assert_eq!(scoped.await, guard.fence());
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Scoped<F: Future> {
+        #[pin]
+        inner: tokio::task::futures::TaskLocalFuture<Scope, F>,
+    }
+}
+
+impl<F: Future> std::fmt::Debug for Scoped<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoped").finish_non_exhaustive()
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        self.project().inner.poll(cx)
+    }
 }
 
 /// The innermost lock held by the current task's `run` scope or `#[distributed_lock]`

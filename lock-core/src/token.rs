@@ -24,6 +24,7 @@ impl Token {
         Token(hex)
     }
 
+    #[cfg(any(feature = "redis", test))]
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }

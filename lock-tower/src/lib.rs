@@ -1,2 +1,23 @@
-//! lock-tower: serialize requests by key (filled in by the tower issue).
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+
+mod body;
+pub mod extract;
+mod fencing;
+mod future;
+mod hold;
+mod key;
+mod layer;
+mod metrics;
+pub mod rejection;
+mod service;
+
+pub use body::{BoxError, LeaseLostError, ResponseBody};
+pub use fencing::FencingToken;
+#[cfg(feature = "axum")]
+pub use fencing::MissingFencingToken;
+pub use future::ResponseFuture;
+pub use layer::LockLayer;
+pub use metrics::{LockLayerMetrics, MetricsSnapshot};
+pub use rejection::Rejection;
+pub use service::LockService;

@@ -359,3 +359,24 @@ async fn killed_connection_reconnects_and_keeps_the_lock() {
     guard.release().await.unwrap();
     assert!(!server.exists("lock:{k}").await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_half_way_still_releases() {
+    let mut server = RedisServer::start();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    server.pause();
+    // The release cannot finish while the server is frozen; give up on it half-way.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), guard.release()).await;
+    assert!(
+        gave_up.is_err(),
+        "the release finished against a paused server"
+    );
+    server.resume();
+    eventually(
+        "released in the background",
+        Duration::from_secs(5),
+        async || !server.exists("lock:{k}").await,
+    )
+    .await;
+}

@@ -231,6 +231,7 @@ impl Listeners {
         }
     }
 
+    #[cfg(feature = "redis")]
     /// Wakes every listener of every channel (used when notifications may have been missed).
     pub(crate) fn wake_all(&self) {
         for l in self.by_channel.values().flatten() {
@@ -238,6 +239,7 @@ impl Listeners {
         }
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn channels(&self) -> impl Iterator<Item = &str> {
         self.by_channel.keys().map(String::as_str)
     }

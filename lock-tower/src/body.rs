@@ -1,0 +1,253 @@
+//! [`ResponseBody`]: the body of every response that went through the layer.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
+use pin_project_lite::pin_project;
+
+use crate::hold::Hold;
+
+/// The error type of [`ResponseBody`]: the service's body error, or [`LeaseLostError`].
+///
+/// ```
+/// let error: lock_tower::BoxError = Box::new(lock_tower::LeaseLostError::new("k"));
+/// assert!(error.is::<lock_tower::LeaseLostError>());
+/// ```
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+pin_project! {
+    /// The response body of [`LockService`](crate::LockService): the service's own body, or
+    /// a rejection's body.
+    ///
+    /// With [`hold_until_body_end`](crate::LockLayer::hold_until_body_end) it also holds the
+    /// lock until the body has ended or is dropped; if the lease is lost while it streams, the
+    /// body ends with a [`LeaseLostError`] (the server then aborts the response, so the client
+    /// sees an incomplete one rather than a complete-looking one).
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use http_body_util::BodyExt;
+    /// use lock_tower::ResponseBody;
+    ///
+    /// let body = ResponseBody::new(String::from("hello"));
+    /// let bytes = body.collect().await.unwrap().to_bytes();
+    /// assert_eq!(bytes, "hello");
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo());
+    /// ```
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner {
+            #[pin]
+            body: B,
+            hold: Option<Hold>,
+            failed: bool,
+        },
+        Full {
+            data: Option<Bytes>,
+        },
+        Custom {
+            body: UnsyncBoxBody<Bytes, BoxError>,
+        },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// Wraps a service's body, holding nothing.
+    ///
+    /// ```
+    /// let body = lock_tower::ResponseBody::new(String::from("ok"));
+    /// # drop(body);
+    /// ```
+    pub fn new(body: B) -> Self {
+        ResponseBody {
+            kind: Kind::Inner {
+                body,
+                hold: None,
+                failed: false,
+            },
+        }
+    }
+
+    pub(crate) fn holding(body: B, hold: Hold) -> Self {
+        ResponseBody {
+            kind: Kind::Inner {
+                body,
+                hold: Some(hold),
+                failed: false,
+            },
+        }
+    }
+
+    pub(crate) fn full(data: Bytes) -> Self {
+        ResponseBody {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+        }
+    }
+
+    pub(crate) fn custom(body: UnsyncBoxBody<Bytes, BoxError>) -> Self {
+        ResponseBody {
+            kind: Kind::Custom { body },
+        }
+    }
+
+    /// Whether this body still holds a request's lock.
+    ///
+    /// ```
+    /// assert!(!lock_tower::ResponseBody::new(String::new()).holds_lock());
+    /// ```
+    pub fn holds_lock(&self) -> bool {
+        matches!(&self.kind, Kind::Inner { hold: Some(_), .. })
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.project().kind.project() {
+            KindProj::Inner {
+                mut body,
+                hold,
+                failed,
+            } => {
+                if *failed {
+                    return Poll::Ready(None);
+                }
+                if hold.as_ref().is_some_and(|h| !h.is_held()) {
+                    return fail(hold, failed);
+                }
+                let Poll::Ready(frame) = body.as_mut().poll_frame(cx) else {
+                    if hold.as_mut().is_some_and(|h| h.poll_lost(cx).is_ready()) {
+                        return fail(hold, failed);
+                    }
+                    return Poll::Pending;
+                };
+                let ended = match &frame {
+                    None | Some(Err(_)) => true,
+                    Some(Ok(_)) => body.is_end_stream(),
+                };
+                if ended {
+                    // Dropping the hold releases the lock (in the background).
+                    drop(hold.take());
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Custom { body } => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body, failed, .. } => *failed || body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+            Kind::Custom { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Custom { body } => body.size_hint(),
+        }
+    }
+}
+
+/// The lease was lost while the body streamed: end the body with an error.
+fn fail(
+    hold: &mut Option<Hold>,
+    failed: &mut bool,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    *failed = true;
+    let Some(h) = hold.take() else {
+        return Poll::Ready(None);
+    };
+    let key = h.key().to_owned();
+    h.lost("the response body");
+    Poll::Ready(Some(Err(Box::new(LeaseLostError { key }))))
+}
+
+impl<B> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { .. } => "service",
+            Kind::Full { .. } => "rejection",
+            Kind::Custom { .. } => "custom rejection",
+        };
+        f.debug_struct("ResponseBody")
+            .field("kind", &kind)
+            .field("holds_lock", &self.holds_lock())
+            .finish()
+    }
+}
+
+/// The error a held response body ends with when the lease is lost while it streams (see
+/// [`hold_until_body_end`](crate::LockLayer::hold_until_body_end)).
+///
+/// ```
+/// let e = lock_tower::LeaseLostError::new("reserve:42");
+/// assert_eq!(e.key(), "reserve:42");
+/// assert!(e.to_string().contains("lost"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseLostError {
+    key: String,
+}
+
+impl LeaseLostError {
+    /// An error for the lock `key`.
+    ///
+    /// ```
+    /// let e = lock_tower::LeaseLostError::new("k");
+    /// # drop(e);
+    /// ```
+    pub fn new(key: impl Into<String>) -> Self {
+        LeaseLostError { key: key.into() }
+    }
+
+    /// The lock key.
+    ///
+    /// ```
+    /// assert_eq!(lock_tower::LeaseLostError::new("k").key(), "k");
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl fmt::Display for LeaseLostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the lease on lock {:?} was lost while the response body was streaming; the response is incomplete",
+            crate::key::LogKey(&self.key)
+        )
+    }
+}
+
+impl std::error::Error for LeaseLostError {}

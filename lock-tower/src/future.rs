@@ -1,0 +1,282 @@
+//! [`ResponseFuture`]: waits for the lock, runs the request under it, releases it.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use lock_core::{LockError, LockRequest};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::body::ResponseBody;
+use crate::hold::{Hold, Release};
+use crate::key::LogKey;
+use crate::metrics::Counter;
+use crate::rejection::Rejection;
+use crate::service::Shared;
+use crate::{BoxError, FencingToken};
+
+type Acquire = <LockRequest as IntoFuture>::IntoFuture;
+
+pin_project! {
+    /// The response future of [`LockService`](crate::LockService).
+    ///
+    /// In order: waits for the lock (bounded), calls the inner service with the request
+    /// (carrying a [`FencingToken`] when fenced, and the lock's `lock_core::LockInfo`),
+    /// drives its future while watching the lease, releases the lock, and resolves to the
+    /// response. Dropping it at any point (client gone, a timeout layer above) gives up the
+    /// wait or releases the lock. If the lease is lost while the inner future runs, that future
+    /// is dropped and the answer is a 503 [`Rejection::LeaseLost`]; a response finished after
+    /// the lease was lost is discarded the same way.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use tower::{Layer, Service, ServiceExt};
+    /// use lock_tower::{LockLayer, ResponseFuture, extract::MethodAndPath};
+    ///
+    /// let inner = tower::service_fn(|_req: http::Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// });
+    /// let mut svc = LockLayer::new(lock_core::Locker::memory(), MethodAndPath).layer(inner);
+    /// let future = svc.ready().await.unwrap().call(http::Request::new(String::new()));
+    /// let response = future.await.unwrap();
+    /// assert_eq!(response.status(), 200);
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub struct ResponseFuture<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        #[pin]
+        state: State<S, ReqB>,
+        shared: Arc<Shared>,
+        span: tracing::Span,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        Acquiring {
+            acquire: Acquire,
+            pending: Option<(S, Request<ReqB>)>,
+            started: Instant,
+        },
+        Running {
+            #[pin]
+            future: S::Future,
+            hold: Option<Hold>,
+        },
+        Releasing {
+            release: Release,
+            output: Option<Result<S::Response, S::Error>>,
+        },
+        Rejected {
+            rejection: Option<Rejection>,
+        },
+    }
+}
+
+impl<S, ReqB> ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    pub(crate) fn acquiring(
+        shared: Arc<Shared>,
+        acquire: Acquire,
+        service: S,
+        request: Request<ReqB>,
+        key: &str,
+    ) -> Self {
+        let span = tracing::debug_span!("lock_tower", key = %LogKey(key));
+        span.in_scope(|| tracing::trace!(wait = ?shared.options.wait, "acquiring lock"));
+        ResponseFuture {
+            state: State::Acquiring {
+                acquire,
+                pending: Some((service, request)),
+                started: Instant::now(),
+            },
+            shared,
+            span,
+        }
+    }
+
+    pub(crate) fn unlocked(shared: Arc<Shared>, future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Running { future, hold: None },
+            shared,
+            span: tracing::Span::none(),
+        }
+    }
+
+    pub(crate) fn rejected(shared: Arc<Shared>, rejection: Rejection) -> Self {
+        ResponseFuture {
+            state: State::Rejected {
+                rejection: Some(rejection),
+            },
+            shared,
+            span: tracing::Span::none(),
+        }
+    }
+}
+
+impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BoxError>,
+{
+    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let _entered = this.span.enter();
+        let shared = &**this.shared;
+        loop {
+            let next = match this.state.as_mut().project() {
+                StateProj::Acquiring {
+                    acquire,
+                    pending,
+                    started,
+                } => {
+                    let acquired = ready!(acquire.as_mut().poll(cx));
+                    let Some((mut service, mut request)) = pending.take() else {
+                        return Poll::Ready(Ok(shared.reject(&polled_after_completion())));
+                    };
+                    match acquired {
+                        Ok(guard) => {
+                            let now = Instant::now();
+                            let waited = now.saturating_duration_since(*started);
+                            shared.metrics.acquired(waited);
+                            tracing::debug!(
+                                acquire_us = waited.as_micros(),
+                                "lock acquired; calling the service"
+                            );
+                            if let Some(fence) = guard.fence() {
+                                request.extensions_mut().insert(FencingToken(fence));
+                            }
+                            request.extensions_mut().insert(guard.info());
+                            let hold = Hold::new(guard, now, shared.metrics.clone());
+                            State::Running {
+                                future: service.call(request),
+                                hold: Some(hold),
+                            }
+                        }
+                        Err(error @ LockError::Backend { .. }) if shared.options.fail_open => {
+                            shared.metrics.incr(Counter::FailedOpen);
+                            tracing::warn!(%error, "lock backend failed; failing open: calling the service WITHOUT the lock");
+                            State::Running {
+                                future: service.call(request),
+                                hold: None,
+                            }
+                        }
+                        Err(error) => State::Rejected {
+                            rejection: Some(Rejection::from_lock_error(error)),
+                        },
+                    }
+                }
+                StateProj::Running { future, hold } => {
+                    // Never poll the service once the lease is gone; while it is pending, a
+                    // loss must wake us (then its future is dropped).
+                    let lost = hold.as_ref().is_some_and(|h| !h.is_held());
+                    let polled = if lost { None } else { Some(future.poll(cx)) };
+                    let output = match polled {
+                        Some(Poll::Ready(output)) => Some(output),
+                        Some(Poll::Pending) => {
+                            if !hold.as_mut().is_some_and(|h| h.poll_lost(cx).is_ready()) {
+                                return Poll::Pending;
+                            }
+                            None
+                        }
+                        None => None,
+                    };
+                    let Some(h) = hold.take() else {
+                        // Unlocked (no key, or failing open): `output` is always there.
+                        return match output {
+                            Some(output) => Poll::Ready(output.map(|r| r.map(ResponseBody::new))),
+                            None => Poll::Ready(Ok(shared.reject(&polled_after_completion()))),
+                        };
+                    };
+                    match output {
+                        None => lease_lost(h, "the service's future (dropped now)"),
+                        Some(_) if !h.is_held() => {
+                            lease_lost(h, "the service's future (its response is discarded)")
+                        }
+                        Some(Ok(response))
+                            if shared.options.hold_until_body_end
+                                && !response.body().is_end_stream() =>
+                        {
+                            tracing::trace!("response ready; the lock is held until its body ends");
+                            return Poll::Ready(Ok(
+                                response.map(|body| ResponseBody::holding(body, h))
+                            ));
+                        }
+                        Some(output) => State::Releasing {
+                            release: h.release(),
+                            output: Some(output),
+                        },
+                    }
+                }
+                StateProj::Releasing { release, output } => {
+                    ready!(Pin::new(release).poll(cx));
+                    return Poll::Ready(match output.take() {
+                        Some(output) => output.map(|r| r.map(ResponseBody::new)),
+                        None => Ok(shared.reject(&polled_after_completion())),
+                    });
+                }
+                StateProj::Rejected { rejection } => {
+                    let rejection = rejection.take().unwrap_or_else(polled_after_completion);
+                    return Poll::Ready(Ok(shared.reject(&rejection)));
+                }
+            };
+            this.state.set(next);
+        }
+    }
+}
+
+/// The lease was lost while the request ran: the state that answers 503.
+fn lease_lost<S, ReqB>(hold: Hold, during: &'static str) -> State<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    let key = hold.key().to_owned();
+    hold.lost(during);
+    State::Rejected {
+        rejection: Some(Rejection::LeaseLost { key }),
+    }
+}
+
+/// Futures must not be polled after they completed; answering 500 beats panicking.
+fn polled_after_completion() -> Rejection {
+    Rejection::Misconfigured {
+        reason: "lock_tower::ResponseFuture was polled after it completed".into(),
+    }
+}
+
+impl<S, ReqB> fmt::Debug for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Acquiring { .. } => "acquiring",
+            State::Running { hold: Some(_), .. } => "running locked",
+            State::Running { hold: None, .. } => "running unlocked",
+            State::Releasing { .. } => "releasing",
+            State::Rejected { .. } => "rejected",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,265 @@
+//! When the lock ends: dropped futures, timeouts above, response bodies, lease loss; and what the
+//! handler sees while it holds it (fencing token, lock info).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use lock_core::{LockError, LockInfo, Locker, MemoryBackend};
+use lock_tower::extract::HeaderKey;
+use lock_tower::{FencingToken, LeaseLostError, LockLayer};
+use tower::{Layer, ServiceBuilder, ServiceExt};
+
+use crate::common::{KEY, Stuck, assert_released, json, request, streaming, text, within};
+
+#[tokio::test]
+async fn dropping_the_response_future_releases_the_lock() {
+    let locker = Locker::memory();
+    let stuck = Stuck::default();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY));
+    let metrics = layer.metrics();
+    let svc = layer.layer(stuck.service());
+
+    let mut pending = Box::pin(svc.oneshot(request(Some("d"))));
+    within("the handler was not called", async {
+        tokio::select! {
+            _ = &mut pending => panic!("the stuck handler answered"),
+            () = stuck.entered.notified() => {}
+        }
+    })
+    .await;
+    assert!(
+        locker.try_lock("d").await.is_err(),
+        "the handler ran without the lock"
+    );
+    drop(pending); // the client went away
+    assert!(stuck.was_dropped());
+    assert_eq!(metrics.snapshot().in_flight, 0);
+    assert_released(&locker, "d").await;
+}
+
+#[tokio::test]
+async fn a_timeout_layer_above_releases_the_lock() {
+    let locker = Locker::memory();
+    let stuck = Stuck::default();
+    let svc = ServiceBuilder::new()
+        .timeout(Duration::from_millis(50))
+        .layer(LockLayer::new(locker.clone(), HeaderKey::new(KEY)))
+        .service(stuck.service());
+    let error = svc.oneshot(request(Some("t"))).await.unwrap_err();
+    assert!(error.is::<tower::timeout::error::Elapsed>(), "{error}");
+    assert!(stuck.was_dropped());
+    assert_released(&locker, "t").await;
+}
+
+#[tokio::test]
+async fn by_default_the_lock_ends_with_the_response_future_not_the_body() {
+    let locker = Locker::memory();
+    let (inner, mut senders) = streaming();
+    let svc = LockLayer::new(locker.clone(), HeaderKey::new(KEY)).layer(inner);
+    let response = svc.oneshot(request(Some("b"))).await.unwrap();
+    assert!(!response.body().holds_lock());
+    // Released before the response was handed on, while the body has not even started.
+    locker.try_lock("b").await.unwrap().release().await.unwrap();
+    drop(senders.recv().await.unwrap());
+    assert_eq!(text(response.into_body()).await, "");
+}
+
+#[tokio::test]
+async fn hold_until_body_end_keeps_the_lock_while_the_body_streams() {
+    let locker = Locker::memory();
+    let (inner, mut senders) = streaming();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY)).hold_until_body_end();
+    let metrics = layer.metrics();
+    let svc = layer.layer(inner);
+
+    let response = svc.oneshot(request(Some("s"))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.body().holds_lock());
+    let tx = senders.recv().await.unwrap();
+    let mut body = response.into_body();
+    assert!(matches!(
+        locker.try_lock("s").await,
+        Err(LockError::Busy { .. })
+    ));
+
+    tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "part 1");
+    assert!(matches!(
+        locker.try_lock("s").await,
+        Err(LockError::Busy { .. })
+    ));
+    assert_eq!(metrics.snapshot().in_flight, 1);
+
+    drop(tx); // the body ends
+    assert!(body.frame().await.is_none());
+    assert!(!body.holds_lock());
+    assert_eq!(metrics.snapshot().in_flight, 0);
+    assert_released(&locker, "s").await;
+}
+
+#[tokio::test]
+async fn a_dropped_held_body_releases_the_lock() {
+    let locker = Locker::memory();
+    let (inner, mut senders) = streaming();
+    let svc = LockLayer::new(locker.clone(), HeaderKey::new(KEY))
+        .hold_until_body_end()
+        .layer(inner);
+    let response = svc.oneshot(request(Some("x"))).await.unwrap();
+    let _tx = senders.recv().await.unwrap(); // the body never ends on its own
+    assert!(locker.try_lock("x").await.is_err());
+    drop(response); // the client went away mid-body
+    assert_released(&locker, "x").await;
+}
+
+/// An empty body needs no holding: the lock is released before the response, as usual.
+#[tokio::test]
+async fn hold_until_body_end_with_an_empty_body_releases_at_once() {
+    let locker = Locker::memory();
+    let svc = LockLayer::new(locker.clone(), HeaderKey::new(KEY))
+        .hold_until_body_end()
+        .layer(tower::service_fn(|_req: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let response = svc.oneshot(request(Some("e"))).await.unwrap();
+    assert!(!response.body().holds_lock());
+    assert!(locker.try_lock("e").await.is_ok());
+}
+
+/// A locker whose leases are short, on a backend the test can tamper with.
+fn short_lease_locker() -> (Locker, MemoryBackend) {
+    let backend = MemoryBackend::new();
+    let locker = Locker::builder(backend.clone())
+        .lease(Duration::from_millis(90))
+        .build();
+    (locker, backend)
+}
+
+/// The lease is lost while the handler runs (an operator deletes the key; the watchdog's next
+/// renewal finds it gone): the handler's future is dropped and the answer is 503.
+#[tokio::test]
+async fn lease_lost_mid_request_cancels_it_with_503() {
+    let (locker, backend) = short_lease_locker();
+    let stuck = Stuck::default();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY));
+    let metrics = layer.metrics();
+    let svc = layer.layer(stuck.service());
+
+    let response = tokio::spawn(svc.oneshot(request(Some("l"))));
+    within("the handler was not called", stuck.entered.notified()).await;
+    assert!(backend.force_delete("l"), "the lock was not in the backend");
+    let response = within("the request was not cancelled", response)
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert!(
+        stuck.was_dropped(),
+        "the handler kept running without the lock"
+    );
+    assert_eq!(
+        json(response.into_body()).await["type"],
+        "urn:lock-tower:lease-lost"
+    );
+    let m = metrics.snapshot();
+    assert_eq!(
+        (m.rejected_lease_lost, m.leases_lost, m.in_flight),
+        (1, 1, 0)
+    );
+}
+
+/// The service answers, but only after a pause longer than its lease (a GC pause, a blocked
+/// thread: simulated by blocking this single-threaded runtime, so no renewal can run). Its
+/// work was not protected to the end: the response is discarded for a 503.
+#[tokio::test]
+async fn a_response_finished_after_the_lease_ran_out_is_discarded() {
+    let locker = Locker::builder(MemoryBackend::new())
+        .lease(Duration::from_millis(20))
+        .build();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY));
+    let metrics = layer.metrics();
+    let svc = layer.layer(tower::service_fn(|_req: Request<String>| async {
+        std::thread::sleep(Duration::from_millis(60));
+        Ok::<_, Infallible>(Response::new(String::from("done late")))
+    }));
+    let response = svc.oneshot(request(Some("g"))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        json(response.into_body()).await["type"],
+        "urn:lock-tower:lease-lost"
+    );
+    let m = metrics.snapshot();
+    assert_eq!(
+        (m.rejected_lease_lost, m.leases_lost, m.in_flight),
+        (1, 1, 0)
+    );
+}
+
+/// Lost while the held body streams: the body ends with an error instead of looking complete.
+#[tokio::test]
+async fn lease_lost_while_the_body_streams_ends_it_with_an_error() {
+    let (locker, backend) = short_lease_locker();
+    let (inner, mut senders) = streaming();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY))
+        .key_prefix("p:")
+        .hold_until_body_end();
+    let metrics = layer.metrics();
+    let svc = layer.layer(inner);
+
+    let response = svc.oneshot(request(Some("m"))).await.unwrap();
+    let _tx = senders.recv().await.unwrap();
+    let mut body = response.into_body();
+    assert!(backend.force_delete("p:m"));
+    let error = within("the body did not fail", body.frame())
+        .await
+        .unwrap()
+        .unwrap_err();
+    let lost = error
+        .downcast_ref::<LeaseLostError>()
+        .expect("a LeaseLostError");
+    assert_eq!(lost.key(), "p:m");
+    assert!(body.frame().await.is_none());
+    assert_eq!(metrics.snapshot().leases_lost, 1);
+}
+
+#[tokio::test]
+async fn fenced_requests_see_increasing_tokens_and_their_lock() {
+    let locker = Locker::memory();
+    let svc = LockLayer::new(locker.clone(), HeaderKey::new(KEY))
+        .key_prefix("f:")
+        .fenced()
+        .layer(tower::service_fn(|req: Request<String>| async move {
+            let info = req.extensions().get::<LockInfo>().unwrap();
+            assert!(info.is_held());
+            assert_eq!(info.key(), "f:one");
+            let token = req.extensions().get::<FencingToken>().unwrap();
+            assert_eq!(info.fence(), Some(token.get()));
+            Ok::<_, Infallible>(Response::new(token.to_string()))
+        }));
+    let mut last = 0;
+    for _ in 0..3 {
+        let response = svc.clone().oneshot(request(Some("one"))).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let token: u64 = text(response.into_body()).await.parse().unwrap();
+        assert!(token > last, "fencing tokens went {last} -> {token}");
+        last = token;
+    }
+}
+
+#[tokio::test]
+async fn unfenced_requests_carry_no_token() {
+    let svc = LockLayer::new(Locker::memory(), HeaderKey::new(KEY)).layer(tower::service_fn(
+        |req: Request<String>| async move {
+            let token = req.extensions().get::<FencingToken>().copied();
+            let locked = req.extensions().get::<LockInfo>().is_some();
+            Ok::<_, Infallible>(Response::new(format!("{token:?} {locked}")))
+        },
+    ));
+    let response = svc.oneshot(request(Some("u"))).await.unwrap();
+    assert_eq!(text(response.into_body()).await, "None true");
+}
