@@ -19,5 +19,5 @@ pub use fencing::MissingFencingToken;
 pub use future::ResponseFuture;
 pub use layer::LockLayer;
 pub use metrics::{LockLayerMetrics, MetricsSnapshot};
-pub use rejection::Rejection;
+pub use rejection::{Rejection, problem_type};
 pub use service::LockService;

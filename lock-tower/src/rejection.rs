@@ -214,13 +214,13 @@ impl Rejection {
     /// ```
     pub fn problem_type(&self) -> &'static str {
         match self {
-            Rejection::Busy { .. } => "urn:lock-tower:busy",
-            Rejection::Timeout { .. } => "urn:lock-tower:wait-timeout",
-            Rejection::Unavailable { .. } => "urn:lock-tower:lock-unavailable",
-            Rejection::LeaseLost { .. } => "urn:lock-tower:lease-lost",
-            Rejection::MissingKey => "urn:lock-tower:missing-key",
-            Rejection::InvalidKey { .. } => "urn:lock-tower:invalid-key",
-            Rejection::Misconfigured { .. } => "urn:lock-tower:misconfigured",
+            Rejection::Busy { .. } => problem_type::BUSY,
+            Rejection::Timeout { .. } => problem_type::WAIT_TIMEOUT,
+            Rejection::Unavailable { .. } => problem_type::LOCK_UNAVAILABLE,
+            Rejection::LeaseLost { .. } => problem_type::LEASE_LOST,
+            Rejection::MissingKey => problem_type::MISSING_KEY,
+            Rejection::InvalidKey { .. } => problem_type::INVALID_KEY,
+            Rejection::Misconfigured { .. } => problem_type::MISCONFIGURED,
         }
     }
 
@@ -393,4 +393,28 @@ mod tests {
         assert_eq!(busy(Duration::from_secs(2)).retry_after(), Some(2));
         assert_eq!(busy(Duration::from_millis(2001)).retry_after(), Some(3));
     }
+}
+
+/// The `type` URIs of the layer's `application/problem+json` answers, for clients and tests that
+/// tell the layer's 409s and 503s apart from the application's own.
+///
+/// ```
+/// use lock_tower::{Rejection, problem_type};
+/// assert_eq!(Rejection::MissingKey.problem_type(), problem_type::MISSING_KEY);
+/// ```
+pub mod problem_type {
+    /// 409: the key is locked and the layer does not wait (`reject_when_busy`).
+    pub const BUSY: &str = "urn:lock-tower:busy";
+    /// 409: the key stayed locked for the whole wait.
+    pub const WAIT_TIMEOUT: &str = "urn:lock-tower:wait-timeout";
+    /// 503: the lock backend failed (fail closed).
+    pub const LOCK_UNAVAILABLE: &str = "urn:lock-tower:lock-unavailable";
+    /// 503: the lease was lost while the request ran; its work was cancelled.
+    pub const LEASE_LOST: &str = "urn:lock-tower:lease-lost";
+    /// 400: the request carries no key and the layer requires one.
+    pub const MISSING_KEY: &str = "urn:lock-tower:missing-key";
+    /// 400: the key in the request is not acceptable.
+    pub const INVALID_KEY: &str = "urn:lock-tower:invalid-key";
+    /// 500: the layer is set up wrongly (for example a path parameter read before routing).
+    pub const MISCONFIGURED: &str = "urn:lock-tower:misconfigured";
 }

@@ -1,0 +1,321 @@
+//! The expansion: the original function, its body run under the lock.
+//!
+//! ```text
+//! #[attrs] vis async fn name<G>(params) -> Result<T, E> where .. {
+//!     let key = format!("..", param.field, ..);          // borrows the parameters, moves nothing
+//!     let request = Ok(locker_expr.lock(key))            // or global().map(|l| l.lock(key))
+//!     let outcome = match request {
+//!         Ok(request) => request.wait(..).lease(..).fenced().run(async move {
+//!             if false { return <fake value of the declared return type>; }   // for `?` inference
+//!             { original body }
+//!         }).await,
+//!         Err(e) => Err(e),
+//!     };
+//!     match outcome { Ok(output) => output, Err(e) => Err(From::from(e)) }
+//! }
+//! ```
+//!
+//! Glue identifiers carry `Span::mixed_site()`: the body cannot see them and they cannot
+//! capture the user's names. Key arguments carry the key literal's span, so a parameter that
+//! is not `Display` is reported at the key; the `locker` expression keeps its own span, so a
+//! value that is not a `Locker` is reported there; the final `From::from` carries the span of
+//! `E` in the signature, so a missing `From<LockError>` is reported at `E`.
+
+use proc_macro2::{Ident, Literal, Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{AttrStyle, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+
+use crate::args::{Args, Errors, Options};
+use crate::signature::{self, Params};
+use crate::template::Segment;
+
+/// Expands `#[distributed_lock(attr)] item`. On any error: the item unchanged plus
+/// `compile_error!`s, so the rest of the crate (and the IDE) still sees the function.
+pub(crate) fn distributed_lock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let options = errors
+        .take(syn::parse2::<Args>(attr))
+        .and_then(|args| args.check(&mut errors));
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            errors.push(not_a_function(&item));
+            return with_errors(item, errors.into_inner());
+        }
+    };
+    signature::check(&func.sig, &mut errors);
+    let key_arguments = options.as_ref().map(|o| {
+        Params::of(&func.sig).key_arguments(&o.key, &o.segments, &func.sig.ident, &mut errors)
+    });
+    match (errors.into_inner(), options, key_arguments) {
+        (None, Some(options), Some(key_arguments)) => generate(&func, &options, &key_arguments),
+        // Never emit the function unlocked without an error saying why.
+        (errors, ..) => with_errors(
+            item,
+            errors.or_else(|| {
+                Some(syn::Error::new(
+                    Span::call_site(),
+                    "#[distributed_lock] could not expand this function",
+                ))
+            }),
+        ),
+    }
+}
+
+fn with_errors(item: TokenStream, errors: Option<syn::Error>) -> TokenStream {
+    let errors = errors.map(|e| e.to_compile_error()).unwrap_or_default();
+    quote!(#item #errors)
+}
+
+fn not_a_function(item: &TokenStream) -> syn::Error {
+    if let Ok(declaration) = syn::parse2::<syn::TraitItemFn>(item.clone())
+        && declaration.default.is_none()
+    {
+        return syn::Error::new_spanned(
+            &declaration.sig,
+            "#[distributed_lock] needs a function body: put it on the `async fn` in the `impl` block, not on the trait's declaration",
+        );
+    }
+    syn::Error::new_spanned(
+        item,
+        "#[distributed_lock] applies to `async fn` items (free functions and methods)",
+    )
+}
+
+fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let outer = attrs.iter().filter(|a| matches!(a.style, AttrStyle::Outer));
+    let inner = attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
+    let site = Span::mixed_site();
+    let krate = &options.krate;
+
+    let key = key_expression(options, key_arguments);
+    let request = match &options.locker {
+        Some(locker) => {
+            // Spanned at the expression: a wrong type is reported there.
+            let borrowed = quote_spanned!(locker.span()=> &(#locker));
+            quote_spanned! {site=>
+            ::core::result::Result::Ok::<_, #krate::LockError>({
+                let __lock_locker: &#krate::Locker = #borrowed;
+                __lock_locker.lock(__lock_key)
+            })
+            }
+        }
+        None => quote_spanned! {site=>
+            #krate::__private::global().map(|__lock_locker| __lock_locker.lock(__lock_key))
+        },
+    };
+    let mut settings = TokenStream::new();
+    if let Some(wait) = options.wait {
+        let ms = millis(wait);
+        settings
+            .extend(quote_spanned!(site=> .wait(#krate::__private::Duration::from_millis(#ms))));
+    }
+    if options.no_wait {
+        settings.extend(quote_spanned!(site=> .no_wait()));
+    }
+    if let Some(lease) = options.lease {
+        let ms = millis(lease);
+        settings
+            .extend(quote_spanned!(site=> .lease(#krate::__private::Duration::from_millis(#ms))));
+    }
+    if options.fenced {
+        settings.extend(quote_spanned!(site=> .fenced()));
+    }
+
+    let fake_return_edge = match &sig.output {
+        ReturnType::Type(_, ty) => {
+            let ty = erase_impl_trait(ty);
+            quote_spanned! {site=>
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::let_with_type_underscore,
+                    clippy::needless_return,
+                    clippy::unreachable
+                )]
+                if false {
+                    let __lock_fake_return: #ty = loop {};
+                    return __lock_fake_return;
+                }
+            }
+        }
+        // Refused by `signature::check`.
+        ReturnType::Default => TokenStream::new(),
+    };
+    // When `E: From<LockError>` does not hold, rustc blames the conversion's argument, and
+    // moves any span with the macro's hygiene to the attribute. So the conversion, binding
+    // included, carries the span of `E` in the signature; no user code is in that arm's scope.
+    let error_span = error_type_span(&sig.output);
+    let lock_error = Ident::new("lock_error", error_span);
+    let convert = quote_spanned!(error_span=> ::core::convert::From::from(#lock_error));
+
+    let body = quote_spanned! {site=>
+        {
+            #(#inner)*
+            let __lock_key = #key;
+            let __lock_request = #request;
+            let __lock_outcome = match __lock_request {
+                ::core::result::Result::Ok(__lock_request) => {
+                    __lock_request #settings .run(async move {
+                        #fake_return_edge
+                        #block
+                    })
+                    .await
+                }
+                ::core::result::Result::Err(__lock_error) => {
+                    ::core::result::Result::Err(__lock_error)
+                }
+            };
+            match __lock_outcome {
+                ::core::result::Result::Ok(__lock_output) => __lock_output,
+                // The identity when `E` is `LockError`; this code is the user's as far as clippy knows.
+                #[allow(clippy::useless_conversion)]
+                ::core::result::Result::Err(#lock_error) => ::core::result::Result::Err(#convert),
+            }
+        }
+    };
+    quote! {
+        #(#outer)*
+        #vis #sig
+        #body
+    }
+}
+
+/// The key: a string literal when the template has no placeholder, else a `format!`.
+fn key_expression(options: &Options, arguments: &[TokenStream]) -> TokenStream {
+    let span = options.key.span();
+    let constant = arguments.is_empty();
+    let mut format = String::new();
+    for segment in &options.segments {
+        match segment {
+            Segment::Text(text) if constant => format.push_str(text),
+            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Segment::Value(_) => format.push_str("{}"),
+        }
+    }
+    let mut literal = Literal::string(&format);
+    literal.set_span(span);
+    if constant {
+        return literal.into_token_stream();
+    }
+    quote_spanned!(span=> ::std::format!(#literal, #(#arguments),*))
+}
+
+fn millis(d: std::time::Duration) -> Literal {
+    // In range: durations were checked against lock-core's bounds (at most 7 days).
+    Literal::u64_unsuffixed(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The span of `E` in `Result<T, E>`, else of the whole return type.
+fn error_type_span(output: &ReturnType) -> Span {
+    let ReturnType::Type(_, ty) = output else {
+        return Span::call_site();
+    };
+    if let Type::Path(path) = &**ty
+        && let Some(last) = path.path.segments.last()
+        && let PathArguments::AngleBracketed(args) = &last.arguments
+        && let Some(GenericArgument::Type(error)) = args.args.iter().nth(1)
+    {
+        return error.span();
+    }
+    ty.span()
+}
+
+/// Replaces every `impl Trait` with `_`, so the return type can annotate a `let`.
+fn erase_impl_trait(ty: &Type) -> Type {
+    struct Eraser;
+    impl VisitMut for Eraser {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            if let Type::ImplTrait(it) = ty {
+                *ty = Type::Infer(syn::TypeInfer {
+                    underscore_token: syn::Token![_](it.span()),
+                });
+            } else {
+                syn::visit_mut::visit_type_mut(self, ty);
+            }
+        }
+    }
+    let mut ty = ty.clone();
+    Eraser.visit_type_mut(&mut ty);
+    ty
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(attr: TokenStream, item: TokenStream) -> String {
+        distributed_lock(attr, item).to_string()
+    }
+
+    #[test]
+    fn errors_keep_the_original_item() {
+        let out = expand(
+            quote!(key = "k", nope),
+            quote!(
+                async fn f() -> Result<(), E> {
+                    body()
+                }
+            ),
+        );
+        assert!(
+            out.contains("async fn f () -> Result < () , E > { body () }"),
+            "{out}"
+        );
+        assert!(out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let out = expand(
+            quote!(key = "{nope}", wait = "1x"),
+            quote!(
+                fn f() {}
+            ),
+        );
+        for expected in [
+            "unknown unit",
+            "needs an `async fn`",
+            "needs a function returning",
+            "unknown name `nope`",
+        ] {
+            assert!(out.contains(expected), "{expected}: {out}");
+        }
+    }
+
+    #[test]
+    fn literal_keys_are_unescaped_and_not_formatted() {
+        let out = expand(
+            quote!(key = "a{{b}}"),
+            quote!(
+                async fn f() -> Result<(), E> {}
+            ),
+        );
+        assert!(out.contains("let __lock_key = \"a{b}\""), "{out}");
+        assert!(!out.contains("format"), "{out}");
+    }
+
+    #[test]
+    fn formatted_keys_escape_braces() {
+        let out = expand(
+            quote!(key = "a{{{id}}}"),
+            quote!(
+                async fn f(id: u32) -> Result<(), E> {}
+            ),
+        );
+        assert!(out.contains("format ! (\"a{{{}}}\" , id)"), "{out}");
+    }
+}
