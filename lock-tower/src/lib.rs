@@ -13,6 +13,11 @@ pub mod rejection;
 mod service;
 
 pub use body::{BoxError, LeaseLostError, ResponseBody};
+#[cfg(feature = "axum")]
+pub use extract::PathParam;
+pub use extract::{
+    HeaderKey, KeyExtractor, KeyRejection, MethodAndPath, QueryParam, RawKey, key_fn,
+};
 pub use fencing::FencingToken;
 #[cfg(feature = "axum")]
 pub use fencing::MissingFencingToken;
