@@ -74,7 +74,7 @@ pin_project! {
         },
         Running {
             #[pin]
-            future: S::Future,
+            future: Inner<S::Future>,
             hold: Option<Hold>,
         },
         Releasing {
@@ -113,7 +113,10 @@ where
 
     pub(crate) fn unlocked(shared: Arc<Shared>, future: S::Future) -> Self {
         ResponseFuture {
-            state: State::Running { future, hold: None },
+            state: State::Running {
+                future: Inner::Plain { future },
+                hold: None,
+            },
             shared,
             span: tracing::Span::none(),
         }
@@ -166,9 +169,14 @@ where
                                 request.extensions_mut().insert(FencingToken(fence));
                             }
                             request.extensions_mut().insert(guard.info());
+                            // Run inside the lock's scope: `lock_core::current_lock()` works in
+                            // the handler, and locking the same key there is reentrant.
+                            let future = Inner::Scoped {
+                                future: guard.scope(service.call(request)),
+                            };
                             let hold = Hold::new(guard, now, shared.metrics.clone());
                             State::Running {
-                                future: service.call(request),
+                                future,
                                 hold: Some(hold),
                             }
                         }
@@ -176,7 +184,9 @@ where
                             shared.metrics.incr(Counter::FailedOpen);
                             tracing::warn!(%error, "lock backend failed; failing open: calling the service WITHOUT the lock");
                             State::Running {
-                                future: service.call(request),
+                                future: Inner::Plain {
+                                    future: service.call(request),
+                                },
                                 hold: None,
                             }
                         }
@@ -240,6 +250,32 @@ where
                 }
             };
             this.state.set(next);
+        }
+    }
+}
+
+pin_project! {
+    /// The service's future: inside the lock's scope when locked, as is when not.
+    #[project = InnerProj]
+    enum Inner<F: Future> {
+        Plain {
+            #[pin]
+            future: F,
+        },
+        Scoped {
+            #[pin]
+            future: lock_core::Scoped<F>,
+        },
+    }
+}
+
+impl<F: Future> Future for Inner<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.project() {
+            InnerProj::Plain { future } => future.poll(cx),
+            InnerProj::Scoped { future } => future.poll(cx),
         }
     }
 }

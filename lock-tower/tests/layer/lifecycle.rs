@@ -263,3 +263,32 @@ async fn unfenced_requests_carry_no_token() {
     let response = svc.oneshot(request(Some("u"))).await.unwrap();
     assert_eq!(text(response.into_body()).await, "None true");
 }
+
+#[tokio::test]
+async fn the_handler_runs_inside_the_locks_scope() {
+    let locker = Locker::memory();
+    let inner_locker = locker.clone();
+    let svc = LockLayer::new(locker.clone(), HeaderKey::new(KEY))
+        .key_prefix("s:")
+        .fenced()
+        .layer(tower::service_fn(move |_req: Request<String>| {
+            let locker = inner_locker.clone();
+            async move {
+                let current = lock_core::current_lock().expect("inside the lock's scope");
+                assert_eq!(current.key(), "s:one");
+                assert_eq!(lock_core::current_fence(), current.fence());
+                // The same key again, as a #[distributed_lock] fn called by the handler would:
+                // reentrant, not a wait on ourselves.
+                let again = locker.try_lock("s:one").await.expect("reentrant");
+                assert!(again.is_reentrant());
+                // Other keys are ordinary locks.
+                let other = locker.try_lock("s:two").await.expect("free");
+                assert!(!other.is_reentrant());
+                Ok::<_, Infallible>(Response::new(String::new()))
+            }
+        }));
+    let response = svc.oneshot(request(Some("one"))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(lock_core::current_lock().is_none());
+    let _free = locker.try_lock("s:one").await.unwrap();
+}
