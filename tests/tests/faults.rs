@@ -53,13 +53,16 @@ async fn killed_holder_process_frees_the_lock_within_its_lease() {
     ));
     agent.signal("KILL");
     let killed_at = Instant::now();
+    let pttl_at_kill = server.pttl("lock:{job}").await;
     let guard = locker
         .lock("job")
         .wait(Duration::from_secs(5))
         .await
         .unwrap();
     let took = killed_at.elapsed();
-    println!("acquired {took:?} after the holder was killed (lease {lease:?})");
+    println!(
+        "acquired {took:?} after the holder was killed (lease {lease:?}, PTTL then {pttl_at_kill} ms)"
+    );
     assert!(took <= lease + Duration::from_millis(100), "{took:?}");
     guard.release().await.unwrap();
 }
