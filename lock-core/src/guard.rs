@@ -45,6 +45,10 @@ pub(crate) struct Held {
     pub(crate) acquired_at: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
+    /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
+    /// `extend`), so two renewals with different leases never race: the later PEXPIRE could
+    /// otherwise shorten the lease behind the other's back.
+    pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The drift allowance subtracted from every lease: 1 % plus 2 ms.
@@ -93,6 +97,7 @@ impl Held {
             renew_until: max_hold.map(|m| sent_at + m),
             acquired_at: sent_at,
             waited,
+            renewing: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -249,6 +254,7 @@ impl Held {
 
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         crate::locker::validate_lease(lease)?;
+        let _serial = self.renewing.lock().await;
         if !self.is_held() {
             return Err(self.lease_lost());
         }
@@ -258,11 +264,19 @@ impl Held {
             token: self.token.clone(),
             lease,
         };
+        // Until the answer is in, the backend may hold either lease: if this future is dropped
+        // or the call fails, assume the shorter one and have the watchdog renew at once.
+        let mut unsure = UnsureLease {
+            held: Some(self),
+            sent_at,
+            lease,
+        };
         let answer = self
             .locker
             .backend
             .renew(std::slice::from_ref(&item))
             .await?;
+        unsure.held = None;
         if answer.first() == Some(&true) {
             self.lease_ms.store(
                 u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
@@ -290,6 +304,32 @@ impl Held {
         LockError::LeaseLost {
             key: self.key.user().to_owned(),
         }
+    }
+}
+
+/// An `extend` whose outcome is unknown (dropped, or the call failed): the backend may now hold
+/// the new lease, which may be shorter than the one the local deadline was computed from.
+struct UnsureLease<'a> {
+    held: Option<&'a Held>,
+    sent_at: Instant,
+    lease: Duration,
+}
+
+impl Drop for UnsureLease<'_> {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let until = self.sent_at + self.lease.saturating_sub(drift(self.lease));
+        held.state.send_if_modified(|s| {
+            if s.phase == Phase::Held && until < s.valid_until {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+        held.locker.watchdog.rescheduled(held.id, Instant::now());
     }
 }
 
@@ -503,11 +543,24 @@ impl LockGuard {
 
     /// A read-only handle on this lock that can be cloned and moved to other tasks.
     ///
+    /// Its [`lost`](LockInfo::lost) never resolves once the lock is released: a task watching
+    /// for the loss should also stop when the work it guards ends.
+    ///
     /// ```
     /// # async fn demo() {
     /// let guard = lock_core::Locker::memory().lock("job").await.unwrap();
     /// let info = guard.info();
-    /// tokio::spawn(async move { info.lost().await; });
+    /// let (done, finished) = tokio::sync::oneshot::channel::<()>();
+    /// let watcher = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         () = info.lost() => { /* tell the worker to stop */ }
+    ///         _ = finished => {}
+    ///     }
+    /// });
+    /// // ... the work ...
+    /// let _ = done.send(());
+    /// watcher.await.unwrap();
+    /// guard.release().await.unwrap();
     /// # }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```

@@ -225,9 +225,19 @@ impl LockRequest {
     /// ```
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         if let Some(held) = self.reentrant() {
-            // Reentrant: the outer scope holds the lock, watches its loss and releases it.
-            held?;
-            return Ok(body.await);
+            // Reentrant: the outer scope holds and releases the lock. Its loss still cancels
+            // this body, whatever the outer scope is (a `run`, or a guard's `scope`).
+            let held = held?;
+            let out = tokio::select! {
+                biased;
+                () = held.lost() => return Err(held.lease_lost()),
+                out = body => out,
+            };
+            return if held.is_held() {
+                Ok(out)
+            } else {
+                Err(held.lease_lost())
+            };
         }
         let max_hold = self.max_hold;
         let guard = self.acquire().await?;
@@ -372,9 +382,10 @@ async fn acquire(
         .map_err(|_| timeout())?;
     let mut skip_attempt = held_by_predecessor && subscribed;
     let mut backoff = DEGRADED_MIN;
+    let mut trouble = None;
     loop {
         if !skip_attempt {
-            match attempt(inner, key, spec, None, true).await? {
+            match patient(attempt(inner, key, spec, None, true).await, &mut trouble)? {
                 Ok(guard) => {
                     ticket.acquired = true;
                     return Ok(guard);
@@ -383,7 +394,7 @@ async fn acquire(
             }
         }
         if Instant::now() >= deadline {
-            return Err(timeout());
+            return Err(trouble.unwrap_or_else(timeout));
         }
         // The holder's lease bounds every wait: a key that expires publishes nothing. When
         // the predecessor just took the lock we know no TTL: its lease is at most ours.
@@ -393,7 +404,8 @@ async fn acquire(
             remaining.map_or(spec.lease, |r| r + EXPIRY_SLACK)
         };
         skip_attempt = false;
-        let nap = if inner.backend.notifications_healthy() {
+        let nap = if inner.backend.notifications_healthy() && trouble.is_none() {
+            backoff = DEGRADED_MIN;
             expiry
         } else {
             let nap = jittered(backoff).min(expiry);
@@ -404,8 +416,31 @@ async fn acquire(
             biased;
             () = ticket.released() => {}
             () = tokio::time::sleep(nap) => {}
-            () = tokio::time::sleep_until(deadline) => return Err(timeout()),
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(trouble.unwrap_or_else(timeout));
+            }
         }
+    }
+}
+
+/// Inside a wait, a transport failure is not the end: the backend may be back before the
+/// deadline (a restart, a dropped connection). It counts as "busy, for an unknown time" and is
+/// remembered, to be returned if the wait ends without the lock. Other errors end the wait.
+fn patient<T>(
+    answer: Result<Result<T, Option<Duration>>, LockError>,
+    trouble: &mut Option<LockError>,
+) -> Result<Result<T, Option<Duration>>, LockError> {
+    match answer {
+        Err(e @ LockError::Backend { .. }) => {
+            tracing::debug!(error = %e, "lock attempt failed while waiting; retrying until the deadline");
+            *trouble = Some(e);
+            Ok(Err(None))
+        }
+        Ok(answer) => {
+            *trouble = None;
+            Ok(answer)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -447,6 +482,14 @@ async fn attempt(
                     waited,
                 },
             );
+            if !held.is_held() {
+                // The answer came back after the lease had run out (a slow network, a pause):
+                // the lock may be someone else's already. Not a success; the guard's drop
+                // releases it if it is still ours.
+                tracing::debug!(key = %crate::key::display_key(key.user()), "acquired too late: the lease ran out before the answer came");
+                drop(LockGuard::owned(held));
+                return Ok(Err(None));
+            }
             if spec.watchdog {
                 inner.watchdog.add(inner, &held);
             }
@@ -502,8 +545,16 @@ async fn acquire_fair(
     let refresh = ticket.ttl / 3;
     let mut backoff = DEGRADED_MIN;
     let mut waited = false;
+    let mut trouble = None;
     loop {
-        let remaining = match attempt(inner, key, spec, Some(&ticket), waited).await? {
+        let answer = attempt(inner, key, spec, Some(&ticket), waited).await;
+        // As in the unfair mode, a backend down at the first attempt fails at once.
+        let answer = if waited {
+            patient(answer, &mut trouble)
+        } else {
+            answer
+        };
+        let remaining = match answer? {
             Ok(guard) => {
                 stay.acquired = true;
                 return Ok(guard);
@@ -512,18 +563,22 @@ async fn acquire_fair(
         };
         waited = true;
         if Instant::now() >= deadline {
-            return Err(timeout());
+            return Err(trouble.unwrap_or_else(timeout));
         }
         let mut nap = remaining.map_or(refresh, |r| (r + EXPIRY_SLACK).min(refresh));
-        if !inner.backend.notifications_healthy() {
+        if !inner.backend.notifications_healthy() || trouble.is_some() {
             nap = nap.min(jittered(backoff));
             backoff = (backoff * 2).min(DEGRADED_MAX);
+        } else {
+            backoff = DEGRADED_MIN;
         }
         tokio::select! {
             biased;
             () = stay.wake.notified() => {}
             () = tokio::time::sleep(nap) => {}
-            () = tokio::time::sleep_until(deadline) => return Err(timeout()),
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(trouble.unwrap_or_else(timeout));
+            }
         }
     }
 }

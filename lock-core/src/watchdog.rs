@@ -107,11 +107,26 @@ impl Watchdog {
                 .filter(|(h, at)| *at <= now + h.lease() / 10)
                 .map(|(h, _)| h),
         );
+        // A lock whose lease an `extend` is changing right now is left to it (it reschedules
+        // the lock when done); the others are held until their answers are applied.
+        let mut serials = Vec::with_capacity(due.len());
+        due.retain(|h| match h.renewing.clone().try_lock_owned() {
+            Ok(serial) => {
+                serials.push(serial);
+                true
+            }
+            Err(_) => false,
+        });
+        if due.is_empty() {
+            return Some(Instant::now() + Duration::from_millis(10));
+        }
         let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
+        // Wait as long as any of them can still be saved; each lock's own deadline marks it
+        // lost on time regardless (see `Held::lost`).
         let bound = due
             .iter()
             .map(|h| h.remaining())
-            .min()
+            .max()
             .unwrap_or_default()
             .max(Duration::from_millis(1));
         let sent = Instant::now();
@@ -151,6 +166,7 @@ impl Watchdog {
                 }
             }
         }
+        drop(serials);
         for held in lost {
             held.mark_lost("renewal found the lock no longer ours");
         }

@@ -406,3 +406,36 @@ async fn non_atomic_counter_stays_exact_under_contention() {
     }
     assert_eq!(counter.load(Ordering::SeqCst), 4000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reentrant_run_inside_a_guard_scope_is_cancelled_on_loss() {
+    let (backend, a, b) = pair();
+    let guard = a
+        .lock("stock:1")
+        .lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let after_await = Arc::new(AtomicBool::new(false));
+    let flag = after_await.clone();
+    let inner = a.clone();
+    let work = guard.scope(async move {
+        inner
+            .lock("stock:1")
+            .run(async move {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                flag.store(true, Ordering::SeqCst);
+            })
+            .await
+    });
+    let thief = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        backend.force_delete("stock:1");
+        b.try_lock("stock:1").await.unwrap()
+    };
+    let (result, _other) = tokio::join!(work, thief);
+    assert!(
+        matches!(result, Err(LockError::LeaseLost { .. })),
+        "{result:?}"
+    );
+    assert!(!after_await.load(Ordering::SeqCst));
+}

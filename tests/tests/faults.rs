@@ -383,3 +383,99 @@ async fn a_release_dropped_half_way_still_releases() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_arrives_after_the_lease_ran_out_is_not_a_lock() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    // Freeze the server for longer than the lease; the acquire queues behind the freeze and
+    // its answer arrives when the lease, measured from before the send, has already run out.
+    let mut admin = server.client().await;
+    let freeze = tokio::spawn(async move {
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.3")
+            .exec_async(&mut admin)
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let r = locker
+        .lock("late")
+        .lease(Duration::from_millis(100))
+        .no_wait()
+        .await;
+    freeze.await.unwrap();
+    assert!(
+        matches!(
+            r,
+            Err(LockError::Busy {
+                retry_after: None,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Whatever the server still holds under our token is released in the background.
+    eventually("late lock released", Duration::from_secs(5), async || {
+        !server.exists("lock:{late}").await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_server_restart() {
+    let mut server = RedisServer::start();
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let _held = holder.lock("k").await.unwrap();
+    let task = tokio::spawn(async move { waiter.lock("k").wait(Duration::from_secs(20)).await });
+    eventually("waiter subscribed", Duration::from_secs(5), async || {
+        let channels: Vec<String> = server
+            .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
+            .await;
+        !channels.is_empty()
+    })
+    .await;
+    server.stop();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Back empty: the holder's lock is gone with the old process.
+    server.restart();
+    let g = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("waiter finished")
+        .unwrap()
+        .expect("acquired after the restart");
+    assert!(g.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_works_on_a_cluster_mode_node() {
+    let server = RedisServer::start_cluster_node();
+    let _: () = server
+        .query(
+            redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(0)
+                .arg(16383)
+                .clone(),
+        )
+        .await;
+    eventually("cluster state ok", Duration::from_secs(10), async || {
+        let info: String = server
+            .query(redis::cmd("CLUSTER").arg("INFO").clone())
+            .await;
+        info.contains("cluster_state:ok")
+    })
+    .await;
+    let locker = locker(&server).await;
+    let lease = Duration::from_millis(600);
+    // Different hash slots, due for renewal together.
+    let a = locker.lock("order:1").lease(lease).await.unwrap();
+    let b = locker.lock("order:2").lease(lease).await.unwrap();
+    tokio::time::sleep(lease * 3).await;
+    assert!(a.is_held() && b.is_held());
+    assert!(server.pttl("lock:{order:1}").await > 0);
+    assert!(server.pttl("lock:{order:2}").await > 0);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}

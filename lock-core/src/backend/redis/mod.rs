@@ -1,5 +1,6 @@
-//! The Redis backend: one Redis server (standalone or a cluster's single shard) through
-//! redis-rs's `ConnectionManager`.
+//! The Redis backend: one Redis server through redis-rs's `ConnectionManager`. A cluster-mode
+//! node that serves every slot itself works too (renewals then go one lock name per call);
+//! several shards need the cluster backend, which does not exist yet.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -60,6 +61,9 @@ pub struct RedisBackend {
 struct Inner {
     conn: ConnectionManager,
     sharded: bool,
+    /// A cluster-mode node refuses one script call over keys of several slots: renewals are
+    /// then sent per lock name.
+    cluster: bool,
     subscriber: Subscriber,
 }
 
@@ -158,6 +162,12 @@ impl RedisBackendBuilder {
             .map_err(|e| LockError::backend("connect", "", e))?;
         let major = server_major_version(&info);
         let sharded = major >= 7;
+        let cluster_info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| LockError::backend("connect", "", e))?;
+        let cluster = cluster_info.contains("cluster_enabled:1");
         let subscriber = Subscriber::new(
             &client,
             sharded,
@@ -169,6 +179,7 @@ impl RedisBackendBuilder {
             inner: Arc::new(Inner {
                 conn,
                 sharded,
+                cluster,
                 subscriber,
             }),
         })
@@ -241,9 +252,21 @@ impl RedisBackend {
         operation: &'static str,
         key: &str,
     ) -> Result<Value, LockError> {
+        self.invoke_noting_retry(call, operation, key)
+            .await
+            .map(|(value, _)| value)
+    }
+
+    /// Like [`invoke`](Self::invoke); also says whether the answer came from the retry.
+    async fn invoke_noting_retry(
+        &self,
+        call: &ScriptInvocation<'_>,
+        operation: &'static str,
+        key: &str,
+    ) -> Result<(Value, bool), LockError> {
         let mut conn = self.inner.conn.clone();
         match call.invoke_async::<Value>(&mut conn).await {
-            Ok(v) => Ok(v),
+            Ok(v) => Ok((v, false)),
             Err(e)
                 if !e.is_timeout()
                     && (e.is_connection_dropped()
@@ -253,6 +276,7 @@ impl RedisBackend {
                 tracing::debug!(error = %e, operation, "Redis connection lost; retrying once on a new one");
                 call.invoke_async::<Value>(&mut conn)
                     .await
+                    .map(|v| (v, true))
                     .map_err(|e| LockError::backend(operation, key, e))
             }
             Err(e) => Err(LockError::backend(operation, key, e)),
@@ -312,9 +336,14 @@ impl RedisBackend {
             .arg(token.as_str())
             .arg(key.channel())
             .arg(if self.inner.sharded { "1" } else { "0" });
-        let reply = self.invoke(&call, "release", key.user()).await?;
+        let (reply, retried) = self
+            .invoke_noting_retry(&call, "release", key.user())
+            .await?;
         match reply {
             Value::Int(1) => Ok(true),
+            // The first call may have run and lost only its answer: the key is gone either
+            // way, and whether it was ours until then is the local validity's to say.
+            Value::Int(0) if retried => Ok(true),
             Value::Int(0) => Ok(false),
             other => Err(LockError::protocol(
                 "release",
@@ -337,6 +366,18 @@ impl RedisBackend {
     }
 
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        if !self.inner.cluster || items.len() <= 1 {
+            return self.renew_batch(items).await;
+        }
+        // One lock name per call on a cluster node (its keys share one slot by construction).
+        let mut answers = Vec::with_capacity(items.len());
+        for item in items {
+            answers.extend(self.renew_batch(std::slice::from_ref(item)).await?);
+        }
+        Ok(answers)
+    }
+
+    async fn renew_batch(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         let first = items.first().map_or("", |r| r.key.user());
         let mut call = RENEW.prepare_invoke();
         for r in items {
