@@ -20,7 +20,7 @@ use crate::locker::LockerInner;
 
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
-    entries: Mutex<HashMap<u64, Entry>>,
+    entries: Mutex<Table>,
     wake: Arc<Notify>,
     /// The scheduler task; spawned again if the runtime it ran on has shut down.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -33,8 +33,38 @@ struct Entry {
     renew_at: Instant,
 }
 
+#[derive(Debug, Default)]
+struct Table {
+    map: HashMap<u64, Entry>,
+    /// What the scheduler does now, so that adding a lock wakes it only when it must: most
+    /// new locks are due after the one it already sleeps for.
+    plan: Plan,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+enum Plan {
+    /// Ticking (or about to): it will see every entry.
+    #[default]
+    Awake,
+    SleepingUntil(Instant),
+    Idle,
+}
+
+impl std::ops::Deref for Table {
+    type Target = HashMap<u64, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
 impl Watchdog {
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+    fn entries(&self) -> MutexGuard<'_, Table> {
         // Entries are updated by single map operations; a poisoned lock holds consistent data.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -42,13 +72,21 @@ impl Watchdog {
     /// Starts renewing `held` (and the scheduler, the first time).
     pub(crate) fn add(&self, inner: &Arc<LockerInner>, held: &Arc<Held>) {
         let renew_at = held.acquired_at + held.lease() / 3;
-        self.entries().insert(
-            held.id,
-            Entry {
-                held: Arc::downgrade(held),
-                renew_at,
-            },
-        );
+        let must_wake = {
+            let mut table = self.entries();
+            table.insert(
+                held.id,
+                Entry {
+                    held: Arc::downgrade(held),
+                    renew_at,
+                },
+            );
+            match table.plan {
+                Plan::Awake => false,
+                Plan::SleepingUntil(at) => renew_at < at,
+                Plan::Idle => true,
+            }
+        };
         {
             let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
             if task
@@ -58,7 +96,9 @@ impl Watchdog {
                 *task = Some(tokio::spawn(run(Arc::downgrade(inner), self.wake.clone())));
             }
         }
-        self.wake.notify_one();
+        if must_wake {
+            self.wake.notify_one();
+        }
     }
 
     /// Stops renewing a lock. Takes effect before the next tick: a released lock is never renewed.
@@ -83,22 +123,30 @@ impl Watchdog {
         let now = Instant::now();
         let mut due: Vec<Arc<Held>> = Vec::new();
         let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
-        self.entries().retain(|_, e| {
-            let Some(held) = e.held.upgrade() else {
-                return false;
-            };
-            if held.snapshot().phase != Phase::Held || held.renew_until.is_some_and(|u| now >= u) {
-                return false;
+        {
+            let mut table = self.entries();
+            table.plan = Plan::Awake;
+            table.map.retain(|_, e| {
+                let Some(held) = e.held.upgrade() else {
+                    return false;
+                };
+                if held.snapshot().phase != Phase::Held
+                    || held.renew_until.is_some_and(|u| now >= u)
+                {
+                    return false;
+                }
+                if e.renew_at <= now {
+                    due.push(held);
+                } else {
+                    early.push((held, e.renew_at));
+                }
+                true
+            });
+            if due.is_empty() {
+                let next = early.iter().map(|(_, at)| *at).min();
+                table.plan = next.map_or(Plan::Idle, Plan::SleepingUntil);
+                return next;
             }
-            if e.renew_at <= now {
-                due.push(held);
-            } else {
-                early.push((held, e.renew_at));
-            }
-            true
-        });
-        if due.is_empty() {
-            return early.iter().map(|(_, at)| *at).min();
         }
         // Renew in the same call the locks that would be due within a tenth of their lease.
         due.extend(

@@ -146,11 +146,20 @@ impl Subscriber {
             return Some(tx);
         }
         let (push_tx, push_rx) = mpsc::unbounded_channel();
+        // Release messages wake their waiters right where the connection reads them (one task
+        // hop less on the handoff path); everything else goes to the connection's task.
+        let shared = self.shared.clone();
+        let on_push = move |push: PushInfo| {
+            if !deliver(&shared, &push) {
+                push_tx.send(push)?;
+            }
+            Ok::<(), mpsc::error::SendError<PushInfo>>(())
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(1)
-            .set_push_sender(push_tx);
+            .set_push_sender(on_push);
         match ConnectionManager::new_with_config(client.clone(), config).await {
             Ok(conn) => {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -211,10 +220,7 @@ async fn run(
                 None => return,
                 Some(push) => match push.kind {
                     PushKind::Message | PushKind::SMessage => {
-                        if let [channel, payload, ..] = push.data.as_slice()
-                            && let (Some(channel), Some(payload)) = (bytes(channel), bytes(payload)) {
-                                shared.listeners().wake(&String::from_utf8_lossy(channel), payload);
-                            }
+                        deliver(&shared, &push);
                     }
                     PushKind::Disconnection => {
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
@@ -240,6 +246,21 @@ async fn run(
             }
         }
     }
+}
+
+/// Wakes the listeners of a release message; `false` when `push` is not one.
+fn deliver(shared: &Shared, push: &PushInfo) -> bool {
+    if !matches!(push.kind, PushKind::Message | PushKind::SMessage) {
+        return false;
+    }
+    if let [channel, payload, ..] = push.data.as_slice()
+        && let (Some(channel), Some(payload)) = (bytes(channel), bytes(payload))
+    {
+        shared
+            .listeners()
+            .wake(&String::from_utf8_lossy(channel), payload);
+    }
+    true
 }
 
 fn mark_unhealthy(shared: &Shared) -> Duration {
