@@ -1,0 +1,251 @@
+//! Contended handoff across two processes.
+//!
+//! Process A (this one) takes the lock and tells process B (a child) to go; B writes `started`
+//! and starts waiting in its design's own way. A keeps the lock for a random 2-12 ms (so a
+//! polling waiter is at a random phase of its sleep), reads the shared clock (`t0`) and releases.
+//! B reads the shared clock as soon as its acquire returns (`t1`). The sample is `t1 - t0`: A's
+//! release, the wake-up of B (notification or poll), and B's successful acquire.
+//!
+//! Ours is measured in chunks interleaved with its two floors (a PING after the same idle, and
+//! the notified handoff without a lock), so a burst of load on this shared machine hits all
+//! three alike.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+
+use super::{Plan, random_between};
+use crate::Result;
+use crate::child::{ChildProc, sharded_pubsub};
+use crate::clock::shared_now_ns;
+use crate::designs::{Design, Kind};
+use crate::server::Target;
+use crate::stats::Latencies;
+
+const LEASE: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(30);
+/// Ours and its floors are measured in this many interleaved chunks.
+const CHUNKS: usize = 10;
+
+/// Handoff latencies of one design.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff {
+    pub(crate) kind: Kind,
+    pub(crate) latencies: Latencies,
+    /// Ours only: the instant before A's release → A's release returned (one round trip).
+    pub(crate) release_rtt: Latencies,
+    /// Ours only: the instant before A's release → the release notification reached
+    /// process B (an independent observer connection there).
+    pub(crate) delivery: Latencies,
+    /// Ours only: notification reached B → B's acquire returned (wake-up + acquire round trip).
+    pub(crate) wake_to_acquired: Latencies,
+    /// Samples dropped because B had not started waiting before A released (B's `started`
+    /// later than `t0`), or the clock readings were out of order. Reported, never hidden.
+    pub(crate) discarded: usize,
+}
+
+/// The floors measured beside ours.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HandoffFloors {
+    /// PING from process A after the same random idle as the holder's (a handoff starts from
+    /// idle processes; a PING in a tight loop does not).
+    pub(crate) idle_ping: Latencies,
+    /// SPUBLISH in A → a redis-rs subscriber in B wakes → one round trip; no lock at all.
+    pub(crate) notified: Latencies,
+}
+
+fn child_args(mode: &str, kind: Kind, key: &str) -> Vec<String> {
+    [
+        mode,
+        "--design",
+        kind.name(),
+        "--key",
+        key,
+        "--lease-ms",
+        &LEASE.as_millis().to_string(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// One design's handoff loop, resumable chunk by chunk.
+struct LockHandoff {
+    kind: Kind,
+    key: String,
+    design: Design,
+    child: ChildProc,
+    samples: Vec<u64>,
+    release_rtt: Vec<u64>,
+    delivery: Vec<u64>,
+    wake: Vec<u64>,
+    discarded: usize,
+}
+
+impl LockHandoff {
+    async fn start(target: &Target, kind: Kind) -> Result<Self> {
+        let key = format!("handoff:{}", kind.name());
+        let design = Design::connect(kind, target, LEASE).await?;
+        let child = ChildProc::spawn(&child_args("handoff", kind, &key), &target.url).await?;
+        Ok(LockHandoff {
+            kind,
+            key,
+            design,
+            child,
+            samples: Vec::new(),
+            release_rtt: Vec::new(),
+            delivery: Vec::new(),
+            wake: Vec::new(),
+            discarded: 0,
+        })
+    }
+
+    /// `n` handoffs; kept unless `warm_up`.
+    async fn run(&mut self, plan: &Plan, n: usize, warm_up: bool) -> Result<()> {
+        for _ in 0..n {
+            let held = self.design.lock(&self.key, WAIT).await?;
+            self.child.send("go").await?;
+            let started = self.child.recv_tagged("started ").await?[0];
+            tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
+            let t0 = shared_now_ns();
+            self.design.release(held).await?;
+            let released = shared_now_ns();
+            let answer = self.child.recv_tagged("acquired ").await?;
+            let (t1, notified) = (answer[0], answer.get(1).copied().unwrap_or(0));
+            if warm_up {
+                continue;
+            }
+            if started >= t0 || t1 <= t0 {
+                self.discarded += 1;
+                continue;
+            }
+            self.samples.push(t1 - t0);
+            if self.kind == Kind::Ours {
+                self.release_rtt.push(released - t0);
+                if notified > t0 && notified <= t1 {
+                    self.delivery.push(notified - t0);
+                    self.wake.push(t1 - notified);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(self) -> Result<Handoff> {
+        self.child.finish().await?;
+        Ok(Handoff {
+            kind: self.kind,
+            latencies: Latencies::new(self.samples),
+            release_rtt: Latencies::new(self.release_rtt),
+            delivery: Latencies::new(self.delivery),
+            wake_to_acquired: Latencies::new(self.wake),
+            discarded: self.discarded,
+        })
+    }
+}
+
+/// The notified-handoff floor on this machine, without a lock: A publishes on a channel after
+/// the same random idle; B, subscribed with redis-rs, wakes on the message and does one round
+/// trip. Latency from the instant before A sends the publish to B's answer back.
+struct RawHandoff {
+    conn: ConnectionManager,
+    publish: &'static str,
+    child: ChildProc,
+    samples: Vec<u64>,
+}
+
+const RAW_CHANNEL: &str = "bench:{raw-handoff}:released";
+
+impl RawHandoff {
+    async fn start(target: &Target) -> Result<Self> {
+        let mut conn = target.manager().await?;
+        let publish = if sharded_pubsub(&mut conn).await? {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        let child =
+            ChildProc::spawn(&child_args("raw", Kind::Ours, RAW_CHANNEL), &target.url).await?;
+        Ok(RawHandoff {
+            conn,
+            publish,
+            child,
+            samples: Vec::new(),
+        })
+    }
+
+    async fn run(&mut self, plan: &Plan, n: usize, warm_up: bool) -> Result<()> {
+        for _ in 0..n {
+            self.child.send("go").await?;
+            let started = self.child.recv_tagged("started ").await?[0];
+            tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
+            let t0 = shared_now_ns();
+            redis::cmd(self.publish)
+                .arg(RAW_CHANNEL)
+                .arg("released")
+                .query_async::<i64>(&mut self.conn)
+                .await?;
+            let t1 = self.child.recv_tagged("acquired ").await?[0];
+            if !warm_up && started < t0 && t1 > t0 {
+                self.samples.push(t1 - t0);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// PINGs from this process, each after the holder's random idle.
+async fn idle_pings(
+    plan: &Plan,
+    conn: &mut ConnectionManager,
+    n: usize,
+    out: &mut Vec<Duration>,
+) -> Result<()> {
+    for _ in 0..n {
+        tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
+        let t = Instant::now();
+        redis::cmd("PING").query_async::<String>(conn).await?;
+        out.push(t.elapsed());
+    }
+    Ok(())
+}
+
+/// Ours and its floors, interleaved in chunks.
+pub(crate) async fn ours_and_floors(
+    plan: &Plan,
+    target: &Target,
+) -> Result<(Handoff, HandoffFloors)> {
+    let n = plan.handoff_n[0];
+    crate::progress(&format!(
+        "  ours ({n} samples), interleaved with its floors (idle PING, notified handoff without a lock, {} each)",
+        n / 2
+    ));
+    let mut ours = LockHandoff::start(target, Kind::Ours).await?;
+    let mut raw = RawHandoff::start(target).await?;
+    let mut conn = target.manager().await?;
+    let mut idle = Vec::new();
+    ours.run(plan, plan.handoff_warm, true).await?;
+    raw.run(plan, plan.handoff_warm, true).await?;
+    idle_pings(plan, &mut conn, plan.handoff_warm, &mut Vec::new()).await?;
+    for chunk in 0..CHUNKS {
+        let share = |total: usize| total * (chunk + 1) / CHUNKS - total * chunk / CHUNKS;
+        ours.run(plan, share(n), false).await?;
+        raw.run(plan, share(n / 2), false).await?;
+        idle_pings(plan, &mut conn, share(n / 2), &mut idle).await?;
+    }
+    raw.child.finish().await?;
+    let floors = HandoffFloors {
+        idle_ping: Latencies::from_durations(&idle),
+        notified: Latencies::new(raw.samples),
+    };
+    Ok((ours.finish().await?, floors))
+}
+
+/// A peer design's handoffs, in one pass.
+pub(crate) async fn peer(plan: &Plan, target: &Target, kind: Kind, n: usize) -> Result<Handoff> {
+    crate::progress(&format!("  {} ({n} samples)", kind.name()));
+    let mut run = LockHandoff::start(target, kind).await?;
+    run.run(plan, plan.handoff_warm, true).await?;
+    run.run(plan, n, false).await?;
+    run.finish().await
+}

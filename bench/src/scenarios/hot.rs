@@ -1,0 +1,170 @@
+//! One hot key, W waiters: W + 1 tasks lock, release and lock again, in one process or split
+//! over two. Every acquisition is recorded with the shared clock and the task's id; merged and
+//! sorted, an acquisition by a different task than the previous one is a handoff (a polling
+//! design's releaser often takes the lock straight back: that is an acquisition, not a
+//! handoff). Redis work is the `INFO commandstats` delta over the same window.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use super::Plan;
+use crate::Result;
+use crate::child::{ChildProc, HotTasks, Record};
+use crate::clock::shared_now_ns;
+use crate::designs::{Design, Kind};
+use crate::server::Target;
+use crate::stats::CommandStats;
+
+const LEASE: Duration = Duration::from_secs(10);
+/// Task ids of the second process start here.
+const REMOTE_ID_BASE: u32 = 1_000_000;
+
+/// One design at one (waiters, processes) point.
+#[derive(Debug, Clone)]
+pub(crate) struct HotFigures {
+    pub(crate) kind: Kind,
+    pub(crate) waiters: usize,
+    pub(crate) processes: usize,
+    pub(crate) acquisitions_per_s: f64,
+    pub(crate) handoffs_per_s: f64,
+    /// Every command Redis ran (script-internal ones included) per handoff.
+    pub(crate) commands_per_handoff: f64,
+    /// Requests (round trips) per handoff.
+    pub(crate) requests_per_handoff: f64,
+    /// Requests per handoff by command.
+    pub(crate) breakdown: String,
+}
+
+pub(crate) async fn hot_keys(
+    plan: &Plan,
+    target: &Target,
+    stats: &mut ConnectionManager,
+) -> Result<Vec<HotFigures>> {
+    let mut out = Vec::new();
+    for processes in [1, 2] {
+        for &waiters in &plan.waiters {
+            for kind in Kind::ALL {
+                out.push(hot_key(plan, target, stats, kind, waiters, processes).await?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn hot_key(
+    plan: &Plan,
+    target: &Target,
+    stats: &mut ConnectionManager,
+    kind: Kind,
+    waiters: usize,
+    processes: usize,
+) -> Result<HotFigures> {
+    crate::progress(&format!(
+        "  {} waiters, {processes} process(es), {}",
+        waiters,
+        kind.name()
+    ));
+    let key = format!("hot:{}:{waiters}w:{processes}p", kind.name());
+    let tasks = waiters + 1;
+    let local = if processes == 1 {
+        tasks
+    } else {
+        tasks.div_ceil(2)
+    };
+    let remote = tasks - local;
+    let design = Design::connect(kind, target, LEASE).await?;
+    let held = design.lock(&key, Duration::from_secs(10)).await?;
+    design.release(held).await?;
+    let mut child = if remote > 0 {
+        let args: Vec<String> = [
+            "hot",
+            "--design",
+            kind.name(),
+            "--key",
+            &key,
+            "--tasks",
+            &remote.to_string(),
+            "--id-base",
+            &REMOTE_ID_BASE.to_string(),
+            "--lease-ms",
+            &LEASE.as_millis().to_string(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        Some(ChildProc::spawn(&args, &target.url).await?)
+    } else {
+        None
+    };
+    let hot = HotTasks::spawn(&design, &key, local, 0);
+    hot.go();
+    if let Some(c) = child.as_mut() {
+        c.send("go").await?;
+    }
+    tokio::time::sleep(plan.hot_warm).await;
+    let before = CommandStats::fetch(stats).await?;
+    let t_begin = shared_now_ns();
+    tokio::time::sleep(plan.hot_run).await;
+    let t_end = shared_now_ns();
+    let after = CommandStats::fetch(stats).await?;
+    let mut records = hot.stop().await?;
+    if let Some(mut c) = child {
+        records.extend(c.stop_hot().await?);
+        c.finish().await?;
+    }
+    let (acquisitions, handoffs) = count(records, t_begin, t_end);
+    let secs = (t_end - t_begin) as f64 / 1e9;
+    let per_handoff = |n: u64| {
+        if handoffs == 0 {
+            f64::INFINITY
+        } else {
+            n as f64 / handoffs as f64
+        }
+    };
+    Ok(HotFigures {
+        kind,
+        waiters,
+        processes,
+        acquisitions_per_s: acquisitions as f64 / secs,
+        handoffs_per_s: handoffs as f64 / secs,
+        commands_per_handoff: per_handoff(after.total_since(&before)),
+        requests_per_handoff: per_handoff(after.sum_since(&before, kind.requests())),
+        breakdown: after.breakdown_since(&before, handoffs, kind.requests()),
+    })
+}
+
+/// Acquisitions within `[begin, end]`, and how many of them went to a different task than the
+/// acquisition before (which may lie before `begin`).
+fn count(mut records: Vec<Record>, begin: u64, end: u64) -> (u64, u64) {
+    records.sort_unstable();
+    let mut acquisitions = 0;
+    let mut handoffs = 0;
+    let mut previous: Option<u32> = None;
+    for (t, id) in records {
+        if t > end {
+            break;
+        }
+        if t >= begin {
+            acquisitions += 1;
+            if previous.is_some_and(|p| p != id) {
+                handoffs += 1;
+            }
+        }
+        previous = Some(id);
+    }
+    (acquisitions, handoffs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_handoffs_in_window() {
+        let records = vec![(5, 1), (1, 1), (3, 2), (7, 2), (8, 2), (12, 1)];
+        // Sorted: 1:a 3:b 5:a 7:b 8:b 12:a; window [3, 8]: 3 (a->b), 5 (b->a), 7 (a->b), 8 (same).
+        assert_eq!(count(records, 3, 8), (4, 3));
+        assert_eq!(count(Vec::new(), 0, 10), (0, 0));
+    }
+}

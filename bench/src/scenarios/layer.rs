@@ -1,0 +1,113 @@
+//! Layer overhead: lock-tower's `LockLayer` around an echo service versus the bare echo
+//! service, one request at a time, the key taken from a header. Overhead = p50 layered − p50
+//! bare. On the memory backend (the goal) for distinct keys and for one hot key, and on Redis
+//! for distinct keys (where the overhead is the lock's two round trips).
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use http::{HeaderValue, Request, Response};
+use lock_core::{Locker, MemoryBackend, RedisBackend};
+use lock_tower::LockLayer;
+use lock_tower::extract::HeaderKey;
+use tower::{Layer as _, Service, ServiceExt};
+
+use super::Plan;
+use crate::Result;
+use crate::server::Target;
+use crate::stats::{CommandStats, Latencies};
+
+const HEADER: &str = "x-lock-key";
+/// Distinct keys cycled through (more than the memory backend keeps before sweeping).
+const DISTINCT: usize = 4096;
+
+/// Layer overhead figures.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Layer {
+    pub(crate) bare: Latencies,
+    pub(crate) memory_distinct: Latencies,
+    pub(crate) memory_hot: Latencies,
+    pub(crate) redis_distinct: Latencies,
+    /// Requests (round trips) Redis received per layered request, by command (commandstats).
+    pub(crate) redis_requests: String,
+}
+
+fn request(key: &HeaderValue) -> Request<String> {
+    let mut req = Request::new(String::new());
+    req.headers_mut().insert(HEADER, key.clone());
+    req
+}
+
+/// Times `n` sequential requests through `svc` (the request is built before the clock starts).
+async fn time_requests<S>(svc: &mut S, keys: &[HeaderValue], n: usize) -> Result<Vec<Duration>>
+where
+    S: Service<Request<String>>,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let req = request(&keys[i % keys.len()]);
+        let t = Instant::now();
+        let svc = svc.ready().await?;
+        let _response = svc.call(req).await?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
+fn echo()
+-> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send> + Clone
+{
+    tower::service_fn(|_req: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    })
+}
+
+/// Measures `svc` after a warm-up of a tenth of `n`.
+async fn measure<S>(mut svc: S, keys: &[HeaderValue], n: usize) -> Result<Latencies>
+where
+    S: Service<Request<String>>,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    time_requests(&mut svc, keys, n / 10).await?;
+    Ok(Latencies::from_durations(
+        &time_requests(&mut svc, keys, n).await?,
+    ))
+}
+
+pub(crate) async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
+    let n = plan.layer_n;
+    let distinct: Vec<HeaderValue> = (0..DISTINCT)
+        .map(|i| HeaderValue::from_str(&format!("order:{i}")))
+        .collect::<std::result::Result<_, _>>()?;
+    let hot = [HeaderValue::from_static("order:hot")];
+    let layer = |locker: Locker| {
+        LockLayer::new(locker, HeaderKey::new(HEADER)).wait(Duration::from_secs(5))
+    };
+
+    let bare = measure(echo(), &distinct, n).await?;
+    let memory = Locker::builder(MemoryBackend::new()).build();
+    let memory_distinct = measure(layer(memory.clone()).layer(echo()), &distinct, n).await?;
+    let memory_hot = measure(layer(memory).layer(echo()), &hot, n).await?;
+    let redis = Locker::builder(RedisBackend::connect(&target.url).await?).build();
+    let redis_n = plan.latency_n.min(n);
+    let mut svc = layer(redis).layer(echo());
+    time_requests(&mut svc, &distinct, redis_n / 10).await?;
+    let mut stats = target.manager().await?;
+    let before = CommandStats::fetch(&mut stats).await?;
+    let redis_distinct =
+        Latencies::from_durations(&time_requests(&mut svc, &distinct, redis_n).await?);
+    let after = CommandStats::fetch(&mut stats).await?;
+    let redis_requests = after.breakdown_since(
+        &before,
+        u64::try_from(redis_n).unwrap_or(u64::MAX),
+        crate::stats::OUR_REQUESTS,
+    );
+    Ok(Layer {
+        bare,
+        memory_distinct,
+        memory_hot,
+        redis_distinct,
+        redis_requests,
+    })
+}

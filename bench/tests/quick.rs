@@ -1,0 +1,130 @@
+//! The benchmark harness keeps running: quick mode end to end against a real redis-server, and
+//! its failure modes. Nothing here asserts on a measured figure: speed claims live in
+//! BENCHMARKS.md, never in tests.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Every row the report must carry, in order.
+const ROWS: &[&str] = &[
+    "Baseline: PING round trip",
+    "Baseline: SET round trip",
+    "Uncontended lock + release (Redis)",
+    "Uncontended lock + release (memory)",
+    "Many keys in parallel, 16 tasks (lock cycles/s)",
+    "Many keys in parallel, 64 tasks (lock cycles/s)",
+    "Many keys in parallel, 256 tasks (lock cycles/s)",
+    "Contended handoff across 2 processes (latency)",
+    "Handoff: speed-up over the polling designs (p50)",
+    "Hot key, 1 waiter, 1 process",
+    "Hot key, 10 waiters, 1 process",
+    "Hot key, 100 waiters, 1 process",
+    "Hot key, 1 waiter, 2 processes",
+    "Hot key, 10 waiters, 2 processes",
+    "Hot key, 100 waiters, 2 processes",
+    "Watchdog: 1,000 held locks, renewal traffic",
+    "Layer overhead per request (memory, distinct keys)",
+    "Layer overhead per request (memory, one hot key)",
+    "Layer overhead per request (Redis, distinct keys)",
+];
+
+fn scratch_dir(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("lock-bench-{name}-{}", std::process::id()))
+}
+
+fn bench() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lock-bench"));
+    // Always the bench's own redis-server, whatever the environment points at.
+    cmd.env_remove("REDIS_URL");
+    cmd
+}
+
+#[test]
+fn quick_mode_writes_every_scenario_row_and_the_plot() {
+    let dir = scratch_dir("quick");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("BENCH.md");
+    let run = bench()
+        .arg("--quick")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "lock-bench --quick failed:\n{stderr}");
+
+    let md = std::fs::read_to_string(&out).unwrap();
+    let table: Vec<&str> = md.lines().filter(|l| l.starts_with("| ")).collect();
+    let mut last = 0;
+    for row in ROWS {
+        let at = table
+            .iter()
+            .position(|l| l.starts_with(&format!("| {row} |")))
+            .unwrap_or_else(|| panic!("row `{row}` missing from the report:\n{md}"));
+        assert!(at >= last, "row `{row}` out of order");
+        last = at;
+        // Eight columns: scenario, ours, seed, rslock, floor, ratio, goal, met?
+        assert_eq!(table[at].matches(" | ").count(), 7, "{}", table[at]);
+    }
+    for section in [
+        "## Machine",
+        "| redis-server | ",
+        "| load average",
+        "| mode | quick",
+    ] {
+        assert!(md.contains(section), "`{section}` missing:\n{md}");
+    }
+    assert!(
+        md.contains("(BENCH-handoff.svg)"),
+        "the report must link the plot"
+    );
+
+    let svg = std::fs::read_to_string(dir.join("BENCH-handoff.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        svg.matches("<polyline").count(),
+        3,
+        "ours, seed and rslock curves"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_redis_server_names_the_install_command() {
+    let dir = scratch_dir("nopath");
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = bench()
+        .arg("--quick")
+        .arg("--out")
+        .arg(dir.join("B.md"))
+        .env("PATH", &dir) // an empty directory: no redis-server, no redis-benchmark
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        stderr.contains("apt-get install -y redis-server"),
+        "unhelpful error: {stderr}"
+    );
+    assert!(!dir.join("B.md").exists(), "no report from a failed run");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_arguments_print_usage() {
+    let run = bench().arg("--frobnicate").output().unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("unknown argument `--frobnicate`") && stderr.contains("usage: lock-bench")
+    );
+
+    let run = bench()
+        .arg("--out")
+        .arg("/nonexistent-dir/B.md")
+        .arg("--quick")
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("is not a directory"));
+}
