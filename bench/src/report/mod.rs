@@ -130,7 +130,8 @@ fn method(r: &Results) -> String {
   sample where B had not started waiting before A released is discarded and counted.
   rslock waits with its default retry loop (`acquire`: 3 tries 0-200 ms apart, looped).
   Two more floors are measured in the same run, interleaved with ours in 10 chunks, because
-  a handoff starts from idle processes while a PING loop runs hot: a PING sent after the same random idle, and the
+  a handoff starts from idle processes while a PING loop runs hot: a PING sent after the same
+  random idle, and the
   *notified-handoff floor without any lock* (A sends SPUBLISH after the idle; B, a redis-rs
   RESP3 subscriber, wakes on the message and does one PING round trip). For ours, B also runs
   an independent observer subscription to the lock's release channel, which splits the
@@ -149,7 +150,7 @@ fn method(r: &Results) -> String {
   `locker.stats().renewal_calls`. rslock renews through `LockManager::using` (one call per lock
   when its validity is 500 ms from running out).
 - **Server time** (diagnostics): `INFO commandstats` usec per call, each operation measured
-  alone between two snapshots (PING, SET, our acquire script on fresh keys, our release script).
+  alone between two snapshots (PING, SET, our acquires on fresh keys, then their releases).
 - Speed claims live here, never in tests; CI only runs `--quick` to keep the harness alive (quick
   figures are not meaningful).
 ",
