@@ -24,6 +24,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod probe;
 pub mod redis;
 pub mod worker;
 

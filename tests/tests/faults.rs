@@ -17,33 +17,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, RedisBackend};
+use lock_core::LockError;
 use lock_tests::redis::RedisServer;
-use support::Agent;
-
-/// Polls a condition that has no signal of its own (server-side state), within a bound.
-async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn locker(server: &RedisServer) -> Locker {
-    let backend = RedisBackend::builder(&server.url())
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect");
-    Locker::builder(backend).build()
-}
+use support::{Agent, eventually, locker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_holds_100_locks_for_ten_leases_with_one_renewal_call_per_tick() {
     let server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_secs(1);
     let mut guards = Vec::new();
     for i in 0..100 {
@@ -94,8 +75,8 @@ async fn watchdog_holds_100_locks_for_ten_leases_with_one_renewal_call_per_tick(
 
 async fn deleted_behind_the_holders_back(flush: bool) {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let other = locker(&server).await;
+    let holder = locker(&server, Duration::from_millis(500)).await;
+    let other = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_millis(900);
     let guard = holder.lock("order:7").lease(lease).await.unwrap();
     let info = guard.info();
@@ -160,7 +141,7 @@ async fn flushall_behind_the_holders_back_is_detected_within_a_renewal_period() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_body_is_cancelled_when_the_key_is_deleted() {
     let server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let after_await = Arc::new(AtomicBool::new(false));
     let flag = after_await.clone();
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
@@ -194,7 +175,7 @@ async fn run_body_is_cancelled_when_the_key_is_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_server_loss_is_detected_at_the_local_deadline_and_restart_works() {
     let mut server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_millis(1000);
     let sent = Instant::now();
     let guard = locker.lock("job").lease(lease).await.unwrap();
@@ -227,8 +208,8 @@ async fn stopped_server_loss_is_detected_at_the_local_deadline_and_restart_works
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_server_longer_than_the_lease_never_gives_two_holders() {
     let mut server = RedisServer::start();
-    let a = locker(&server).await;
-    let b = locker(&server).await;
+    let a = locker(&server, Duration::from_millis(500)).await;
+    let b = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_millis(800);
     let (in_tx, in_rx) = tokio::sync::oneshot::channel();
     let holder = tokio::spawn(async move {
@@ -315,8 +296,8 @@ async fn paused_holder_process_has_its_fenced_write_rejected_and_knows_it_lost()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connection_reconnects_and_keeps_the_lock() {
     let server = RedisServer::start();
-    let other = locker(&server).await;
-    let locker = locker(&server).await;
+    let other = locker(&server, Duration::from_millis(500)).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_millis(900);
     let guard = locker.lock("k").lease(lease).await.unwrap();
     let killed = server.client_kill_all().await;
@@ -339,7 +320,7 @@ async fn killed_connection_reconnects_and_keeps_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_dropped_half_way_still_releases() {
     let mut server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let guard = locker.lock("k").await.unwrap();
     server.pause();
     // The release cannot finish while the server is frozen; give up on it half-way.
@@ -360,7 +341,7 @@ async fn a_release_dropped_half_way_still_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_that_arrives_after_the_lease_ran_out_is_not_a_lock() {
     let server = RedisServer::start();
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     // Freeze the server for longer than the lease; the acquire queues behind the freeze and
     // its answer arrives when the lease, measured from before the send, has already run out.
     let mut admin = server.client().await;
@@ -398,8 +379,8 @@ async fn an_answer_that_arrives_after_the_lease_ran_out_is_not_a_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_rides_out_a_server_restart() {
     let mut server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiter = locker(&server).await;
+    let holder = locker(&server, Duration::from_millis(500)).await;
+    let waiter = locker(&server, Duration::from_millis(500)).await;
     let _held = holder.lock("k").await.unwrap();
     let task = tokio::spawn(async move { waiter.lock("k").wait(Duration::from_secs(20)).await });
     eventually("waiter subscribed", Duration::from_secs(5), async || {
@@ -440,7 +421,7 @@ async fn renewal_works_on_a_cluster_mode_node() {
         info.contains("cluster_state:ok")
     })
     .await;
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     let lease = Duration::from_millis(600);
     // Different hash slots, due for renewal together.
     let a = locker.lock("order:1").lease(lease).await.unwrap();

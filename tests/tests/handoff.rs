@@ -19,28 +19,10 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, RedisBackend};
+use lock_core::LockError;
 use lock_tests::redis::RedisServer;
-use support::Agent;
+use support::{Agent, eventually, locker};
 use tokio::sync::Mutex;
-
-async fn locker(server: &RedisServer) -> Locker {
-    let backend = RedisBackend::builder(&server.url())
-        .response_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .expect("connect");
-    Locker::builder(backend).build()
-}
-
-/// Polls server-side state, which has no signal of its own, within a bound.
-async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// Client connections that hold at least one (sharded or plain) subscription.
 async fn subscriber_connections(server: &RedisServer) -> Vec<u64> {
@@ -82,7 +64,7 @@ fn total_calls(stats: &std::collections::BTreeMap<String, u64>) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_release_wakes_a_waiter_in_another_process() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
     let mut agents = [
         Agent::start(&server.url()).await,
         Agent::start(&server.url()).await,
@@ -129,8 +111,8 @@ async fn every_release_wakes_a_waiter_in_another_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_racing_the_subscription_is_never_missed() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiter = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let waiter = locker(&server, Duration::from_secs(2)).await;
     let lease = Duration::from_secs(5);
     let mut worst = Duration::ZERO;
     for i in 0..100u64 {
@@ -166,8 +148,8 @@ async fn release_racing_the_subscription_is_never_missed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_without_release_wakes_the_waiter_when_the_ttl_runs_out() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiter = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let waiter = locker(&server, Duration::from_secs(2)).await;
     let lease = Duration::from_millis(600);
     let acquired_at = Instant::now();
     let guard = holder.lock("k").lease(lease).watchdog(false).await.unwrap();
@@ -187,8 +169,8 @@ async fn expiry_without_release_wakes_the_waiter_when_the_ttl_runs_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_local_waiters_cost_o1_redis_commands_per_handoff_and_drain_in_order() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiters = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let waiters = locker(&server, Duration::from_secs(2)).await;
     let guard = holder.lock("hot").await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -246,8 +228,8 @@ async fn a_thousand_local_waiters_cost_o1_redis_commands_per_handoff_and_drain_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiters = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let waiters = locker(&server, Duration::from_secs(2)).await;
     let guard = holder.lock("k").await.unwrap();
     let mut tasks = Vec::new();
     for _ in 0..100 {
@@ -286,7 +268,7 @@ async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_mode_serves_five_waiters_in_three_processes_in_arrival_order() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
     let mut agents = [
         Agent::start(&server.url()).await,
         Agent::start(&server.url()).await,
@@ -331,8 +313,8 @@ async fn fair_mode_serves_five_waiters_in_three_processes_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_fall_back_to_bounded_retries_while_the_subscriber_is_down() {
     let server = RedisServer::start();
-    let holder = locker(&server).await;
-    let waiters = locker(&server).await;
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let waiters = locker(&server, Duration::from_secs(2)).await;
     let guard = holder.lock("k").await.unwrap();
     let w = waiters.clone();
     let patient = tokio::spawn(async move {

@@ -15,19 +15,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, RedisBackend};
+use lock_core::LockError;
 use lock_tests::redis::RedisServer;
-use support::Agent;
-
-async fn locker(server: &RedisServer) -> Locker {
-    let backend = RedisBackend::builder(&server.url())
-        .response_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect");
-    Locker::builder(backend).build()
-}
+use support::{Agent, locker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_process_frees_the_lock_within_its_lease() {
@@ -35,7 +25,7 @@ async fn killed_holder_process_frees_the_lock_within_its_lease() {
     let lease = Duration::from_millis(1000);
     let mut agent = Agent::start(&server.url()).await;
     agent.hold("job", lease.as_millis() as u64, false).await;
-    let locker = locker(&server).await;
+    let locker = locker(&server, Duration::from_millis(500)).await;
     assert!(matches!(
         locker.try_lock("job").await,
         Err(LockError::Busy { .. })

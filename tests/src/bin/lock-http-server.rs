@@ -49,17 +49,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use tokio::io::AsyncReadExt;
 
-/// Stores `ARGV[1]` in `KEYS[1]` when it is strictly above the value there (1), otherwise
-/// counts a violation in `KEYS[2]` (0).
-const CHECK_FENCE: &str = r"
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > seen then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return 1
-end
-redis.call('INCR', KEYS[2])
-return 0
-";
+use lock_tests::probe::CHECK_FENCE;
 
 struct Args {
     url: String,

@@ -9,7 +9,10 @@
 )]
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use lock_core::{Locker, RedisBackend};
+use lock_tests::redis::RedisServer;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -93,5 +96,25 @@ impl Agent {
 
     pub async fn kill(mut self) {
         self.child.kill().await.expect("kill agent");
+    }
+}
+
+/// A locker on `server` with its own connections; `timeout` bounds connecting and each answer.
+pub async fn locker(server: &RedisServer, timeout: Duration) -> Locker {
+    let backend = RedisBackend::builder(&server.url())
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    Locker::builder(backend).build()
+}
+
+/// Polls a condition that has no signal of its own (server-side state), within a bound.
+pub async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
