@@ -240,7 +240,7 @@ impl LockRequest {
             };
         }
         let max_hold = self.max_hold;
-        let guard = self.acquire().await?;
+        let guard = self.acquire_owned().await?;
         let held = guard.held().clone();
         let outcome = scope::enter(held.clone(), async {
             let cap = async {
@@ -298,12 +298,17 @@ impl LockRequest {
     }
 
     async fn acquire(self) -> Result<LockGuard, LockError> {
+        if let Some(held) = self.reentrant() {
+            return held.map(LockGuard::reentrant);
+        }
+        self.acquire_owned().await
+    }
+
+    /// Acquires the lock for real (the caller checked it is not held by the current scope).
+    async fn acquire_owned(self) -> Result<LockGuard, LockError> {
         let inner = &self.locker.inner;
         if let Some(e) = &inner.config.error {
             return Err(e.clone());
-        }
-        if let Some(held) = self.reentrant() {
-            return held.map(LockGuard::reentrant);
         }
         let key = LockKey::new(&inner.config.prefix, &self.key)?;
         let spec = Spec {

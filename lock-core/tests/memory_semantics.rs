@@ -197,19 +197,21 @@ async fn local_queue_drains_in_arrival_order() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..200u32 {
-        let a = a.clone();
+        let waiter = a.clone();
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            a.lock("q")
+            waiter
+                .lock("q")
                 .run(async {
                     order.lock().await.push(i);
                 })
                 .await
                 .unwrap();
         }));
-        // Each waiter joins the queue before the next one starts.
-        tokio::task::yield_now().await;
-        tokio::task::yield_now().await;
+        // Each waiter has joined the queue before the next one starts.
+        while a.stats().waiters < i as usize + 1 {
+            tokio::task::yield_now().await;
+        }
     }
     assert_eq!(a.stats().waiters, 200);
     first.release().await.unwrap();

@@ -160,9 +160,10 @@ where
                         Ok(guard) => {
                             let now = Instant::now();
                             let waited = now.saturating_duration_since(*started);
-                            shared.metrics.acquired(waited);
+                            shared.metrics.acquired(waited, guard.waited());
                             tracing::debug!(
                                 acquire_us = waited.as_micros(),
+                                waited = guard.waited(),
                                 "lock acquired; calling the service"
                             );
                             if let Some(fence) = guard.fence() {

@@ -34,6 +34,7 @@ pub struct LockLayerMetrics {
 #[derive(Debug, Default)]
 struct Counters {
     requests_locked: AtomicU64,
+    waits: AtomicU64,
     passed_through: AtomicU64,
     failed_open: AtomicU64,
     rejected_busy: AtomicU64,
@@ -60,6 +61,8 @@ struct Counters {
 pub struct MetricsSnapshot {
     /// Requests that ran under the lock (the lock was acquired).
     pub requests_locked: u64,
+    /// Of those, requests that found the key locked and waited for it.
+    pub waits: u64,
     /// Requests without a key that ran unlocked (the extractor found none).
     pub passed_through: u64,
     /// Requests that ran unlocked because the backend failed and the layer fails open.
@@ -127,6 +130,7 @@ impl LockLayerMetrics {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MetricsSnapshot {
             requests_locked: get(&c.requests_locked),
+            waits: get(&c.waits),
             passed_through: get(&c.passed_through),
             failed_open: get(&c.failed_open),
             rejected_busy: get(&c.rejected_busy),
@@ -158,12 +162,16 @@ impl LockLayerMetrics {
         atomic.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A lock was acquired after `waited`; it is now in flight.
-    pub(crate) fn acquired(&self, waited: Duration) {
+    /// A lock was acquired after `took` (`waited`: the key was locked when the request came);
+    /// it is now in flight.
+    pub(crate) fn acquired(&self, took: Duration, waited: bool) {
         let c = &*self.inner;
         c.requests_locked.fetch_add(1, Ordering::Relaxed);
+        if waited {
+            c.waits.fetch_add(1, Ordering::Relaxed);
+        }
         c.acquire_micros_total
-            .fetch_add(micros(waited), Ordering::Relaxed);
+            .fetch_add(micros(took), Ordering::Relaxed);
         c.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 

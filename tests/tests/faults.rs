@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 use lock_tests::redis::RedisServer;
-use support::{Agent, eventually, locker};
+use support::{Agent, eventually, locker, subscribed_channels};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_holds_100_locks_for_ten_leases_with_one_renewal_call_per_tick() {
@@ -384,10 +384,7 @@ async fn a_waiter_rides_out_a_server_restart() {
     let _held = holder.lock("k").await.unwrap();
     let task = tokio::spawn(async move { waiter.lock("k").wait(Duration::from_secs(20)).await });
     eventually("waiter subscribed", Duration::from_secs(5), async || {
-        let channels: Vec<String> = server
-            .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
-            .await;
-        !channels.is_empty()
+        !subscribed_channels(&server).await.is_empty()
     })
     .await;
     server.stop();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 use lock_tests::redis::RedisServer;
-use support::{Agent, eventually, locker};
+use support::{Agent, eventually, locker, subscribed_channels, until_no_subscriptions};
 use tokio::sync::Mutex;
 
 /// Client connections that hold at least one (sharded or plain) subscription.
@@ -44,17 +44,6 @@ async fn subscriber_connections(server: &RedisServer) -> Vec<u64> {
                 .and_then(|id| id.parse().ok())
         })
         .collect()
-}
-
-async fn shard_channels(server: &RedisServer) -> Vec<String> {
-    let mut all: Vec<String> = server
-        .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
-        .await;
-    let plain: Vec<String> = server
-        .query(redis::cmd("PUBSUB").arg("CHANNELS").clone())
-        .await;
-    all.extend(plain);
-    all
 }
 
 fn total_calls(stats: &std::collections::BTreeMap<String, u64>) -> u64 {
@@ -80,7 +69,10 @@ async fn every_release_wakes_a_waiter_in_another_process() {
         async || subscriber_connections(&server).await.len() == 2,
     )
     .await;
-    assert_eq!(shard_channels(&server).await, vec!["lock:{hot}:released"]);
+    assert_eq!(
+        subscribed_channels(&server).await,
+        vec!["lock:{hot}:released"]
+    );
     let start = Instant::now();
     guard.release().await.unwrap();
     let mut done = 0;
@@ -100,12 +92,7 @@ async fn every_release_wakes_a_waiter_in_another_process() {
         .query(redis::cmd("LRANGE").arg("order").arg(0).arg(-1).clone())
         .await;
     assert_eq!(order.len(), 20);
-    eventually(
-        "subscriptions dropped",
-        Duration::from_secs(5),
-        async || shard_channels(&server).await.is_empty(),
-    )
-    .await;
+    until_no_subscriptions(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,12 +204,7 @@ async fn a_thousand_local_waiters_cost_o1_redis_commands_per_handoff_and_drain_i
     assert!(all <= 8 * 1000, "{all} commands executed for 1000 handoffs");
     assert_eq!(*order.lock().await, (0..1000).collect::<Vec<_>>());
     assert_eq!(waiters.stats().waiting_keys, 0);
-    eventually(
-        "subscriptions dropped",
-        Duration::from_secs(5),
-        async || shard_channels(&server).await.is_empty(),
-    )
-    .await;
+    until_no_subscriptions(&server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +221,7 @@ async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
     eventually(
         "waiters queued and subscribed",
         Duration::from_secs(5),
-        async || waiters.stats().waiters == 100 && !shard_channels(&server).await.is_empty(),
+        async || waiters.stats().waiters == 100 && !subscribed_channels(&server).await.is_empty(),
     )
     .await;
     for t in &tasks {
@@ -250,10 +232,7 @@ async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
     }
     assert_eq!(waiters.stats().waiters, 0);
     assert_eq!(waiters.stats().waiting_keys, 0);
-    eventually("subscription dropped", Duration::from_secs(5), async || {
-        shard_channels(&server).await.is_empty()
-    })
-    .await;
+    until_no_subscriptions(&server).await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
     waiters
@@ -351,7 +330,7 @@ async fn waiters_fall_back_to_bounded_retries_while_the_subscriber_is_down() {
     eventually(
         "subscription restored",
         Duration::from_secs(5),
-        async || !shard_channels(&server).await.is_empty(),
+        async || !subscribed_channels(&server).await.is_empty(),
     )
     .await;
     guard.release().await.unwrap();

@@ -17,7 +17,6 @@
     reason = "test code: a failed expectation fails the test; figures are printed for the notes"
 )]
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
@@ -26,8 +25,10 @@ use lock_core::{LockError, Locker, RedisBackend, current_fence, current_lock, di
 use lock_tests::redis::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+mod support;
+
+use support::Agent;
 
 /// How long a worker may take to answer one command (generous: CI machines are slow). A
 /// correctness bound: a worker stuck on a lock fails the test instead of hanging it.
@@ -64,52 +65,8 @@ impl From<redis::RedisError> for AppError {
 }
 
 /// One `lock-macro-worker` process.
-struct Worker {
-    _child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl Worker {
-    async fn start(url: &str) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lock-macro-worker"))
-            .arg("--url")
-            .arg(url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lock-macro-worker");
-        let stdin = child.stdin.take().expect("worker stdin");
-        let stdout = child.stdout.take().expect("worker stdout");
-        let mut worker = Worker {
-            _child: child,
-            stdin,
-            lines: BufReader::new(stdout).lines(),
-        };
-        assert_eq!(worker.line().await, "READY");
-        worker
-    }
-
-    async fn send(&mut self, command: &str) {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await
-            .expect("write to worker");
-        self.stdin.flush().await.expect("flush worker stdin");
-    }
-
-    async fn line(&mut self) -> String {
-        match tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line()).await {
-            Ok(Ok(Some(line))) => line,
-            other => panic!("worker gave no answer: {other:?}"),
-        }
-    }
-
-    async fn ask(&mut self, command: &str) -> String {
-        self.send(command).await;
-        self.line().await
-    }
+async fn worker(url: &str) -> Agent {
+    Agent::spawn(env!("CARGO_BIN_EXE_lock-macro-worker"), url, ANSWER_TIMEOUT).await
 }
 
 /// A Redis locker of its own (its own connections: another client).
@@ -144,7 +101,7 @@ async fn four_worker_processes_keep_an_exact_counter() {
     let server = RedisServer::start();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        workers.push(Worker::start(&server.url()).await);
+        workers.push(worker(&server.url()).await);
     }
     let started = Instant::now();
     // All start together: each is waiting on stdin when its command arrives.
@@ -250,7 +207,7 @@ async fn no_wait_returns_busy_through_the_users_error_type() {
     let server = RedisServer::start();
     let holder = redis_locker(&server).await;
     let mine = redis_locker(&server).await;
-    let mut worker = Worker::start(&server.url()).await;
+    let mut worker = worker(&server.url()).await;
     let held = holder.lock("counter:busy").await.unwrap();
 
     // In another process: Busy reaches the worker's own error type, the body did not run.
@@ -341,10 +298,7 @@ async fn fence_here(locker: &Locker, name: &str) -> Result<u64, AppError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_seen_in_bodies_strictly_increase_across_processes() {
     let server = RedisServer::start();
-    let mut workers = [
-        Worker::start(&server.url()).await,
-        Worker::start(&server.url()).await,
-    ];
+    let mut workers = [worker(&server.url()).await, worker(&server.url()).await];
     let locker = redis_locker(&server).await;
     let mut tokens = Vec::new();
     for round in 0..4 {
@@ -423,7 +377,7 @@ async fn nested_calls_with_the_same_key_are_reentrant() {
         .await
         .unwrap();
     // The same through the process-wide locker in a worker process.
-    let mut worker = Worker::start(&server.url()).await;
+    let mut worker = worker(&server.url()).await;
     assert_eq!(worker.ask("NEST job 3").await, "NESTED 3");
     assert!(!server.exists("lock:{nest:job}").await, "still locked");
 }

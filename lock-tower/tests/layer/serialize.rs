@@ -110,25 +110,31 @@ async fn next_request_after_a_response_finds_the_key_free() {
 async fn waiting_request_runs_after_the_holder_releases() {
     let locker = Locker::memory();
     let probe = Arc::new(Probe::default());
-    let svc = ServiceBuilder::new()
-        .layer(LockLayer::new(locker.clone(), HeaderKey::new(KEY)).wait(Duration::from_secs(30)))
-        .service_fn({
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY)).wait(Duration::from_secs(30));
+    let metrics = layer.metrics();
+    let svc = ServiceBuilder::new().layer(layer).service_fn({
+        let probe = probe.clone();
+        move |_req: Request<String>| {
             let probe = probe.clone();
-            move |_req: Request<String>| {
-                let probe = probe.clone();
-                async move {
-                    let _inside = probe.enter();
-                    Ok::<_, Infallible>(Response::new(String::new()))
-                }
+            async move {
+                let _inside = probe.enter();
+                Ok::<_, Infallible>(Response::new(String::new()))
             }
-        });
+        }
+    });
+    // A request on a free key does not count as a wait.
+    let free = svc.clone().oneshot(request(Some("free"))).await.unwrap();
+    assert_eq!(free.status(), StatusCode::OK);
+    assert_eq!(metrics.snapshot().waits, 0);
     let held = locker.lock("w").await.unwrap();
     let waiting = tokio::spawn(svc.oneshot(request(Some("w"))));
     until_waiters(&locker, 1).await;
-    assert_eq!(probe.calls(), 0, "the handler ran while the key was held");
+    assert_eq!(probe.calls(), 1, "the handler ran while the key was held");
     held.release().await.unwrap();
     assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
-    assert_eq!(probe.calls(), 1);
+    assert_eq!(probe.calls(), 2);
+    let now = metrics.snapshot();
+    assert_eq!((now.requests_locked, now.waits), (2, 1));
 }
 
 /// The layer and its service are what axum, hyper and `ServiceBuilder` ask for.

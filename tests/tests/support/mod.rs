@@ -20,29 +20,39 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 /// How long an agent may take to answer one command (generous: CI machines are slow).
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// A lock client in its own OS process (`lock-agent`, `lock-macro-worker`), driven by lines on
+/// its stdin and answering one line per command on its stdout.
 pub struct Agent {
     child: Child,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
+    answer_timeout: Duration,
 }
 
 impl Agent {
-    /// Starts an agent connected to `url` and waits until it is ready.
+    /// Starts a `lock-agent` connected to `url` and waits until it is ready.
     pub async fn start(url: &str) -> Agent {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lock-agent"))
+        Agent::spawn(env!("CARGO_BIN_EXE_lock-agent"), url, ANSWER_TIMEOUT).await
+    }
+
+    /// Starts `binary --url <url>` and waits for its `READY` line; each later answer may take
+    /// up to `answer_timeout` (a bound that turns a stuck process into a failure, not a hang).
+    pub async fn spawn(binary: &str, url: &str, answer_timeout: Duration) -> Agent {
+        let mut child = Command::new(binary)
             .arg("--url")
             .arg(url)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("spawn lock-agent");
-        let stdin = child.stdin.take().expect("agent stdin");
-        let stdout = child.stdout.take().expect("agent stdout");
+            .unwrap_or_else(|e| panic!("spawn {binary}: {e}"));
+        let stdin = child.stdin.take().expect("child stdin");
+        let stdout = child.stdout.take().expect("child stdout");
         let mut agent = Agent {
             child,
             stdin,
             lines: BufReader::new(stdout).lines(),
+            answer_timeout,
         };
         let ready = agent.line().await;
         assert_eq!(ready, "READY");
@@ -63,9 +73,9 @@ impl Agent {
 
     /// The next line the agent prints.
     pub async fn line(&mut self) -> String {
-        match tokio::time::timeout(ANSWER_TIMEOUT, self.lines.next_line()).await {
+        match tokio::time::timeout(self.answer_timeout, self.lines.next_line()).await {
             Ok(Ok(Some(line))) => line,
-            other => panic!("agent gave no answer: {other:?}"),
+            other => panic!("the child process gave no answer: {other:?}"),
         }
     }
 
@@ -117,4 +127,27 @@ pub async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut(
         assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Every channel with a subscriber (sharded and plain).
+pub async fn subscribed_channels(server: &RedisServer) -> Vec<String> {
+    let mut all: Vec<String> = server
+        .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
+        .await;
+    let plain: Vec<String> = server
+        .query(redis::cmd("PUBSUB").arg("CHANNELS").clone())
+        .await;
+    all.extend(plain);
+    all
+}
+
+/// Waits (bounded) until no channel has a subscriber any more: unsubscribing happens on the
+/// subscriber connection's own task, with no signal to the test.
+pub async fn until_no_subscriptions(server: &RedisServer) {
+    eventually(
+        "subscriptions dropped",
+        Duration::from_secs(5),
+        async || subscribed_channels(server).await.is_empty(),
+    )
+    .await;
 }
