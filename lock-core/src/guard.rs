@@ -43,6 +43,8 @@ pub(crate) struct Held {
     /// Renewal stops here (`max_hold`).
     pub(crate) renew_until: Option<Instant>,
     pub(crate) acquired_at: Instant,
+    /// When the watchdog first renews: a third into the lease the backend set at acquisition.
+    pub(crate) first_renewal: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
     /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
@@ -63,6 +65,9 @@ pub(crate) struct Acquisition {
     pub(crate) token: Token,
     pub(crate) fence: Option<u64>,
     pub(crate) lease: Duration,
+    /// The lease the backend set at acquisition: `lease`, or a shorter one on a lock handed
+    /// over by a release (the watchdog then extends it early).
+    pub(crate) first_lease: Duration,
     /// The instant before the acquire was sent: validity is measured from here.
     pub(crate) sent_at: Instant,
     pub(crate) max_hold: Option<Duration>,
@@ -77,11 +82,12 @@ impl Held {
             token,
             fence,
             lease,
+            first_lease,
             sent_at,
             max_hold,
             waited,
         } = acquisition;
-        let valid_until = sent_at + lease.saturating_sub(drift(lease));
+        let valid_until = sent_at + first_lease.saturating_sub(drift(first_lease));
         let (state, _) = watch::channel(HoldState {
             valid_until,
             phase: Phase::Held,
@@ -96,6 +102,7 @@ impl Held {
             state,
             renew_until: max_hold.map(|m| sent_at + m),
             acquired_at: sent_at,
+            first_renewal: sent_at + first_lease / 3,
             waited,
             renewing: Arc::new(tokio::sync::Mutex::new(())),
         })
@@ -218,9 +225,13 @@ impl Held {
         }
         let mut unfinished = Unfinished(Some(self));
         // Safe even after a loss: the script deletes only a key that still holds our token.
-        let ours = self.locker.backend.release(&self.key, &self.token).await;
+        let ours = self.locker.call().release(&self.key, &self.token).await;
         unfinished.0 = None;
-        self.locker.queues.wake_local(&self.key);
+        if !matches!(ours, Ok(true)) {
+            // A release that went through told this process's waiters itself (and may have
+            // handed the lock to one of them); otherwise the local head looks for itself.
+            self.locker.queues.wake_local(&self.key);
+        }
         match ours {
             Ok(true) if valid && before == Phase::Held => Ok(()),
             Ok(_) => Err(LockError::LeaseLost {
@@ -273,7 +284,7 @@ impl Held {
         };
         let answer = self
             .locker
-            .backend
+            .call()
             .renew(std::slice::from_ref(&item))
             .await?;
         unsure.held = None;
@@ -448,6 +459,10 @@ impl LockGuard {
     }
 
     /// How long the lease is still ours for sure, by the local clock; zero once lost.
+    ///
+    /// A lock handed over by a release (see [`LockRequest::fair`](crate::LockRequest::fair))
+    /// starts with a lease of at most 3 s when the watchdog is on; the watchdog extends it to
+    /// the full lease within its first third.
     ///
     /// ```
     /// # async fn demo() {

@@ -85,13 +85,13 @@ impl LockKey {
     }
 
     #[cfg(feature = "redis")]
-    /// The fair-mode FIFO of waiter tickets.
+    /// The queue of waiter tickets (oldest first) a release hands the lock to.
     pub(crate) fn queue(&self) -> String {
         format!("{}:queue", self.0.lock)
     }
 
     #[cfg(feature = "redis")]
-    /// The fair-mode waiter tickets with their expiry.
+    /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
     pub(crate) fn waiters(&self) -> String {
         format!("{}:waiters", self.0.lock)
     }

@@ -59,6 +59,18 @@ pub(crate) struct LockerInner {
     pub(crate) config: Config,
     pub(crate) watchdog: Watchdog,
     pub(crate) queues: WaitQueues,
+    /// Calls made to the backend (round trips on Redis).
+    pub(crate) calls: AtomicU64,
+    /// Locks received from a release that handed them over.
+    pub(crate) handovers: AtomicU64,
+}
+
+impl LockerInner {
+    /// Counts one call to the backend; returns `self` for chaining into it.
+    pub(crate) fn call(&self) -> &BackendKind {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        &self.backend
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +100,12 @@ pub struct LockerStats {
     pub waiting_keys: usize,
     /// Local waiters now, over all keys.
     pub waiters: usize,
+    /// Calls made to the backend so far (round trips on Redis): acquire attempts, releases,
+    /// renewals, queue leaves. Subscriptions are not counted.
+    pub backend_calls: u64,
+    /// Locks this locker received from a release that handed them straight to its queued
+    /// waiter (no acquire round trip after the release).
+    pub handovers: u64,
 }
 
 impl Locker {
@@ -220,6 +238,8 @@ impl Locker {
             renewal_calls: self.inner.watchdog.calls.load(Ordering::Relaxed),
             waiting_keys: self.inner.queues.waiting_keys(),
             waiters: self.inner.queues.waiters(),
+            backend_calls: self.inner.calls.load(Ordering::Relaxed),
+            handovers: self.inner.handovers.load(Ordering::Relaxed),
         }
     }
 }
@@ -321,6 +341,8 @@ impl LockerBuilder {
                 },
                 watchdog: Watchdog::default(),
                 queues: WaitQueues::default(),
+                calls: AtomicU64::new(0),
+                handovers: AtomicU64::new(0),
             }),
         }
     }
@@ -352,8 +374,13 @@ impl LockerInner {
         };
         let inner = self.clone();
         handle.spawn(async move {
-            if let Err(e) = inner.backend.release(&key, &token).await {
-                tracing::debug!(key = %crate::key::display_key(key.user()), error = %e, "background release failed; the lease will expire");
+            match inner.call().release(&key, &token).await {
+                // The release told this process's waiters itself.
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(key = %crate::key::display_key(key.user()), error = %e, "background release failed; the lease will expire");
+                }
             }
             inner.queues.wake_local(&key);
         });

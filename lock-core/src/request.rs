@@ -3,12 +3,14 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use std::collections::VecDeque;
+
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, FairTicket};
+use crate::backend::{Attempt, FairTicket, Grant, Inbox};
 use crate::guard::{Acquisition, Held, LockGuard};
 use crate::key::LockKey;
 use crate::locker::{Locker, LockerInner, MAX_LEASE, validate_lease, validate_wait};
@@ -20,9 +22,14 @@ const DEGRADED_MIN: Duration = Duration::from_millis(5);
 const DEGRADED_MAX: Duration = Duration::from_millis(250);
 /// Slack added to a holder's remaining lease before trying again (clock granularity).
 const EXPIRY_SLACK: Duration = Duration::from_millis(1);
-/// How long a fair waiter's ticket stays in the queue without a refresh; waiters refresh it
-/// every third of that, so a crashed waiter holds up the queue for at most this long.
-pub(crate) const FAIR_TICKET_TTL: Duration = Duration::from_secs(3);
+/// How long a queued waiter's ticket stays in the backend's queue without a refresh; waiters
+/// refresh it every third of that (more often for short leases), so a crashed waiter holds up
+/// the queue, or a lock handed to it, for at most about this long.
+pub(crate) const TICKET_TTL: Duration = Duration::from_secs(3);
+/// Refreshes of a ticket are never closer than this.
+const MIN_REFRESH: Duration = Duration::from_millis(50);
+/// How many recent attempts a waiter remembers, to date a handover that names one of them.
+const REMEMBERED_ATTEMPTS: usize = 8;
 
 /// A request for the lock on one key; from [`Locker::lock`] or [`Locker::try_lock`].
 ///
@@ -103,6 +110,11 @@ impl LockRequest {
 
     /// The lease for this lock (default: the locker's).
     ///
+    /// When a release hands the lock to this request while it waits, the handover sets a lease
+    /// of at most 3 s (so a waiter that died unseen holds the key only briefly); the watchdog
+    /// extends it to this lease within its first second, or, with the watchdog off, the waiter
+    /// sets this lease with one more round trip before it returns.
+    ///
     /// ```
     /// # async fn demo() {
     /// use std::time::Duration;
@@ -172,13 +184,15 @@ impl LockRequest {
         self
     }
 
-    /// Waits in first-come, first-served order across processes: a queue of waiter tickets in
-    /// the backend, and the release names the next ticket so only that waiter wakes. Waiters
-    /// refresh their ticket every second; a crashed waiter is skipped after at most 3 s.
+    /// Waits in first-come, first-served order across processes: every waiter has its own
+    /// ticket in the backend's queue of the key, only the oldest live ticket takes a free lock,
+    /// and a release hands the lock straight to it. Waiters refresh their ticket every second;
+    /// a crashed waiter is skipped after at most 3 s.
     ///
-    /// Costs more than the default (unfair) mode: every waiter keeps its own place, and
-    /// subscription, in the backend. Fair and unfair requests on one key can be mixed, but
-    /// unfair ones do not queue: they take the lock whenever they find it free.
+    /// In the default mode the queue holds one ticket per waiting process (the head of its
+    /// local queue) and a waiter takes a lock it finds free whatever its place; releases hand
+    /// over the same way. Fair mode costs more: every waiter keeps its own place, and
+    /// subscription, in the backend. Fair and default requests on one key can be mixed.
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -352,7 +366,8 @@ struct Spec {
 }
 
 /// Acquires `key`: one attempt; then, when waiting is allowed, a place in the local queue and,
-/// as its head, attempts woken by release notifications or by the holder's lease running out.
+/// as its head, a place in the backend's queue, where a release hands the lock over directly;
+/// the head also tries again when the holder's lease runs out or a plain release is announced.
 async fn acquire(
     inner: &Arc<LockerInner>,
     key: &LockKey,
@@ -360,72 +375,387 @@ async fn acquire(
 ) -> Result<LockGuard, LockError> {
     let start = Instant::now();
     let deadline = start + spec.wait;
-    let busy = |retry_after| LockError::Busy {
-        key: key.user().to_owned(),
-        retry_after,
-    };
-    let timeout = || LockError::Timeout {
-        key: key.user().to_owned(),
-        waited: start.elapsed(),
-    };
     // Nobody queues here: contend at once (the uncontended path is this one round trip).
-    let mut remaining = None;
     if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
-        match attempt(inner, key, spec, None, false).await? {
+        match attempt(inner, key, spec, false).await? {
             Ok(guard) => return Ok(guard),
-            Err(r) if spec.wait.is_zero() => return Err(busy(r)),
-            Err(r) => remaining = r,
+            Err(r) if spec.wait.is_zero() => {
+                return Err(LockError::Busy {
+                    key: key.user().to_owned(),
+                    retry_after: r,
+                });
+            }
+            Err(_) => {}
         }
     }
     let mut ticket = inner.queues.join(inner, key);
-    let held_by_predecessor = tokio::time::timeout_at(deadline, ticket.my_turn())
+    tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
-        .map_err(|_| timeout())?;
+        .map_err(|_| timed_out(key, start))?;
     // Subscribed before the next attempt, so a release after it cannot go unnoticed.
-    let subscribed = tokio::time::timeout_at(deadline, ticket.subscribe())
+    tokio::time::timeout_at(deadline, ticket.subscribe())
         .await
-        .map_err(|_| timeout())?;
-    let mut skip_attempt = held_by_predecessor && subscribed;
-    let mut backoff = DEGRADED_MIN;
-    let mut trouble = None;
-    loop {
-        if !skip_attempt {
-            match patient(attempt(inner, key, spec, None, true).await, &mut trouble)? {
-                Ok(guard) => {
-                    ticket.acquired = true;
-                    return Ok(guard);
+        .map_err(|_| timed_out(key, start))?;
+    let mut queued = Queued::new(inner, key, spec, ticket.inbox(), false);
+    let answer = queued.wait(deadline, start, false).await;
+    ticket.acquired = answer.is_ok();
+    answer
+}
+
+/// Acquires `key` in fair mode: this waiter's own ticket joins the backend's FIFO on its first
+/// attempt, and only the queue's head takes a free lock; a release hands the lock to the next
+/// live ticket.
+async fn acquire_fair(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+) -> Result<LockGuard, LockError> {
+    let start = Instant::now();
+    let deadline = start + spec.wait;
+    let inbox = Arc::new(Inbox::default());
+    let mut queued = Queued::new(inner, key, spec, inbox.clone(), true);
+    if spec.wait.is_zero() {
+        queued.ticket.ttl = Duration::ZERO;
+        return match queued.attempt(false).await? {
+            Ok(guard) => Ok(guard),
+            Err(retry_after) => Err(LockError::Busy {
+                key: key.user().to_owned(),
+                retry_after,
+            }),
+        };
+    }
+    queued.own_subscription = true;
+    // Subscribed before the first attempt: a release after it hands over to us or wakes us.
+    tokio::time::timeout_at(deadline, inner.backend.subscribe(key, &inbox))
+        .await
+        .map_err(|_| timed_out(key, start))?;
+    queued.wait(deadline, start, true).await
+}
+
+/// A waiter with a ticket in the backend's queue of its key. Each attempt refreshes the ticket
+/// and registers the attempt's token, lease and fencing choice; a release that finds the ticket
+/// at the head sets the lock to that token and names the ticket and attempt in its message, so
+/// the waiter owns the lock without another round trip. Its lease is counted from the moment
+/// that attempt was sent (the handover came after the server saw it), which is why the waiter
+/// remembers when it sent each recent attempt.
+///
+/// Dropping it before the lock was acquired takes the ticket out of the queue in the
+/// background, passing the lock on if a release handed it over meanwhile.
+struct Queued {
+    inner: Arc<LockerInner>,
+    key: LockKey,
+    spec: Spec,
+    inbox: Arc<Inbox>,
+    ticket: FairTicket,
+    token: Token,
+    /// Recent attempts: generation, when it was sent, and the token it registered.
+    sent: VecDeque<(u64, Instant, Token)>,
+    /// Whether the backend may hold the ticket (an attempt that could queue was sent).
+    registered: bool,
+    acquired: bool,
+    /// A fair waiter's inbox is its own subscription, dropped with it.
+    own_subscription: bool,
+}
+
+impl Queued {
+    fn new(
+        inner: &Arc<LockerInner>,
+        key: &LockKey,
+        spec: &Spec,
+        inbox: Arc<Inbox>,
+        strict: bool,
+    ) -> Self {
+        // A handed-over lock starts with a short lease (the watchdog, or the waiter's next
+        // attempt, takes it to the full lease), so a waiter that died without leaving its
+        // ticket holds the key only briefly.
+        let handover_lease = spec.lease.min(TICKET_TTL);
+        let ticket = FairTicket {
+            id: new_ticket_id(),
+            ttl: TICKET_TTL,
+            strict,
+            generation: 0,
+            handover_lease,
+        };
+        inbox.expect(Some(&ticket.id));
+        inbox.clear_wakeup();
+        Queued {
+            inner: inner.clone(),
+            key: key.clone(),
+            spec: *spec,
+            inbox,
+            ticket,
+            token: Token::random(),
+            sent: VecDeque::with_capacity(REMEMBERED_ATTEMPTS),
+            registered: false,
+            acquired: false,
+            own_subscription: false,
+        }
+    }
+
+    /// How often the ticket is refreshed: often enough that a handover leaves most of its
+    /// lease to the new owner.
+    fn refresh_every(&self) -> Duration {
+        (self.ticket.ttl / 3)
+            .min(self.ticket.handover_lease / 4)
+            .max(MIN_REFRESH)
+    }
+
+    /// The token is spent (an acquisition with it was given up and is being released): the
+    /// next attempts register a new token under a new ticket, and older handovers are ignored.
+    fn renew_identity(&mut self) {
+        let token = std::mem::replace(&mut self.token, Token::random());
+        let ticket = std::mem::replace(&mut self.ticket.id, new_ticket_id());
+        self.sent.clear();
+        self.inbox.expect(Some(&self.ticket.id));
+        if std::mem::take(&mut self.registered) {
+            // A later attempt may have queued the old ticket again: take it out, so no release
+            // hands the lock to a token nobody waits with.
+            leave_in_background(&self.inner, &self.key, ticket, token);
+        }
+    }
+
+    /// One attempt: acquires, or (re)registers the ticket with this attempt's generation.
+    async fn attempt(
+        &mut self,
+        waited: bool,
+    ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+        self.ticket.generation += 1;
+        let sent_at = Instant::now();
+        if self.sent.len() == REMEMBERED_ATTEMPTS {
+            self.sent.pop_front();
+        }
+        self.sent
+            .push_back((self.ticket.generation, sent_at, self.token.clone()));
+        self.registered |= !self.ticket.ttl.is_zero();
+        let mut in_flight = InFlight {
+            inner: &self.inner,
+            key: &self.key,
+            token: Some(&self.token),
+        };
+        let answer = self
+            .inner
+            .call()
+            .acquire(
+                &self.key,
+                &self.token,
+                self.spec.lease,
+                self.spec.fenced,
+                Some(&self.ticket),
+            )
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                // The attempt may have run: `in_flight` releases its token in the background,
+                // so that token must never be used again (nor a handover to it).
+                drop(in_flight);
+                self.renew_identity();
+                return Err(e);
+            }
+        };
+        in_flight.token = None;
+        drop(in_flight);
+        match answer {
+            Attempt::Acquired { fence } => {
+                let acquisition = self.acquisition(self.token.clone(), fence, sent_at, waited);
+                match guard_for(&self.inner, acquisition, self.spec.watchdog) {
+                    Some(guard) => {
+                        self.acquired = true;
+                        Ok(Ok(guard))
+                    }
+                    None => {
+                        self.renew_identity();
+                        Ok(Err(None))
+                    }
                 }
+            }
+            Attempt::Busy { remaining } => Ok(Err(remaining)),
+        }
+    }
+
+    fn acquisition(
+        &self,
+        token: Token,
+        fence: Option<u64>,
+        sent_at: Instant,
+        waited: bool,
+    ) -> Acquisition {
+        Acquisition {
+            key: self.key.clone(),
+            token,
+            fence,
+            lease: self.spec.lease,
+            first_lease: self.spec.lease,
+            sent_at,
+            max_hold: self.spec.max_hold,
+            waited,
+        }
+    }
+
+    /// A release handed the lock to this ticket. Its lease runs from when the attempt the
+    /// handover names was sent (the server could only hand over after it saw that attempt).
+    /// `None` when the handover cannot be used as it is: an unknown attempt (a stale or
+    /// repeated message), too little of the handover lease left to trust (a late message), or
+    /// no watchdog to take the short handover lease to the full one. The caller's next attempt
+    /// then settles it: the lock still holding this waiter's token is taken with the full lease
+    /// and a new fence, measured from that attempt.
+    fn take_over(&mut self, grant: Grant) -> Option<LockGuard> {
+        let (_, sent_at, token) = self
+            .sent
+            .iter()
+            .find(|(g, _, _)| *g == grant.generation)
+            .cloned()?;
+        let lease = self.ticket.handover_lease;
+        let valid_until = sent_at + lease.saturating_sub(crate::guard::drift(lease));
+        if !self.spec.watchdog || valid_until.saturating_duration_since(Instant::now()) < lease / 2
+        {
+            return None;
+        }
+        let fence = if self.spec.fenced { grant.fence } else { None };
+        let mut acquisition = self.acquisition(token, fence, sent_at, true);
+        acquisition.first_lease = lease;
+        self.settle(acquisition)
+    }
+
+    /// Gives up: takes the ticket out of the backend's queue before the caller hears of the
+    /// timeout, so no release hands the lock to a waiter that is gone (a handover that came
+    /// meanwhile is passed on). Without an answer, the ticket dies unrefreshed.
+    async fn leave(&mut self) {
+        if !std::mem::take(&mut self.registered) || self.acquired {
+            return;
+        }
+        if let Err(e) = self
+            .inner
+            .call()
+            .leave_queue(&self.key, &self.ticket.id, &self.token)
+            .await
+        {
+            tracing::debug!(error = %e, "leaving the wait queue failed; the ticket expires on its own");
+        }
+    }
+
+    fn settle(&mut self, acquisition: Acquisition) -> Option<LockGuard> {
+        let guard = guard_for(&self.inner, acquisition, self.spec.watchdog);
+        if guard.is_some() {
+            self.acquired = true;
+            self.inner.handovers.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.renew_identity();
+        }
+        guard
+    }
+
+    /// Waits for the lock until `deadline`: attempts (which refresh the ticket), handovers,
+    /// release messages, the holder's lease running out. `first` when no attempt was made yet:
+    /// a backend that fails the very first attempt fails the request at once.
+    async fn wait(
+        &mut self,
+        deadline: Instant,
+        start: Instant,
+        first: bool,
+    ) -> Result<LockGuard, LockError> {
+        let key = self.key.clone();
+        let timeout =
+            |trouble: Option<LockError>| trouble.unwrap_or_else(|| timed_out(&key, start));
+        let refresh = self.refresh_every();
+        let mut backoff = DEGRADED_MIN;
+        let mut trouble = None;
+        let mut waited = !first;
+        let mut remaining;
+        loop {
+            if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
+                return Ok(guard);
+            }
+            let answer = self.attempt(waited).await;
+            let answer = if waited {
+                patient(answer, &mut trouble)
+            } else {
+                answer
+            };
+            match answer? {
+                Ok(guard) => return Ok(guard),
                 Err(r) => remaining = r,
             }
-        }
-        if Instant::now() >= deadline {
-            return Err(trouble.unwrap_or_else(timeout));
-        }
-        // The holder's lease bounds every wait: a key that expires publishes nothing. When
-        // the predecessor just took the lock we know no TTL: its lease is at most ours.
-        let expiry = if skip_attempt {
-            spec.lease.max(inner.config.lease)
-        } else {
-            remaining.map_or(spec.lease, |r| r + EXPIRY_SLACK)
-        };
-        skip_attempt = false;
-        let nap = if inner.backend.notifications_healthy() && trouble.is_none() {
-            backoff = DEGRADED_MIN;
-            expiry
-        } else {
-            let nap = jittered(backoff).min(expiry);
-            backoff = (backoff * 2).min(DEGRADED_MAX);
-            nap
-        };
-        tokio::select! {
-            biased;
-            () = ticket.released() => {}
-            () = tokio::time::sleep(nap) => {}
-            () = tokio::time::sleep_until(deadline) => {
-                return Err(trouble.unwrap_or_else(timeout));
+            waited = true;
+            if Instant::now() >= deadline {
+                // A handover that came during the last attempt still counts.
+                if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
+                    return Ok(guard);
+                }
+                self.leave().await;
+                return Err(timeout(trouble));
+            }
+            // The holder's lease bounds every wait: a key that expires publishes nothing.
+            let mut nap = remaining.map_or(refresh, |r| (r + EXPIRY_SLACK).min(refresh));
+            if !self.inner.backend.notifications_healthy() || trouble.is_some() {
+                nap = nap.min(jittered(backoff));
+                backoff = (backoff * 2).min(DEGRADED_MAX);
+            } else {
+                backoff = DEGRADED_MIN;
+            }
+            let inbox = self.inbox.clone();
+            let woken = inbox.notified();
+            tokio::select! {
+                biased;
+                () = woken => {}
+                () = tokio::time::sleep(nap) => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    // A handover that came at the very end still counts.
+                    if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
+                        return Ok(guard);
+                    }
+                    self.leave().await;
+                    return Err(timeout(trouble));
+                }
             }
         }
     }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if self.own_subscription {
+            self.inner.backend.unsubscribe(&self.key, &self.inbox);
+        } else {
+            self.inbox.forget(&self.ticket.id);
+        }
+        if self.acquired || !self.registered {
+            return;
+        }
+        let ticket = std::mem::take(&mut self.ticket.id);
+        leave_in_background(&self.inner, &self.key, ticket, self.token.clone());
+    }
+}
+
+/// Takes a ticket out of the key's queue (passing the lock on if a release handed it to
+/// `token` meanwhile): at once in memory, in the background on Redis. Best effort: an
+/// unrefreshed ticket dies on its own.
+fn leave_in_background(inner: &Arc<LockerInner>, key: &LockKey, ticket: String, token: Token) {
+    if inner.backend.leave_queue_at_once(key, &ticket, &token) {
+        inner.calls.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (inner, key) = (inner.clone(), key.clone());
+    handle.spawn(async move {
+        if let Err(e) = inner.call().leave_queue(&key, &ticket, &token).await {
+            tracing::debug!(error = %e, "leaving the wait queue failed; the ticket expires on its own");
+        }
+    });
+}
+
+/// The wait for `key`, begun at `start`, is over.
+fn timed_out(key: &LockKey, start: Instant) -> LockError {
+    LockError::Timeout {
+        key: key.user().to_owned(),
+        waited: start.elapsed(),
+    }
+}
+
+fn new_ticket_id() -> String {
+    format!("t{:016x}", rand::random::<u64>())
 }
 
 /// Inside a wait, a transport failure is not the end: the backend may be back before the
@@ -449,12 +779,11 @@ fn patient<T>(
     }
 }
 
-/// One acquire round trip. `Ok(Err(remaining))` when busy.
+/// One plain acquire round trip (no queue). `Ok(Err(remaining))` when busy.
 async fn attempt(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
-    fair: Option<&FairTicket>,
     waited: bool,
 ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
     let token = Token::random();
@@ -468,154 +797,48 @@ async fn attempt(
         token: Some(&token),
     };
     let answer = inner
-        .backend
-        .acquire(key, &token, spec.lease, spec.fenced, fair)
+        .call()
+        .acquire(key, &token, spec.lease, spec.fenced, None)
         .await?;
     in_flight.token = None;
     drop(in_flight);
     match answer {
         Attempt::Acquired { fence } => {
-            let held = Held::new(
-                inner.clone(),
-                Acquisition {
-                    key: key.clone(),
-                    token,
-                    fence,
-                    lease: spec.lease,
-                    sent_at,
-                    max_hold: spec.max_hold,
-                    waited,
-                },
-            );
-            if !held.is_held() {
-                // The answer came back after the lease had run out (a slow network, a pause):
-                // the lock may be someone else's already. Not a success; the guard's drop
-                // releases it if it is still ours.
-                tracing::debug!(key = %crate::key::display_key(key.user()), "acquired too late: the lease ran out before the answer came");
-                drop(LockGuard::owned(held));
-                return Ok(Err(None));
-            }
-            if spec.watchdog {
-                inner.watchdog.add(inner, &held);
-            }
-            tracing::trace!(key = %crate::key::display_key(key.user()), fence, "lock acquired");
-            Ok(Ok(LockGuard::owned(held)))
+            let acquisition = Acquisition {
+                key: key.clone(),
+                token,
+                fence,
+                lease: spec.lease,
+                first_lease: spec.lease,
+                sent_at,
+                max_hold: spec.max_hold,
+                waited,
+            };
+            Ok(guard_for(inner, acquisition, spec.watchdog).ok_or(None))
         }
         Attempt::Busy { remaining } => Ok(Err(remaining)),
     }
 }
 
-/// Acquires `key` in fair mode: this waiter's ticket joins the backend's FIFO on its first
-/// attempt; it tries again when a release names its ticket, when the holder's lease runs out,
-/// or every third of the ticket's lifetime to keep the ticket alive.
-async fn acquire_fair(
+/// The guard for an acquisition, or `None` when its lease had already run out by the time the
+/// answer came (a slow network, a pause): the lock may be someone else's already, so it is not
+/// a success, and it is released in the background in case it is still ours.
+fn guard_for(
     inner: &Arc<LockerInner>,
-    key: &LockKey,
-    spec: &Spec,
-) -> Result<LockGuard, LockError> {
-    let start = Instant::now();
-    let deadline = start + spec.wait;
-    let timeout = || LockError::Timeout {
-        key: key.user().to_owned(),
-        waited: start.elapsed(),
-    };
-    let mut ticket = FairTicket {
-        id: format!("t{:016x}", rand::random::<u64>()),
-        ttl: FAIR_TICKET_TTL,
-    };
-    if spec.wait.is_zero() {
-        ticket.ttl = Duration::ZERO;
-        return match attempt(inner, key, spec, Some(&ticket), false).await? {
-            Ok(guard) => Ok(guard),
-            Err(retry_after) => Err(LockError::Busy {
-                key: key.user().to_owned(),
-                retry_after,
-            }),
-        };
+    acquisition: Acquisition,
+    watchdog: bool,
+) -> Option<LockGuard> {
+    let held = Held::new(inner.clone(), acquisition);
+    if !held.is_held() {
+        tracing::debug!(key = %crate::key::display_key(held.key.user()), "acquired too late: the lease ran out before the answer came");
+        drop(LockGuard::owned(held));
+        return None;
     }
-    let mut stay = FairStay {
-        inner: inner.clone(),
-        key: key.clone(),
-        ticket: ticket.id.clone(),
-        wake: Arc::new(Notify::new()),
-        acquired: false,
-    };
-    // Subscribed before the first attempt: a release after it names us or wakes us.
-    tokio::time::timeout_at(
-        deadline,
-        inner.backend.subscribe(key, &stay.wake, Some(&ticket.id)),
-    )
-    .await
-    .map_err(|_| timeout())?;
-    let refresh = ticket.ttl / 3;
-    let mut backoff = DEGRADED_MIN;
-    let mut waited = false;
-    let mut trouble = None;
-    loop {
-        let answer = attempt(inner, key, spec, Some(&ticket), waited).await;
-        // As in the unfair mode, a backend down at the first attempt fails at once.
-        let answer = if waited {
-            patient(answer, &mut trouble)
-        } else {
-            answer
-        };
-        let remaining = match answer? {
-            Ok(guard) => {
-                stay.acquired = true;
-                return Ok(guard);
-            }
-            Err(r) => r,
-        };
-        waited = true;
-        if Instant::now() >= deadline {
-            return Err(trouble.unwrap_or_else(timeout));
-        }
-        let mut nap = remaining.map_or(refresh, |r| (r + EXPIRY_SLACK).min(refresh));
-        if !inner.backend.notifications_healthy() || trouble.is_some() {
-            nap = nap.min(jittered(backoff));
-            backoff = (backoff * 2).min(DEGRADED_MAX);
-        } else {
-            backoff = DEGRADED_MIN;
-        }
-        tokio::select! {
-            biased;
-            () = stay.wake.notified() => {}
-            () = tokio::time::sleep(nap) => {}
-            () = tokio::time::sleep_until(deadline) => {
-                return Err(trouble.unwrap_or_else(timeout));
-            }
-        }
+    if watchdog {
+        inner.watchdog.add(inner, &held);
     }
-}
-
-/// A fair waiter's registrations; dropping it unsubscribes and, unless the lock was acquired,
-/// takes the ticket out of the queue in the background.
-struct FairStay {
-    inner: Arc<LockerInner>,
-    key: LockKey,
-    ticket: String,
-    wake: Arc<Notify>,
-    acquired: bool,
-}
-
-impl Drop for FairStay {
-    fn drop(&mut self) {
-        self.inner.backend.unsubscribe(&self.key, &self.wake);
-        if self.acquired {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = self.inner.clone();
-        let key = self.key.clone();
-        let ticket = std::mem::take(&mut self.ticket);
-        handle.spawn(async move {
-            if let Err(e) = inner.backend.leave_queue(&key, &ticket).await {
-                tracing::debug!(error = %e, "leaving the fair queue failed; the ticket expires on its own");
-            }
-        });
-    }
+    tracing::trace!(key = %crate::key::display_key(held.key.user()), fence = held.fence, "lock acquired");
+    Some(LockGuard::owned(held))
 }
 
 struct InFlight<'a> {

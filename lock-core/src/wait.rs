@@ -1,11 +1,12 @@
 //! The local wait queue: within one locker, waiters for one key queue up in arrival order and
-//! only the head contends in the backend.
+//! only the head contends in the backend, where it keeps a ticket in the key's queue so that a
+//! release can hand it the lock directly.
 //!
-//! The head is woken by the key's release notification (one subscription per locker and key,
-//! made when the queue forms and dropped [`LINGER`] after it empties, so a burst of contention
-//! subscribes once), by a release through this locker, or when the holder's remaining lease runs
-//! out (a key that expires publishes nothing). A waiter that times out, is dropped or whose task
-//! is aborted leaves the queue in its `Drop`, handing the turn on.
+//! The head hears through the queue's inbox: a handover or release message (one subscription per
+//! locker and key, made when the queue forms and dropped [`LINGER`] after it empties, so a burst
+//! of contention subscribes once), a release through this locker; and it tries again when the
+//! holder's remaining lease runs out (a key that expires publishes nothing). A waiter that times
+//! out, is dropped or whose task is aborted leaves the queue in its `Drop`, handing the turn on.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, OnceCell};
 
+use crate::backend::Inbox;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 
@@ -29,8 +31,8 @@ pub(crate) struct WaitQueues {
 #[derive(Debug)]
 struct Queue {
     waiters: VecDeque<Waiter>,
-    /// Wakes the head: release notifications and local releases.
-    wake: Arc<Notify>,
+    /// Where the head hears of releases and handovers (notifications and local releases).
+    inbox: Arc<Inbox>,
     /// Whether the backend confirmed the release subscription (set once per queue).
     subscribed: Arc<OnceCell<bool>>,
     /// Bumped whenever the queue empties or is joined: a pending removal of an emptied queue
@@ -75,7 +77,7 @@ impl WaitQueues {
     /// A lock of this locker was released: wake the key's head at once.
     pub(crate) fn wake_local(&self, key: &LockKey) {
         if let Some(q) = self.map().get(key.lock()).filter(|q| !q.waiters.is_empty()) {
-            q.wake.notify_one();
+            q.inbox.wake();
         }
     }
 
@@ -87,7 +89,7 @@ impl WaitQueues {
         let mut map = self.map();
         let q = map.entry(key.lock().to_owned()).or_insert_with(|| Queue {
             waiters: VecDeque::new(),
-            wake: Arc::new(Notify::new()),
+            inbox: Arc::new(Inbox::default()),
             subscribed: Arc::new(OnceCell::new()),
             generation: 0,
         });
@@ -102,7 +104,7 @@ impl WaitQueues {
             key: key.clone(),
             id,
             turn,
-            wake: q.wake.clone(),
+            inbox: q.inbox.clone(),
             subscribed: q.subscribed.clone(),
             acquired: false,
         }
@@ -116,7 +118,7 @@ pub(crate) struct Ticket {
     key: LockKey,
     id: u64,
     turn: Arc<Notify>,
-    wake: Arc<Notify>,
+    inbox: Arc<Inbox>,
     subscribed: Arc<OnceCell<bool>>,
     /// Set by the head when it acquired, so the next head knows the lock is held.
     pub(crate) acquired: bool,
@@ -149,13 +151,13 @@ impl Ticket {
     pub(crate) async fn subscribe(&self) -> bool {
         *self
             .subscribed
-            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.wake, None))
+            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.inbox))
             .await
     }
 
-    /// Resolves on a release notification (or a stored one that arrived since the last wait).
-    pub(crate) async fn released(&self) {
-        self.wake.notified().await;
+    /// The queue's inbox, which its head uses while it waits.
+    pub(crate) fn inbox(&self) -> Arc<Inbox> {
+        self.inbox.clone()
     }
 }
 
@@ -204,7 +206,7 @@ impl WaitQueues {
         if idle && let Some(q) = map.remove(key.lock()) {
             drop(map);
             // Unconditional: removing a listener that was never registered does nothing.
-            locker.backend.unsubscribe(key, &q.wake);
+            locker.backend.unsubscribe(key, &q.inbox);
         }
     }
 }

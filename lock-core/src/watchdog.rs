@@ -71,7 +71,7 @@ impl Watchdog {
 
     /// Starts renewing `held` (and the scheduler, the first time).
     pub(crate) fn add(&self, inner: &Arc<LockerInner>, held: &Arc<Held>) {
-        let renew_at = held.acquired_at + held.lease() / 3;
+        let renew_at = held.first_renewal;
         let must_wake = {
             let mut table = self.entries();
             table.insert(
@@ -179,7 +179,7 @@ impl Watchdog {
             .max(Duration::from_millis(1));
         let sent = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let answer = tokio::time::timeout(bound, inner.backend.renew(&items)).await;
+        let answer = tokio::time::timeout(bound, inner.call().renew(&items)).await;
         let mut lost = Vec::new();
         {
             let mut entries = self.entries();

@@ -85,6 +85,36 @@ impl Fixture {
         Some(Stored { token, pttl })
     }
 
+    /// How many waiters queue for `key` (default prefix) in the backend.
+    async fn queued(&self, key: &str) -> usize {
+        match self {
+            Fixture::Memory(m) => m.queued(key),
+            Fixture::Redis(s) => {
+                let len: i64 = s
+                    .query(
+                        redis::cmd("LLEN")
+                            .arg(format!("{}:queue", lock_name("lock:", key)))
+                            .clone(),
+                    )
+                    .await;
+                usize::try_from(len).unwrap_or(0)
+            }
+        }
+    }
+
+    /// Waits until `n` waiters queue for `key` in the backend (polled: nothing signals it).
+    async fn until_queued(&self, key: &str, n: usize) {
+        let deadline = Instant::now() + SOON;
+        while self.queued(key).await != n {
+            assert!(
+                Instant::now() < deadline,
+                "{}: {n} waiter(s) never queued for {key:?}",
+                self.name()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Deletes the lock whoever holds it, as an operator's DEL would.
     async fn force_delete(&self, key: &str) {
         let deleted = match self {
@@ -966,9 +996,12 @@ async fn dropped_guard_is_released_in_background(fx: Fixture) {
     assert!(cancelled.is_err(), "the waiter was cancelled while waiting");
     assert_eq!(b.stats().waiters, 0, "a cancelled waiter leaves the queue");
     holder.release().await.expect("release");
-    b.try_lock("queued")
+    // The release may hand the lock to the cancelled waiter's ticket if its cleanup (sent in
+    // the background) has not reached the backend yet; the cleanup then passes it on.
+    b.lock("queued")
+        .wait(SOON)
         .await
-        .expect("free after release")
+        .expect("free after release and the cancelled waiter's cleanup")
         .release()
         .await
         .expect("release");
@@ -1032,6 +1065,100 @@ async fn tokens_never_appear_in_debug_output(fx: Fixture) {
     guard.release().await.expect("release");
 }
 
+/// A release hands the lock straight to the waiter queued for it: when the release returns,
+/// the lock is already the waiter's (a newcomer finds it busy, so nobody slips in between), with
+/// the next fencing token; the handed-over lease is short and the watchdog takes it to the full
+/// lease; a waiter that gives up after a handover passes the lock on.
+async fn release_hands_the_lock_to_the_queued_waiter(fx: Fixture) {
+    let (a, b, c) = (fx.locker().await, fx.locker().await, fx.locker().await);
+    let holder = a.lock("handover").fenced().await.expect("acquire");
+    let first = holder.fence().expect("fenced");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("handover").fenced().wait(SOON).await }
+    });
+    fx.until_queued("handover", 1).await;
+    holder.release().await.expect("release");
+    let newcomer = c.try_lock("handover").await;
+    assert!(
+        matches!(newcomer, Err(LockError::Busy { .. })),
+        "{}: the lock went to the queued waiter, not to a newcomer: {newcomer:?}",
+        fx.name()
+    );
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert!(guard.is_held());
+    assert!(guard.waited());
+    assert_eq!(guard.fence(), Some(first + 1), "{}", fx.name());
+    assert_eq!(fx.queued("handover").await, 0);
+    // Handed over with a lease of at most 3 s; the watchdog extends it to the 30 s default.
+    assert!(
+        guard.remaining() <= Duration::from_secs(3),
+        "{:?}",
+        guard.remaining()
+    );
+    let deadline = Instant::now() + SOON;
+    while guard.remaining() <= Duration::from_secs(3) {
+        assert!(Instant::now() < deadline, "{}: never extended", fx.name());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(stored) = fx.stored("handover").await {
+        assert!(stored.pttl > 3_000, "{stored:?}");
+    }
+    guard.release().await.expect("release");
+
+    // Fair mode hands over the same way.
+    let holder = a.lock("handover").await.expect("acquire");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("handover").fair().wait(SOON).await }
+    });
+    fx.until_queued("handover", 1).await;
+    holder.release().await.expect("release");
+    assert!(matches!(
+        c.try_lock("handover").await,
+        Err(LockError::Busy { .. })
+    ));
+    waiter
+        .await
+        .expect("join")
+        .expect("handed over in fair mode")
+        .release()
+        .await
+        .expect("release");
+    c.try_lock("handover")
+        .await
+        .expect("free after the last release")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// A waiter that times out has left the backend's queue by the time its `Timeout` returns: the
+/// next release does not hand the lock to it, and a newcomer finds the key free at once.
+async fn timed_out_waiter_leaves_no_trace(fx: Fixture) {
+    let (a, b, c) = (fx.locker().await, fx.locker().await, fx.locker().await);
+    let holder = a.lock("gone").await.expect("acquire");
+    for fair in [false, true] {
+        let mut request = b.lock("gone").wait(Duration::from_millis(50));
+        if fair {
+            request = request.fair();
+        }
+        let timed_out = request.await;
+        assert!(
+            matches!(timed_out, Err(LockError::Timeout { .. })),
+            "{timed_out:?}"
+        );
+        assert_eq!(fx.queued("gone").await, 0, "{} fair={fair}", fx.name());
+    }
+    holder.release().await.expect("release");
+    c.try_lock("gone")
+        .await
+        .expect("free right after the release")
+        .release()
+        .await
+        .expect("release");
+}
+
 macro_rules! conformance {
     ($($(#[$attr:meta])* $test:ident),* $(,)?) => {
         /// The suite against the embedded memory backend.
@@ -1072,6 +1199,8 @@ conformance!(
     reentrancy_inside_run,
     odd_keys_work_and_share_one_slot,
     dropped_guard_is_released_in_background,
+    release_hands_the_lock_to_the_queued_waiter,
+    timed_out_waiter_leaves_no_trace,
     tokens_never_appear_in_debug_output,
 );
 

@@ -4,12 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use std::collections::VecDeque;
 
-use super::{Attempt, FairTicket, Listeners, Renewal};
+use super::{Attempt, FairTicket, Inbox, Listeners, Renewal};
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -49,8 +48,8 @@ pub struct MemoryBackend {
 struct Table {
     locks: HashMap<String, Entry>,
     fences: HashMap<String, u64>,
-    /// Fair-mode FIFO per lock: ticket and the instant it dies without a refresh.
-    queues: HashMap<String, VecDeque<(String, Instant)>>,
+    /// Queued waiters per lock, oldest first (see [`Queued`]).
+    queues: HashMap<String, VecDeque<Queued>>,
     listeners: Listeners,
     sweep_above: usize,
 }
@@ -59,6 +58,18 @@ struct Table {
 struct Entry {
     token: Token,
     expires: Instant,
+}
+
+/// A waiter in a lock's queue: its ticket, when the ticket dies without a refresh, and what a
+/// release sets when it hands the lock over (the attempt's token, lease and fencing choice).
+#[derive(Debug)]
+struct Queued {
+    ticket: String,
+    dies: Instant,
+    token: Token,
+    lease: Duration,
+    fenced: bool,
+    generation: u64,
 }
 
 impl MemoryBackend {
@@ -110,6 +121,24 @@ impl MemoryBackend {
         self.table().listeners.len()
     }
 
+    /// How many live waiters queue for `key` (default prefix) in the backend, where a release
+    /// hands the lock to the oldest: one per waiting locker in the default mode (the head of
+    /// its local queue), one per waiter in fair mode.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::MemoryBackend::new().queued("order:1"), 0);
+    /// ```
+    pub fn queued(&self, key: &str) -> usize {
+        let Ok(names) = LockKey::new(crate::key::DEFAULT_PREFIX, key) else {
+            return 0;
+        };
+        let now = Instant::now();
+        self.table()
+            .queues
+            .get(names.lock())
+            .map_or(0, |q| q.iter().filter(|q| q.dies > now).count())
+    }
+
     /// Deletes a lock whatever its owner, as an operator's `DEL` would (for tests and repairs).
     /// Returns whether there was one.
     ///
@@ -155,50 +184,41 @@ impl MemoryBackend {
     ) -> Attempt {
         let now = Instant::now();
         let mut t = self.table();
-        let held_for = t
-            .locks
-            .get(key.lock())
-            .filter(|e| e.expires > now)
-            .map(|e| e.expires - now);
+        let live = t.locks.get(key.lock()).filter(|e| e.expires > now);
+        let ours = live.is_some_and(|e| e.token == *token);
+        let held_for = live.filter(|_| !ours).map(|e| e.expires - now);
         if let Some(fair) = fair {
+            // A release may have handed the lock to this ticket already (its message on the
+            // way): then the lock is ours, as in Redis, and its lease starts again.
             let head = t.queue_head(key.lock(), now, Some(&fair.id));
-            let our_turn = head.as_deref().is_none_or(|h| h == fair.id);
+            let our_turn = ours || !fair.strict || head.as_deref().is_none_or(|h| h == fair.id);
             if held_for.is_some() || !our_turn {
                 if !fair.ttl.is_zero() {
+                    let entry = Queued {
+                        ticket: fair.id.clone(),
+                        dies: now + fair.ttl,
+                        token: token.clone(),
+                        lease: fair.handover_lease,
+                        fenced,
+                        generation: fair.generation,
+                    };
                     let q = t.queues.entry(key.lock().to_owned()).or_default();
-                    match q.iter_mut().find(|(id, _)| *id == fair.id) {
-                        Some(entry) => entry.1 = now + fair.ttl,
-                        None => q.push_back((fair.id.clone(), now + fair.ttl)),
+                    match q.iter_mut().find(|q| q.ticket == fair.id) {
+                        Some(place) => *place = entry,
+                        None => q.push_back(entry),
                     }
                 }
                 return Attempt::Busy {
                     remaining: held_for,
                 };
             }
-            if head.is_some() {
-                t.leave(key.lock(), &fair.id);
-            }
+            t.leave(key.lock(), &fair.id);
         } else if let Some(remaining) = held_for {
             return Attempt::Busy {
                 remaining: Some(remaining),
             };
         }
-        t.locks.insert(
-            key.lock().to_owned(),
-            Entry {
-                token: token.clone(),
-                expires: now + lease,
-            },
-        );
-        if t.locks.len() > t.sweep_above.max(MIN_SWEEP) {
-            t.sweep(now);
-            t.sweep_above = t.locks.len() * 2;
-        }
-        let fence = fenced.then(|| {
-            let counter = t.fences.entry(key.fence().to_owned()).or_insert(0);
-            *counter += 1;
-            *counter
-        });
+        let fence = t.take(key, token.clone(), now, lease, fenced);
         Attempt::Acquired { fence }
     }
 
@@ -210,7 +230,7 @@ impl MemoryBackend {
                 let live = e.expires > now;
                 t.locks.remove(key.lock());
                 if live {
-                    t.announce_release(key, now);
+                    t.hand_over(key, now);
                 }
                 live
             }
@@ -218,14 +238,25 @@ impl MemoryBackend {
         }
     }
 
-    pub(crate) fn leave_queue(&self, key: &LockKey, ticket: &str) {
+    pub(crate) fn leave_queue(&self, key: &LockKey, ticket: &str, token: &Token) {
         let now = Instant::now();
         let mut t = self.table();
-        let was_head = t.queue_head(key.lock(), now, None).as_deref() == Some(ticket);
+        let was_head = t
+            .queues
+            .get(key.lock())
+            .and_then(|q| q.front())
+            .is_some_and(|q| q.ticket == ticket);
         t.leave(key.lock(), ticket);
-        let free = t.locks.get(key.lock()).is_none_or(|e| e.expires <= now);
-        if was_head && free {
-            t.announce_release(key, now);
+        let holder = t
+            .locks
+            .get(key.lock())
+            .filter(|e| e.expires > now)
+            .map(|e| e.token == *token);
+        if holder == Some(true) {
+            t.locks.remove(key.lock());
+        }
+        if holder == Some(true) || (was_head && holder.is_none()) {
+            t.hand_over(key, now);
         }
     }
 
@@ -244,23 +275,50 @@ impl MemoryBackend {
             .collect()
     }
 
-    pub(crate) fn subscribe(&self, key: &LockKey, notify: &Arc<Notify>, ticket: Option<&str>) {
+    pub(crate) fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
         // In memory the lock name serves as the channel.
-        self.table().listeners.add(key.lock(), notify, ticket);
+        self.table().listeners.add(key.lock(), inbox);
     }
 
-    pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
-        self.table().listeners.remove(key.lock(), notify);
+    pub(crate) fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+        self.table().listeners.remove(key.lock(), inbox);
     }
 }
 
 impl Table {
-    /// The first live ticket of a lock's fair queue, dropping dead ones (`keep` is never dropped).
+    /// Sets the lock (free now) to `token` until `expires`, drawing a fence when asked.
+    fn take(
+        &mut self,
+        key: &LockKey,
+        token: Token,
+        now: Instant,
+        lease: Duration,
+        fenced: bool,
+    ) -> Option<u64> {
+        self.locks.insert(
+            key.lock().to_owned(),
+            Entry {
+                token,
+                expires: now + lease,
+            },
+        );
+        if self.locks.len() > self.sweep_above.max(MIN_SWEEP) {
+            self.sweep(now);
+            self.sweep_above = self.locks.len() * 2;
+        }
+        fenced.then(|| {
+            let counter = self.fences.entry(key.fence().to_owned()).or_insert(0);
+            *counter += 1;
+            *counter
+        })
+    }
+
+    /// The first live ticket of a lock's queue, dropping dead ones (`keep` is never dropped).
     fn queue_head(&mut self, lock: &str, now: Instant, keep: Option<&str>) -> Option<String> {
         let q = self.queues.get_mut(lock)?;
-        while let Some((id, dies)) = q.front() {
-            if *dies > now || keep == Some(id.as_str()) {
-                return Some(id.clone());
+        while let Some(first) = q.front() {
+            if first.dies > now || keep == Some(first.ticket.as_str()) {
+                return Some(first.ticket.clone());
             }
             q.pop_front();
         }
@@ -270,27 +328,39 @@ impl Table {
 
     fn leave(&mut self, lock: &str, ticket: &str) {
         if let Some(q) = self.queues.get_mut(lock) {
-            q.retain(|(id, _)| id != ticket);
+            q.retain(|q| q.ticket != ticket);
             if q.is_empty() {
                 self.queues.remove(lock);
             }
         }
     }
 
-    /// Wakes the waiters of a lock that just became free: the next fair ticket, if any, by name.
-    fn announce_release(&mut self, key: &LockKey, now: Instant) {
-        if self.listeners.len() == 0 {
-            return;
+    /// The lock just became free: hands it to the oldest live queued waiter and tells that
+    /// waiter, or tells every listener it is free.
+    fn hand_over(&mut self, key: &LockKey, now: Instant) {
+        if self.queue_head(key.lock(), now, None).is_some()
+            && let Some(next) = self
+                .queues
+                .get_mut(key.lock())
+                .and_then(VecDeque::pop_front)
+        {
+            let fence = self
+                .take(key, next.token, now, next.lease, next.fenced)
+                .unwrap_or(0);
+            if self.queues.get(key.lock()).is_some_and(VecDeque::is_empty) {
+                self.queues.remove(key.lock());
+            }
+            let payload = format!("{}:{}:{fence}", next.ticket, next.generation);
+            self.listeners.wake(key.lock(), payload.as_bytes());
+        } else if self.listeners.len() > 0 {
+            self.listeners.wake(key.lock(), b"released");
         }
-        let next = self.queue_head(key.lock(), now, None);
-        let payload = next.as_deref().unwrap_or("released");
-        self.listeners.wake(key.lock(), payload.as_bytes());
     }
 
     fn sweep(&mut self, now: Instant) {
         self.locks.retain(|_, e| e.expires > now);
         self.queues.retain(|_, q| {
-            q.retain(|(_, dies)| *dies > now);
+            q.retain(|q| q.dies > now);
             !q.is_empty()
         });
     }

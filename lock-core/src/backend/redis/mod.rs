@@ -5,14 +5,12 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script, ScriptInvocation, Value};
-use tokio::sync::Notify;
-
-use super::{Attempt, FairTicket, Renewal};
+use super::{Attempt, FairTicket, Inbox, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script, ScriptInvocation, Value};
 
 mod subscriber;
 
@@ -20,12 +18,26 @@ use subscriber::Subscriber;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+// The handover code (handoff.lua) is prepended to every script that frees or queues for a lock.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static ACQUIRE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire_fair.lua")));
-static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));
+static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/acquire_queued.lua")
+    ))
+});
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/leave.lua")
+    ))
+});
 
 /// Default bound on establishing a connection.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -294,7 +306,7 @@ impl RedisBackend {
         }
         let mut call = match fair {
             None => ACQUIRE.prepare_invoke(),
-            Some(_) => ACQUIRE_FAIR.prepare_invoke(),
+            Some(_) => ACQUIRE_QUEUED.prepare_invoke(),
         };
         call.key(key.lock())
             .key(key.fence())
@@ -310,7 +322,10 @@ impl RedisBackend {
             call.key(key.queue())
                 .key(key.waiters())
                 .arg(fair.id.as_str())
-                .arg(ttl);
+                .arg(ttl)
+                .arg(fair.generation)
+                .arg(millis(fair.handover_lease))
+                .arg(if fair.strict { "1" } else { "0" });
         }
         let reply = self.invoke(&call, "acquire", key.user()).await?;
         match int_pair(&reply) {
@@ -382,6 +397,7 @@ impl RedisBackend {
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
         let mut call = RELEASE.prepare_invoke();
         call.key(key.lock())
+            .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
             .arg(token.as_str())
@@ -391,10 +407,26 @@ impl RedisBackend {
             .invoke_noting_retry(&call, "release", key.user())
             .await?;
         match reply {
-            Value::Int(1) => Ok(true),
-            // The first call may have run and lost only its answer: the key is gone either
-            // way, and whether it was ours until then is the local validity's to say.
-            Value::Int(0) if retried => Ok(true),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::BulkString(message)] => {
+                    // This process's waiters learn at once, without waiting for the message
+                    // to come back through the subscriber (which delivers it again: harmless).
+                    self.inner.subscriber.deliver(&key.channel(), message);
+                    Ok(true)
+                }
+                _ => Err(LockError::protocol(
+                    "release",
+                    key.user(),
+                    format!("release script answered {items:?}"),
+                )),
+            },
+            // The first call may have run and lost only its answer: the key is gone (or handed
+            // on) either way, and whether it was ours until then is the local validity's to say.
+            // Its message is unknown: this process's waiters look for themselves.
+            Value::Int(0) if retried => {
+                self.inner.subscriber.deliver(&key.channel(), b"released");
+                Ok(true)
+            }
             Value::Int(0) => Ok(false),
             other => Err(LockError::protocol(
                 "release",
@@ -404,14 +436,21 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) async fn leave_queue(&self, key: &LockKey, ticket: &str) -> Result<(), LockError> {
+    pub(crate) async fn leave_queue(
+        &self,
+        key: &LockKey,
+        ticket: &str,
+        token: &Token,
+    ) -> Result<(), LockError> {
         let mut call = LEAVE.prepare_invoke();
         call.key(key.lock())
+            .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
             .arg(ticket)
             .arg(key.channel())
-            .arg(if self.inner.sharded { "1" } else { "0" });
+            .arg(if self.inner.sharded { "1" } else { "0" })
+            .arg(token.as_str());
         self.invoke(&call, "leave queue", key.user()).await?;
         Ok(())
     }
@@ -461,20 +500,12 @@ impl RedisBackend {
             .collect()
     }
 
-    pub(crate) async fn subscribe(
-        &self,
-        key: &LockKey,
-        notify: &Arc<Notify>,
-        ticket: Option<&str>,
-    ) -> bool {
-        self.inner
-            .subscriber
-            .subscribe(&key.channel(), notify, ticket)
-            .await
+    pub(crate) async fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) -> bool {
+        self.inner.subscriber.subscribe(&key.channel(), inbox).await
     }
 
-    pub(crate) fn unsubscribe(&self, key: &LockKey, notify: &Arc<Notify>) {
-        self.inner.subscriber.unsubscribe(&key.channel(), notify);
+    pub(crate) fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+        self.inner.subscriber.unsubscribe(&key.channel(), inbox);
     }
 
     pub(crate) fn notifications_healthy(&self) -> bool {

@@ -1,6 +1,6 @@
 //! The one subscriber connection of a Redis backend.
 //!
-//! Waiters register a `Notify` per lock channel; the first registration of a channel subscribes
+//! Waiters register an `Inbox` per lock channel; the first registration of a channel subscribes
 //! it, the last removal unsubscribes it. One task owns the connection and sends the
 //! (un)subscribe commands in the order they were asked for, so an unsubscribe can never overtake
 //! a later subscribe of the same channel. When the connection drops, waiters are woken and told
@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::{Mutex as AsyncMutex, Notify, mpsc, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
 use crate::LockError;
-use crate::backend::Listeners;
+use crate::backend::{Inbox, Listeners};
 
 const RECOVERY_MIN: Duration = Duration::from_millis(20);
 const RECOVERY_MAX: Duration = Duration::from_secs(1);
@@ -95,12 +95,7 @@ impl Subscriber {
 
     /// Registers `notify` for `channel` and waits until the server confirmed the subscription.
     /// `false` when it could not be confirmed (the caller falls back to bounded retries).
-    pub(super) async fn subscribe(
-        &self,
-        channel: &str,
-        notify: &Arc<Notify>,
-        ticket: Option<&str>,
-    ) -> bool {
+    pub(super) async fn subscribe(&self, channel: &str, inbox: &Arc<Inbox>) -> bool {
         let commands = self.commands().await;
         let (reply, confirmed) = oneshot::channel();
         {
@@ -108,7 +103,7 @@ impl Subscriber {
             // registrations decided them. The registration stays even when the subscriber is
             // down: recovery subscribes it and wakes it.
             let mut listeners = self.shared.listeners();
-            listeners.add(channel, notify, ticket);
+            listeners.add(channel, inbox);
             let Some(commands) = commands else {
                 return false;
             };
@@ -122,9 +117,15 @@ impl Subscriber {
         confirmed.await.unwrap_or(false)
     }
 
-    pub(super) fn unsubscribe(&self, channel: &str, notify: &Arc<Notify>) {
+    /// Delivers a release message that did not come through the connection (the releasing
+    /// process's own copy), as if it had.
+    pub(super) fn deliver(&self, channel: &str, message: &[u8]) {
+        self.shared.listeners().wake(channel, message);
+    }
+
+    pub(super) fn unsubscribe(&self, channel: &str, inbox: &Arc<Inbox>) {
         let mut listeners = self.shared.listeners();
-        if listeners.remove(channel, notify)
+        if listeners.remove(channel, inbox)
             && let Some(commands) = self.live_sender()
         {
             let _ = commands.send(Command::Unsubscribe(channel.to_owned()));

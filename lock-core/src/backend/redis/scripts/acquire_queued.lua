@@ -1,0 +1,78 @@
+-- Acquire a lock, or take (or refresh) a place in its queue of waiters, where a release can
+-- hand the lock straight to this waiter (handoff.lua). The now_ms helper comes from
+-- handoff.lua, prepended.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  the fencing counter key
+-- KEYS[3]  the queue (list of waiter tickets, oldest first)
+-- KEYS[4]  the waiters (hash: ticket -> 'expiry|generation|lease|fenced|token')
+-- ARGV[1]  the owner token
+-- ARGV[2]  the lease in milliseconds
+-- ARGV[3]  '1' to draw a fencing token, '0' not to
+-- ARGV[4]  this waiter's ticket (random, not secret)
+-- ARGV[5]  how long the ticket lives without a refresh, in ms; '0' = one attempt, never queue
+-- ARGV[6]  this attempt's generation (a handover names it)
+-- ARGV[7]  the lease a handover sets, in milliseconds
+-- ARGV[8]  '1' fair: take a free lock only at the queue's head; '0': whatever the place
+--
+-- Running it twice with one token is safe (a retry after a dropped connection, or a handover
+-- whose message has not arrived yet, finds the lock holding the token: acquired, lease reset).
+-- In fair mode, dead tickets (not refreshed in time) at the head are dropped first.
+-- Returns {1, fence} when acquired (fence 0 when not fenced),
+--         {0, pttl}  otherwise (-2 when the lock is free but it is another waiter's turn).
+local function taken()
+  if redis.call('HDEL', KEYS[4], ARGV[4]) == 1 then
+    redis.call('LREM', KEYS[3], 0, ARGV[4])
+  end
+  if ARGV[3] == '1' then
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+  return {1, 0}
+end
+local function ours()
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return true
+  end
+  return false
+end
+local now
+if ARGV[8] ~= '1' then
+  -- Not fair: a free lock is taken whatever the queue holds.
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ours() then
+    return taken()
+  end
+else
+  if ours() then
+    return taken()
+  end
+  local head
+  while true do
+    head = redis.call('LINDEX', KEYS[3], 0)
+    if not head or head == ARGV[4] then
+      break
+    end
+    now = now or now_ms()
+    local entry = redis.call('HGET', KEYS[4], head) or '0'
+    if tonumber(string.match(entry, '^%d+') or '0') > now then
+      break
+    end
+    redis.call('LPOP', KEYS[3])
+    redis.call('HDEL', KEYS[4], head)
+  end
+  if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return taken()
+  end
+end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  now = now or now_ms()
+  local entry = (now + ttl) .. '|' .. ARGV[6] .. '|' .. ARGV[7] .. '|' .. ARGV[3] .. '|' .. ARGV[1]
+  if redis.call('HSET', KEYS[4], ARGV[4], entry) == 1 then
+    redis.call('RPUSH', KEYS[3], ARGV[4])
+  end
+  -- Abandoned queues disappear on their own.
+  redis.call('PEXPIRE', KEYS[3], ttl * 2)
+  redis.call('PEXPIRE', KEYS[4], ttl * 2)
+end
+return {0, redis.call('PTTL', KEYS[1])}

@@ -1,0 +1,54 @@
+-- Shared by release.lua and leave.lua (prepended to each): hands a lock that just became free
+-- to the oldest live queued waiter, or announces that it is free.
+--
+-- A queued waiter's entry in the waiters hash is 'expiry|generation|lease|fenced|token'
+-- (expiry in ms of server time; generation counts the waiter's attempts; lease in ms is what
+-- the handover sets; fenced '1' or '0'; token is the waiter's owner token, never published).
+-- An entry of the bare form 'expiry' (an older client) is not handed the lock: it is told its
+-- turn and takes the lock itself.
+--
+-- The message on the lock's channel is '<ticket>:<generation>:<fence>' when the lock was
+-- handed to that ticket (fence 0 when not fenced), '<ticket>' when it is that ticket's turn,
+-- or 'released'. It is also returned, so the releasing process can deliver it locally at once.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
+  local payload = 'released'
+  local now
+  local head = redis.call('LINDEX', queue, 0)
+  while head do
+    now = now or now_ms()
+    local entry = redis.call('HGET', waiters, head) or '0'
+    local expiry = tonumber(string.match(entry, '^%d+') or '0')
+    redis.call('LPOP', queue)
+    redis.call('HDEL', waiters, head)
+    if expiry > now then
+      local _, generation, lease, fenced, token =
+        string.match(entry, '^(%d+)|(%d+)|(%d+)|([01])|(%x+)$')
+      if token and redis.call('SET', lock, token, 'NX', 'PX', lease) then
+        local fence = 0
+        if fenced == '1' then
+          fence = redis.call('INCR', fence_key)
+        end
+        payload = head .. ':' .. generation .. ':' .. fence
+      else
+        -- Cannot take a handover: it keeps its place and is told its turn came.
+        redis.call('LPUSH', queue, head)
+        redis.call('HSET', waiters, head, entry)
+        payload = head
+      end
+      break
+    end
+    head = redis.call('LINDEX', queue, 0)
+  end
+  if sharded == '1' then
+    redis.call('SPUBLISH', channel, payload)
+  else
+    redis.call('PUBLISH', channel, payload)
+  end
+  return payload
+end
