@@ -191,7 +191,8 @@ async fn observe_release(target: &Target, key: &str) -> Result<Observer> {
 }
 
 /// The notified-handoff floor, no lock: on `go`, writes `started`, waits for a message on the
-/// channel `key`, sends one PING, and writes `acquired <t>` when its answer is back. The same
+/// channel `key`, sends one PING, and writes `acquired <t> <woke>` when its answer is back
+/// (`woke`: when the message reached the waiting task). The same
 /// path a notified waiter takes (push → task → one round trip), minus everything a lock adds.
 async fn child_raw(
     target: &Target,
@@ -216,8 +217,9 @@ async fn child_raw(
                         break;
                     }
                 }
+                let woke = shared_now_ns();
                 redis::cmd("PING").query_async::<String>(&mut conn).await?;
-                say(&format!("acquired {} 0", shared_now_ns()))?;
+                say(&format!("acquired {} {woke}", shared_now_ns()))?;
             }
             "quit" => break,
             other => return Err(format!("child: unexpected line {other:?}").into()),
@@ -273,6 +275,7 @@ async fn child_hot(
                     t.go();
                 }
             }
+            "calls" => say(&format!("calls {}", design.backend_calls().unwrap_or(0)))?,
             "stop" => {
                 let Some(t) = tasks.take() else { continue };
                 match t.stop().await {
@@ -415,6 +418,12 @@ impl ChildProc {
             })
             .filter(|v| !v.is_empty())
             .ok_or_else(|| format!("child said {line:?}, expected `{word}<n>...`").into())
+    }
+
+    /// The child design's count of backend calls so far (lock-core only; 0 for the peers).
+    pub(crate) async fn backend_calls(&mut self) -> Result<u64> {
+        self.send("calls").await?;
+        Ok(self.recv_tagged("calls ").await?[0])
     }
 
     /// Stops the hot-key tasks and reads their records.

@@ -77,6 +77,14 @@ impl Design {
         })
     }
 
+    /// lock-core's count of calls to Redis (`LockerStats::backend_calls`); `None` for the peers.
+    pub(crate) fn backend_calls(&self) -> Option<u64> {
+        match self {
+            Design::Ours(l) => Some(l.stats().backend_calls),
+            Design::Seed(_) | Design::Rslock(..) => None,
+        }
+    }
+
     /// Takes the lock on `key`, waiting up to `wait` with the design's own way of waiting
     /// (ours: notification + local queue; seed: 10 ms polling; rslock: its default retry
     /// loop, 3 tries 0-200 ms apart, looped by `acquire_no_guard`).

@@ -57,6 +57,11 @@ fn diagnostics(r: &Results) -> String {
         );
         line(
             &mut s,
+            "handoff floor: SPUBLISH from A → B's waiting task has the message (no lock)",
+            &r.handoff_floors.woken,
+        );
+        line(
+            &mut s,
             "handoff (ours): A's release round trip",
             &h.release_rtt,
         );
@@ -79,7 +84,7 @@ fn diagnostics(r: &Results) -> String {
     for f in r.hot.iter().filter(|f| f.kind == Kind::Ours) {
         let _ = writeln!(
             s,
-            "| hot key (ours), {} waiter(s), {} process(es): requests per handoff by command | {} |",
+            "| hot key (ours), {} waiter(s), {} process(es): commands per handoff by name (in-script calls included) | {} |",
             f.waiters, f.processes, f.breakdown
         );
     }
@@ -132,8 +137,10 @@ fn method(r: &Results) -> String {
   Two more floors are measured in the same run, interleaved with ours in 10 chunks, because
   a handoff starts from idle processes while a PING loop runs hot: a PING sent after the same
   random idle, and the
-  *notified-handoff floor without any lock* (A sends SPUBLISH after the idle; B, a redis-rs
-  RESP3 subscriber, wakes on the message and does one PING round trip). For ours, B also runs
+  *notification floor without any lock* (A sends SPUBLISH after the idle; B, a redis-rs RESP3
+  subscriber, has the message in its waiting task; then it does one PING round trip, the floor
+  of a waiter that must acquire after being woken). Ours needs no round trip after the
+  message: the release hands the lock to B's queued waiter inside the script. For ours, B also runs
   an independent observer subscription to the lock's release channel, which splits the
   handoff into delivery (A's release sent → notification in B) and wake-up (notification →
   B's acquire returned) in the diagnostics.
@@ -143,8 +150,10 @@ fn method(r: &Results) -> String {
   merged on the shared clock); a polling design's releaser often takes the lock straight back,
   which counts as an acquisition only. *cmds* = every call in `INFO commandstats` (commands run
   inside Lua scripts included, the bench's own INFO excluded); *req* = requests a client sent,
-  i.e. round trips (EVALSHA, SET, (S)SUBSCRIBE, …; ours pipelines `SET NX GET` + `PTTL` in one
-  round trip, counted once).
+  i.e. round trips: for the peers from `INFO commandstats` (EVALSHA, SET, PING, …); for ours from
+  lock-core's own count (`LockerStats::backend_calls`, both processes: acquire attempts,
+  releases, renewals; a pipelined `SET NX GET` + `PTTL` is one), because its scripts run SET
+  inside, which commandstats cannot tell apart from a client's SET.
 - **Watchdog**: {locks} locks held with a {lease:?} lease for {window:?}; Redis calls counted with
   `INFO commandstats` over the window (all acquired before it starts); ours also from
   `locker.stats().renewal_calls`. rslock renews through `LockManager::using` (one call per lock
@@ -274,10 +283,10 @@ pub(crate) fn write(r: &Results, out: &Path) -> Result<()> {
         },
         Marker {
             label: format!(
-                "notified-handoff floor, no lock: p50 {}",
-                fmt_ns(r.handoff_floors.notified.p50())
+                "notification floor, no lock: p50 {}",
+                fmt_ns(r.handoff_floors.woken.p50())
             ),
-            at_ns: r.handoff_floors.notified.p50(),
+            at_ns: r.handoff_floors.woken.p50(),
         },
     ];
     let title = format!(

@@ -52,6 +52,9 @@ pub(crate) struct HandoffFloors {
     pub(crate) idle_ping: Latencies,
     /// SPUBLISH in A → a redis-rs subscriber in B wakes → one round trip; no lock at all.
     pub(crate) notified: Latencies,
+    /// SPUBLISH in A → the waiting task in B has the message (no round trip after it): the
+    /// floor of a handover, where the message itself hands over the lock.
+    pub(crate) woken: Latencies,
 }
 
 fn child_args(mode: &str, kind: Kind, key: &str) -> Vec<String> {
@@ -152,6 +155,7 @@ struct RawHandoff {
     publish: &'static str,
     child: ChildProc,
     samples: Vec<u64>,
+    woken: Vec<u64>,
 }
 
 const RAW_CHANNEL: &str = "bench:{raw-handoff}:released";
@@ -171,6 +175,7 @@ impl RawHandoff {
             publish,
             child,
             samples: Vec::new(),
+            woken: Vec::new(),
         })
     }
 
@@ -185,9 +190,13 @@ impl RawHandoff {
                 .arg("released")
                 .query_async::<i64>(&mut self.conn)
                 .await?;
-            let t1 = self.child.recv_tagged("acquired ").await?[0];
+            let answer = self.child.recv_tagged("acquired ").await?;
+            let (t1, woke) = (answer[0], answer.get(1).copied().unwrap_or(0));
             if !warm_up && started < t0 && t1 > t0 {
                 self.samples.push(t1 - t0);
+                if woke > t0 && woke <= t1 {
+                    self.woken.push(woke - t0);
+                }
             }
         }
         Ok(())
@@ -237,6 +246,7 @@ pub(crate) async fn ours_and_floors(
     let floors = HandoffFloors {
         idle_ping: Latencies::from_durations(&idle),
         notified: Latencies::new(raw.samples),
+        woken: Latencies::new(raw.woken),
     };
     Ok((ours.finish().await?, floors))
 }

@@ -103,11 +103,13 @@ async fn hot_key(
         c.send("go").await?;
     }
     tokio::time::sleep(plan.hot_warm).await;
+    let calls_before = our_calls(&design, child.as_mut()).await?;
     let before = CommandStats::fetch(stats).await?;
     let t_begin = shared_now_ns();
     tokio::time::sleep(plan.hot_run).await;
     let t_end = shared_now_ns();
     let after = CommandStats::fetch(stats).await?;
+    let calls_after = our_calls(&design, child.as_mut()).await?;
     let mut records = hot.stop().await?;
     if let Some(mut c) = child {
         records.extend(c.stop_hot().await?);
@@ -129,9 +131,26 @@ async fn hot_key(
         acquisitions_per_s: acquisitions as f64 / secs,
         handoffs_per_s: handoffs as f64 / secs,
         commands_per_handoff: per_handoff(after.total_since(&before)),
-        requests_per_handoff: per_handoff(after.sum_since(&before, kind.requests())),
+        // lock-core's scripts run SET inside: commandstats cannot tell those from a client's
+        // SET, so ours counts its own calls (both processes); the peers send plain commands.
+        requests_per_handoff: per_handoff(match (calls_before, calls_after) {
+            (Some(b), Some(a)) => a - b,
+            _ => after.sum_since(&before, kind.requests()),
+        }),
         breakdown: after.breakdown_since(&before, handoffs, kind.requests()),
     })
+}
+
+/// lock-core's calls to Redis so far, in this process and the child; `None` for the peers.
+async fn our_calls(design: &Design, child: Option<&mut ChildProc>) -> Result<Option<u64>> {
+    let Some(local) = design.backend_calls() else {
+        return Ok(None);
+    };
+    let remote = match child {
+        Some(c) => c.backend_calls().await?,
+        None => 0,
+    };
+    Ok(Some(local + remote))
 }
 
 /// Acquisitions within `[begin, end]`, and how many of them went to a different task than the
