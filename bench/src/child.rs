@@ -1,11 +1,13 @@
 //! The second process of the cross-process scenarios: this same binary started with a hidden
 //! `--child` flag, driven over stdin/stdout one line at a time.
 //!
-//! - `--child handoff --design D --key K --lease-ms L`: on each `go` line, writes
+//! - `--child handoff --design D --key K --lease-ms L [--observe 1]`: on each `go` line, writes
 //!   `started <t>` and takes the lock (waiting), then writes `acquired <t> <n>` once the acquire
 //!   returned and the lock was released again. Times are [`shared_now_ns`] readings; `<n>` is
 //!   when an independent observer connection in this process received the lock's release
-//!   notification (ours only; 0 otherwise), to split the handoff into delivery and wake-up.
+//!   notification (ours with `--observe 1` only; 0 otherwise), to split the handoff into
+//!   delivery and wake-up. The observer is a second subscriber in this process, so the main
+//!   measurement runs without it.
 //! - `--child hot --design D --key K --tasks N --id-base B --lease-ms L`: N tasks that
 //!   lock, record, release, in a loop from `go` to `stop`; then writes `records <n>` and one
 //!   `<t> <task id>` line per acquisition.
@@ -52,6 +54,7 @@ struct ChildArgs {
     tasks: usize,
     id_base: u32,
     lease: Duration,
+    observe: bool,
 }
 
 fn parse(args: &[String]) -> Result<ChildArgs> {
@@ -63,6 +66,7 @@ fn parse(args: &[String]) -> Result<ChildArgs> {
     let mut tasks = 1;
     let mut id_base = 0;
     let mut lease = Duration::from_secs(10);
+    let mut observe = false;
     while let Some(flag) = it.next() {
         let value = it
             .next()
@@ -73,6 +77,7 @@ fn parse(args: &[String]) -> Result<ChildArgs> {
             "--tasks" => tasks = value.parse()?,
             "--id-base" => id_base = value.parse()?,
             "--lease-ms" => lease = Duration::from_millis(value.parse()?),
+            "--observe" => observe = value == "1",
             other => return Err(format!("child: unknown flag {other}").into()),
         }
     }
@@ -84,6 +89,7 @@ fn parse(args: &[String]) -> Result<ChildArgs> {
         tasks,
         id_base,
         lease,
+        observe,
     })
 }
 
@@ -103,7 +109,7 @@ pub(crate) fn main(args: &[String]) -> Result<()> {
         match args.mode.as_str() {
             "handoff" => {
                 let observer = match args.kind {
-                    Kind::Ours => Some(observe_release(&target, &args.key).await?),
+                    Kind::Ours if args.observe => Some(observe_release(&target, &args.key).await?),
                     _ => None,
                 };
                 child_handoff(&design, &args.key, observer.as_ref(), &mut input).await

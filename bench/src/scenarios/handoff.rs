@@ -57,7 +57,7 @@ pub(crate) struct HandoffFloors {
     pub(crate) woken: Latencies,
 }
 
-fn child_args(mode: &str, kind: Kind, key: &str) -> Vec<String> {
+fn child_args(mode: &str, kind: Kind, key: &str, observe: bool) -> Vec<String> {
     [
         mode,
         "--design",
@@ -66,6 +66,8 @@ fn child_args(mode: &str, kind: Kind, key: &str) -> Vec<String> {
         key,
         "--lease-ms",
         &LEASE.as_millis().to_string(),
+        "--observe",
+        if observe { "1" } else { "0" },
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -86,10 +88,17 @@ struct LockHandoff {
 }
 
 impl LockHandoff {
-    async fn start(target: &Target, kind: Kind) -> Result<Self> {
-        let key = format!("handoff:{}", kind.name());
+    /// `observe`: B also runs an observer subscription that dates the release message
+    /// (diagnostics only: a second subscriber in B adds its own wake-ups).
+    async fn start(target: &Target, kind: Kind, observe: bool) -> Result<Self> {
+        let key = format!(
+            "handoff:{}{}",
+            kind.name(),
+            if observe { ":observed" } else { "" }
+        );
         let design = Design::connect(kind, target, LEASE).await?;
-        let child = ChildProc::spawn(&child_args("handoff", kind, &key), &target.url).await?;
+        let child =
+            ChildProc::spawn(&child_args("handoff", kind, &key, observe), &target.url).await?;
         Ok(LockHandoff {
             kind,
             key,
@@ -168,8 +177,11 @@ impl RawHandoff {
         } else {
             "PUBLISH"
         };
-        let child =
-            ChildProc::spawn(&child_args("raw", Kind::Ours, RAW_CHANNEL), &target.url).await?;
+        let child = ChildProc::spawn(
+            &child_args("raw", Kind::Ours, RAW_CHANNEL, false),
+            &target.url,
+        )
+        .await?;
         Ok(RawHandoff {
             conn,
             publish,
@@ -229,7 +241,7 @@ pub(crate) async fn ours_and_floors(
         "  ours ({n} samples), interleaved with its floors (idle PING, notified handoff without a lock, {} each)",
         n / 2
     ));
-    let mut ours = LockHandoff::start(target, Kind::Ours).await?;
+    let mut ours = LockHandoff::start(target, Kind::Ours, false).await?;
     let mut raw = RawHandoff::start(target).await?;
     let mut conn = target.manager().await?;
     let mut idle = Vec::new();
@@ -243,18 +255,27 @@ pub(crate) async fn ours_and_floors(
         idle_pings(plan, &mut conn, share(n / 2), &mut idle).await?;
     }
     raw.child.finish().await?;
+    // The split into delivery and wake-up, in a pass of its own with the observer in B.
+    let mut observed = LockHandoff::start(target, Kind::Ours, true).await?;
+    observed.run(plan, plan.handoff_warm, true).await?;
+    observed.run(plan, n / 2, false).await?;
+    let observed = observed.finish().await?;
+    let mut ours = ours.finish().await?;
+    ours.release_rtt = observed.release_rtt;
+    ours.delivery = observed.delivery;
+    ours.wake_to_acquired = observed.wake_to_acquired;
     let floors = HandoffFloors {
         idle_ping: Latencies::from_durations(&idle),
         notified: Latencies::new(raw.samples),
         woken: Latencies::new(raw.woken),
     };
-    Ok((ours.finish().await?, floors))
+    Ok((ours, floors))
 }
 
 /// A peer design's handoffs, in one pass.
 pub(crate) async fn peer(plan: &Plan, target: &Target, kind: Kind, n: usize) -> Result<Handoff> {
     crate::progress(&format!("  {} ({n} samples)", kind.name()));
-    let mut run = LockHandoff::start(target, kind).await?;
+    let mut run = LockHandoff::start(target, kind, false).await?;
     run.run(plan, plan.handoff_warm, true).await?;
     run.run(plan, n, false).await?;
     run.finish().await
