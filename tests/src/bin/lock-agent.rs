@@ -36,6 +36,14 @@ redis.call('SET', KEYS[1], ARGV[2])
 return 1
 ";
 
+/// Generous bounds for the storage connection: a test may pause this process or load the
+/// machine, and a storage hiccup must not look like a lock failure.
+fn storage_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(10)))
+}
+
 fn say(line: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -97,7 +105,10 @@ async fn main() {
                 };
                 let fence = g.fence().unwrap_or(0);
                 let held_now = g.is_held();
-                let written = match storage.get_multiplexed_async_connection().await {
+                let written = match storage
+                    .get_multiplexed_async_connection_with_config(&storage_config())
+                    .await
+                {
                     Ok(mut conn) => Script::new(FENCED_WRITE)
                         .key(*storage_key)
                         .key(format!("{storage_key}:fence"))
@@ -132,7 +143,9 @@ async fn main() {
                     }
                     let result = req
                         .run(async {
-                            let mut conn = storage.get_multiplexed_async_connection().await?;
+                            let mut conn = storage
+                                .get_multiplexed_async_connection_with_config(&storage_config())
+                                .await?;
                             redis::cmd("RPUSH")
                                 .arg(&order)
                                 .arg(&id)
