@@ -7,8 +7,15 @@
 //! | the lock        | `P{T}S`              |
 //! | fence counter   | `P{T}S:fence`        |
 //! | release channel | `P{T}S:released`     |
-//! | fair queue      | `P{T}S:queue`        |
-//! | fair waiters    | `P{T}S:waiters`      |
+//! | waiter queue    | `P{T}S:queue`        |
+//! | waiter entries  | `P{T}S:waiters`      |
+//!
+//! The queue lists the tickets of waiting lockers (default mode: one per locker; fair mode:
+//! one per waiter), oldest first; a release hands the lock to the oldest live one. Queue and
+//! entries expire on their own (twice a ticket's 3 s lifetime) when nobody waits any more.
+//! Versions of lock-core from before the handover wrote bare expiry times in the entries; the
+//! scripts here still read those, but older versions cannot read the new entries: do not run
+//! both against one Redis while waiters queue.
 //!
 //! where the hash tag `T` is `K` itself when `K` holds no brace (so `lock:{order:42}`), and
 //! otherwise `#` plus 16 hex digits of SHA-256(K), with `S = K`. A plain key's `S` is empty and
