@@ -262,7 +262,7 @@ async fn paused_holder_process_has_its_fenced_write_rejected_and_knows_it_lost()
         stale.ask("WRITE ledger store").await,
         "WRITE ledger ok held=true"
     );
-    stale.signal("STOP");
+    stale.stop().await;
     eventually(
         "lock expired while its holder is stopped",
         Duration::from_secs(5),

@@ -452,7 +452,7 @@ async fn a_handover_received_late_is_confirmed_or_given_up() {
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k late order").await;
     until_queued(&server, "k", 1).await;
-    agent.signal("STOP");
+    agent.stop().await;
     guard.release().await.unwrap();
     let handed = server.get("lock:{k}").await;
     assert!(handed.is_some(), "handed to the paused waiter");
@@ -469,7 +469,7 @@ async fn a_handover_received_late_is_confirmed_or_given_up() {
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k stale order").await;
     until_queued(&server, "k", 1).await;
-    agent.signal("STOP");
+    agent.stop().await;
     guard.release().await.unwrap();
     let other = locker(&server, Duration::from_secs(2)).await;
     let g = other.lock("k").wait(Duration::from_secs(10)).await.unwrap();

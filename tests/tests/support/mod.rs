@@ -104,6 +104,26 @@ impl Agent {
         assert!(status.success(), "kill -{signal} failed");
     }
 
+    /// SIGSTOPs the agent and waits until every one of its threads has stopped (a signal is
+    /// only queued when `kill` returns; a thread may still run for a moment).
+    pub async fn stop(&self) {
+        self.signal("STOP");
+        let tasks = format!("/proc/{}/task", self.pid());
+        eventually("the agent stopped", Duration::from_secs(5), async || {
+            let Ok(entries) = std::fs::read_dir(&tasks) else {
+                return false;
+            };
+            entries.flatten().all(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    // The state is the field after the parenthesised command name.
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                })
+            })
+        })
+        .await;
+    }
+
     pub async fn kill(mut self) {
         self.child.kill().await.expect("kill agent");
     }
