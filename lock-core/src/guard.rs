@@ -70,6 +70,10 @@ pub(crate) struct Acquisition {
     pub(crate) first_lease: Duration,
     /// The instant before the acquire was sent: validity is measured from here.
     pub(crate) sent_at: Instant,
+    /// When the lock counts as the caller's: `max_hold` runs from here. `sent_at` for an
+    /// acquisition; the moment it arrived for a handed-over lock, whose `sent_at` (the attempt
+    /// the handover names) may be a second earlier.
+    pub(crate) received_at: Instant,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) waited: bool,
 }
@@ -84,6 +88,7 @@ impl Held {
             lease,
             first_lease,
             sent_at,
+            received_at,
             max_hold,
             waited,
         } = acquisition;
@@ -100,8 +105,8 @@ impl Held {
             locker,
             lease_ms: AtomicU64::new(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
             state,
-            renew_until: max_hold.map(|m| sent_at + m),
-            acquired_at: sent_at,
+            renew_until: max_hold.map(|m| received_at + m),
+            acquired_at: received_at,
             first_renewal: sent_at + first_lease / 3,
             waited,
             renewing: Arc::new(tokio::sync::Mutex::new(())),

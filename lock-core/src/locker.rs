@@ -101,7 +101,8 @@ pub struct LockerStats {
     /// Local waiters now, over all keys.
     pub waiters: usize,
     /// Calls made to the backend so far (round trips on Redis): acquire attempts, releases,
-    /// renewals, queue leaves. Subscriptions are not counted.
+    /// renewals, queue leaves. Subscriptions are not counted, nor the one retry a Redis call
+    /// gets after a dropped connection.
     pub backend_calls: u64,
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).

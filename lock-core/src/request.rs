@@ -23,8 +23,9 @@ const DEGRADED_MAX: Duration = Duration::from_millis(250);
 /// Slack added to a holder's remaining lease before trying again (clock granularity).
 const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 /// How long a queued waiter's ticket stays in the backend's queue without a refresh; waiters
-/// refresh it every third of that (more often for short leases), so a crashed waiter holds up
-/// the queue, or a lock handed to it, for at most about this long.
+/// refresh it every third of that (more often for short leases). A crashed waiter holds up the
+/// queue for at most this long, and a lock handed to it just before its ticket died for at
+/// most this long again (the handover lease is at most this too).
 pub(crate) const TICKET_TTL: Duration = Duration::from_secs(3);
 /// Refreshes of a ticket are never closer than this.
 const MIN_REFRESH: Duration = Duration::from_millis(50);
@@ -187,9 +188,10 @@ impl LockRequest {
     /// Waits in first-come, first-served order across processes: every waiter has its own
     /// ticket in the backend's queue of the key, only the oldest live ticket takes a free lock,
     /// and a release hands the lock straight to it. Waiters refresh their ticket every second;
-    /// a crashed waiter is skipped after at most 3 s.
+    /// a crashed waiter is skipped after at most 3 s (a lock handed to it just before that is
+    /// held at most 3 s more: a handover sets a lease of at most 3 s).
     ///
-    /// In the default mode the queue holds one ticket per waiting process (the head of its
+    /// In the default mode the queue holds one ticket per waiting locker (the head of its
     /// local queue) and a waiter takes a lock it finds free whatever its place; releases hand
     /// over the same way. Fair mode costs more: every waiter keeps its own place, and
     /// subscription, in the backend. Fair and default requests on one key can be mixed.
@@ -587,6 +589,7 @@ impl Queued {
             lease: self.spec.lease,
             first_lease: self.spec.lease,
             sent_at,
+            received_at: sent_at,
             max_hold: self.spec.max_hold,
             waited,
         }
@@ -614,16 +617,27 @@ impl Queued {
         let fence = if self.spec.fenced { grant.fence } else { None };
         let mut acquisition = self.acquisition(token, fence, sent_at, true);
         acquisition.first_lease = lease;
+        acquisition.received_at = Instant::now();
         self.settle(acquisition)
     }
 
     /// Gives up: takes the ticket out of the backend's queue before the caller hears of the
     /// timeout, so no release hands the lock to a waiter that is gone (a handover that came
     /// meanwhile is passed on). Without an answer, the ticket dies unrefreshed.
-    async fn leave(&mut self) {
-        if !std::mem::take(&mut self.registered) || self.acquired {
+    /// While the backend is failing (`trouble`) the leave goes out in the background instead,
+    /// so the caller is not held past its deadline.
+    async fn leave(&mut self, trouble: bool) {
+        if !self.registered || self.acquired {
             return;
         }
+        if trouble {
+            self.registered = false;
+            let ticket = self.ticket.id.clone();
+            leave_in_background(&self.inner, &self.key, ticket, self.token.clone());
+            return;
+        }
+        // `registered` stays set until the answer: if this future is dropped meanwhile, the
+        // drop leaves in the background (a second leave is harmless).
         if let Err(e) = self
             .inner
             .call()
@@ -632,6 +646,7 @@ impl Queued {
         {
             tracing::debug!(error = %e, "leaving the wait queue failed; the ticket expires on its own");
         }
+        self.registered = false;
     }
 
     fn settle(&mut self, acquisition: Acquisition) -> Option<LockGuard> {
@@ -682,7 +697,7 @@ impl Queued {
                 if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
                     return Ok(guard);
                 }
-                self.leave().await;
+                self.leave(trouble.is_some()).await;
                 return Err(timeout(trouble));
             }
             // The holder's lease bounds every wait: a key that expires publishes nothing.
@@ -704,7 +719,7 @@ impl Queued {
                     if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
                         return Ok(guard);
                     }
-                    self.leave().await;
+                    self.leave(trouble.is_some()).await;
                     return Err(timeout(trouble));
                 }
             }
@@ -811,6 +826,7 @@ async fn attempt(
                 lease: spec.lease,
                 first_lease: spec.lease,
                 sent_at,
+                received_at: sent_at,
                 max_hold: spec.max_hold,
                 waited,
             };

@@ -1133,6 +1133,36 @@ async fn release_hands_the_lock_to_the_queued_waiter(fx: Fixture) {
         .expect("release");
 }
 
+/// A lock handed over by a release counts `max_hold` from when it arrived, not from the
+/// waiter's earlier attempt that the handover names (its lease, though, counts from there).
+async fn max_hold_of_a_handed_over_lock_starts_when_it_arrives(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let holder = a.lock("capped").await.expect("acquire");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let waiter = tokio::spawn({
+        let ran = ran.clone();
+        async move {
+            b.lock("capped")
+                .wait(SOON)
+                .max_hold(Duration::from_millis(200))
+                .run(async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                })
+                .await
+        }
+    });
+    fx.until_queued("capped", 1).await;
+    // The holder keeps the lock for longer than the waiter's max_hold (but less than the
+    // waiter's ticket refresh interval, so the handover names the queuing attempt).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    holder.release().await.expect("release");
+    waiter
+        .await
+        .expect("join")
+        .expect("the body runs under the handed-over lock");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "{}", fx.name());
+}
+
 /// A waiter that times out has left the backend's queue by the time its `Timeout` returns: the
 /// next release does not hand the lock to it, and a newcomer finds the key free at once.
 async fn timed_out_waiter_leaves_no_trace(fx: Fixture) {
@@ -1201,6 +1231,7 @@ conformance!(
     dropped_guard_is_released_in_background,
     release_hands_the_lock_to_the_queued_waiter,
     timed_out_waiter_leaves_no_trace,
+    max_hold_of_a_handed_over_lock_starts_when_it_arrives,
     tokens_never_appear_in_debug_output,
 );
 

@@ -84,8 +84,9 @@ pub(crate) struct FairTicket {
     /// Counts this ticket's attempts; a handover names the attempt it was decided on, so the
     /// waiter knows from when to count the lease.
     pub(crate) generation: u64,
-    /// The lease a handover sets (at most the requested lease: short when the watchdog will
-    /// extend it, so a waiter that died unseen holds the key only briefly).
+    /// The lease a handover sets: the requested lease capped at the ticket lifetime (3 s), so a
+    /// waiter that died unseen holds the key only briefly; the new owner's watchdog, or its
+    /// next attempt, sets the full lease.
     pub(crate) handover_lease: Duration,
 }
 

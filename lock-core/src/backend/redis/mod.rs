@@ -451,7 +451,13 @@ impl RedisBackend {
             .arg(key.channel())
             .arg(if self.inner.sharded { "1" } else { "0" })
             .arg(token.as_str());
-        self.invoke(&call, "leave queue", key.user()).await?;
+        let reply = self.invoke(&call, "leave queue", key.user()).await?;
+        if let Value::Array(items) = &reply
+            && let [Value::Int(_), Value::BulkString(message)] = items.as_slice()
+        {
+            // As after a release: this process's waiters learn at once.
+            self.inner.subscriber.deliver(&key.channel(), message);
+        }
         Ok(())
     }
 

@@ -12,20 +12,19 @@
 -- A release may have handed the lock to this waiter as it gave up: then the lock is passed on
 -- as a release would. When the ticket was at the head and the lock is free, the next waiter
 -- gets it (hand_over, from handoff.lua).
--- Returns 2 when the lock had been handed to this waiter (and is passed on), 1 when the
--- ticket was queued, 0 when it was not.
+-- Returns 1 when the ticket was queued, 0 when it was not; as {n, message} when the lock was
+-- passed on or announced (message as published, for the leaving process's own waiters).
 local was_head = redis.call('LINDEX', KEYS[3], 0) == ARGV[1]
-local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
+local removed = 0
+if redis.call('LREM', KEYS[3], 0, ARGV[1]) > 0 then
+  removed = 1
+end
 redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[1]) == ARGV[4] then
   redis.call('DEL', KEYS[1])
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
-  return 2
+  return {removed, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])}
 end
 if was_head and redis.call('EXISTS', KEYS[1]) == 0 then
-  hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+  return {removed, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])}
 end
-if removed > 0 then
-  return 1
-end
-return 0
+return removed
