@@ -18,7 +18,7 @@ use subscriber::Subscriber;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-// The handover code (handoff.lua) is prepended to every script that frees or queues for a lock.
+// The handover code (handoff.lua) is prepended to every script that frees a lock.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/handoff.lua"),
@@ -26,12 +26,8 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/acquire_queued.lua")
-    ))
-});
+static ACQUIRE_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire_queued.lua")));
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/handoff.lua"),
@@ -407,6 +403,10 @@ impl RedisBackend {
             .invoke_noting_retry(&call, "release", key.user())
             .await?;
         match reply {
+            Value::Int(1) => {
+                self.inner.subscriber.deliver(&key.channel(), b"released");
+                Ok(true)
+            }
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::BulkString(message)] => {
                     // This process's waiters learn at once, without waiting for the message

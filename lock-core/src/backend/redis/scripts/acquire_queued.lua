@@ -1,6 +1,5 @@
 -- Acquire a lock, or take (or refresh) a place in its queue of waiters, where a release can
--- hand the lock straight to this waiter (handoff.lua). The now_ms helper comes from
--- handoff.lua, prepended.
+-- hand the lock straight to this waiter (handoff.lua).
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter key
@@ -20,6 +19,10 @@
 -- In fair mode, dead tickets (not refreshed in time) at the head are dropped first.
 -- Returns {1, fence} when acquired (fence 0 when not fenced),
 --         {0, pttl}  otherwise (-2 when the lock is free but it is another waiter's turn).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function taken()
   if redis.call('HDEL', KEYS[4], ARGV[4]) == 1 then
     redis.call('LREM', KEYS[3], 0, ARGV[4])

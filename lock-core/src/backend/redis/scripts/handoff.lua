@@ -10,18 +10,19 @@
 -- The message on the lock's channel is '<ticket>:<generation>:<fence>' when the lock was
 -- handed to that ticket (fence 0 when not fenced), '<ticket>' when it is that ticket's turn,
 -- or 'released'. It is also returned, so the releasing process can deliver it locally at once.
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+--
+-- One function only: every function defined here is created on each call of every script that
+-- includes this file, on the release's hot path.
 
 local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
   local payload = 'released'
   local now
   local head = redis.call('LINDEX', queue, 0)
   while head do
-    now = now or now_ms()
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local entry = redis.call('HGET', waiters, head) or '0'
     local expiry = tonumber(string.match(entry, '^%d+') or '0')
     redis.call('LPOP', queue)

@@ -9,10 +9,15 @@
 -- ARGV[2]  the release channel (same hash slot as KEYS[1])
 -- ARGV[3]  '1' to publish with SPUBLISH (sharded pub/sub, Redis 7+), '0' for PUBLISH
 --
--- Returns {1, message} when the lock was ours (message as published), 0 when it was not
--- ours (expired or taken).
+-- Returns 1 when the lock was ours and is now free ('released' was published), {1, message}
+-- when it was ours and is now handed over or announced to a waiter (message as published),
+-- 0 when it was not ours (expired or taken).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-return {1, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])}
+local message = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+if message == 'released' then
+  return 1
+end
+return {1, message}
