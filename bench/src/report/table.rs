@@ -160,16 +160,21 @@ pub(super) fn rows(r: &Results) -> Vec<Row> {
     };
     let ours_h = h(Kind::Ours).map(|h| h.latencies.p50()).unwrap_or(0);
     let cold_ping = r.handoff_floors.idle_ping.p50();
-    let hx = ratio(ours_h, ping);
+    // The PING measured between the handoff chunks: the round trip drifts over a run on a
+    // shared machine, and the latency section's PING was taken minutes earlier.
+    let beside = r.handoff_floors.hot_ping.p50();
+    let hx = ratio(ours_h, beside);
     rows.push(Row {
         label: "Contended handoff across 2 processes (latency)".into(),
         ours: cell(Kind::Ours),
         seed: cell(Kind::Seed),
         rslock: cell(Kind::Rslock),
         floor: format!(
-            "A's release round trip, B told by the message; PING p50 {}; PING after a {:?}-{:?} idle like the holder's: p50 {}; \
+            "A's release round trip, B told by the message; PING p50 {} (back-to-back, between the handoff chunks; {} in the latency section); \
+             PING after a {:?}-{:?} idle like the holder's: p50 {}; \
              notification floor without a lock (SPUBLISH → B's waiting task has the message): {}; \
              the same + 1 round trip (a waiter that must then acquire): {}",
+            fmt_ns(beside),
             fmt_ns(ping),
             r.plan.hold.0,
             r.plan.hold.1,

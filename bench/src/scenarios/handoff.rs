@@ -50,6 +50,10 @@ pub(crate) struct HandoffFloors {
     /// PING from process A after the same random idle as the holder's (a handoff starts from
     /// idle processes; a PING in a tight loop does not).
     pub(crate) idle_ping: Latencies,
+    /// Back-to-back PINGs from process A, in bursts between the chunks: the round trip the
+    /// handoff's goal is a ratio to, measured at the same times as the handoffs (the machine's
+    /// round trip drifts over a run).
+    pub(crate) hot_ping: Latencies,
     /// SPUBLISH in A → a redis-rs subscriber in B wakes → one round trip; no lock at all.
     pub(crate) notified: Latencies,
     /// SPUBLISH in A → the waiting task in B has the message (no round trip after it): the
@@ -231,6 +235,19 @@ async fn idle_pings(
     Ok(())
 }
 
+/// A burst of back-to-back PINGs; the first few, from idle, are not kept.
+async fn hot_pings(conn: &mut ConnectionManager, n: usize, out: &mut Vec<Duration>) -> Result<()> {
+    const WARM: usize = 5;
+    for i in 0..n + WARM {
+        let t = Instant::now();
+        redis::cmd("PING").query_async::<String>(conn).await?;
+        if i >= WARM {
+            out.push(t.elapsed());
+        }
+    }
+    Ok(())
+}
+
 /// Ours and its floors, interleaved in chunks.
 pub(crate) async fn ours_and_floors(
     plan: &Plan,
@@ -245,6 +262,7 @@ pub(crate) async fn ours_and_floors(
     let mut raw = RawHandoff::start(target).await?;
     let mut conn = target.manager().await?;
     let mut idle = Vec::new();
+    let mut hot = Vec::new();
     ours.run(plan, plan.handoff_warm, true).await?;
     raw.run(plan, plan.handoff_warm, true).await?;
     idle_pings(plan, &mut conn, plan.handoff_warm, &mut Vec::new()).await?;
@@ -253,6 +271,7 @@ pub(crate) async fn ours_and_floors(
         ours.run(plan, share(n), false).await?;
         raw.run(plan, share(n / 2), false).await?;
         idle_pings(plan, &mut conn, share(n / 2), &mut idle).await?;
+        hot_pings(&mut conn, share(n), &mut hot).await?;
     }
     raw.child.finish().await?;
     // The split into delivery and wake-up, in a pass of its own with the observer in B.
@@ -266,6 +285,7 @@ pub(crate) async fn ours_and_floors(
     ours.wake_to_acquired = observed.wake_to_acquired;
     let floors = HandoffFloors {
         idle_ping: Latencies::from_durations(&idle),
+        hot_ping: Latencies::from_durations(&hot),
         notified: Latencies::new(raw.samples),
         woken: Latencies::new(raw.woken),
     };
