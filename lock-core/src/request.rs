@@ -390,7 +390,7 @@ async fn acquire(
             Err(_) => {}
         }
     }
-    let mut ticket = inner.queues.join(inner, key);
+    let ticket = inner.queues.join(inner, key);
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
         .map_err(|_| timed_out(key, start))?;
@@ -399,9 +399,7 @@ async fn acquire(
         .await
         .map_err(|_| timed_out(key, start))?;
     let mut queued = Queued::new(inner, key, spec, ticket.inbox(), false);
-    let answer = queued.wait(deadline, start, false).await;
-    ticket.acquired = answer.is_ok();
-    answer
+    queued.wait(deadline, start, false).await
 }
 
 /// Acquires `key` in fair mode: this waiter's own ticket joins the backend's FIFO on its first

@@ -44,8 +44,6 @@ struct Queue {
 struct Waiter {
     id: u64,
     turn: Arc<Notify>,
-    /// Set when this waiter became head because its predecessor acquired the lock.
-    after_acquire: bool,
 }
 
 impl WaitQueues {
@@ -97,7 +95,6 @@ impl WaitQueues {
         q.waiters.push_back(Waiter {
             id,
             turn: turn.clone(),
-            after_acquire: false,
         });
         Ticket {
             locker: locker.clone(),
@@ -106,7 +103,6 @@ impl WaitQueues {
             turn,
             inbox: q.inbox.clone(),
             subscribed: q.subscribed.clone(),
-            acquired: false,
         }
     }
 }
@@ -120,27 +116,23 @@ pub(crate) struct Ticket {
     turn: Arc<Notify>,
     inbox: Arc<Inbox>,
     subscribed: Arc<OnceCell<bool>>,
-    /// Set by the head when it acquired, so the next head knows the lock is held.
-    pub(crate) acquired: bool,
 }
 
 impl Ticket {
-    /// `Some(after_acquire)` when this waiter is the head.
-    fn head(&self) -> Option<bool> {
+    /// Whether this waiter is the head.
+    fn is_head(&self) -> bool {
         let map = self.locker.queues.map();
         map.get(self.key.lock())
             .and_then(|q| q.waiters.front())
-            .filter(|w| w.id == self.id)
-            .map(|w| w.after_acquire)
+            .is_some_and(|w| w.id == self.id)
     }
 
-    /// Waits until this waiter is the head. Returns whether it became head because its
-    /// predecessor acquired the lock (so the lock is known to be held right now).
-    pub(crate) async fn my_turn(&self) -> bool {
+    /// Waits until this waiter is the head.
+    pub(crate) async fn my_turn(&self) {
         loop {
             let notified = self.turn.notified();
-            if let Some(after_acquire) = self.head() {
-                return after_acquire;
+            if self.is_head() {
+                return;
             }
             notified.await;
         }
@@ -175,7 +167,6 @@ impl Drop for Ticket {
         if pos == 0
             && let Some(next) = q.waiters.front_mut()
         {
-            next.after_acquire = self.acquired;
             next.turn.notify_one();
         }
         if q.waiters.is_empty() {

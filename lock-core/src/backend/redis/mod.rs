@@ -391,27 +391,28 @@ impl RedisBackend {
     }
 
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
+        let channel = key.channel();
         let mut call = RELEASE.prepare_invoke();
         call.key(key.lock())
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
             .arg(token.as_str())
-            .arg(key.channel())
+            .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" });
         let (reply, retried) = self
             .invoke_noting_retry(&call, "release", key.user())
             .await?;
         match reply {
             Value::Int(1) => {
-                self.inner.subscriber.deliver(&key.channel(), b"released");
+                self.inner.subscriber.deliver(&channel, b"released");
                 Ok(true)
             }
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::BulkString(message)] => {
                     // This process's waiters learn at once, without waiting for the message
                     // to come back through the subscriber (which delivers it again: harmless).
-                    self.inner.subscriber.deliver(&key.channel(), message);
+                    self.inner.subscriber.deliver(&channel, message);
                     Ok(true)
                 }
                 _ => Err(LockError::protocol(
@@ -424,7 +425,7 @@ impl RedisBackend {
             // on) either way, and whether it was ours until then is the local validity's to say.
             // Its message is unknown: this process's waiters look for themselves.
             Value::Int(0) if retried => {
-                self.inner.subscriber.deliver(&key.channel(), b"released");
+                self.inner.subscriber.deliver(&channel, b"released");
                 Ok(true)
             }
             Value::Int(0) => Ok(false),
@@ -442,13 +443,14 @@ impl RedisBackend {
         ticket: &str,
         token: &Token,
     ) -> Result<(), LockError> {
+        let channel = key.channel();
         let mut call = LEAVE.prepare_invoke();
         call.key(key.lock())
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
             .arg(ticket)
-            .arg(key.channel())
+            .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" })
             .arg(token.as_str());
         let reply = self.invoke(&call, "leave queue", key.user()).await?;
@@ -456,7 +458,7 @@ impl RedisBackend {
             && let [Value::Int(_), Value::BulkString(message)] = items.as_slice()
         {
             // As after a release: this process's waiters learn at once.
-            self.inner.subscriber.deliver(&key.channel(), message);
+            self.inner.subscriber.deliver(&channel, message);
         }
         Ok(())
     }
