@@ -448,8 +448,9 @@ struct Queued {
     inbox: Arc<Inbox>,
     ticket: FairTicket,
     token: Token,
-    /// Recent attempts: generation, when it was sent, and the token it registered.
-    sent: VecDeque<(u64, Instant, Token)>,
+    /// Recent attempts of this identity: generation and when it was sent. They all registered
+    /// `token` (a new identity starts with an empty list).
+    sent: VecDeque<(u64, Instant)>,
     /// Whether the backend may hold the ticket (an attempt that could queue was sent).
     registered: bool,
     acquired: bool,
@@ -524,8 +525,7 @@ impl Queued {
         if self.sent.len() == REMEMBERED_ATTEMPTS {
             self.sent.pop_front();
         }
-        self.sent
-            .push_back((self.ticket.generation, sent_at, self.token.clone()));
+        self.sent.push_back((self.ticket.generation, sent_at));
         self.registered |= !self.ticket.ttl.is_zero();
         let mut in_flight = InFlight {
             inner: &self.inner,
@@ -601,11 +601,7 @@ impl Queued {
     /// then settles it: the lock still holding this waiter's token is taken with the full lease
     /// and a new fence, measured from that attempt.
     fn take_over(&mut self, grant: Grant) -> Option<LockGuard> {
-        let (_, sent_at, token) = self
-            .sent
-            .iter()
-            .find(|(g, _, _)| *g == grant.generation)
-            .cloned()?;
+        let (_, sent_at) = *self.sent.iter().find(|(g, _)| *g == grant.generation)?;
         let lease = self.ticket.handover_lease;
         let valid_until = sent_at + lease.saturating_sub(crate::guard::drift(lease));
         if !self.spec.watchdog || valid_until.saturating_duration_since(Instant::now()) < lease / 2
@@ -613,7 +609,7 @@ impl Queued {
             return None;
         }
         let fence = if self.spec.fenced { grant.fence } else { None };
-        let mut acquisition = self.acquisition(token, fence, sent_at, true);
+        let mut acquisition = self.acquisition(self.token.clone(), fence, sent_at, true);
         acquisition.first_lease = lease;
         acquisition.received_at = Instant::now();
         self.settle(acquisition)

@@ -464,7 +464,7 @@ async fn a_handover_received_late_is_confirmed_or_given_up() {
         .await;
     assert_eq!(order, ["late"]);
 
-    // Paused for 4 s: the handover lease ran out meanwhile and another waiter took the lock.
+    // Paused past the handover lease: it ran out meanwhile and another waiter took the lock.
     // The resumed agent must not act on the stale handover while that waiter holds it.
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k stale order").await;
@@ -472,8 +472,8 @@ async fn a_handover_received_late_is_confirmed_or_given_up() {
     agent.stop().await;
     guard.release().await.unwrap();
     let other = locker(&server, Duration::from_secs(2)).await;
+    // `other` gets the lock only once the handover's lease has run out.
     let g = other.lock("k").wait(Duration::from_secs(10)).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
     agent.signal("CONT");
     // An observation window, not a synchronization: the agent gets 500 ms to misbehave.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -523,7 +523,8 @@ async fn wait_attempts_lost_to_a_stalled_server_never_make_two_holders() {
     }
     until_queued(&server, "k", 2).await;
     // Writes stall for 1.5 s: longer than a ticket's refresh interval (1 s), so each waiting
-    // head sends a refresh that times out; the stalled commands run when the pause ends.
+    // head sends a refresh that times out; the stalled commands, this release among them (its
+    // locker waits up to 5 s for an answer), run when the pause ends.
     server
         .query::<()>(
             redis::cmd("CLIENT")
@@ -533,7 +534,6 @@ async fn wait_attempts_lost_to_a_stalled_server_never_make_two_holders() {
                 .clone(),
         )
         .await;
-    tokio::time::sleep(Duration::from_millis(1_600)).await;
     guard.release().await.unwrap();
     for t in tasks {
         t.await

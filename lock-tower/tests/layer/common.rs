@@ -17,6 +17,30 @@ use tokio::sync::{Notify, mpsc};
 /// The header the tests take keys from.
 pub(crate) const KEY: &str = "x-key";
 
+/// What the test services are: a cloneable, shareable service from `Request<String>` to
+/// `Response<String>` that never fails, with a `Send` future (what the layer and axum need).
+pub(crate) trait TestService:
+    tower::Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> TestService for S where
+    S: tower::Service<
+            Request<String>,
+            Response = Response<String>,
+            Error = Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A request with `x-key: key` (none when `key` is `None`).
 pub(crate) fn request(key: Option<&str>) -> Request<String> {
     let mut builder = Request::post("/work");
@@ -77,17 +101,7 @@ impl Drop for SetOnDrop {
 }
 
 impl Stuck {
-    pub(crate) fn service(
-        &self,
-    ) -> impl tower::Service<
-        Request<String>,
-        Response = Response<String>,
-        Error = Infallible,
-        Future = impl Send,
-    > + Clone
-    + Send
-    + Sync
-    + 'static {
+    pub(crate) fn service(&self) -> impl TestService {
         let stuck = self.clone();
         tower::service_fn(move |_req: Request<String>| {
             let stuck = stuck.clone();
@@ -106,15 +120,7 @@ impl Stuck {
 }
 
 /// A service answering 200 with the request's lock key (or `-` when unlocked) as its body.
-pub(crate) fn echo_lock_key() -> impl tower::Service<
-    Request<String>,
-    Response = Response<String>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ Sync
-+ 'static {
+pub(crate) fn echo_lock_key() -> impl TestService {
     tower::service_fn(|req: Request<String>| async move {
         let key = req
             .extensions()

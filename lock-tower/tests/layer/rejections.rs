@@ -10,19 +10,9 @@ use lock_tower::extract::HeaderKey;
 use lock_tower::{LockLayer, Rejection};
 use tower::{Layer, ServiceBuilder, ServiceExt};
 
-use crate::common::{KEY, Probe, echo_lock_key, json, request, text};
+use crate::common::{KEY, Probe, TestService, echo_lock_key, json, request, text};
 
-fn counting(
-    probe: &Arc<Probe>,
-) -> impl tower::Service<
-    Request<String>,
-    Response = Response<String>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ Sync
-+ 'static {
+fn counting(probe: &Arc<Probe>) -> impl TestService {
     let probe = probe.clone();
     tower::service_fn(move |_req: Request<String>| {
         let probe = probe.clone();
