@@ -9,10 +9,13 @@ use super::{Attempt, FairTicket, Inbox, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script, ScriptInvocation, Value};
+use redis::aio::ConnectionManager;
+use redis::{Script, ScriptInvocation, Value};
 
+mod connect;
 mod subscriber;
+
+pub use connect::RedisBackendBuilder;
 
 use subscriber::Subscriber;
 
@@ -34,11 +37,6 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/leave.lua")
     ))
 });
-
-/// Default bound on establishing a connection.
-pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default bound on waiting for one answer from Redis.
-pub(crate) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Locks in one Redis server.
 ///
@@ -86,161 +84,7 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// Options for connecting a [`RedisBackend`].
-///
-/// ```no_run
-/// # async fn demo() -> Result<(), lock_core::LockError> {
-/// use std::time::Duration;
-/// let backend = lock_core::RedisBackend::builder("redis+unix:///run/redis.sock")
-///     .connect_timeout(Duration::from_secs(1))
-///     .connect()
-///     .await?;
-/// # drop(backend); Ok(()) }
-/// ```
-#[must_use]
-pub struct RedisBackendBuilder {
-    url: String,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-}
-
-impl std::fmt::Debug for RedisBackendBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisBackendBuilder")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("response_timeout", &self.response_timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedisBackendBuilder {
-    /// Bound on establishing (and re-establishing) a connection. Default 2 s.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let b = lock_core::RedisBackend::builder("redis://127.0.0.1/").connect_timeout(Duration::from_secs(1));
-    /// # drop(b);
-    /// ```
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Bound on waiting for one answer. Default 2 s. A renewal that gets no answer in time is
-    /// retried while the lease is still locally valid.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let b = lock_core::RedisBackend::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(300));
-    /// # drop(b);
-    /// ```
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// Connects, checks the server answers, and learns whether it has sharded pub/sub.
-    ///
-    /// # Errors
-    /// [`LockError::InvalidConfig`] for a malformed URL or zero timeouts,
-    /// [`LockError::Backend`] when the server cannot be reached.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_core::LockError> {
-    /// let backend = lock_core::RedisBackend::builder("redis://127.0.0.1/").connect().await?;
-    /// # drop(backend); Ok(()) }
-    /// ```
-    pub async fn connect(self) -> Result<RedisBackend, LockError> {
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(LockError::config(
-                "Redis connect and response timeouts must be above zero",
-            ));
-        }
-        let client = Client::open(self.url.as_str()).map_err(|e| {
-            LockError::config(format!(
-                "cannot parse the Redis URL ({e}); expected redis://[user:password@]host[:port][/db], rediss://... or redis+unix:///path"
-            ))
-        })?;
-        let config = manager_config(self.connect_timeout, self.response_timeout);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
-        let major = server_major_version(&info);
-        let sharded = major >= 7;
-        let cluster_info: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
-        let cluster = cluster_info.contains("cluster_enabled:1");
-        let subscriber = Subscriber::new(
-            &client,
-            sharded,
-            major >= 6,
-            self.connect_timeout,
-            self.response_timeout,
-        )?;
-        Ok(RedisBackend {
-            inner: Arc::new(Inner {
-                conn,
-                sharded,
-                cluster,
-                set_nx_get: major >= 7,
-                subscriber,
-            }),
-        })
-    }
-}
-
-fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect))
-        .set_response_timeout(Some(response))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(500))
-}
-
-fn server_major_version(info: &str) -> u32 {
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next())
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0)
-}
-
 impl RedisBackend {
-    /// Connects with default options; see [`RedisBackend::builder`].
-    ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), lock_core::LockError> {
-    /// let backend = lock_core::RedisBackend::connect("redis://127.0.0.1:6379/").await?;
-    /// # drop(backend); Ok(()) }
-    /// ```
-    pub async fn connect(url: &str) -> Result<Self, LockError> {
-        Self::builder(url).connect().await
-    }
-
-    /// Options for connecting. Accepts `redis://`, `rediss://` (when redis-rs is built with TLS),
-    /// `redis+unix://` and `unix://` URLs, with an ACL user and password in the URL.
-    ///
-    /// ```
-    /// let builder = lock_core::RedisBackend::builder("redis://127.0.0.1:6379/");
-    /// # drop(builder);
-    /// ```
-    pub fn builder(url: &str) -> RedisBackendBuilder {
-        RedisBackendBuilder {
-            url: url.to_owned(),
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-        }
-    }
-
     /// Whether release notifications use sharded pub/sub (`SPUBLISH`/`SSUBSCRIBE`, Redis 7+).
     ///
     /// ```no_run
@@ -557,15 +401,6 @@ mod tests {
         assert_eq!(millis(Duration::from_millis(30)), 30);
         assert_eq!(millis(Duration::from_micros(30_001)), 31);
         assert_eq!(millis(Duration::from_nanos(1)), 1);
-    }
-
-    #[test]
-    fn version_parse() {
-        assert_eq!(
-            server_major_version("# Server\r\nredis_version:7.0.15\r\n"),
-            7
-        );
-        assert_eq!(server_major_version("garbage"), 0);
     }
 
     #[test]
