@@ -107,26 +107,13 @@ impl RedisBackend {
         operation: &'static str,
         key: &str,
     ) -> Result<Value, LockError> {
-        self.invoke_noting_retry(call, operation, key)
-            .await
-            .map(|(value, _)| value)
-    }
-
-    /// Like [`invoke`](Self::invoke); also says whether the answer came from the retry.
-    async fn invoke_noting_retry(
-        &self,
-        call: &ScriptInvocation<'_>,
-        operation: &'static str,
-        key: &str,
-    ) -> Result<(Value, bool), LockError> {
         let mut conn = self.inner.conn.clone();
         match call.invoke_async::<Value>(&mut conn).await {
-            Ok(v) => Ok((v, false)),
+            Ok(v) => Ok(v),
             Err(e) if retriable(&e) => {
                 tracing::debug!(error = %e, operation, "Redis connection lost; retrying once on a new one");
                 call.invoke_async::<Value>(&mut conn)
                     .await
-                    .map(|v| (v, true))
                     .map_err(|e| LockError::backend(operation, key, e))
             }
             Err(e) => Err(LockError::backend(operation, key, e)),
@@ -244,9 +231,7 @@ impl RedisBackend {
             .arg(token.as_str())
             .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" });
-        let (reply, retried) = self
-            .invoke_noting_retry(&call, "release", key.user())
-            .await?;
+        let reply = self.invoke(&call, "release", key.user()).await?;
         match reply {
             Value::Int(1) => {
                 self.inner.subscriber.deliver(&channel, b"released");
@@ -265,13 +250,10 @@ impl RedisBackend {
                     format!("release script answered {items:?}"),
                 )),
             },
-            // The first call may have run and lost only its answer: the key is gone (or handed
-            // on) either way, and whether it was ours until then is the local validity's to say.
-            // Its message is unknown: this process's waiters look for themselves.
-            Value::Int(0) if retried => {
-                self.inner.subscriber.deliver(&channel, b"released");
-                Ok(true)
-            }
+            // "Not ours", also on a retry after a dropped connection: the first call may have
+            // deleted our lock and lost only its answer, but the server may equally have
+            // restarted empty and the key be someone else's now. We cannot tell, so it is never
+            // reported as a clean release (the caller gets `LeaseLost`).
             Value::Int(0) => Ok(false),
             other => Err(LockError::protocol(
                 "release",
