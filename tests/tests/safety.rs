@@ -33,7 +33,10 @@ async fn a_release_retried_after_a_restart_reports_the_lock_lost() {
         .expect("acquire");
     server.restart();
     let b = locker(&server, Duration::from_secs(2)).await;
-    let other = b.try_lock("k").await.expect("the emptied server gives k to b");
+    let other = b
+        .try_lock("k")
+        .await
+        .expect("the emptied server gives k to b");
     let released = guard.release().await;
     assert!(
         matches!(released, Err(LockError::LeaseLost { .. })),
@@ -42,4 +45,219 @@ async fn a_release_retried_after_a_restart_reports_the_lock_lost() {
     assert!(other.is_held());
     assert!(server.exists("lock:{k}").await, "b's lock was not touched");
     other.release().await.expect("b releases its own lock");
+}
+
+/// The fencing counter of `key` under the default prefix.
+fn counter(key: &str) -> String {
+    format!("lock:{{{key}}}:fence")
+}
+
+/// A restart without persistence, then FLUSHALL: the counter is gone each time, and the next
+/// token is still above every token drawn before (the plain acquire path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_keep_rising_across_a_restart_without_persistence_and_flushall() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let mut fences = Vec::new();
+    for loss in ["none", "restart", "flushall", "counter deleted"] {
+        match loss {
+            "restart" => server.restart(),
+            "flushall" => server.flushall().await,
+            "counter deleted" => {
+                server.del(&counter("k")).await;
+            }
+            _ => {}
+        }
+        let guard = a
+            .lock("k")
+            .fenced()
+            .wait(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("after {loss}: {e}"));
+        fences.push(guard.fence().expect("fenced"));
+        guard.release().await.expect("release");
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences went backwards across data loss: {fences:?}"
+    );
+}
+
+/// A waiter queued behind a holder takes the lock with its own attempt after the lock's key
+/// and its counter were lost (the queued acquire path): its token is above the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_draws_a_rising_fence_after_the_counter_was_lost() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let b = locker(&server, Duration::from_secs(2)).await;
+    let holder = a
+        .lock("k")
+        .fenced()
+        .watchdog(false)
+        .lease(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let held = holder.fence().expect("fenced");
+    let waiter =
+        tokio::spawn(async move { b.lock("k").fenced().wait(Duration::from_secs(10)).await });
+    until_waiting(&server, "k").await;
+    // The server loses the lock and its counter without a release message (as an expiry or a
+    // partial failover would): the waiter's next attempt on its timer takes the lock.
+    server.del(&counter("k")).await;
+    server.del("lock:{k}").await;
+    let guard = waiter
+        .await
+        .expect("join")
+        .expect("the waiter takes the lock");
+    assert!(
+        guard.fence().expect("fenced") > held,
+        "queued acquire drew {:?} after {held}",
+        guard.fence()
+    );
+    guard.release().await.expect("release");
+    drop(holder);
+}
+
+/// The counter is lost while a fenced waiter queues; the release hands the lock over and draws
+/// the waiter's token inside the release script (the hand-over path): above the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_lock_draws_a_rising_fence_after_the_counter_was_lost() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let b = locker(&server, Duration::from_secs(2)).await;
+    let holder = a.lock("k").fenced().await.expect("acquire");
+    let held = holder.fence().expect("fenced");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("k").fenced().wait(Duration::from_secs(10)).await }
+    });
+    until_waiting(&server, "k").await;
+    server.del(&counter("k")).await;
+    holder.release().await.expect("release");
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert_eq!(
+        b.stats().handovers,
+        1,
+        "taken by the hand-over, not an attempt"
+    );
+    assert!(
+        guard.fence().expect("fenced") > held,
+        "hand-over drew {:?} after {held}",
+        guard.fence()
+    );
+    guard.release().await.expect("release");
+}
+
+/// Waits until a waiter has a ticket in the key's queue (server state: nothing signals it).
+async fn until_waiting(server: &RedisServer, key: &str) {
+    support::eventually("a waiter queued", Duration::from_secs(5), async || {
+        let n: i64 = server
+            .query(
+                redis::cmd("HLEN")
+                    .arg(format!("lock:{{{key}}}:waiters"))
+                    .clone(),
+            )
+            .await;
+        n > 0
+    })
+    .await;
+}
+
+/// N fair waiters on one key cost O(N) Redis work: no LREM (O(queue length) each) on the path
+/// of a waiter that leaves or of a taker; every ticket leaves the queue as it reaches its head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_never_pay_a_scan_of_the_queue() {
+    const WAITERS: usize = 40;
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    let holder = a.lock("fair").await.expect("acquire");
+    let (mut leavers, mut takers) = (Vec::new(), Vec::new());
+    for i in 0..WAITERS {
+        let a = a.clone();
+        if i % 2 == 1 {
+            // Gives up while the lock is held: its leave must not scan the queue.
+            leavers.push(tokio::spawn(async move {
+                a.lock("fair")
+                    .fair()
+                    .wait(Duration::from_millis(500))
+                    .await
+                    .map(drop)
+            }));
+        } else {
+            // Without the watchdog a waiter cannot keep a hand-over's short lease: it takes
+            // the lock with its own attempt at its turn (the taker's path in the script).
+            let watchdog = i % 4 == 0;
+            takers.push(tokio::spawn(async move {
+                let g = a
+                    .lock("fair")
+                    .fair()
+                    .watchdog(watchdog)
+                    .wait(Duration::from_secs(30))
+                    .await?;
+                assert!(g.is_held());
+                g.release().await
+            }));
+        }
+    }
+    support::eventually("every waiter queued", Duration::from_secs(10), async || {
+        let n: i64 = server
+            .query(redis::cmd("HLEN").arg("lock:{fair}:waiters").clone())
+            .await;
+        n == WAITERS as i64
+    })
+    .await;
+    server.reset_stats().await;
+    for t in leavers {
+        let r = t.await.expect("join");
+        assert!(matches!(r, Err(LockError::Timeout { .. })), "{r:?}");
+    }
+    holder.release().await.expect("release");
+    for t in takers {
+        t.await
+            .expect("join")
+            .expect("every patient waiter gets the lock");
+    }
+    let stats = server.commandstats().await;
+    assert_eq!(stats.get("lrem").copied().unwrap_or(0), 0, "{stats:?}");
+    assert!(!server.exists("lock:{fair}:waiters").await);
+    assert!(
+        !server.exists("lock:{fair}:queue").await,
+        "every item popped"
+    );
+}
+
+/// A queued entry of an older client's form (a bare expiry) cannot take a hand-over; the
+/// release puts it back at the head. Popping it had deleted the queue keys: recreated, they
+/// must expire on their own like every queue key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_keys_recreated_by_a_release_keep_a_ttl() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let holder = a.lock("legacy").await.expect("acquire");
+    let time: Vec<String> = server.query(redis::cmd("TIME").clone()).await;
+    let now_ms: u64 = time[0].parse::<u64>().expect("secs") * 1000;
+    let expiry = now_ms + 60_000;
+    server
+        .query::<()>(
+            redis::cmd("RPUSH")
+                .arg("lock:{legacy}:queue")
+                .arg("told")
+                .clone(),
+        )
+        .await;
+    server
+        .query::<()>(
+            redis::cmd("HSET")
+                .arg("lock:{legacy}:waiters")
+                .arg("told")
+                .arg(expiry.to_string())
+                .clone(),
+        )
+        .await;
+    holder.release().await.expect("release");
+    assert!(server.exists("lock:{legacy}:queue").await, "put back");
+    for key in ["lock:{legacy}:queue", "lock:{legacy}:waiters"] {
+        let pttl = server.pttl(key).await;
+        assert!(pttl > 0, "{key} recreated without a TTL: {pttl}");
+    }
 }

@@ -328,7 +328,12 @@ impl Table {
 
     fn leave(&mut self, lock: &str, ticket: &str) {
         if let Some(q) = self.queues.get_mut(lock) {
-            q.retain(|q| q.ticket != ticket);
+            // The head leaves in O(1) (every fair taker is the head): N fair waiters cost O(N).
+            if q.front().is_some_and(|q| q.ticket == ticket) {
+                q.pop_front();
+            } else {
+                q.retain(|q| q.ticket != ticket);
+            }
             if q.is_empty() {
                 self.queues.remove(lock);
             }

@@ -19,20 +19,31 @@ pub use connect::RedisBackendBuilder;
 
 use subscriber::Subscriber;
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-// The handover code (handoff.lua) is prepended to every script that frees a lock.
+// The fencing code (fence.lua) is prepended to every script that may draw a token, and the
+// handover code (handoff.lua) to every script that frees a lock.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/fence.lua"),
         include_str!("scripts/handoff.lua"),
         include_str!("scripts/release.lua")
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static ACQUIRE_QUEUED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire_queued.lua")));
+static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/acquire_queued.lua")
+    ))
+});
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/fence.lua"),
         include_str!("scripts/handoff.lua"),
         include_str!("scripts/leave.lua")
     ))

@@ -1,7 +1,8 @@
 -- Acquire a lock in one atomic step, optionally drawing a fencing token.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the fencing counter key (same hash slot; touched only when ARGV[3] == '1')
+-- KEYS[2]  the fencing counter key (same hash slot; touched only when ARGV[3] == '1'; see
+--          fence.lua, prepended to this script)
 -- ARGV[1]  the owner token (128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  '1' to increment and return the fencing counter, '0' not to
@@ -17,7 +18,7 @@ if not ours and redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 if ours then
   if ARGV[3] == '1' then
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, next_fence(KEYS[2], ARGV[2])}
   end
   return {1, 0}
 end

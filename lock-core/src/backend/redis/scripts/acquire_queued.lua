@@ -2,7 +2,7 @@
 -- hand the lock straight to this waiter (handoff.lua).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the fencing counter key
+-- KEYS[2]  the fencing counter key (see fence.lua, prepended to this script)
 -- KEYS[3]  the queue (list of waiter tickets, oldest first)
 -- KEYS[4]  the waiters (hash: ticket -> 'expiry|generation|lease|fenced|token')
 -- ARGV[1]  the owner token
@@ -16,7 +16,8 @@
 --
 -- Running it twice with one token is safe (a retry after a dropped connection, or a handover
 -- whose message has not arrived yet, finds the lock holding the token: acquired, lease reset).
--- In fair mode, dead tickets (not refreshed in time) at the head are dropped first.
+-- In fair mode, dead tickets (not refreshed in time, or without an entry: taken or gone) at the
+-- head are dropped first.
 -- Returns {1, fence} when acquired (fence 0 when not fenced),
 --         {0, pttl}  otherwise (-2 when the lock is free but it is another waiter's turn).
 local function now_ms()
@@ -24,11 +25,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function taken()
-  if redis.call('HDEL', KEYS[4], ARGV[4]) == 1 then
-    redis.call('LREM', KEYS[3], 0, ARGV[4])
+  -- The ticket's entry goes; its item in the list is dropped when it reaches the head (an item
+  -- without an entry counts as dead there). No LREM: it would cost O(queue length) per taker,
+  -- O(N^2) for N fair waiters.
+  if redis.call('HDEL', KEYS[4], ARGV[4]) == 1 and redis.call('LINDEX', KEYS[3], 0) == ARGV[4] then
+    redis.call('LPOP', KEYS[3])
   end
   if ARGV[3] == '1' then
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, next_fence(KEYS[2], ARGV[2])}
   end
   return {1, 0}
 end

@@ -1,6 +1,8 @@
 -- Shared by release.lua and leave.lua (prepended to each): hands a lock that just became free
 -- to the oldest live queued waiter, or announces that it is free.
 --
+-- A ticket in the queue without an entry in the waiters hash is dead (taken or left: those
+-- leave their list item behind rather than pay LREM) and is dropped on the way.
 -- A queued waiter's entry in the waiters hash is 'expiry|generation|lease|fenced|token'
 -- (expiry in ms of server time; generation counts the waiter's attempts; lease in ms is what
 -- the handover sets; fenced '1' or '0'; token is the waiter's owner token, never published).
@@ -11,8 +13,8 @@
 -- handed to that ticket (fence 0 when not fenced), '<ticket>' when it is that ticket's turn,
 -- or 'released'. It is also returned, so the releasing process can deliver it locally at once.
 --
--- One function only: every function defined here is created on each call of every script that
--- includes this file, on the release's hot path.
+-- One function only (besides next_fence, from fence.lua): every function defined here is created
+-- on each call of every script that includes this file, on the release's hot path.
 
 local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
   local payload = 'released'
@@ -33,23 +35,35 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
       if token and redis.call('SET', lock, token, 'NX', 'PX', lease) then
         local fence = 0
         if fenced == '1' then
-          fence = redis.call('INCR', fence_key)
+          fence = next_fence(fence_key, lease)
         end
-        payload = head .. ':' .. generation .. ':' .. fence
+        -- '%d': concatenating the number would write it as '%.14g', losing digits.
+        payload = head .. ':' .. generation .. ':' .. string.format('%d', fence)
       else
-        -- Cannot take a handover: it keeps its place and is told its turn came.
+        -- Cannot take a handover: it keeps its place and is told its turn came. Popping it
+        -- may have deleted the queue keys: recreated, they get the queue's usual TTL back.
         redis.call('LPUSH', queue, head)
         redis.call('HSET', waiters, head, entry)
+        local ttl = (expiry - now) * 2
+        if redis.call('PTTL', queue) < 0 then
+          redis.call('PEXPIRE', queue, ttl)
+        end
+        if redis.call('PTTL', waiters) < 0 then
+          redis.call('PEXPIRE', waiters, ttl)
+        end
         payload = head
       end
       break
     end
     head = redis.call('LINDEX', queue, 0)
   end
+  -- pcall: a publish refused (a Redis user that lost its channel permission) must not fail a
+  -- script whose writes are done (scripts are not rolled back). Waiters then learn on their
+  -- own timers: a handed-over lock is found holding their token by their next attempt.
   if sharded == '1' then
-    redis.call('SPUBLISH', channel, payload)
+    redis.pcall('SPUBLISH', channel, payload)
   else
-    redis.call('PUBLISH', channel, payload)
+    redis.pcall('PUBLISH', channel, payload)
   end
   return payload
 end

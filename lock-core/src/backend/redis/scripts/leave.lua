@@ -12,14 +12,15 @@
 -- A release may have handed the lock to this waiter as it gave up: then the lock is passed on
 -- as a release would. When the ticket was at the head and the lock is free, the next waiter
 -- gets it (hand_over, from handoff.lua).
--- Returns 1 when the ticket was queued, 0 when it was not; as {n, message} when the lock was
+-- Returns 1 when the ticket had an entry, 0 when it had not; as {n, message} when the lock was
 -- passed on or announced (message as published, for the leaving process's own waiters).
 local was_head = redis.call('LINDEX', KEYS[3], 0) == ARGV[1]
-local removed = 0
-if redis.call('LREM', KEYS[3], 0, ARGV[1]) > 0 then
-  removed = 1
+-- The entry goes; the ticket's item in the list is dropped when it reaches the head (an item
+-- without an entry counts as dead: see handoff.lua). LREM would cost O(queue length) per leave.
+local removed = redis.call('HDEL', KEYS[4], ARGV[1])
+if was_head then
+  redis.call('LPOP', KEYS[3])
 end
-redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('GET', KEYS[1]) == ARGV[4] then
   redis.call('DEL', KEYS[1])
   return {removed, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])}
