@@ -139,16 +139,27 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-/// A key shortened for messages and logs.
+/// A key made safe for messages and logs: control and other non-printable characters (line
+/// breaks, escape sequences, bidirectional overrides...) and backslashes are escaped as Rust
+/// escapes (`\n`, `\u{1b}`, `\\`), so a hostile key can neither forge log lines nor drive
+/// a terminal, and is shown in at most `DISPLAY_LEN` bytes, cut on a character boundary,
+/// followed by the key's full length when cut.
 pub(crate) fn display_key(key: &str) -> String {
-    if key.len() <= DISPLAY_LEN {
-        return key.to_owned();
+    let mut out = String::with_capacity(key.len().min(DISPLAY_LEN));
+    for c in key.chars() {
+        let before = out.len();
+        if c == '"' || c == '\'' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+        if out.len() > DISPLAY_LEN {
+            out.truncate(before);
+            out.push_str(&format!("... ({} bytes)", key.len()));
+            return out;
+        }
     }
-    let mut end = DISPLAY_LEN;
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &key[..end], key.len())
+    out
 }
 
 #[cfg(test)]
@@ -203,6 +214,39 @@ mod tests {
         assert!(validate_prefix("a{b").is_err());
         assert!(validate_prefix(&"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
         assert!(validate_prefix("").is_ok());
+    }
+
+    #[test]
+    fn display_key_escapes_control_characters() {
+        assert_eq!(
+            display_key("a\nb\r\tc\u{1b}[31m\u{0}\u{7f}"),
+            "a\\nb\\r\\tc\\u{1b}[31m\\0\\u{7f}"
+        );
+        // A literal backslash-n in a key is not confused with an escaped line break.
+        assert_eq!(display_key("a\\nb"), "a\\\\nb");
+        // Unicode line separators and bidirectional overrides are escaped too.
+        assert_eq!(
+            display_key("x\u{2028}y\u{202e}z\u{85}"),
+            "x\\u{2028}y\\u{202e}z\\u{85}"
+        );
+        // Printable text, quotes and non-ASCII letters are kept as they are.
+        assert_eq!(display_key("order:\"42\"'é'"), "order:\"42\"'é'");
+        let forged = display_key("k\n2024-01-01 INFO user=admin logged in");
+        assert!(!forged.chars().any(char::is_control), "{forged}");
+    }
+
+    #[test]
+    fn display_key_bounds_escaped_keys_and_cuts_on_an_escape_boundary() {
+        let hostile = "\u{1b}".repeat(300);
+        let d = display_key(&hostile);
+        assert!(d.ends_with("... (300 bytes)"), "{d}");
+        let shown = d.trim_end_matches("... (300 bytes)");
+        assert!(shown.len() <= DISPLAY_LEN, "{}", shown.len());
+        // Whole escapes only: never a dangling `\u{1` at the cut.
+        assert_eq!(shown.len() % "\\u{1b}".len(), 0, "{shown}");
+        assert!(!d.chars().any(char::is_control));
+        // A short key with an escape that fits is shown whole.
+        assert_eq!(display_key("a\nb"), "a\\nb");
     }
 
     #[test]
