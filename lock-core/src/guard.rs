@@ -218,6 +218,35 @@ impl Held {
         }
     }
 
+    /// Resolves when this acquisition stops being held, for any reason: released (also by a
+    /// dropped guard or the end of its `run`), lost, or past its local validity deadline (which
+    /// is also how a `max_hold` that stopped renewal ends it). Reentrant uses of the lock end
+    /// here: they must not outlive the outer lock, whoever else may hold the key next.
+    pub(crate) async fn ended(&self) {
+        let mut rx = self.state.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            if s.phase != Phase::Held {
+                return;
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // Unreachable while `self` lives (it owns the sender); ended either way.
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(s.valid_until) => {
+                    // Marks the loss if the deadline really passed; a renewal that moved it at
+                    // this very moment keeps the lock, and the loop reads the new state.
+                    if !self.is_held() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Releases in the backend. `Ok(())` only when the lock was ours until this moment.
     /// Cancel-safe: if this future is dropped before the backend answered, the release is
     /// finished in the background.
@@ -369,7 +398,8 @@ impl Drop for Unfinished<'_> {
 ///
 /// A guard obtained again for a key that the current [`run`](crate::LockRequest::run) scope
 /// already holds is *reentrant*: it shares the outer lock, and releasing or dropping it does
-/// nothing (the outermost scope releases).
+/// nothing (the outermost scope releases). It ends with the outer lock, whatever ends that:
+/// [`lost`] resolves and [`is_held`] turns false.
 ///
 /// [`release`]: LockGuard::release
 /// [`lost`]: LockGuard::lost
@@ -450,7 +480,8 @@ impl LockGuard {
     }
 
     /// Whether the lease is still ours by the local monotonic clock (validity deadline not
-    /// passed, no renewal said "not owner").
+    /// passed, no renewal said "not owner", not released). A reentrant guard follows the outer
+    /// lock: false once that is released or dropped.
     ///
     /// ```
     /// # async fn demo() {
@@ -547,6 +578,11 @@ impl LockGuard {
     /// resolves while the lock is still ours. Use it to stop work that must not go on unprotected
     /// (or use [`run`](crate::LockRequest::run), which does it for you).
     ///
+    /// A [reentrant](Self::is_reentrant) guard also resolves when the outer lock is released
+    /// or dropped: its work must not go on once the lock it shares is no longer held (another
+    /// owner may take the key at once). An owned guard's `lost` never resolves once it is
+    /// released.
+    ///
     /// ```
     /// # async fn demo() {
     /// let guard = lock_core::Locker::memory().lock("job").await.unwrap();
@@ -558,7 +594,11 @@ impl LockGuard {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub async fn lost(&self) {
-        self.held.lost().await;
+        if self.reentrant {
+            self.held.ended().await;
+        } else {
+            self.held.lost().await;
+        }
     }
 
     /// A read-only handle on this lock that can be cloned and moved to other tasks.

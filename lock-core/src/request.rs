@@ -224,6 +224,20 @@ impl LockRequest {
     /// the lease had already been lost. Inside the body, locking the same key again through
     /// the same locker is reentrant, and [`current_lock`](crate::current_lock) describes the lock.
     ///
+    /// After the body, `run` releases the lock and returns its output only when the release
+    /// went through: when the backend answers that the lock was no longer ours (the key
+    /// expired, was deleted, or another owner holds it, e.g. after a server restart without
+    /// persistence), `run` returns [`LockError::LeaseLost`], since the body may have overlapped
+    /// with another owner. When the backend does not answer that release ([`LockError::Backend`]:
+    /// unreachable, timed out), the outcome is unknown but the body ran while the lease was
+    /// valid by the local clock: `run` logs a warning and returns the output, and the lease
+    /// expires on its own.
+    ///
+    /// Reentrant use (the current scope already holds the key, e.g. inside another `run` of
+    /// it or a [`LockGuard::scope`]) neither acquires nor releases: the body runs under the
+    /// outer lock and is dropped at once, with `LeaseLost`, when the outer lock stops being
+    /// held for any reason (released, dropped, lost, past its validity deadline).
+    ///
     /// # Errors
     /// Acquisition errors (`Busy`, `Timeout`, `InvalidKey`, `Backend`...), `LeaseLost`,
     /// `MaxHoldExceeded`. The body never runs without the lock.
@@ -241,12 +255,14 @@ impl LockRequest {
     /// ```
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         if let Some(held) = self.reentrant() {
-            // Reentrant: the outer scope holds and releases the lock. Its loss still cancels
-            // this body, whatever the outer scope is (a `run`, or a guard's `scope`).
+            // Reentrant: the outer scope holds and releases the lock. The body ends when the
+            // outer lock ends, whatever ends it (release, drop, loss, deadline) and whatever
+            // the outer scope is (a `run`, or a guard's `scope` that may run in another task
+            // than the guard's owner): it must never run under a lock someone else may hold.
             let held = held?;
             let out = tokio::select! {
                 biased;
-                () = held.lost() => return Err(held.lease_lost()),
+                () = held.ended() => return Err(held.lease_lost()),
                 out = body => out,
             };
             return if held.is_held() {
@@ -277,13 +293,18 @@ impl LockRequest {
         })
         .await;
         match outcome {
-            Ok(out) if held.is_held() => {
-                if let Err(e) = guard.release().await {
-                    // The body ran while the lease was valid; the lease expires on its own.
-                    tracing::warn!(key = %crate::key::display_key(held.key.user()), error = %e, "release after run failed");
+            Ok(out) if held.is_held() => match guard.release().await {
+                Ok(()) => Ok(out),
+                // "Not ours": the key expired, was deleted or taken behind our back (a server
+                // that lost its data, say), so the body may have overlapped another owner.
+                Err(e @ LockError::LeaseLost { .. }) => Err(e),
+                Err(e) => {
+                    // No answer: the body ran while the lease was valid by the local clock;
+                    // the lease expires on its own.
+                    tracing::warn!(key = %crate::key::display_key(held.key.user()), error = %e, "release after run failed; the lease will expire");
+                    Ok(out)
                 }
-                Ok(out)
-            }
+            },
             // After a loss the guard drops here and releases in the background: the caller
             // learns of the loss now, not after a round trip to a server that may not answer.
             Ok(_) => Err(held.lease_lost()),

@@ -3,7 +3,14 @@
 //!
 //! The scope is a tokio task-local, so it follows the task across threads and is *not*
 //! inherited by tasks spawned inside it: a spawned task that locks a key its parent holds
-//! waits like any other owner (otherwise two tasks would run "under" one lock at once).
+//! waits like any other owner (otherwise two tasks would run "under" one lock at once). A
+//! future wrapped by [`LockGuard::scope`](crate::LockGuard::scope) carries its guard's lock,
+//! and only that one, into the task that runs it: the surrounding scope is read where it is
+//! first polled, never where it was built.
+//!
+//! Reentrant use ends with the outer lock: once that lock is released, dropped, lost or past
+//! its validity deadline, a reentrant `run` body is cancelled (`LeaseLost`), a reentrant guard
+//! reports `lost()`, and locking the key again in the scope is refused with `LeaseLost`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,17 +46,25 @@ pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
     scoped(held, fut).await
 }
 
-/// `fut`, run with `held` added to the scope that is current when this is called.
+/// `fut`, run with `held` added to the scope that is current where it is first polled.
+///
+/// The surrounding scope is read at the first poll, not here: a future built inside a `run`
+/// scope and spawned as its own task must not carry that scope along (a spawned task is
+/// another owner).
 pub(crate) fn scoped<F: Future>(held: Arc<Held>, fut: F) -> Scoped<F> {
-    let mut scope = SCOPE.try_with(Scope::clone).unwrap_or_default();
-    scope.held.push(held);
     Scoped {
-        inner: SCOPE.scope(scope, fut),
+        held: Some(held),
+        fut: Some(fut),
+        inner: None,
     }
 }
 
 pin_project_lite::pin_project! {
     /// A future run inside a lock's scope; from [`LockGuard::scope`](crate::LockGuard::scope).
+    ///
+    /// It carries its guard's lock into wherever it runs, on top of the scope of the task that
+    /// polls it (read at its first poll): spawned as a task of its own, it carries that lock
+    /// alone, never the locks of the task that built it.
     ///
     /// ```
     /// # async fn demo() {
@@ -62,14 +77,20 @@ pin_project_lite::pin_project! {
     /// ```
     #[must_use = "futures do nothing unless polled"]
     pub struct Scoped<F: Future> {
+        // Until the first poll: the lock to add and the future, never pinned yet (so it may
+        // still move into `inner`).
+        held: Option<Arc<Held>>,
+        fut: Option<F>,
         #[pin]
-        inner: tokio::task::futures::TaskLocalFuture<Scope, F>,
+        inner: Option<tokio::task::futures::TaskLocalFuture<Scope, F>>,
     }
 }
 
 impl<F: Future> std::fmt::Debug for Scoped<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scoped").finish_non_exhaustive()
+        f.debug_struct("Scoped")
+            .field("started", &self.inner.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -80,7 +101,17 @@ impl<F: Future> Future for Scoped<F> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        self.project().inner.poll(cx)
+        let mut this = self.project();
+        if let Some(fut) = this.fut.take() {
+            let mut scope = SCOPE.try_with(Scope::clone).unwrap_or_default();
+            scope.held.extend(this.held.take());
+            this.inner.set(Some(SCOPE.scope(scope, fut)));
+        }
+        match this.inner.as_pin_mut() {
+            Some(inner) => inner.poll(cx),
+            // Unreachable: `fut` is `Some` until `inner` is set, and `inner` is never unset.
+            None => std::task::Poll::Pending,
+        }
     }
 }
 
