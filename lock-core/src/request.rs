@@ -31,6 +31,11 @@ pub(crate) const TICKET_TTL: Duration = Duration::from_secs(3);
 const MIN_REFRESH: Duration = Duration::from_millis(50);
 /// How many recent attempts a waiter remembers, to date a handover that names one of them.
 const REMEMBERED_ATTEMPTS: usize = 8;
+/// How far past its wait a request may return: time for a healthy backend to take a timed-out
+/// waiter's ticket out of the queue before the caller hears of the timeout (so the next release
+/// does not hand the lock to a waiter that is gone). A backend that has not answered by then is
+/// left to finish in the background.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 /// A request for the lock on one key; from [`Locker::lock`] or [`Locker::try_lock`].
 ///
@@ -362,10 +367,30 @@ impl LockRequest {
                 "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
             )));
         }
-        if self.fair {
-            acquire_fair(inner, &key, &spec).await
-        } else {
-            acquire(inner, &key, &spec).await
+        let start = Instant::now();
+        let engine = async {
+            if self.fair {
+                acquire_fair(inner, &key, &spec, start).await
+            } else {
+                acquire(inner, &key, &spec, start).await
+            }
+        };
+        if spec.wait.is_zero() {
+            // One attempt: bounded by the backend's own response timeout.
+            return engine.await;
+        }
+        // The wait is a bound, whatever the backend does: an attempt or a clean-up still in
+        // flight at the deadline is dropped here and finished in the background (an attempt
+        // that turns out to have taken the lock releases it; a queued ticket leaves), and a
+        // lock granted after the bound is released, never returned.
+        let bound = start + spec.wait + DEADLINE_SLACK;
+        match tokio::time::timeout_at(bound, engine).await {
+            Ok(Ok(guard)) if Instant::now() > bound => {
+                drop(guard);
+                Err(timed_out(&key, start))
+            }
+            Ok(outcome) => outcome,
+            Err(_) => Err(timed_out(&key, start)),
         }
     }
 }
@@ -395,8 +420,8 @@ async fn acquire(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
+    start: Instant,
 ) -> Result<LockGuard, LockError> {
-    let start = Instant::now();
     let deadline = start + spec.wait;
     // Nobody queues here: contend at once (the uncontended path is this one round trip).
     if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
@@ -430,8 +455,8 @@ async fn acquire_fair(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
+    start: Instant,
 ) -> Result<LockGuard, LockError> {
-    let start = Instant::now();
     let deadline = start + spec.wait;
     let inbox = Arc::new(Inbox::default());
     let mut queued = Queued::new(inner, key, spec, inbox.clone(), true);
@@ -639,8 +664,9 @@ impl Queued {
     /// Gives up: takes the ticket out of the backend's queue before the caller hears of the
     /// timeout, so no release hands the lock to a waiter that is gone (a handover that came
     /// meanwhile is passed on). Without an answer, the ticket dies unrefreshed.
-    /// While the backend is failing (`trouble`) the leave goes out in the background instead,
-    /// so the caller is not held past its deadline.
+    /// While the backend is failing (`trouble`) the leave goes out in the background instead;
+    /// a leave still unanswered when the request's bound (wait + [`DEADLINE_SLACK`]) passes is
+    /// dropped with the request, whose drop finishes it in the background.
     async fn leave(&mut self, trouble: bool) {
         if !self.registered || self.acquired {
             return;

@@ -13,7 +13,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 use lock_tests::redis::RedisServer;
@@ -260,4 +260,89 @@ async fn queue_keys_recreated_by_a_release_keep_a_ttl() {
         let pttl = server.pttl(key).await;
         assert!(pttl > 0, "{key} recreated without a TTL: {pttl}");
     }
+}
+
+/// How far past its wait a request may return here: the library's own slack (20 ms) plus
+/// scheduling on a loaded 2-core CI machine. A correctness bound, not a speed claim: before the
+/// fix these waits returned seconds late.
+const WAIT_TOLERANCE: Duration = Duration::from_millis(250);
+
+/// A server frozen before the wait begins: the first attempt gets no answer. The wait still
+/// ends at its bound (not at the 5 s response timeout), and the attempt that the server runs
+/// when it thaws, which takes the free lock, is released in the background, never returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    // Connections and scripts ready, so the frozen server is the only delay.
+    a.lock("k").await.expect("acquire").release().await.expect("release");
+    let wait = Duration::from_millis(1500);
+    server.pause();
+    let start = Instant::now();
+    let outcome = a.lock("k").wait(wait).await;
+    let took = start.elapsed();
+    server.resume();
+    println!("wait {wait:?} on a frozen server returned after {took:?}");
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    assert!(took < wait + WAIT_TOLERANCE, "returned {took:?} after a {wait:?} wait");
+    // The attempt ran when the server thawed and took the free lock: it is released, well
+    // before its 30 s lease would have freed the key.
+    support::eventually("the late lock released", Duration::from_secs(5), async || {
+        !server.exists("lock:{k}").await
+    })
+    .await;
+}
+
+/// The server freezes while a waiter queues behind a holder, just before the waiter's
+/// deadline: its last attempt and its leave get no answer. The wait still ends at its bound;
+/// once the server thaws the waiter's ticket leaves the queue in the background and the
+/// holder's release does not hand the lock to the waiter that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_at_its_bound_when_the_server_freezes_at_the_deadline() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    let b = locker(&server, Duration::from_secs(5)).await;
+    let holder = a.lock("k").await.expect("acquire");
+    for fair in [false, true] {
+        let wait = Duration::from_millis(1500);
+        let start = Instant::now();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let mut request = b.lock("k").wait(wait);
+                if fair {
+                    request = request.fair();
+                }
+                let outcome = request.await;
+                (outcome, Instant::now())
+            }
+        });
+        until_waiting(&server, "k").await;
+        tokio::time::sleep_until((start + wait - Duration::from_millis(100)).into()).await;
+        server.pause();
+        let (outcome, at) = waiter.await.expect("join");
+        let took = at - start;
+        server.resume();
+        println!("fair={fair}: wait {wait:?} with the server frozen at its end returned after {took:?}");
+        assert!(
+            matches!(outcome, Err(LockError::Timeout { .. })),
+            "fair={fair}: {outcome:?}"
+        );
+        assert!(
+            took < wait + WAIT_TOLERANCE,
+            "fair={fair}: returned {took:?} after a {wait:?} wait"
+        );
+        support::eventually("the ticket left", Duration::from_secs(5), async || {
+            let n: i64 = server
+                .query(redis::cmd("HLEN").arg("lock:{k}:waiters").clone())
+                .await;
+            n == 0
+        })
+        .await;
+    }
+    holder.release().await.expect("release");
+    assert!(!server.exists("lock:{k}").await, "not handed to a waiter that is gone");
 }
