@@ -66,6 +66,11 @@ pub(crate) struct LockerInner {
 }
 
 impl LockerInner {
+    /// A new owner token, from the OS for a backend other processes share (fork-safe).
+    pub(crate) fn new_token(&self) -> Token {
+        Token::new(!matches!(self.backend, BackendKind::Memory(_)))
+    }
+
     /// Counts one call to the backend; returns `self` for chaining into it.
     pub(crate) fn call(&self) -> &BackendKind {
         self.calls.fetch_add(1, Ordering::Relaxed);

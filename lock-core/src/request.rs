@@ -531,7 +531,7 @@ impl Queued {
             spec: *spec,
             inbox,
             ticket,
-            token: Token::random(),
+            token: inner.new_token(),
             sent: VecDeque::with_capacity(REMEMBERED_ATTEMPTS),
             registered: false,
             acquired: false,
@@ -550,7 +550,7 @@ impl Queued {
     /// The token is spent (an acquisition with it was given up and is being released): the
     /// next attempts register a new token under a new ticket, and older handovers are ignored.
     fn renew_identity(&mut self) {
-        let token = std::mem::replace(&mut self.token, Token::random());
+        let token = std::mem::replace(&mut self.token, self.inner.new_token());
         let ticket = std::mem::replace(&mut self.ticket.id, new_ticket_id());
         self.sent.clear();
         self.inbox.expect(Some(&self.ticket.id));
@@ -842,7 +842,7 @@ async fn attempt(
     spec: &Spec,
     waited: bool,
 ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
-    let token = Token::random();
+    let token = inner.new_token();
     let sent_at = Instant::now();
     // If this future is dropped mid-flight, or the answer is lost, the lock may be ours in the
     // backend without our knowing: release it in the background rather than block the key

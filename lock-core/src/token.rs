@@ -4,18 +4,23 @@ use std::fmt;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The proof of ownership of one acquisition: 128 bits from `rand`'s thread-local CSPRNG
-/// (ChaCha12, seeded and periodically reseeded from the operating system), as 32 lowercase hex
-/// digits. (A UUID v4 would carry only 122 random bits; a syscall per token costs more than the
-/// whole in-memory lock.)
+/// The proof of ownership of one acquisition: 128 random bits as 32 lowercase hex digits.
+/// (A UUID v4 would carry only 122 random bits.)
+///
+/// Where the bits come from depends on who else can see the lock ([`Token::new`]): tokens of a
+/// backend shared between processes come straight from the operating system's CSPRNG, so a
+/// forked child can never draw its parent's next token; the in-process memory backend draws from
+/// `rand`'s thread-local CSPRNG, which costs no system call (a fork copies that backend too, so
+/// parent and child never contend on one lock).
 ///
 /// `Debug` prints `Token(<redacted>)` so tokens never reach logs.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Token(String);
 
 impl Token {
-    pub(crate) fn random() -> Self {
-        let bytes: [u8; 16] = rand::random();
+    /// A new token; `shared` when other processes see the lock (every backend but memory).
+    pub(crate) fn new(shared: bool) -> Self {
+        let bytes = if shared { os_random() } else { rand::random() };
         let mut hex = String::with_capacity(32);
         for b in bytes {
             hex.push(char::from(HEX[usize::from(b >> 4)]));
@@ -30,6 +35,23 @@ impl Token {
     }
 }
 
+/// 128 bits from the operating system (`getrandom(2)` on Linux), fresh in every process: the
+/// kernel's generator is not copied by `fork`, unlike any userspace generator's state.
+fn os_random() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return bytes;
+    }
+    // The OS refused (no such call in a sandbox): the userspace generator, made distinct per
+    // process by the process id, so a parent and its forked child still draw different tokens.
+    let drawn: [u8; 16] = rand::random();
+    let pid = std::process::id().to_le_bytes();
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = drawn[i] ^ pid[i % pid.len()].rotate_left(u32::try_from(i).unwrap_or(0));
+    }
+    bytes
+}
+
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Token(<redacted>)")
@@ -42,11 +64,13 @@ mod tests {
 
     #[test]
     fn tokens_are_unique_hex_and_redacted() {
-        let a = Token::random();
-        let b = Token::random();
-        assert_ne!(a, b);
-        assert_eq!(a.as_str().len(), 32);
-        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
-        assert_eq!(format!("{a:?}"), "Token(<redacted>)");
+        for shared in [false, true] {
+            let a = Token::new(shared);
+            let b = Token::new(shared);
+            assert_ne!(a, b);
+            assert_eq!(a.as_str().len(), 32);
+            assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+            assert_eq!(format!("{a:?}"), "Token(<redacted>)");
+        }
     }
 }

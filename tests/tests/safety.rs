@@ -275,7 +275,12 @@ async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
     let mut server = RedisServer::start();
     let a = locker(&server, Duration::from_secs(5)).await;
     // Connections and scripts ready, so the frozen server is the only delay.
-    a.lock("k").await.expect("acquire").release().await.expect("release");
+    a.lock("k")
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
     let wait = Duration::from_millis(1500);
     server.pause();
     let start = Instant::now();
@@ -287,12 +292,17 @@ async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
         matches!(outcome, Err(LockError::Timeout { .. })),
         "{outcome:?}"
     );
-    assert!(took < wait + WAIT_TOLERANCE, "returned {took:?} after a {wait:?} wait");
+    assert!(
+        took < wait + WAIT_TOLERANCE,
+        "returned {took:?} after a {wait:?} wait"
+    );
     // The attempt ran when the server thawed and took the free lock: it is released, well
     // before its 30 s lease would have freed the key.
-    support::eventually("the late lock released", Duration::from_secs(5), async || {
-        !server.exists("lock:{k}").await
-    })
+    support::eventually(
+        "the late lock released",
+        Duration::from_secs(5),
+        async || !server.exists("lock:{k}").await,
+    )
     .await;
 }
 
@@ -326,7 +336,9 @@ async fn a_wait_ends_at_its_bound_when_the_server_freezes_at_the_deadline() {
         let (outcome, at) = waiter.await.expect("join");
         let took = at - start;
         server.resume();
-        println!("fair={fair}: wait {wait:?} with the server frozen at its end returned after {took:?}");
+        println!(
+            "fair={fair}: wait {wait:?} with the server frozen at its end returned after {took:?}"
+        );
         assert!(
             matches!(outcome, Err(LockError::Timeout { .. })),
             "fair={fair}: {outcome:?}"
@@ -344,5 +356,54 @@ async fn a_wait_ends_at_its_bound_when_the_server_freezes_at_the_deadline() {
         .await;
     }
     holder.release().await.expect("release");
-    assert!(!server.exists("lock:{k}").await, "not handed to a waiter that is gone");
+    assert!(
+        !server.exists("lock:{k}").await,
+        "not handed to a waiter that is gone"
+    );
+}
+
+/// While the subscriber is in backoff (its subscribe timed out against a paused server, the
+/// connection itself alive), the waiter gives up and its channel is unsubscribed at once: that
+/// unsubscribe must still reach the server once it answers again, or the subscription leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_millis(200)).await;
+    let b = locker(&server, Duration::from_millis(200)).await;
+    let holder = a.lock("k").await.expect("acquire");
+    // b's connections up (its subscriber too) and scripts loaded before the pause.
+    let warm = a.lock("warm-up").await.expect("acquire");
+    let waited = b
+        .lock("warm-up")
+        .fair()
+        .wait(Duration::from_millis(50))
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    warm.release().await.expect("release");
+    support::until_no_subscriptions(&server).await;
+    // Every client's commands wait 1.5 s: b's SSUBSCRIBE times out client-side (backoff) and
+    // runs server-side afterwards.
+    server
+        .query::<()>(
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(1500)
+                .arg("ALL")
+                .clone(),
+        )
+        .await;
+    // A fair waiter subscribes before its first attempt: the subscribe times out (backoff),
+    // then the attempt; the waiter gives up and drops its subscription while in backoff.
+    let gave_up = b.lock("k").fair().wait(Duration::from_millis(400)).await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    support::eventually(
+        "no channel left subscribed",
+        Duration::from_secs(10),
+        async || support::subscribed_channels(&server).await.is_empty(),
+    )
+    .await;
+    holder.release().await.expect("release");
 }

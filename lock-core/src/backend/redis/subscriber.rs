@@ -8,6 +8,7 @@
 //! backoff, subscribes every channel again, and wakes everyone once more, because releases
 //! published while it was away were missed.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -194,6 +195,10 @@ async fn run(
         ("SUBSCRIBE", "UNSUBSCRIBE")
     };
     let mut backoff: Option<Duration> = resync.then_some(Duration::ZERO);
+    // Unsubscribes not sent while in backoff. The connection may have survived (a command that
+    // timed out, not a drop), its server side still subscribed: recovery unsubscribes these
+    // unless someone listens to them again by then.
+    let mut unsent_unsubscribes: HashSet<String> = HashSet::new();
     loop {
         let recovery = async {
             match backoff {
@@ -205,6 +210,7 @@ async fn run(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Subscribe(channel, reply)) => {
+                    unsent_unsubscribes.remove(&channel);
                     let ok = backoff.is_none() && send(&mut conn, sub, &channel).await;
                     if !ok {
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
@@ -212,7 +218,8 @@ async fn run(
                     let _ = reply.send(ok);
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    if backoff.is_none() && !send(&mut conn, unsub, &channel).await {
+                    if backoff.is_some() || !send(&mut conn, unsub, &channel).await {
+                        unsent_unsubscribes.insert(channel);
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
                     }
                 }
@@ -236,7 +243,16 @@ async fn run(
                 for channel in &channels {
                     ok = ok && send(&mut conn, sub, channel).await;
                 }
+                let stale: Vec<String> = unsent_unsubscribes
+                    .iter()
+                    .filter(|c| !channels.contains(c))
+                    .cloned()
+                    .collect();
+                for channel in &stale {
+                    ok = ok && send(&mut conn, unsub, channel).await;
+                }
                 if ok {
+                    unsent_unsubscribes.clear();
                     backoff = None;
                     shared.healthy.store(true, Ordering::Release);
                     tracing::info!(channels = channels.len(), "lock notifications restored");

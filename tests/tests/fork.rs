@@ -1,0 +1,32 @@
+//! Tokens after `fork`: a process that forks after drawing owner tokens (a pre-fork server, a
+//! daemonizing job runner) must not have its child draw the same tokens, or both "hold" one
+//! lock (issue 12, hole 8).
+
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed expectation fails the test"
+)]
+
+use lock_tests::redis::RedisServer;
+
+#[test]
+fn a_forked_child_never_shares_its_parents_tokens() {
+    let server = RedisServer::start();
+    for round in 0..5 {
+        // A fresh key per round: the previous round's winner still holds the old one.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lock-fork-probe"))
+            .arg(server.url())
+            .arg(format!("fork-probe-{round}"))
+            .output()
+            .expect("run lock-fork-probe");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "round {round}: {stdout}");
+        let held = stdout.lines().filter(|l| l.starts_with("HELD ")).count();
+        let busy = stdout.lines().filter(|l| l.starts_with("BUSY ")).count();
+        assert_eq!(
+            (held, busy),
+            (1, 1),
+            "round {round}: exactly one of parent and child holds the lock:\n{stdout}"
+        );
+    }
+}
