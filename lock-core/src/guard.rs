@@ -43,7 +43,8 @@ pub(crate) struct Held {
     /// Renewal stops here (`max_hold`).
     pub(crate) renew_until: Option<Instant>,
     pub(crate) acquired_at: Instant,
-    /// When the watchdog first renews: a third into the lease the backend set at acquisition.
+    /// When the watchdog first renews: a third into the lease the backend set at acquisition, or
+    /// at once for a lock handed over with a shorter lease than asked for.
     pub(crate) first_renewal: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
@@ -107,7 +108,14 @@ impl Held {
             state,
             renew_until: max_hold.map(|m| received_at + m),
             acquired_at: received_at,
-            first_renewal: sent_at + first_lease / 3,
+            // A lock handed over with a short lease is renewed to the full one as soon as it
+            // arrives: until then a server stall of a second or two would outlast it, where a
+            // lock taken with the full lease rides out a stall of a whole lease.
+            first_renewal: if first_lease < lease {
+                received_at
+            } else {
+                sent_at + first_lease / 3
+            },
             waited,
             renewing: Arc::new(tokio::sync::Mutex::new(())),
         })

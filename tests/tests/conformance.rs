@@ -1115,12 +1115,8 @@ async fn release_hands_the_lock_to_the_queued_waiter(fx: Fixture) {
         Fixture::Redis(_) => assert!(guard.fence() > Some(first), "{:?}", guard.fence()),
     }
     assert_eq!(fx.queued("handover").await, 0);
-    // Handed over with a lease of at most 3 s; the watchdog extends it to the 30 s default.
-    assert!(
-        guard.remaining() <= Duration::from_secs(3),
-        "{:?}",
-        guard.remaining()
-    );
+    // Handed over with a lease of at most 3 s (tests/handoff.rs sees it on a waiter killed
+    // before it could renew); the watchdog extends it to the 30 s default as it arrives.
     let deadline = Instant::now() + SOON;
     while guard.remaining() <= Duration::from_secs(3) {
         assert!(Instant::now() < deadline, "{}: never extended", fx.name());

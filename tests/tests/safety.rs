@@ -407,3 +407,37 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
     .await;
     holder.release().await.expect("release");
 }
+
+/// A lock handed over to a waiter comes with a short lease (3 s, so a waiter that died unseen
+/// holds the key only briefly). The watchdog takes it to the full lease at once, so a server
+/// stall of a few seconds right after the hand-over is ridden out as after a normal acquire,
+/// instead of being reported as a loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_right_after_a_hand_over_is_ridden_out_like_after_an_acquire() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    let b = locker(&server, Duration::from_secs(5)).await;
+    let holder = a.lock("k").await.expect("acquire");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("k").wait(Duration::from_secs(10)).await }
+    });
+    until_waiting(&server, "k").await;
+    holder.release().await.expect("release");
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert_eq!(b.stats().handovers, 1);
+    support::eventually(
+        "the hand-over's short lease extended to the full 30 s",
+        Duration::from_millis(500),
+        async || server.pttl("lock:{k}").await > 3_000,
+    )
+    .await;
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    server.resume();
+    assert!(
+        guard.is_held(),
+        "a 3.5 s stall after the hand-over lost the lock"
+    );
+    guard.release().await.expect("still ours after the stall");
+}
