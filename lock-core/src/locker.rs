@@ -112,6 +112,17 @@ pub struct LockerStats {
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).
     pub handovers: u64,
+    /// Whether the backend may evict lock keys under memory pressure: `Some(true)` when the
+    /// Redis server's `maxmemory-policy` is anything but `noeviction` (a lock evicted while
+    /// held can be taken by another owner), `Some(false)` for `noeviction` and the memory
+    /// backend, `None` when the policy could not be read (a user without `@dangerous` may read
+    /// neither `CONFIG` nor `INFO`). Read when the backend connected; see
+    /// [`RedisBackend::maxmemory_policy`](crate::RedisBackend::maxmemory_policy).
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().stats().eviction_risk, Some(false));
+    /// ```
+    pub eviction_risk: Option<bool>,
 }
 
 impl Locker {
@@ -131,9 +142,13 @@ impl Locker {
     /// A locker on one Redis server, with default options. Accepts `redis://`, `rediss://`,
     /// `redis+unix://` URLs, with an ACL user and password in the URL.
     ///
+    /// Checks at once that the Redis user may run everything the lock needs on the default
+    /// prefix's keys and channels (see
+    /// [`RedisBackend::check_permissions`](crate::RedisBackend::check_permissions)).
+    ///
     /// # Errors
-    /// [`LockError::InvalidConfig`] for a bad URL, [`LockError::Backend`] when Redis cannot be
-    /// reached.
+    /// [`LockError::InvalidConfig`] for a bad URL or a missing Redis permission (the message
+    /// names it), [`LockError::Backend`] when Redis cannot be reached.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -142,7 +157,9 @@ impl Locker {
     /// ```
     #[cfg(feature = "redis")]
     pub async fn redis(url: &str) -> Result<Self, LockError> {
-        Ok(Self::builder(crate::RedisBackend::connect(url).await?).build())
+        let backend = crate::RedisBackend::connect(url).await?;
+        backend.check_permissions(DEFAULT_PREFIX).await?;
+        Ok(Self::builder(backend).build())
     }
 
     /// A builder for a locker on `backend`.
@@ -246,6 +263,7 @@ impl Locker {
             waiters: self.inner.queues.waiters(),
             backend_calls: self.inner.calls.load(Ordering::Relaxed),
             handovers: self.inner.handovers.load(Ordering::Relaxed),
+            eviction_risk: self.inner.backend.eviction_risk(),
         }
     }
 }

@@ -138,9 +138,12 @@ impl LockRequest {
     /// strictly greater than every token drawn before for this key (across releases, expiries,
     /// processes and client restarts).
     ///
-    /// Cost: one small counter per fenced key name, kept without expiry (tokens must never go
-    /// backwards). On Redis the counter survives a server restart only with persistence (RDB or
-    /// AOF); without it a restarted Redis starts counting again from 1.
+    /// On Redis a token is the larger of the last one drawn plus one and the server's clock in
+    /// microseconds, so tokens keep rising when the server loses its data (a restart without
+    /// persistence, `FLUSHALL`, a failover), as long as the server's clock does not go backwards
+    /// (after a failover: as long as the new primary's clock is not behind the old one's). The
+    /// counter key expires with the lock's lease: a fenced key costs nothing once unused. In
+    /// memory the tokens count from 1 per key name, for as long as the backend lives.
     ///
     /// ```
     /// # async fn demo() {

@@ -326,6 +326,15 @@ impl BackendKind {
             BackendKind::Redis(r) => r.notifications_healthy(),
         }
     }
+
+    /// Whether the backend may evict lock keys under memory pressure (`None`: unknown).
+    pub(crate) fn eviction_risk(&self) -> Option<bool> {
+        match self {
+            BackendKind::Memory(_) => Some(false),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.eviction_risk(),
+        }
+    }
 }
 
 /// Registrations of release listeners per channel, shared by the backends.

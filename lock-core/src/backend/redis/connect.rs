@@ -1,14 +1,27 @@
 //! Connection set-up of the Redis backend: the builder, `connect`, and what it learns of the
-//! server.
+//! server (version, cluster mode, memory policy), and the permission check run once per key
+//! prefix.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::subscriber::Subscriber;
-use super::{Inner, RedisBackend};
-use crate::LockError;
-use redis::Client;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::sync::Arc;
+use redis::{Client, Script, Value};
+use tokio::sync::OnceCell;
+
+use super::subscriber::Subscriber;
+use super::{Inner, RedisBackend, retriable};
+use crate::LockError;
+use crate::key::{LockKey, display_key, validate_prefix};
+
+static PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/probe.lua")));
+
+/// The lock name the permission check stands in for a lock of a prefix (it writes nothing).
+const PROBE_NAME: &str = "__lock_probe__";
+
+/// Where a missing permission is explained.
+const ACL_HINT: &str = "see \"Redis permissions\" in the README for the ACL rule";
 
 /// Default bound on establishing a connection.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -94,23 +107,27 @@ impl RedisBackendBuilder {
         let mut conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| LockError::backend("connect", "", e))?;
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
-        let major = server_major_version(&info);
-        let sharded = major >= 7;
-        let cluster_info: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
-        let cluster = cluster_info.contains("cluster_enabled:1");
+        let server = server_info(&mut conn).await?;
+        let sharded = server.major >= 7;
+        let maxmemory_policy = maxmemory_policy(&mut conn).await;
+        match maxmemory_policy.as_deref() {
+            Some(policy) if evicts(policy) => tracing::warn!(
+                policy,
+                "the Redis server's maxmemory-policy may evict lock keys when memory runs out \
+                 (a lock evicted while held can be taken by another owner): set \
+                 maxmemory-policy noeviction on the server that holds the locks, and use \
+                 fencing tokens where the storage can check them"
+            ),
+            Some(_) => {}
+            None => tracing::debug!(
+                "cannot read the Redis server's maxmemory-policy (CONFIG and INFO refused): \
+                 whether it may evict lock keys is unknown"
+            ),
+        }
         let subscriber = Subscriber::new(
             &client,
             sharded,
-            major >= 6,
+            server.major >= 6,
             self.connect_timeout,
             self.response_timeout,
         )?;
@@ -118,12 +135,107 @@ impl RedisBackendBuilder {
             inner: Arc::new(Inner {
                 conn,
                 sharded,
-                cluster,
-                set_nx_get: major >= 7,
+                cluster: server.cluster,
+                set_nx_get: server.major >= 7,
                 subscriber,
+                maxmemory_policy,
+                permissions: Permissions::default(),
             }),
         })
     }
+}
+
+/// What `connect` learns of the server.
+struct ServerInfo {
+    major: u32,
+    cluster: bool,
+}
+
+/// Version and mode from `HELLO` (no protocol argument: it answers in the current protocol,
+/// and needs no `@dangerous` permission; Redis 6.2+), else from `INFO` (older servers).
+async fn server_info(conn: &mut ConnectionManager) -> Result<ServerInfo, LockError> {
+    let hello_error = match redis::cmd("HELLO").query_async::<Value>(conn).await {
+        Ok(reply) => {
+            if let Some(version) = hello_field(&reply, "version") {
+                return Ok(ServerInfo {
+                    major: major_version(&version),
+                    cluster: hello_field(&reply, "mode").as_deref() == Some("cluster"),
+                });
+            }
+            None
+        }
+        Err(e) => Some(e),
+    };
+    let mut info = async |section: &str| {
+        redis::cmd("INFO")
+            .arg(section)
+            .query_async::<String>(&mut *conn)
+            .await
+    };
+    match (info("server").await, info("cluster").await) {
+        (Ok(server), Ok(cluster)) => Ok(ServerInfo {
+            major: server_major_version(&server),
+            cluster: cluster.contains("cluster_enabled:1"),
+        }),
+        (Err(e), _) | (_, Err(e)) => match hello_error {
+            Some(hello) if is_noperm(&hello) || is_noperm(&e) => Err(LockError::config(format!(
+                "the Redis user may run neither HELLO nor INFO ({hello}; {e}); grant +@connection: {ACL_HINT}"
+            ))),
+            _ => Err(LockError::backend("connect", "", e)),
+        },
+    }
+}
+
+/// A field of a `HELLO` answer: a map in RESP3, a flat list of names and values in RESP2.
+fn hello_field(reply: &Value, name: &str) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .and_then(|(_, v)| text(v)),
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .find(|pair| text(&pair[0]).as_deref() == Some(name))
+            .and_then(|pair| text(&pair[1])),
+        _ => None,
+    }
+}
+
+/// `CONFIG GET maxmemory-policy`, else `INFO memory`; `None` when both are refused (both need
+/// `@dangerous` permissions) or answer nothing readable.
+async fn maxmemory_policy(conn: &mut ConnectionManager) -> Option<String> {
+    let config: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut *conn)
+        .await;
+    if let Ok(answer) = config
+        && let [_, policy] = answer.as_slice()
+    {
+        return Some(policy.clone());
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+        .map(|p| p.trim().to_owned())
+}
+
+/// Whether a `maxmemory-policy` may evict lock keys: every policy but `noeviction`.
+fn evicts(policy: &str) -> bool {
+    !policy.eq_ignore_ascii_case("noeviction")
+}
+
+fn is_noperm(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
 }
 
 fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
@@ -138,7 +250,15 @@ fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerCon
 fn server_major_version(info: &str) -> u32 {
     info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next())
+        .map_or(0, major_version)
+}
+
+/// `7` for `"7.0.15"`; 0 when unreadable.
+fn major_version(version: &str) -> u32 {
+    version
+        .trim()
+        .split('.')
+        .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0)
 }
@@ -171,6 +291,181 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// The server's `maxmemory-policy`, read when the backend connected; `None` when the user
+    /// may read neither `CONFIG` nor `INFO` (both are `@dangerous`). Every policy but
+    /// `noeviction` lets a server that reaches `maxmemory` evict keys, lock keys among them
+    /// (`volatile-*` policies pick keys with a TTL: exactly the locks); `connect` logs a warning
+    /// then, and [`LockerStats::eviction_risk`](crate::LockerStats::eviction_risk) says so.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::connect("redis://127.0.0.1:6379/").await?;
+    /// match backend.maxmemory_policy() {
+    ///     Some("noeviction") => {}
+    ///     Some(policy) => eprintln!("Redis may evict lock keys (maxmemory-policy {policy})"),
+    ///     None => eprintln!("cannot tell whether Redis may evict lock keys"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn maxmemory_policy(&self) -> Option<&str> {
+        self.inner.maxmemory_policy.as_deref()
+    }
+
+    /// Whether the server may evict lock keys: `None` when its policy is unknown.
+    pub(crate) fn eviction_risk(&self) -> Option<bool> {
+        self.maxmemory_policy().map(evicts)
+    }
+
+    /// Checks that the Redis user may run everything the lock runs on the keys and channels of
+    /// `prefix` (keys `<prefix>*`, channels `<prefix>*`, the commands of the README's ACL rule),
+    /// without writing anything. The backend does it by itself before the first acquire of each
+    /// prefix, and [`Locker::redis`](crate::Locker::redis) at connect for the default prefix;
+    /// call it at start-up to learn of a missing permission before the first lock. A success is
+    /// remembered per prefix.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] naming the refused commands, keys or channels (and for a
+    /// prefix with braces or too long), [`LockError::Backend`] when Redis cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::connect("redis://shop:secret@127.0.0.1:6379/").await?;
+    /// backend.check_permissions("shop:").await?; // ACL: ~shop:* &shop:* ...
+    /// let locker = lock_core::Locker::builder(backend).prefix("shop:").build();
+    /// # drop(locker); Ok(()) }
+    /// ```
+    pub async fn check_permissions(&self, prefix: &str) -> Result<(), LockError> {
+        validate_prefix(prefix)?;
+        self.inner
+            .permissions
+            .cell(prefix)
+            .get_or_try_init(|| self.probe(prefix))
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs the permission check of the key's prefix unless it passed already (one map lookup
+    /// then).
+    pub(super) async fn check_permissions_of(&self, key: &LockKey) -> Result<(), LockError> {
+        // A prefix holds no brace: the lock name's first `{` opens the hash tag.
+        let lock = key.lock();
+        let prefix = lock.split_once('{').map_or(lock, |(prefix, _)| prefix);
+        let cell = self.inner.permissions.cell(prefix);
+        if cell.initialized() {
+            return Ok(());
+        }
+        cell.get_or_try_init(|| self.probe(prefix))
+            .await
+            .map(|_| ())
+    }
+
+    async fn probe(&self, prefix: &str) -> Result<(), LockError> {
+        let key = LockKey::new(prefix, PROBE_NAME)?;
+        let channel = key.channel();
+        let mut call = PROBE.prepare_invoke();
+        call.key(key.lock())
+            .key(key.fence())
+            .key(key.queue())
+            .key(key.waiters())
+            .arg(&channel)
+            .arg(if self.inner.sharded { "1" } else { "0" });
+        let mut conn = self.inner.conn.clone();
+        let answer = match call.invoke_async::<Value>(&mut conn).await {
+            Err(e) if retriable(&e) => call.invoke_async::<Value>(&mut conn).await,
+            answer => answer,
+        };
+        let shown = display_key(prefix);
+        let refused = match answer {
+            Ok(Value::Array(items)) => items,
+            Ok(other) => {
+                return Err(LockError::protocol(
+                    "check permissions",
+                    "",
+                    format!("the permission check answered {other:?}"),
+                ));
+            }
+            Err(e) if is_noperm(&e) => {
+                return Err(LockError::config(format!(
+                    "the Redis user may not run the lock's scripts on the keys of prefix {shown:?} ({e}); it needs keys ~{shown}*, channels &{shown}* and +@scripting: {ACL_HINT}"
+                )));
+            }
+            Err(e) => return Err(LockError::backend("check permissions", "", e)),
+        };
+        if refused.is_empty() {
+            return Ok(());
+        }
+        // Each refusal is `<kind> <COMMAND> <name>`; told once per kind, commands and names
+        // each listed once.
+        let mut kinds: [(&str, Vec<String>, Vec<String>); 3] = [
+            ("key", Vec::new(), Vec::new()),
+            ("channel", Vec::new(), Vec::new()),
+            ("command", Vec::new(), Vec::new()),
+        ];
+        for item in &refused {
+            let text = match item {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            let mut parts = text.splitn(3, ' ');
+            let (kind, command, name) = (parts.next(), parts.next(), parts.next());
+            let Some((_, commands, names)) = kinds.iter_mut().find(|(k, ..)| Some(*k) == kind)
+            else {
+                let (_, commands, _) = &mut kinds[2];
+                commands.push(display_key(&text));
+                continue;
+            };
+            for (list, value) in [(commands, command), (names, name.filter(|n| *n != "-"))] {
+                if let Some(value) = value.map(display_key)
+                    && !list.contains(&value)
+                {
+                    list.push(value);
+                }
+            }
+        }
+        let missing: Vec<String> = kinds
+            .iter()
+            .filter(|(_, commands, _)| !commands.is_empty())
+            .map(|(kind, commands, names)| match *kind {
+                "key" => format!(
+                    "{} on keys {} (grant ~{shown}* and +@read +@write)",
+                    commands.join(", "),
+                    names.join(", ")
+                ),
+                "channel" => format!(
+                    "{} on channel {} (grant &{shown}* and +@pubsub)",
+                    commands.join(", "),
+                    names.join(", ")
+                ),
+                _ => format!("the commands {}", commands.join(", ")),
+            })
+            .collect();
+        Err(LockError::config(format!(
+            "the Redis user lacks permissions the lock needs for prefix {shown:?}: {}; nothing was locked: {ACL_HINT}",
+            missing.join("; ")
+        )))
+    }
+}
+
+/// The prefixes whose permission check passed (one cell per prefix: concurrent first locks of
+/// a prefix wait for one check; a failed check is not remembered and runs again next time).
+#[derive(Default)]
+pub(super) struct Permissions {
+    checked: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+}
+
+impl Permissions {
+    fn cell(&self, prefix: &str) -> Arc<OnceCell<()>> {
+        // A map of cells: a poisoned lock still holds consistent data.
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cell) = checked.get(prefix) {
+            return cell.clone();
+        }
+        checked.entry(prefix.to_owned()).or_default().clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +477,93 @@ mod tests {
             7
         );
         assert_eq!(server_major_version("garbage"), 0);
+        assert_eq!(major_version("6.2.14"), 6);
+        assert_eq!(major_version(""), 0);
+    }
+
+    #[test]
+    fn hello_fields_in_both_protocols() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            bulk("server"),
+            bulk("redis"),
+            bulk("version"),
+            bulk("7.0.15"),
+            bulk("proto"),
+            Value::Int(2),
+            bulk("mode"),
+            bulk("cluster"),
+        ]);
+        assert_eq!(hello_field(&resp2, "version").as_deref(), Some("7.0.15"));
+        assert_eq!(hello_field(&resp2, "mode").as_deref(), Some("cluster"));
+        assert_eq!(hello_field(&resp2, "proto"), None);
+        assert_eq!(hello_field(&resp2, "role"), None);
+        let resp3 = Value::Map(vec![
+            (bulk("version"), bulk("6.2.0")),
+            (bulk("mode"), Value::SimpleString("standalone".into())),
+        ]);
+        assert_eq!(hello_field(&resp3, "version").as_deref(), Some("6.2.0"));
+        assert_eq!(hello_field(&resp3, "mode").as_deref(), Some("standalone"));
+        assert_eq!(hello_field(&Value::Nil, "version"), None);
+        // An odd-length list is read pair by pair, never out of bounds.
+        assert_eq!(
+            hello_field(&Value::Array(vec![bulk("version")]), "version"),
+            None
+        );
+    }
+
+    #[test]
+    fn eviction_policies() {
+        assert!(!evicts("noeviction"));
+        for policy in [
+            "volatile-lru",
+            "allkeys-lru",
+            "volatile-ttl",
+            "allkeys-random",
+        ] {
+            assert!(evicts(policy), "{policy}");
+        }
+    }
+
+    /// Every command the lock's scripts run is in the permission check: a command added to a
+    /// script without it would be refused half-way through that script for a restricted user.
+    #[test]
+    fn the_permission_check_covers_every_command_the_scripts_run() {
+        let probe = include_str!("scripts/probe.lua");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/redis/scripts");
+        let mut scripts = 0;
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("{dir}: {e}")).path();
+            if path.extension().is_none_or(|e| e != "lua") || path.ends_with("probe.lua") {
+                continue;
+            }
+            scripts += 1;
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for call in ["redis.call(", "redis.pcall("] {
+                for rest in text.split(call).skip(1) {
+                    let rest = rest.trim_start();
+                    let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"')
+                    else {
+                        panic!(
+                            "{}: a command name that is not a literal ({}...): keep the permission check complete by hand",
+                            path.display(),
+                            &rest[..rest.len().min(30)]
+                        );
+                    };
+                    let name: String = rest[1..].chars().take_while(|c| *c != quote).collect();
+                    let name = name.to_ascii_uppercase();
+                    let listed = ["'", "\""]
+                        .iter()
+                        .any(|q| probe.contains(&format!("{q}{name}{q}")));
+                    assert!(
+                        listed,
+                        "{} runs {name}, which scripts/probe.lua does not check",
+                        path.display()
+                    );
+                }
+            }
+        }
+        assert!(scripts >= 5, "read {scripts} scripts from {dir}");
     }
 }

@@ -84,6 +84,10 @@ struct Inner {
     /// `SET ... NX GET` (Redis 7+): the plain acquire needs no script.
     set_nx_get: bool,
     subscriber: Subscriber,
+    /// The server's `maxmemory-policy`, when it could be read at connect.
+    maxmemory_policy: Option<String>,
+    /// The key prefixes whose permission check passed.
+    permissions: connect::Permissions,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -139,6 +143,9 @@ impl RedisBackend {
         fenced: bool,
         fair: Option<&FairTicket>,
     ) -> Result<Attempt, LockError> {
+        // Once per key prefix: a permission missing for any command the lock runs is reported
+        // here, before a lock is taken, never half-way through a release.
+        self.check_permissions_of(key).await?;
         if fair.is_none() && !fenced && self.inner.set_nx_get {
             return self.acquire_plain(key, token, lease).await;
         }
