@@ -5,6 +5,8 @@
 //!   and resume, with small async helpers to read Redis directly in assertions.
 //! - [`worker`]: the `lock-worker` binary's command line and a handle on a worker process, for
 //!   tests that need several OS processes contending for one lock.
+//! - [`chaos`]: the records, clock and store script shared by the randomized fault test
+//!   (`tests/chaos.rs`) and its `lock-chaos-worker` processes.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -24,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chaos;
 pub mod probe;
 pub mod redis;
 pub mod worker;
