@@ -5,14 +5,16 @@
 //! within a tenth of their lease of each other go in the same call, so after the first tick
 //! locks with the same lease stay in step and 1,000 held locks cost one call per lease/3.
 //! A transport failure is retried every lease/15 (10 ms to 1 s) while the lease is still
-//! locally valid; an answer of "not owner" marks the lock lost at once.
+//! locally valid; an answer of "not owner" marks the lock lost at once. When the backend
+//! reports its connection dropped or back (the server may have restarted empty or failed
+//! over), every held lock is checked at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::guard::{Held, Phase};
@@ -93,7 +95,11 @@ impl Watchdog {
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)
             {
-                *task = Some(tokio::spawn(run(Arc::downgrade(inner), self.wake.clone())));
+                *task = Some(tokio::spawn(run(
+                    Arc::downgrade(inner),
+                    self.wake.clone(),
+                    inner.backend.reconnects(),
+                )));
             }
         }
         if must_wake {
@@ -116,6 +122,24 @@ impl Watchdog {
 
     pub(crate) fn len(&self) -> usize {
         self.entries().len()
+    }
+
+    /// The connection to the backend dropped or came back: the server may have restarted
+    /// empty, failed over, or only closed the connection. Every held lock is due now, so a lock
+    /// gone with the server's data is reported lost within a round trip of the reconnect, not
+    /// at its next regular renewal.
+    fn check_all_now(&self) {
+        let now = Instant::now();
+        let mut table = self.entries();
+        for e in table.map.values_mut() {
+            e.renew_at = e.renew_at.min(now);
+        }
+        if !table.is_empty() {
+            tracing::debug!(
+                locks = table.len(),
+                "lock server connection lost or back; checking every held lock now"
+            );
+        }
     }
 
     /// Renews whatever is due; returns when to look again.
@@ -229,7 +253,11 @@ impl Drop for Watchdog {
     }
 }
 
-async fn run(inner: Weak<LockerInner>, wake: Arc<Notify>) {
+async fn run(
+    inner: Weak<LockerInner>,
+    wake: Arc<Notify>,
+    mut reconnects: Option<watch::Receiver<u64>>,
+) {
     loop {
         let next = {
             let Some(inner) = inner.upgrade() else {
@@ -237,14 +265,35 @@ async fn run(inner: Weak<LockerInner>, wake: Arc<Notify>) {
             };
             inner.watchdog.tick(&inner).await
         };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = wake.notified() => {}
-                }
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
-            None => wake.notified().await,
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = wake.notified() => {}
+            () = reconnected(&mut reconnects) => {
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.watchdog.check_all_now();
+            }
         }
+    }
+}
+
+/// Resolves when the backend's connection dropped or came back since the last time; never
+/// when the backend cannot tell.
+async fn reconnected(reconnects: &mut Option<watch::Receiver<u64>>) {
+    let changed = match reconnects.as_mut() {
+        Some(r) => r.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        // The backend is gone or cannot tell: stop listening.
+        *reconnects = None;
+        std::future::pending::<()>().await;
     }
 }

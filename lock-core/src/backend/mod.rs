@@ -335,6 +335,17 @@ impl BackendKind {
             BackendKind::Redis(r) => r.eviction_risk(),
         }
     }
+
+    /// A receiver whose value changes each time the connection to the server was lost or came
+    /// back (held locks may have gone with the server's data: the watchdog checks them all at
+    /// once); `None` when the backend cannot tell (memory: nothing to lose).
+    pub(crate) fn reconnects(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            BackendKind::Memory(_) => None,
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.reconnects(),
+        }
+    }
 }
 
 /// Registrations of release listeners per channel, shared by the backends.

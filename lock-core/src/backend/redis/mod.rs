@@ -88,6 +88,8 @@ struct Inner {
     maxmemory_policy: Option<String>,
     /// The key prefixes whose permission check passed.
     permissions: connect::Permissions,
+    /// Hears of dropped connections, for the watchdog.
+    watcher: connect::Watcher,
 }
 
 impl std::fmt::Debug for RedisBackend {
