@@ -520,7 +520,7 @@ impl Queued {
         // ticket holds the key only briefly.
         let handover_lease = spec.lease.min(TICKET_TTL);
         let ticket = FairTicket {
-            id: new_ticket_id(),
+            id: new_ticket_id(inner),
             ttl: TICKET_TTL,
             strict,
             generation: 0,
@@ -554,7 +554,7 @@ impl Queued {
     /// next attempts register a new token under a new ticket, and older handovers are ignored.
     fn renew_identity(&mut self) {
         let token = std::mem::replace(&mut self.token, self.inner.new_token());
-        let ticket = std::mem::replace(&mut self.ticket.id, new_ticket_id());
+        let ticket = std::mem::replace(&mut self.ticket.id, new_ticket_id(&self.inner));
         self.sent.clear();
         self.inbox.expect(Some(&self.ticket.id));
         if std::mem::take(&mut self.registered) {
@@ -813,8 +813,11 @@ fn timed_out(key: &LockKey, start: Instant) -> LockError {
     }
 }
 
-fn new_ticket_id() -> String {
-    format!("t{:016x}", rand::random::<u64>())
+/// A ticket names the waiter a release hands the lock to, so on a shared backend it is drawn
+/// like an owner token, from the OS: a forked child must never draw its parent's tickets (both
+/// would take one hand-over message as theirs: two holders).
+fn new_ticket_id(inner: &LockerInner) -> String {
+    format!("t{}", &inner.new_token().as_str()[..16])
 }
 
 /// Inside a wait, a transport failure is not the end: the backend may be back before the

@@ -29,7 +29,7 @@ impl Token {
         Token(hex)
     }
 
-    #[cfg(any(feature = "redis", test))]
+    /// The hex digits (also used to draw other random names, a waiter's ticket, the same way).
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }

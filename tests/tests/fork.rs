@@ -30,3 +30,27 @@ fn a_forked_child_never_shares_its_parents_tokens() {
         );
     }
 }
+
+/// The same for a waiter's ticket, which a hand-over message names: a parent and its child
+/// queued for one key must not both take one hand-over (two holders with one fence).
+#[test]
+fn a_forked_child_never_shares_its_parents_waiter_tickets() {
+    let server = RedisServer::start();
+    for round in 0..3 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lock-fork-probe"))
+            .arg(server.url())
+            .arg(format!("fork-fair-{round}"))
+            .arg("fair")
+            .output()
+            .expect("run lock-fork-probe");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "round {round}: {stdout}");
+        let held = stdout.lines().filter(|l| l.starts_with("HELD ")).count();
+        let timed_out = stdout.lines().filter(|l| l.starts_with("TIMEOUT ")).count();
+        assert_eq!(
+            (held, timed_out),
+            (1, 1),
+            "round {round}: one waiter gets the lock, the other waits on:\n{stdout}"
+        );
+    }
+}
