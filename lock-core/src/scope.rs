@@ -53,9 +53,7 @@ pub(crate) async fn enter<F: Future>(held: Arc<Held>, fut: F) -> F::Output {
 /// another owner).
 pub(crate) fn scoped<F: Future>(held: Arc<Held>, fut: F) -> Scoped<F> {
     Scoped {
-        held: Some(held),
-        fut: Some(fut),
-        inner: None,
+        state: State::Start { held, fut },
     }
 }
 
@@ -77,19 +75,30 @@ pin_project_lite::pin_project! {
     /// ```
     #[must_use = "futures do nothing unless polled"]
     pub struct Scoped<F: Future> {
-        // Until the first poll: the lock to add and the future, never pinned yet (so it may
-        // still move into `inner`).
-        held: Option<Arc<Held>>,
-        fut: Option<F>,
         #[pin]
-        inner: Option<tokio::task::futures::TaskLocalFuture<Scope, F>>,
+        state: State<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// One variant at a time, so the future is stored once (nested scopes do not double in
+    /// size at each level).
+    #[project = StateProj]
+    #[project_replace = StateReplace]
+    enum State<F: Future> {
+        // Until the first poll: the lock to add and the future, never pinned yet (so it may
+        // still move into `Running`).
+        Start { held: Arc<Held>, fut: F },
+        Running { #[pin] inner: tokio::task::futures::TaskLocalFuture<Scope, F> },
+        // Only between the two, inside one poll.
+        Moving,
     }
 }
 
 impl<F: Future> std::fmt::Debug for Scoped<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scoped")
-            .field("started", &self.inner.is_some())
+            .field("started", &matches!(self.state, State::Running { .. }))
             .finish_non_exhaustive()
     }
 }
@@ -101,16 +110,20 @@ impl<F: Future> Future for Scoped<F> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        let mut this = self.project();
-        if let Some(fut) = this.fut.take() {
+        let mut state = self.project().state;
+        if matches!(state.as_mut().project(), StateProj::Start { .. })
+            && let StateReplace::Start { held, fut } = state.as_mut().project_replace(State::Moving)
+        {
             let mut scope = SCOPE.try_with(Scope::clone).unwrap_or_default();
-            scope.held.extend(this.held.take());
-            this.inner.set(Some(SCOPE.scope(scope, fut)));
+            scope.held.push(held);
+            state.set(State::Running {
+                inner: SCOPE.scope(scope, fut),
+            });
         }
-        match this.inner.as_pin_mut() {
-            Some(inner) => inner.poll(cx),
-            // Unreachable: `fut` is `Some` until `inner` is set, and `inner` is never unset.
-            None => std::task::Poll::Pending,
+        match state.project() {
+            StateProj::Running { inner } => inner.poll(cx),
+            // Unreachable: `Start` becomes `Running` above, within this poll.
+            StateProj::Start { .. } | StateProj::Moving => std::task::Poll::Pending,
         }
     }
 }

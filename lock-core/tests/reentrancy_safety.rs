@@ -275,3 +275,27 @@ async fn run_returns_the_body_output_when_its_final_release_is_clean() {
     let next = b.try_lock("k").await.unwrap();
     next.release().await.unwrap();
 }
+
+/// A scoped future holds its body once: before its first poll as the body, after it inside the
+/// task-local scope, never both. Holding both doubled the future at each nesting level, and
+/// nested `#[distributed_lock]` calls overflowed the stack (tests/macro_redis.rs).
+#[tokio::test]
+async fn a_scoped_future_stores_its_body_once() {
+    let locker = Locker::memory();
+    let guard = locker.lock("k").await.expect("acquire");
+    let body = async {
+        let big = [7u8; 4096];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&big);
+    };
+    let body_size = std::mem::size_of_val(&body);
+    assert!(body_size >= 4096);
+    let scoped = guard.scope(body);
+    let scoped_size = std::mem::size_of_val(&scoped);
+    assert!(
+        scoped_size < body_size + 256,
+        "a {body_size}-byte body makes a {scoped_size}-byte scoped future"
+    );
+    scoped.await;
+    guard.release().await.expect("release");
+}
