@@ -493,19 +493,7 @@ pub(super) struct Watcher {
 
 impl Watcher {
     fn new(client: &Client, resp3: bool, connect_timeout: Duration) -> Result<Self, LockError> {
-        let client = if resp3 {
-            let info = client.get_connection_info().clone();
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3);
-            Some(
-                Client::open(info.set_redis_settings(settings))
-                    .map_err(|e| LockError::backend("connect watcher", "", e))?,
-            )
-        } else {
-            None
-        };
+        let client = resp3_client(client, resp3, "connect watcher")?;
         Ok(Watcher {
             client,
             epoch: watch::Sender::new(0),
@@ -591,6 +579,26 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
             }
         }
     }
+}
+
+/// A client like `client` speaking RESP3 (pushes: messages and disconnections), or `None` when
+/// the server is too old for it (`resp3` false).
+pub(super) fn resp3_client(
+    client: &Client,
+    resp3: bool,
+    operation: &'static str,
+) -> Result<Option<Client>, LockError> {
+    if !resp3 {
+        return Ok(None);
+    }
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Client::open(info.set_redis_settings(settings))
+        .map(Some)
+        .map_err(|e| LockError::backend(operation, "", e))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{Client, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
 use crate::LockError;
@@ -63,19 +63,7 @@ impl Subscriber {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
-        let client = if resp3 {
-            let info = client.get_connection_info().clone();
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3);
-            Some(
-                Client::open(info.set_redis_settings(settings))
-                    .map_err(|e| LockError::backend("connect subscriber", "", e))?,
-            )
-        } else {
-            None
-        };
+        let client = super::connect::resp3_client(client, resp3, "connect subscriber")?;
         Ok(Subscriber {
             client,
             shared: Arc::new(Shared {
