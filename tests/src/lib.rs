@@ -15,8 +15,8 @@
 //! let server = RedisServer::start();
 //! let locker = lock_core::Locker::redis(&server.url()).await.unwrap();
 //! let fence = locker.lock("job").fenced().run(async { lock_core::current_fence() }).await.unwrap();
-//! assert_eq!(fence, Some(1));
-//! assert_eq!(server.get("lock:{job}:fence").await.as_deref(), Some("1"));
+//! let fence = fence.expect("fenced");
+//! assert_eq!(server.get("lock:{job}:fence").await, Some(fence.to_string()));
 //! # }
 //! ```
 //!
