@@ -244,7 +244,11 @@ async fn inject(server: &mut RedisServer, pids: &[u32], seed: u64, until: u64) -
                 ));
             }
             48..62 => {
-                let mode = if pick.is_multiple_of(2) { "ALL" } else { "WRITE" };
+                let mode = if pick.is_multiple_of(2) {
+                    "ALL"
+                } else {
+                    "WRITE"
+                };
                 let () = server
                     .query(redis::cmd("CLIENT").arg("PAUSE").arg(dur).arg(mode).clone())
                     .await;
