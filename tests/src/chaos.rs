@@ -88,7 +88,7 @@ impl Rng {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let server = lock_tests::RedisServer::start();
+/// let server = lock_testkit::RedisServer::start();
 /// let mut conn = server.client().await;
 /// let store = redis::Script::new(lock_tests::chaos::FENCE_STORE);
 /// let mut write = async |fence: &str, id: &str| -> i64 {

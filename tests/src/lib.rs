@@ -1,16 +1,16 @@
-//! Cross-crate integration and fault tests for the lock workspace, and the harness they use.
+//! Cross-crate integration and fault tests for the lock workspace, and the lock-specific
+//! harness they use. The lock-agnostic harness (redis-server processes, child-process drivers)
+//! is the `lock-testkit` crate.
 //!
-//! - [`redis::RedisServer`]: real `redis-server` processes on free loopback ports (no
-//!   persistence, temporary directories, killed on drop) that tests can stop, restart, pause
-//!   and resume, with small async helpers to read Redis directly in assertions.
 //! - [`worker`]: the `lock-worker` binary's command line and a handle on a worker process, for
 //!   tests that need several OS processes contending for one lock.
 //! - [`chaos`]: the records, clock and store script shared by the randomized fault test
 //!   (`tests/chaos.rs`) and its `lock-chaos-worker` processes.
+//! - [`probe`]: checks that run inside critical sections, in Redis.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use lock_tests::RedisServer;
+//! use lock_testkit::RedisServer;
 //!
 //! let server = RedisServer::start();
 //! let locker = lock_core::Locker::redis(&server.url()).await.unwrap();
@@ -21,14 +21,11 @@
 //! ```
 //!
 //! The tests live in `tests/` (`conformance.rs`: one suite run against the memory backend and
-//! Redis; `harness.rs`: the harness itself). Run them with `cargo test -p lock-tests`;
+//! Redis; `harness.rs`: the worker harness itself). Run them with `cargo test -p lock-tests`;
 //! `redis-server` must be installed (`apt-get install -y redis-server`).
 
 #![forbid(unsafe_code)]
 
 pub mod chaos;
 pub mod probe;
-pub mod redis;
 pub mod worker;
-
-pub use crate::redis::RedisServer;

@@ -6,7 +6,7 @@
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-/// let server = lock_tests::RedisServer::start();
+/// let server = lock_testkit::RedisServer::start();
 /// let mut conn = server.client().await;
 /// let check = redis::Script::new(lock_tests::probe::CHECK_FENCE);
 /// let first: i64 = check.key("f").key("v").arg(2).invoke_async(&mut conn).await.unwrap();

@@ -30,7 +30,7 @@
 //! use std::time::Duration;
 //! use lock_tests::worker::{WorkerArgs, WorkerProcess};
 //!
-//! let server = lock_tests::redis::RedisServer::start();
+//! let server = lock_testkit::RedisServer::start();
 //! let args = WorkerArgs::count(&server.url(), "stress", 100, "counter");
 //! let worker = WorkerProcess::spawn("target/debug/lock-worker", &args);
 //! let out = worker.finish(Duration::from_secs(60)).await;

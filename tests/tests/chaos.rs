@@ -53,8 +53,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lock_testkit::RedisServer;
 use lock_tests::chaos::{Answer, Mode, Rng, Section, WorkerConfig, key_name, now_us, store_keys};
-use lock_tests::redis::RedisServer;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;

@@ -24,7 +24,7 @@ use lock_core::{
     Backend, DEFAULT_LEASE, LockError, Locker, LockerBuilder, MAX_KEY_LEN, MAX_LEASE,
     MAX_PREFIX_LEN, MAX_WAIT, MIN_LEASE, MemoryBackend, RedisBackend, current_fence, current_lock,
 };
-use lock_tests::RedisServer;
+use lock_testkit::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use sha2::{Digest, Sha256};

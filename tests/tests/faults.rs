@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::{Agent, eventually, locker, subscribed_channels};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

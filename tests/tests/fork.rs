@@ -7,7 +7,7 @@
     reason = "test code: a failed expectation fails the test"
 )]
 
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 
 #[test]
 fn a_forked_child_never_shares_its_parents_tokens() {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::{Agent, eventually, locker, subscribed_channels, until_no_subscriptions};
 use tokio::sync::Mutex;
 

@@ -16,7 +16,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::{Agent, locker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use lock_core::{LockError, Locker, RedisBackend};
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::{eventually, subscribed_channels};
 
 /// A hang guard for things expected to happen soon: generous, never a speed claim.

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, RedisBackend, current_fence, current_lock, distributed_lock};
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 

@@ -18,7 +18,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lock_core::{Locker, RedisBackend};
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::eventually;
 
 /// Long enough that the next regular renewal (lease/3) is far beyond the bound below.

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_tests::redis::RedisServer;
+use lock_testkit::RedisServer;
 use support::locker;
 use tokio::sync::oneshot;
 

@@ -1,0 +1,33 @@
+//! The workspace's test kit: everything tests and benches need around the code under test, and
+//! nothing of it (no dependency on the lock crates), in the manner of redis-rs's `redis-test`.
+//!
+//! - [`server`]: real `redis-server` processes on free loopback ports (no persistence,
+//!   temporary directories, killed on drop) that a test can stop, restart, pause and resume,
+//!   with async helpers to read and poke Redis directly in assertions.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let server = lock_testkit::RedisServer::start();
+//! server.set("k", "v").await;
+//! assert_eq!(server.get("k").await.as_deref(), Some("v"));
+//! # }
+//! ```
+//!
+//! `redis-server` must be installed (`apt-get install -y redis-server`); without it, starting a
+//! server panics with that command. The kit is unpublished (`publish = false`) and used as a
+//! dev-dependency (a dependency of lock-tests and lock-bench, whose binaries use it too).
+//!
+//! ## Layout, and where the scale-out pieces go
+//!
+//! One module per kind of process the tests run. A standalone server is [`server`]; Redis
+//! Cluster and Sentinel set-ups go beside it as `cluster` and `sentinel` modules, each a set of
+//! [`RedisServer`]s started through [`server::RedisServerBuilder`] (free ports, temporary
+//! directories and readiness come from there), with their own topology helpers.
+
+#![forbid(unsafe_code)]
+
+mod ports;
+pub mod server;
+mod tempdir;
+
+pub use crate::server::RedisServer;

@@ -1,0 +1,130 @@
+//! The options a [`RedisServer`] starts with.
+
+#![allow(
+    clippy::panic,
+    reason = "a test harness that cannot do its job fails the test using it, loudly and with the cause"
+)]
+
+use std::path::PathBuf;
+
+use super::binary::{find_redis_server, missing_message};
+use super::{Launch, PORT_ATTEMPTS, RedisServer, requirepass};
+use crate::ports::free_port;
+use crate::tempdir::TempDir;
+
+/// Options for starting a [`RedisServer`]; from [`RedisServer::builder`].
+///
+/// ```
+/// let server = lock_testkit::RedisServer::builder()
+///     .args(["--maxclients", "100"])
+///     .unixsocket()
+///     .start();
+/// assert!(server.unix_url().is_some());
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RedisServerBuilder {
+    binary: Option<PathBuf>,
+    args: Vec<String>,
+    unixsocket: bool,
+}
+
+impl RedisServerBuilder {
+    /// Adds one extra command-line argument (after the harness's own).
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::builder().arg("--maxclients").arg("100").start();
+    /// # drop(server);
+    /// ```
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds extra command-line arguments. An ACL rule is one `--user` followed by its words as
+    /// separate arguments: `["--user", "app", "on", ">secret", "~*", "+@all"]`.
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::builder().args(["--requirepass", "pw"]).start();
+    /// assert_eq!(server.password(), Some("pw"));
+    /// ```
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Also listens on a unix socket in the server's directory; see [`RedisServer::unix_url`].
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::builder().unixsocket().start();
+    /// assert!(server.unix_url().unwrap().starts_with("redis+unix://"));
+    /// ```
+    pub fn unixsocket(mut self) -> Self {
+        self.unixsocket = true;
+        self
+    }
+
+    /// Uses this `redis-server` binary instead of looking for one. A path that is not a file
+    /// makes [`start`](Self::start) panic with the install command.
+    ///
+    /// ```should_panic
+    /// lock_testkit::RedisServer::builder().binary("/nonexistent/redis-server").start();
+    /// ```
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Starts the server and waits until it answers `PING`.
+    ///
+    /// # Panics
+    /// When `redis-server` is missing (the message names `apt-get install -y redis-server`),
+    /// when it exits at start (the message holds its log), or when it does not answer within
+    /// 15 s.
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::builder().start();
+    /// assert!(server.port() > 0);
+    /// ```
+    pub fn start(self) -> RedisServer {
+        let binary = match self.binary {
+            Some(path) if path.is_file() => path,
+            Some(path) => panic!(
+                "{}",
+                missing_message(&format!(
+                    "the redis-server binary {} does not exist",
+                    path.display()
+                ))
+            ),
+            None => find_redis_server().unwrap_or_else(|message| panic!("{message}")),
+        };
+        let dir = TempDir::new();
+        let password = requirepass(&self.args);
+        let unixsocket = self.unixsocket.then(|| dir.path().join("redis.sock"));
+        let mut server = RedisServer {
+            binary,
+            args: self.args,
+            port: 0,
+            dir,
+            unixsocket,
+            password,
+            child: None,
+            paused: false,
+        };
+        let mut last = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = free_port();
+            match server.launch() {
+                Ok(()) => return server,
+                Err(Launch::PortTaken(log)) => last = log,
+            }
+        }
+        panic!(
+            "redis-server could not bind a free port in {PORT_ATTEMPTS} attempts; last log:\n{last}"
+        );
+    }
+}
