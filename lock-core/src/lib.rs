@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+mod acquire;
 mod backend;
 mod error;
 mod global;
 mod guard;
+mod held;
 mod key;
 mod locker;
 mod request;

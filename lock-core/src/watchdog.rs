@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::guard::{Held, Phase};
+use crate::held::{Held, Phase};
 use crate::locker::LockerInner;
 
 #[derive(Debug, Default)]

@@ -13,7 +13,11 @@ use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, Value};
 
 mod connect;
+mod eviction;
+mod permissions;
+mod server;
 mod subscriber;
+mod watcher;
 
 pub use connect::RedisBackendBuilder;
 
@@ -91,9 +95,9 @@ struct Inner {
     /// The server's `maxmemory-policy`, when it could be read at connect.
     maxmemory_policy: Option<String>,
     /// The key prefixes whose permission check passed.
-    permissions: connect::Permissions,
+    permissions: permissions::Permissions,
     /// Hears of dropped connections, for the watchdog.
-    watcher: connect::Watcher,
+    watcher: watcher::Watcher,
 }
 
 impl std::fmt::Debug for RedisBackend {

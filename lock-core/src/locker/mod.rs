@@ -1,16 +1,19 @@
-//! [`Locker`]: the entry point, and its builder.
+//! [`Locker`]: the entry point, and its builder. What its clones share is [`inner`]'s.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::LockError;
-use crate::backend::{Backend, BackendKind, MemoryBackend};
-use crate::key::{DEFAULT_PREFIX, LockKey, validate_prefix};
+use crate::backend::{Backend, MemoryBackend};
+use crate::key::{DEFAULT_PREFIX, validate_prefix};
 use crate::request::LockRequest;
-use crate::token::Token;
 use crate::wait::WaitQueues;
 use crate::watchdog::Watchdog;
+
+mod inner;
+
+pub(crate) use inner::{Config, LockerInner};
 
 /// The lease used when none is configured.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -50,42 +53,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone)]
 pub struct Locker {
     pub(crate) inner: Arc<LockerInner>,
-}
-
-#[derive(Debug)]
-pub(crate) struct LockerInner {
-    pub(crate) id: u64,
-    pub(crate) backend: BackendKind,
-    pub(crate) config: Config,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) queues: WaitQueues,
-    /// Calls made to the backend (round trips on Redis).
-    pub(crate) calls: AtomicU64,
-    /// Locks received from a release that handed them over.
-    pub(crate) handovers: AtomicU64,
-}
-
-impl LockerInner {
-    /// A new owner token, from the OS for a backend other processes share (fork-safe).
-    pub(crate) fn new_token(&self) -> Token {
-        Token::new(!matches!(self.backend, BackendKind::Memory(_)))
-    }
-
-    /// Counts one call to the backend; returns `self` for chaining into it.
-    pub(crate) fn call(&self) -> &BackendKind {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        &self.backend
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) prefix: String,
-    pub(crate) lease: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) watchdog: bool,
-    /// A builder value was out of range: every lock attempt reports it.
-    pub(crate) error: Option<LockError>,
 }
 
 /// Counters describing a locker right now.
@@ -386,28 +353,6 @@ impl LockerBuilder {
             Some(e) => Err(e.clone()),
             None => Ok(locker),
         }
-    }
-}
-
-impl LockerInner {
-    /// Releases `key` if it still holds `token`, in the background (best effort: the lease is
-    /// the backstop), then wakes the key's local waiters.
-    pub(crate) fn release_later(self: &Arc<Self>, key: LockKey, token: Token) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = self.clone();
-        handle.spawn(async move {
-            match inner.call().release(&key, &token).await {
-                // The release told this process's waiters itself.
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::debug!(key = %crate::key::display_key(key.user()), error = %e, "background release failed; the lease will expire");
-                }
-            }
-            inner.queues.wake_local(&key);
-        });
     }
 }
 

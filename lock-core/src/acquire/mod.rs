@@ -1,0 +1,142 @@
+//! The acquisition engine: how a [`LockRequest`](crate::LockRequest) becomes a
+//! [`LockGuard`]. This module resolves the request's options against the locker's, bounds the
+//! whole acquisition by the wait, and runs the default mode (one attempt, then the local
+//! queue); [`once`] is one acquire round trip, [`queued`] a waiter with a ticket in the
+//! backend's queue (the default mode's queue head, and fair mode).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::LockError;
+use crate::guard::LockGuard;
+use crate::key::LockKey;
+use crate::locker::{LockerInner, MAX_LEASE, validate_lease, validate_wait};
+
+mod once;
+mod queued;
+
+use once::attempt;
+use queued::{Queued, acquire_fair};
+
+/// How far past its wait a request may return: time for a healthy backend to take a timed-out
+/// waiter's ticket out of the queue before the caller hears of the timeout (so the next release
+/// does not hand the lock to a waiter that is gone). A backend that has not answered by then is
+/// left to finish in the background.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
+/// What one request asks for; `None` takes the locker's default.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) fenced: bool,
+    pub(crate) watchdog: Option<bool>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) fair: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spec {
+    wait: Duration,
+    lease: Duration,
+    fenced: bool,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+}
+
+/// Acquires the lock on `key` for real (the caller checked it is not held by the current
+/// scope), within the request's wait.
+pub(crate) async fn acquire_owned(
+    inner: &Arc<LockerInner>,
+    key: &str,
+    options: Options,
+) -> Result<LockGuard, LockError> {
+    if let Some(e) = &inner.config.error {
+        return Err(e.clone());
+    }
+    let key = LockKey::new(&inner.config.prefix, key)?;
+    let spec = Spec {
+        wait: options.wait.unwrap_or(inner.config.wait),
+        lease: options.lease.unwrap_or(inner.config.lease),
+        fenced: options.fenced,
+        watchdog: options.watchdog.unwrap_or(inner.config.watchdog),
+        max_hold: options.max_hold,
+    };
+    validate_lease(spec.lease)?;
+    validate_wait(spec.wait)?;
+    if let Some(m) = spec.max_hold.filter(|m| m.is_zero() || *m > MAX_LEASE) {
+        return Err(LockError::config(format!(
+            "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
+        )));
+    }
+    let start = Instant::now();
+    let engine = async {
+        if options.fair {
+            acquire_fair(inner, &key, &spec, start).await
+        } else {
+            acquire(inner, &key, &spec, start).await
+        }
+    };
+    if spec.wait.is_zero() {
+        // One attempt: bounded by the backend's own response timeout.
+        return engine.await;
+    }
+    // The wait is a bound, whatever the backend does: an attempt or a clean-up still in
+    // flight at the deadline is dropped here and finished in the background (an attempt
+    // that turns out to have taken the lock releases it; a queued ticket leaves), and a
+    // lock granted after the bound is released, never returned.
+    let bound = start + spec.wait + DEADLINE_SLACK;
+    match tokio::time::timeout_at(bound, engine).await {
+        Ok(Ok(guard)) if Instant::now() > bound => {
+            drop(guard);
+            Err(timed_out(&key, start))
+        }
+        Ok(outcome) => outcome,
+        Err(_) => Err(timed_out(&key, start)),
+    }
+}
+
+/// Acquires `key`: one attempt; then, when waiting is allowed, a place in the local queue and,
+/// as its head, a place in the backend's queue, where a release hands the lock over directly;
+/// the head also tries again when the holder's lease runs out or a plain release is announced.
+async fn acquire(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+    start: Instant,
+) -> Result<LockGuard, LockError> {
+    let deadline = start + spec.wait;
+    // Nobody queues here: contend at once (the uncontended path is this one round trip).
+    if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
+        match attempt(inner, key, spec, false).await? {
+            Ok(guard) => return Ok(guard),
+            Err(r) if spec.wait.is_zero() => {
+                return Err(LockError::Busy {
+                    key: key.user().to_owned(),
+                    retry_after: r,
+                });
+            }
+            Err(_) => {}
+        }
+    }
+    let ticket = inner.queues.join(inner, key);
+    tokio::time::timeout_at(deadline, ticket.my_turn())
+        .await
+        .map_err(|_| timed_out(key, start))?;
+    // Subscribed before the next attempt, so a release after it cannot go unnoticed.
+    tokio::time::timeout_at(deadline, ticket.subscribe())
+        .await
+        .map_err(|_| timed_out(key, start))?;
+    let mut queued = Queued::new(inner, key, spec, ticket.inbox(), false);
+    queued.wait(deadline, start, false).await
+}
+
+/// The wait for `key`, begun at `start`, is over.
+fn timed_out(key: &LockKey, start: Instant) -> LockError {
+    LockError::Timeout {
+        key: key.user().to_owned(),
+        waited: start.elapsed(),
+    }
+}

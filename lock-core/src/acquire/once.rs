@@ -1,0 +1,92 @@
+//! One acquire round trip without a queue, and what turns a successful attempt into a guard.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Spec;
+use crate::LockError;
+use crate::backend::Attempt;
+use crate::guard::LockGuard;
+use crate::held::{Acquisition, Held};
+use crate::key::LockKey;
+use crate::locker::LockerInner;
+use crate::token::Token;
+
+/// One plain acquire round trip (no queue). `Ok(Err(remaining))` when busy.
+pub(super) async fn attempt(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+    waited: bool,
+) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+    let token = inner.new_token();
+    let sent_at = Instant::now();
+    // If this future is dropped mid-flight, or the answer is lost, the lock may be ours in the
+    // backend without our knowing: release it in the background rather than block the key
+    // for a whole lease (the release script only deletes a key holding this token).
+    let mut in_flight = InFlight {
+        inner,
+        key,
+        token: Some(&token),
+    };
+    let answer = inner
+        .call()
+        .acquire(key, &token, spec.lease, spec.fenced, None)
+        .await?;
+    in_flight.token = None;
+    drop(in_flight);
+    match answer {
+        Attempt::Acquired { fence } => {
+            let acquisition = Acquisition {
+                key: key.clone(),
+                token,
+                fence,
+                lease: spec.lease,
+                first_lease: spec.lease,
+                sent_at,
+                received_at: sent_at,
+                max_hold: spec.max_hold,
+                waited,
+            };
+            Ok(guard_for(inner, acquisition, spec.watchdog).ok_or(None))
+        }
+        Attempt::Busy { remaining } => Ok(Err(remaining)),
+    }
+}
+
+/// The guard for an acquisition, or `None` when its lease had already run out by the time the
+/// answer came (a slow network, a pause): the lock may be someone else's already, so it is not
+/// a success, and it is released in the background in case it is still ours.
+pub(super) fn guard_for(
+    inner: &Arc<LockerInner>,
+    acquisition: Acquisition,
+    watchdog: bool,
+) -> Option<LockGuard> {
+    let held = Held::new(inner.clone(), acquisition);
+    if !held.is_held() {
+        tracing::debug!(key = %crate::key::display_key(held.key.user()), "acquired too late: the lease ran out before the answer came");
+        drop(LockGuard::owned(held));
+        return None;
+    }
+    if watchdog {
+        inner.watchdog.add(inner, &held);
+    }
+    tracing::trace!(key = %crate::key::display_key(held.key.user()), fence = held.fence, "lock acquired");
+    Some(LockGuard::owned(held))
+}
+
+pub(super) struct InFlight<'a> {
+    pub(super) inner: &'a Arc<LockerInner>,
+    pub(super) key: &'a LockKey,
+    pub(super) token: Option<&'a Token>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token {
+            self.inner.release_later(self.key.clone(), token.clone());
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The permission check: before the first lock of a key prefix, a script that writes nothing
+//! makes sure the Redis user may run every command the lock runs on that prefix's keys and
+//! channels; a success is remembered per prefix.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use redis::{Script, Value};
+use tokio::sync::OnceCell;
+
+use super::{RedisBackend, retriable};
+use crate::LockError;
+use crate::key::{LockKey, display_key, validate_prefix};
+
+static PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/probe.lua")));
+
+/// The lock name the permission check stands in for a lock of a prefix (it writes nothing).
+const PROBE_NAME: &str = "__lock_probe__";
+
+/// Where a missing permission is explained.
+pub(super) const ACL_HINT: &str = "see \"Redis permissions\" in the README for the ACL rule";
+
+pub(super) fn is_noperm(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM")
+}
+
+impl RedisBackend {
+    /// Checks that the Redis user may run everything the lock runs on the keys and channels of
+    /// `prefix` (keys `<prefix>*`, channels `<prefix>*`, the commands of the README's ACL rule),
+    /// without writing anything. The backend does it by itself before the first acquire of each
+    /// prefix, and [`Locker::redis`](crate::Locker::redis) at connect for the default prefix;
+    /// call it at start-up to learn of a missing permission before the first lock. A success is
+    /// remembered per prefix.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] naming the refused commands, keys or channels (and for a
+    /// prefix with braces or too long), [`LockError::Backend`] when Redis cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisBackend::connect("redis://shop:secret@127.0.0.1:6379/").await?;
+    /// backend.check_permissions("shop:").await?; // ACL: ~shop:* &shop:* ...
+    /// let locker = lock_core::Locker::builder(backend).prefix("shop:").build();
+    /// # drop(locker); Ok(()) }
+    /// ```
+    pub async fn check_permissions(&self, prefix: &str) -> Result<(), LockError> {
+        validate_prefix(prefix)?;
+        self.inner
+            .permissions
+            .cell(prefix)
+            .get_or_try_init(|| self.probe(prefix))
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs the permission check of the key's prefix unless it passed already (one map lookup
+    /// then).
+    pub(super) async fn check_permissions_of(&self, key: &LockKey) -> Result<(), LockError> {
+        // A prefix holds no brace: the lock name's first `{` opens the hash tag.
+        let lock = key.lock();
+        let prefix = lock.split_once('{').map_or(lock, |(prefix, _)| prefix);
+        let cell = self.inner.permissions.cell(prefix);
+        if cell.initialized() {
+            return Ok(());
+        }
+        cell.get_or_try_init(|| self.probe(prefix))
+            .await
+            .map(|_| ())
+    }
+
+    async fn probe(&self, prefix: &str) -> Result<(), LockError> {
+        let key = LockKey::new(prefix, PROBE_NAME)?;
+        let channel = key.channel();
+        let mut call = PROBE.prepare_invoke();
+        call.key(key.lock())
+            .key(key.fence())
+            .key(key.queue())
+            .key(key.waiters())
+            .arg(&channel)
+            .arg(if self.inner.sharded { "1" } else { "0" });
+        let mut conn = self.inner.conn.clone();
+        let answer = match call.invoke_async::<Value>(&mut conn).await {
+            Err(e) if retriable(&e) => call.invoke_async::<Value>(&mut conn).await,
+            answer => answer,
+        };
+        let shown = display_key(prefix);
+        let refused = match answer {
+            Ok(Value::Array(items)) => items,
+            Ok(other) => {
+                return Err(LockError::protocol(
+                    "check permissions",
+                    "",
+                    format!("the permission check answered {other:?}"),
+                ));
+            }
+            Err(e) if is_noperm(&e) => {
+                return Err(LockError::config(format!(
+                    "the Redis user may not run the lock's scripts on the keys of prefix {shown:?} ({e}); it needs keys ~{shown}*, channels &{shown}* and +@scripting: {ACL_HINT}"
+                )));
+            }
+            Err(e) => return Err(LockError::backend("check permissions", "", e)),
+        };
+        if refused.is_empty() {
+            return Ok(());
+        }
+        // Each refusal is `<kind> <COMMAND> <name>`; told once per kind, commands and names
+        // each listed once.
+        let mut kinds: [(&str, Vec<String>, Vec<String>); 3] = [
+            ("key", Vec::new(), Vec::new()),
+            ("channel", Vec::new(), Vec::new()),
+            ("command", Vec::new(), Vec::new()),
+        ];
+        for item in &refused {
+            let text = match item {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            let mut parts = text.splitn(3, ' ');
+            let (kind, command, name) = (parts.next(), parts.next(), parts.next());
+            let Some((_, commands, names)) = kinds.iter_mut().find(|(k, ..)| Some(*k) == kind)
+            else {
+                let (_, commands, _) = &mut kinds[2];
+                commands.push(display_key(&text));
+                continue;
+            };
+            for (list, value) in [(commands, command), (names, name.filter(|n| *n != "-"))] {
+                if let Some(value) = value.map(display_key)
+                    && !list.contains(&value)
+                {
+                    list.push(value);
+                }
+            }
+        }
+        let missing: Vec<String> = kinds
+            .iter()
+            .filter(|(_, commands, _)| !commands.is_empty())
+            .map(|(kind, commands, names)| match *kind {
+                "key" => format!(
+                    "{} on keys {} (grant ~{shown}* and +@read +@write)",
+                    commands.join(", "),
+                    names.join(", ")
+                ),
+                "channel" => format!(
+                    "{} on channel {} (grant &{shown}* and +@pubsub)",
+                    commands.join(", "),
+                    names.join(", ")
+                ),
+                _ => format!("the commands {}", commands.join(", ")),
+            })
+            .collect();
+        Err(LockError::config(format!(
+            "the Redis user lacks permissions the lock needs for prefix {shown:?}: {}; nothing was locked: {ACL_HINT}",
+            missing.join("; ")
+        )))
+    }
+}
+
+/// The prefixes whose permission check passed (one cell per prefix: concurrent first locks of
+/// a prefix wait for one check; a failed check is not remembered and runs again next time).
+#[derive(Default)]
+pub(super) struct Permissions {
+    checked: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+}
+
+impl Permissions {
+    fn cell(&self, prefix: &str) -> Arc<OnceCell<()>> {
+        // A map of cells: a poisoned lock still holds consistent data.
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(cell) = checked.get(prefix) {
+            return cell.clone();
+        }
+        checked.entry(prefix.to_owned()).or_default().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every command the lock's scripts run is in the permission check: a command added to a
+    /// script without it would be refused half-way through that script for a restricted user.
+    #[test]
+    fn the_permission_check_covers_every_command_the_scripts_run() {
+        let probe = include_str!("scripts/probe.lua");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/redis/scripts");
+        let mut scripts = 0;
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+            let path = entry.unwrap_or_else(|e| panic!("{dir}: {e}")).path();
+            if path.extension().is_none_or(|e| e != "lua") || path.ends_with("probe.lua") {
+                continue;
+            }
+            scripts += 1;
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for call in ["redis.call(", "redis.pcall("] {
+                for rest in text.split(call).skip(1) {
+                    let rest = rest.trim_start();
+                    let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"')
+                    else {
+                        panic!(
+                            "{}: a command name that is not a literal ({}...): keep the permission check complete by hand",
+                            path.display(),
+                            &rest[..rest.len().min(30)]
+                        );
+                    };
+                    let name: String = rest[1..].chars().take_while(|c| *c != quote).collect();
+                    let name = name.to_ascii_uppercase();
+                    let listed = ["'", "\""]
+                        .iter()
+                        .any(|q| probe.contains(&format!("{q}{name}{q}")));
+                    assert!(
+                        listed,
+                        "{} runs {name}, which scripts/probe.lua does not check",
+                        path.display()
+                    );
+                }
+            }
+        }
+        assert!(scripts >= 5, "read {scripts} scripts from {dir}");
+    }
+}

@@ -1,0 +1,130 @@
+//! The watcher: hears of dropped connections to the server, for the watchdog.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::{AsyncConnectionConfig, Client, PushKind};
+use tokio::sync::{mpsc, watch};
+
+use super::RedisBackend;
+use super::connect::resp3_client;
+use crate::LockError;
+
+/// Backoff of the watcher's reconnection attempts.
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(10);
+const WATCH_RETRY_MAX: Duration = Duration::from_millis(500);
+
+impl RedisBackend {
+    /// A receiver whose value changes each time the connection to the server was lost and each
+    /// time it is back; `None` when the server is too old to tell (before Redis 6) or there is
+    /// no runtime to watch on.
+    pub(crate) fn reconnects(&self) -> Option<watch::Receiver<u64>> {
+        self.inner.watcher.subscribe()
+    }
+}
+
+/// Hears of dropped connections to the server on a connection of its own that sends nothing
+/// (RESP3, so the client library reports the drop as it happens, even when idle), and counts
+/// each drop and each return, so the watchdog can check every held lock at once instead of at
+/// its next regular renewal. Its task runs while someone listens (a locker's watchdog).
+pub(super) struct Watcher {
+    /// `None` before Redis 6 (no RESP3).
+    client: Option<Client>,
+    epoch: watch::Sender<u64>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    connect_timeout: Duration,
+}
+
+impl Watcher {
+    pub(super) fn new(
+        client: &Client,
+        resp3: bool,
+        connect_timeout: Duration,
+    ) -> Result<Self, LockError> {
+        let client = resp3_client(client, resp3, "connect watcher")?;
+        Ok(Watcher {
+            client,
+            epoch: watch::Sender::new(0),
+            task: Mutex::new(None),
+            connect_timeout,
+        })
+    }
+
+    fn subscribe(&self) -> Option<watch::Receiver<u64>> {
+        let client = self.client.as_ref()?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let receiver = self.epoch.subscribe();
+        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        if task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            *task = Some(runtime.spawn(watch_connection(
+                client.clone(),
+                self.epoch.clone(),
+                self.connect_timeout,
+            )));
+        }
+        Some(receiver)
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// The watcher's task: keeps one idle connection, bumps `epoch` when it drops and when a new
+/// one is up; ends when nobody listens any more.
+async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_timeout: Duration) {
+    let mut connected_before = false;
+    let mut delay = WATCH_RETRY_MIN;
+    loop {
+        let (push_tx, mut pushes) = mpsc::unbounded_channel();
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_push_sender(push_tx);
+        let connected = tokio::select! {
+            () = epoch.closed() => return,
+            connected = client.get_multiplexed_async_connection_with_config(&config) => connected,
+        };
+        match connected {
+            Ok(conn) => {
+                if connected_before {
+                    tracing::debug!("lock server connection back; checking the held locks");
+                    epoch.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                connected_before = true;
+                delay = WATCH_RETRY_MIN;
+                loop {
+                    tokio::select! {
+                        () = epoch.closed() => return,
+                        push = pushes.recv() => match push {
+                            Some(push) if push.kind != PushKind::Disconnection => {}
+                            _ => break,
+                        },
+                    }
+                }
+                drop(conn);
+                tracing::debug!("lock server connection lost; checking the held locks");
+                epoch.send_modify(|n| *n = n.wrapping_add(1));
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "lock server connection watcher cannot connect; retrying");
+                tokio::select! {
+                    () = epoch.closed() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(WATCH_RETRY_MAX);
+            }
+        }
+    }
+}

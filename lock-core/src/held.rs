@@ -1,0 +1,400 @@
+//! The state of one held lock ([`Held`]), shared by its guard, the watchdog and `run`: where
+//! the acquisition stands ([`Phase`]), its local validity deadline (lease minus [`drift`]),
+//! loss, extension and release in the backend.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::LockError;
+use crate::backend::Renewal;
+use crate::key::LockKey;
+use crate::locker::LockerInner;
+use crate::token::Token;
+
+/// Where one acquisition stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Held,
+    Lost,
+    Released,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HoldState {
+    /// Until when the lease is ours for sure, on the monotonic clock, drift already subtracted.
+    pub(crate) valid_until: Instant,
+    pub(crate) phase: Phase,
+}
+
+/// The state of one acquisition, shared by its guard, the watchdog and `run`.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) id: u64,
+    pub(crate) key: LockKey,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<u64>,
+    pub(crate) locker: Arc<LockerInner>,
+    /// The lease in whole milliseconds (changes with `extend`).
+    lease_ms: AtomicU64,
+    state: watch::Sender<HoldState>,
+    /// Renewal stops here (`max_hold`).
+    pub(crate) renew_until: Option<Instant>,
+    pub(crate) acquired_at: Instant,
+    /// When the watchdog first renews: a third into the lease the backend set at acquisition, or
+    /// at once for a lock handed over with a shorter lease than asked for.
+    pub(crate) first_renewal: Instant,
+    /// Whether the first attempt found the lock busy.
+    pub(crate) waited: bool,
+    /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
+    /// `extend`), so two renewals with different leases never race: the later PEXPIRE could
+    /// otherwise shorten the lease behind the other's back.
+    pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The drift allowance subtracted from every lease: 1 % plus 2 ms.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// What an acquire attempt that succeeded knows about the new lock.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) key: LockKey,
+    pub(crate) token: Token,
+    pub(crate) fence: Option<u64>,
+    pub(crate) lease: Duration,
+    /// The lease the backend set at acquisition: `lease`, or a shorter one on a lock handed
+    /// over by a release (the watchdog then extends it early).
+    pub(crate) first_lease: Duration,
+    /// The instant before the acquire was sent: validity is measured from here.
+    pub(crate) sent_at: Instant,
+    /// When the lock counts as the caller's: `max_hold` runs from here. `sent_at` for an
+    /// acquisition; the moment it arrived for a handed-over lock, whose `sent_at` (the attempt
+    /// the handover names) may be a second earlier.
+    pub(crate) received_at: Instant,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) waited: bool,
+}
+
+impl Held {
+    pub(crate) fn new(locker: Arc<LockerInner>, acquisition: Acquisition) -> Arc<Self> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let Acquisition {
+            key,
+            token,
+            fence,
+            lease,
+            first_lease,
+            sent_at,
+            received_at,
+            max_hold,
+            waited,
+        } = acquisition;
+        let valid_until = sent_at + first_lease.saturating_sub(drift(first_lease));
+        let (state, _) = watch::channel(HoldState {
+            valid_until,
+            phase: Phase::Held,
+        });
+        Arc::new(Held {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            token,
+            fence,
+            locker,
+            lease_ms: AtomicU64::new(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
+            state,
+            renew_until: max_hold.map(|m| received_at + m),
+            acquired_at: received_at,
+            // A lock handed over with a short lease is renewed to the full one as soon as it
+            // arrives: until then a server stall of a second or two would outlast it, where a
+            // lock taken with the full lease rides out a stall of a whole lease.
+            first_renewal: if first_lease < lease {
+                received_at
+            } else {
+                sent_at + first_lease / 3
+            },
+            waited,
+            renewing: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn snapshot(&self) -> HoldState {
+        *self.state.borrow()
+    }
+
+    pub(crate) fn renewal(&self) -> Renewal {
+        Renewal {
+            key: self.key.clone(),
+            token: self.token.clone(),
+            lease: self.lease(),
+        }
+    }
+
+    /// Whether the lease is still ours by the local clock.
+    pub(crate) fn is_held(&self) -> bool {
+        let s = self.snapshot();
+        if s.phase != Phase::Held {
+            return false;
+        }
+        if Instant::now() >= s.valid_until {
+            self.mark_lost("the local validity deadline passed without a successful renewal");
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        self.snapshot()
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// A renewal sent at `sent_at` succeeded.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        self.state.send_if_modified(|s| {
+            if s.phase != Phase::Held {
+                return false;
+            }
+            let until = sent_at + lease.saturating_sub(drift(lease));
+            if until > s.valid_until {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// The lease is gone. Idempotent; a released lock is never marked lost.
+    pub(crate) fn mark_lost(&self, why: &str) {
+        let changed = self.state.send_if_modified(|s| {
+            if s.phase == Phase::Held {
+                s.phase = Phase::Lost;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            tracing::warn!(key = %crate::key::display_key(self.key.user()), reason = why, "lock lease lost");
+            self.locker.watchdog.remove(self.id);
+        }
+    }
+
+    /// Marks the lock released; returns the phase it was in.
+    fn mark_released(&self) -> Phase {
+        let mut before = Phase::Released;
+        self.state.send_modify(|s| {
+            before = s.phase;
+            s.phase = Phase::Released;
+        });
+        before
+    }
+
+    /// Resolves when the lease is lost (never, once released).
+    pub(crate) async fn lost(&self) {
+        let mut rx = self.state.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            match s.phase {
+                Phase::Lost => return,
+                Phase::Released => std::future::pending::<()>().await,
+                Phase::Held => {}
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                () = tokio::time::sleep_until(s.valid_until) => {
+                    // Marks the loss if the deadline really passed; a renewal that moved it at
+                    // this very moment keeps the lock, and the loop reads the new state.
+                    let _ = self.is_held();
+                }
+            }
+        }
+    }
+
+    /// Resolves when this acquisition stops being held, for any reason: released (also by a
+    /// dropped guard or the end of its `run`), lost, or past its local validity deadline (which
+    /// is also how a `max_hold` that stopped renewal ends it). Reentrant uses of the lock end
+    /// here: they must not outlive the outer lock, whoever else may hold the key next.
+    pub(crate) async fn ended(&self) {
+        let mut rx = self.state.subscribe();
+        loop {
+            let s = *rx.borrow_and_update();
+            if s.phase != Phase::Held {
+                return;
+            }
+            tokio::select! {
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        // Unreachable while `self` lives (it owns the sender); ended either way.
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(s.valid_until) => {
+                    // Marks the loss if the deadline really passed; a renewal that moved it at
+                    // this very moment keeps the lock, and the loop reads the new state.
+                    if !self.is_held() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases in the backend. `Ok(())` only when the lock was ours until this moment.
+    /// Cancel-safe: if this future is dropped before the backend answered, the release is
+    /// finished in the background.
+    pub(crate) async fn release(self: &Arc<Self>) -> Result<(), LockError> {
+        let valid = self.is_held();
+        self.locker.watchdog.remove(self.id);
+        let before = self.mark_released();
+        if before == Phase::Released {
+            return Ok(());
+        }
+        let mut unfinished = Unfinished(Some(self));
+        // Safe even after a loss: the script deletes only a key that still holds our token.
+        let ours = self.locker.call().release(&self.key, &self.token).await;
+        unfinished.0 = None;
+        if !matches!(ours, Ok(true)) {
+            // A release that went through told this process's waiters itself (and may have
+            // handed the lock to one of them); otherwise the local head looks for itself.
+            self.locker.queues.wake_local(&self.key);
+        }
+        match ours {
+            Ok(true) if valid && before == Phase::Held => Ok(()),
+            Ok(_) => Err(LockError::LeaseLost {
+                key: self.key.user().to_owned(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops renewal and releases in the background (drop of a guard).
+    pub(crate) fn release_in_background(self: &Arc<Self>) {
+        self.locker.watchdog.remove(self.id);
+        if self.snapshot().phase == Phase::Released {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let held = self.clone();
+                handle.spawn(async move {
+                    if let Err(e) = held.release().await {
+                        tracing::debug!(key = %crate::key::display_key(held.key.user()), error = %e, "background release of a dropped lock guard failed; the lease will expire");
+                    }
+                });
+            }
+            Err(_) => {
+                self.mark_released();
+                tracing::debug!(key = %crate::key::display_key(self.key.user()), "lock guard dropped outside a tokio runtime; the lease will expire");
+            }
+        }
+    }
+
+    pub(crate) async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        crate::locker::validate_lease(lease)?;
+        let _serial = self.renewing.lock().await;
+        if !self.is_held() {
+            return Err(self.lease_lost());
+        }
+        let sent_at = Instant::now();
+        let item = Renewal {
+            key: self.key.clone(),
+            token: self.token.clone(),
+            lease,
+        };
+        // Until the answer is in, the backend may hold either lease: if this future is dropped
+        // or the call fails, assume the shorter one and have the watchdog renew at once.
+        let mut unsure = UnsureLease {
+            held: Some(self),
+            sent_at,
+            lease,
+        };
+        let answer = self
+            .locker
+            .call()
+            .renew(std::slice::from_ref(&item))
+            .await?;
+        unsure.held = None;
+        if answer.first() == Some(&true) {
+            self.lease_ms.store(
+                u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            // The new lease may be shorter than the old one: the deadline follows it down.
+            self.state.send_if_modified(|s| {
+                if s.phase != Phase::Held {
+                    return false;
+                }
+                s.valid_until = sent_at + lease.saturating_sub(drift(lease));
+                true
+            });
+            self.locker
+                .watchdog
+                .rescheduled(self.id, sent_at + lease / 3);
+            Ok(())
+        } else {
+            self.mark_lost("extend found the lock no longer ours");
+            Err(self.lease_lost())
+        }
+    }
+
+    pub(crate) fn lease_lost(&self) -> LockError {
+        LockError::LeaseLost {
+            key: self.key.user().to_owned(),
+        }
+    }
+}
+
+/// An `extend` whose outcome is unknown (dropped, or the call failed): the backend may now hold
+/// the new lease, which may be shorter than the one the local deadline was computed from.
+struct UnsureLease<'a> {
+    held: Option<&'a Held>,
+    sent_at: Instant,
+    lease: Duration,
+}
+
+impl Drop for UnsureLease<'_> {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let until = self.sent_at + self.lease.saturating_sub(drift(self.lease));
+        held.state.send_if_modified(|s| {
+            if s.phase == Phase::Held && until < s.valid_until {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+        held.locker.watchdog.rescheduled(held.id, Instant::now());
+    }
+}
+
+/// Finishes a release whose future was dropped before the backend answered.
+struct Unfinished<'a>(Option<&'a Arc<Held>>);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.0.take() {
+            held.locker
+                .release_later(held.key.clone(), held.token.clone());
+        }
+    }
+}
