@@ -9,6 +9,7 @@ mod guard;
 mod held;
 mod key;
 mod locker;
+mod macro_support;
 mod request;
 mod scope;
 mod token;
@@ -38,4 +39,5 @@ pub mod __private {
     pub use std::time::Duration;
 
     pub use crate::global::global;
+    pub use crate::macro_support::run_locked;
 }

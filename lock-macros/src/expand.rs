@@ -4,24 +4,23 @@
 //! #[attrs] vis async fn name<G>(params) -> Result<T, E> where .. {
 //!     let key = format!("..", param.field, ..);          // borrows the parameters, moves nothing
 //!     let request = Ok(locker_expr.lock(key))            // or global().map(|l| l.lock(key))
-//!     let outcome = match request {
-//!         Ok(request) => request.wait(..).lease(..).fenced().run(async move {
-//!             if false { return <fake value of the declared return type>; }   // for `?` inference
-//!             { original body }
-//!         }).await,
-//!         Err(e) => Err(e),
-//!     };
-//!     match outcome { Ok(output) => output, Err(e) => Err(From::from(e)) }
+//!         .map(|request| request.wait(..).lease(..).fenced());
+//!     ::lock_core::__private::run_locked(request, async move {
+//!         if false { return <fake value of the declared return type>; }   // for `?` inference
+//!         { original body }
+//!     }, From::from).await                                // `From::from` spanned at `E`
 //! }
 //! ```
 //!
-//! Glue identifiers carry `Span::mixed_site()`: the body cannot see them and they cannot
-//! capture the user's names. Key arguments carry the key literal's span, so a parameter that
-//! is not `Display` is reported at the key; the `locker` expression keeps its own span, so a
-//! value that is not a `Locker` is reported there; the final `From::from` carries the span of
-//! `E` in the signature, so a missing `From<LockError>` is reported at `E`.
+//! The Ok/Err handling lives in `run_locked`, in lock-core, as tracing-attributes hands its
+//! work to `Instrument`. Glue identifiers carry `Span::mixed_site()`: the body cannot see them
+//! and they cannot capture the user's names. Key arguments carry the key literal's span, so a
+//! parameter that is not `Display` is reported at the key; the `locker` expression keeps its
+//! own span, so a value that is not a `Locker` is reported there; the `From::from` handed to
+//! `run_locked` carries the span of `E` in the signature, so a missing `From<LockError>` is
+//! reported at `E`.
 
-use proc_macro2::{Ident, Literal, Span, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
@@ -155,36 +154,27 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
         // Refused by `signature::check`.
         ReturnType::Default => TokenStream::new(),
     };
-    // When `E: From<LockError>` does not hold, rustc blames the conversion's argument, and
-    // moves any span with the macro's hygiene to the attribute. So the conversion, binding
-    // included, carries the span of `E` in the signature; no user code is in that arm's scope.
+    // The conversion of a `LockError` into `E` is passed in as `From::from`, spanned at `E` in
+    // the signature: when `E: From<LockError>` does not hold, rustc reports it there.
     let error_span = error_type_span(&sig.output);
-    let lock_error = Ident::new("lock_error", error_span);
-    let convert = quote_spanned!(error_span=> ::core::convert::From::from(#lock_error));
+    let convert = quote_spanned!(error_span=> ::core::convert::From::from);
+    let configure = if settings.is_empty() {
+        TokenStream::new()
+    } else {
+        quote_spanned!(site=> .map(|__lock_request| __lock_request #settings))
+    };
 
+    let locked = quote_spanned! {site=>
+        async move {
+            #fake_return_edge
+            #block
+        }
+    };
     let body = quote_spanned! {site=>
         {
             #(#inner)*
             let __lock_key = #key;
-            let __lock_request = #request;
-            let __lock_outcome = match __lock_request {
-                ::core::result::Result::Ok(__lock_request) => {
-                    __lock_request #settings .run(async move {
-                        #fake_return_edge
-                        #block
-                    })
-                    .await
-                }
-                ::core::result::Result::Err(__lock_error) => {
-                    ::core::result::Result::Err(__lock_error)
-                }
-            };
-            match __lock_outcome {
-                ::core::result::Result::Ok(__lock_output) => __lock_output,
-                // The identity when `E` is `LockError`; this code is the user's as far as clippy knows.
-                #[allow(clippy::useless_conversion)]
-                ::core::result::Result::Err(#lock_error) => ::core::result::Result::Err(#convert),
-            }
+            #krate::__private::run_locked(#request #configure, #locked, #convert).await
         }
     };
     quote! {
