@@ -1,7 +1,6 @@
 //! The process-wide default locker, used by `#[distributed_lock]` without `locker = ...`.
 
-use std::sync::{PoisonError, RwLock};
-
+use crate::sync::RwLock;
 use crate::{LockError, Locker};
 
 static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
@@ -14,10 +13,7 @@ static GLOBAL: RwLock<Option<Locker>> = RwLock::new(None);
 /// assert!(lock_core::global().is_ok());
 /// ```
 pub fn set_global(locker: Locker) -> Option<Locker> {
-    GLOBAL
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .replace(locker)
+    GLOBAL.write().replace(locker)
 }
 
 /// The process-wide default locker.
@@ -31,11 +27,7 @@ pub fn set_global(locker: Locker) -> Option<Locker> {
 /// # drop(locker);
 /// ```
 pub fn global() -> Result<Locker, LockError> {
-    GLOBAL
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-        .ok_or(LockError::NoGlobalLocker)
+    GLOBAL.read().clone().ok_or(LockError::NoGlobalLocker)
 }
 
 /// Removes the process-wide default locker; returns it.
@@ -45,8 +37,5 @@ pub fn global() -> Result<Locker, LockError> {
 /// assert!(lock_core::clear_global().is_some());
 /// ```
 pub fn clear_global() -> Option<Locker> {
-    GLOBAL
-        .write()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
+    GLOBAL.write().take()
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::Renewal;
+use crate::background;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::token::Token;
@@ -187,7 +188,7 @@ impl Held {
             }
         });
         if changed {
-            tracing::warn!(key = %crate::key::display_key(self.key.user()), reason = why, "lock lease lost");
+            tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
             self.locker.watchdog.remove(self.id);
         }
     }
@@ -290,19 +291,15 @@ impl Held {
         if self.snapshot().phase == Phase::Released {
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let held = self.clone();
-                handle.spawn(async move {
-                    if let Err(e) = held.release().await {
-                        tracing::debug!(key = %crate::key::display_key(held.key.user()), error = %e, "background release of a dropped lock guard failed; the lease will expire");
-                    }
-                });
+        let held = self.clone();
+        let releasing = background::spawn(async move {
+            if let Err(e) = held.release().await {
+                tracing::debug!(key = %held.key.display(), error = %e, "background release of a dropped lock guard failed; the lease will expire");
             }
-            Err(_) => {
-                self.mark_released();
-                tracing::debug!(key = %crate::key::display_key(self.key.user()), "lock guard dropped outside a tokio runtime; the lease will expire");
-            }
+        });
+        if releasing.is_none() {
+            self.mark_released();
+            tracing::debug!(key = %self.key.display(), "lock guard dropped outside a tokio runtime; the lease will expire");
         }
     }
 

@@ -75,6 +75,11 @@ impl LockKey {
         &self.0.user
     }
 
+    /// The key as the user gave it, made safe for messages and logs (see [`display_key`]).
+    pub(crate) fn display(&self) -> String {
+        display_key(self.user())
+    }
+
     /// The backend name of the lock itself.
     pub(crate) fn lock(&self) -> &str {
         &self.0.lock

@@ -3,6 +3,7 @@
 
 mod acquire;
 mod backend;
+mod background;
 mod error;
 mod global;
 mod guard;
@@ -12,6 +13,7 @@ mod locker;
 mod macro_support;
 mod request;
 mod scope;
+mod sync;
 mod token;
 mod wait;
 mod watchdog;

@@ -274,7 +274,7 @@ impl LockRequest {
                 Err(e) => {
                     // No answer: the body ran while the lease was valid by the local clock;
                     // the lease expires on its own.
-                    tracing::warn!(key = %crate::key::display_key(held.key.user()), error = %e, "release after run failed; the lease will expire");
+                    tracing::warn!(key = %held.key.display(), error = %e, "release after run failed; the lease will expire");
                     Ok(out)
                 }
             },

@@ -9,16 +9,18 @@
 //! out, is dropped or whose task is aborted leaves the queue in its `Drop`, handing the turn on.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use std::time::Duration;
 
 use tokio::sync::{Notify, OnceCell};
 
 use crate::backend::Inbox;
+use crate::background;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+use crate::sync::{Mutex, MutexGuard};
 
 /// How long an emptied queue keeps its release subscription for the next waiter.
 pub(crate) const LINGER: Duration = Duration::from_millis(250);
@@ -48,8 +50,7 @@ struct Waiter {
 
 impl WaitQueues {
     fn map(&self) -> MutexGuard<'_, HashMap<String, Queue>> {
-        // Every update is a handful of map/deque operations that cannot panic half-way.
-        self.by_key.lock().unwrap_or_else(PoisonError::into_inner)
+        self.by_key.lock()
     }
 
     /// Whether any local waiter queues for `key`.
@@ -173,15 +174,13 @@ impl Drop for Ticket {
             q.generation += 1;
             let generation = q.generation;
             drop(map);
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    let (locker, key) = (self.locker.clone(), self.key.clone());
-                    handle.spawn(async move {
-                        tokio::time::sleep(LINGER).await;
-                        locker.queues.remove_if_idle(&locker, &key, generation);
-                    });
-                }
-                Err(_) => queues.remove_if_idle(&self.locker, &self.key, generation),
+            let (locker, key) = (self.locker.clone(), self.key.clone());
+            let lingering = background::spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                locker.queues.remove_if_idle(&locker, &key, generation);
+            });
+            if lingering.is_none() {
+                queues.remove_if_idle(&self.locker, &self.key, generation);
             }
         }
     }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::held::{Held, Phase};
 use crate::locker::LockerInner;
+use crate::sync::{Mutex, MutexGuard};
 
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
@@ -67,8 +68,7 @@ impl std::ops::DerefMut for Table {
 
 impl Watchdog {
     fn entries(&self) -> MutexGuard<'_, Table> {
-        // Entries are updated by single map operations; a poisoned lock holds consistent data.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+        self.entries.lock()
     }
 
     /// Starts renewing `held` (and the scheduler, the first time).
@@ -90,7 +90,7 @@ impl Watchdog {
             }
         };
         {
-            let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut task = self.task.lock();
             if task
                 .as_ref()
                 .is_none_or(tokio::task::JoinHandle::is_finished)

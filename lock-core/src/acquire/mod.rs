@@ -26,6 +26,28 @@ use queued::{Queued, acquire_fair};
 /// left to finish in the background.
 const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
+/// The answer to one attempt that reached the backend.
+pub(super) enum Outcome {
+    /// The lock is ours.
+    Acquired(LockGuard),
+    /// Someone else holds it (or an acquisition came too late to use): how long the holder's
+    /// lease still runs, when known.
+    Busy(Option<Duration>),
+}
+
+impl Outcome {
+    /// The guard, or [`LockError::Busy`] for a request that does not wait.
+    fn or_busy(self, key: &LockKey) -> Result<LockGuard, LockError> {
+        match self {
+            Outcome::Acquired(guard) => Ok(guard),
+            Outcome::Busy(retry_after) => Err(LockError::Busy {
+                key: key.user().to_owned(),
+                retry_after,
+            }),
+        }
+    }
+}
+
 /// What one request asks for; `None` takes the locker's default.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Options {
@@ -111,14 +133,9 @@ async fn acquire(
     // Nobody queues here: contend at once (the uncontended path is this one round trip).
     if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
         match attempt(inner, key, spec, false).await? {
-            Ok(guard) => return Ok(guard),
-            Err(r) if spec.wait.is_zero() => {
-                return Err(LockError::Busy {
-                    key: key.user().to_owned(),
-                    retry_after: r,
-                });
-            }
-            Err(_) => {}
+            outcome if spec.wait.is_zero() => return outcome.or_busy(key),
+            Outcome::Acquired(guard) => return Ok(guard),
+            Outcome::Busy(_) => {}
         }
     }
     let ticket = inner.queues.join(inner, key);

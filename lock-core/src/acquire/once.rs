@@ -1,11 +1,10 @@
 //! One acquire round trip without a queue, and what turns a successful attempt into a guard.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Spec;
+use super::{Outcome, Spec};
 use crate::LockError;
 use crate::backend::Attempt;
 use crate::guard::LockGuard;
@@ -14,13 +13,13 @@ use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::token::Token;
 
-/// One plain acquire round trip (no queue). `Ok(Err(remaining))` when busy.
+/// One plain acquire round trip (no queue).
 pub(super) async fn attempt(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
     waited: bool,
-) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+) -> Result<Outcome, LockError> {
     let token = inner.new_token();
     let sent_at = Instant::now();
     // If this future is dropped mid-flight, or the answer is lost, the lock may be ours in the
@@ -50,9 +49,10 @@ pub(super) async fn attempt(
                 max_hold: spec.max_hold,
                 waited,
             };
-            Ok(guard_for(inner, acquisition, spec.watchdog).ok_or(None))
+            Ok(guard_for(inner, acquisition, spec.watchdog)
+                .map_or(Outcome::Busy(None), Outcome::Acquired))
         }
-        Attempt::Busy { remaining } => Ok(Err(remaining)),
+        Attempt::Busy { remaining } => Ok(Outcome::Busy(remaining)),
     }
 }
 
@@ -66,14 +66,14 @@ pub(super) fn guard_for(
 ) -> Option<LockGuard> {
     let held = Held::new(inner.clone(), acquisition);
     if !held.is_held() {
-        tracing::debug!(key = %crate::key::display_key(held.key.user()), "acquired too late: the lease ran out before the answer came");
+        tracing::debug!(key = %held.key.display(), "acquired too late: the lease ran out before the answer came");
         drop(LockGuard::owned(held));
         return None;
     }
     if watchdog {
         inner.watchdog.add(inner, &held);
     }
-    tracing::trace!(key = %crate::key::display_key(held.key.user()), fence = held.fence, "lock acquired");
+    tracing::trace!(key = %held.key.display(), fence = held.fence, "lock acquired");
     Some(LockGuard::owned(held))
 }
 

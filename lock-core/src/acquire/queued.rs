@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::once::{InFlight, guard_for};
-use super::{Spec, timed_out};
+use super::{Outcome, Spec, timed_out};
 use crate::LockError;
 use crate::backend::{Attempt, FairTicket, Grant, Inbox};
+use crate::background;
 use crate::guard::LockGuard;
 use crate::held::Acquisition;
 use crate::key::LockKey;
@@ -48,13 +49,7 @@ pub(super) async fn acquire_fair(
     let mut queued = Queued::new(inner, key, spec, inbox.clone(), true);
     if spec.wait.is_zero() {
         queued.ticket.ttl = Duration::ZERO;
-        return match queued.attempt(false).await? {
-            Ok(guard) => Ok(guard),
-            Err(retry_after) => Err(LockError::Busy {
-                key: key.user().to_owned(),
-                retry_after,
-            }),
-        };
+        return queued.attempt(false).await?.or_busy(key);
     }
     queued.own_subscription = true;
     // Subscribed before the first attempt: a release after it hands over to us or wakes us.
@@ -148,10 +143,7 @@ impl Queued {
     }
 
     /// One attempt: acquires, or (re)registers the ticket with this attempt's generation.
-    async fn attempt(
-        &mut self,
-        waited: bool,
-    ) -> Result<Result<LockGuard, Option<Duration>>, LockError> {
+    async fn attempt(&mut self, waited: bool) -> Result<Outcome, LockError> {
         self.ticket.generation += 1;
         let sent_at = Instant::now();
         if self.sent.len() == REMEMBERED_ATTEMPTS {
@@ -193,15 +185,15 @@ impl Queued {
                 match guard_for(&self.inner, acquisition, self.spec.watchdog) {
                     Some(guard) => {
                         self.acquired = true;
-                        Ok(Ok(guard))
+                        Ok(Outcome::Acquired(guard))
                     }
                     None => {
                         self.renew_identity();
-                        Ok(Err(None))
+                        Ok(Outcome::Busy(None))
                     }
                 }
             }
-            Attempt::Busy { remaining } => Ok(Err(remaining)),
+            Attempt::Busy { remaining } => Ok(Outcome::Busy(remaining)),
         }
     }
 
@@ -315,8 +307,8 @@ impl Queued {
                 answer
             };
             match answer? {
-                Ok(guard) => return Ok(guard),
-                Err(r) => remaining = r,
+                Outcome::Acquired(guard) => return Ok(guard),
+                Outcome::Busy(r) => remaining = r,
             }
             waited = true;
             if Instant::now() >= deadline {
@@ -377,11 +369,8 @@ fn leave_in_background(inner: &Arc<LockerInner>, key: &LockKey, ticket: String, 
         inner.calls.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let (inner, key) = (inner.clone(), key.clone());
-    handle.spawn(async move {
+    background::spawn(async move {
         if let Err(e) = inner.call().leave_queue(&key, &ticket, &token).await {
             tracing::debug!(error = %e, "leaving the wait queue failed; the ticket expires on its own");
         }
@@ -398,15 +387,15 @@ fn new_ticket_id(inner: &LockerInner) -> String {
 /// Inside a wait, a transport failure is not the end: the backend may be back before the
 /// deadline (a restart, a dropped connection). It counts as "busy, for an unknown time" and is
 /// remembered, to be returned if the wait ends without the lock. Other errors end the wait.
-fn patient<T>(
-    answer: Result<Result<T, Option<Duration>>, LockError>,
+fn patient(
+    answer: Result<Outcome, LockError>,
     trouble: &mut Option<LockError>,
-) -> Result<Result<T, Option<Duration>>, LockError> {
+) -> Result<Outcome, LockError> {
     match answer {
         Err(e @ LockError::Backend { .. }) => {
             tracing::debug!(error = %e, "lock attempt failed while waiting; retrying until the deadline");
             *trouble = Some(e);
-            Ok(Err(None))
+            Ok(Outcome::Busy(None))
         }
         Ok(answer) => {
             *trouble = None;

@@ -1,7 +1,7 @@
 //! The embedded, in-process backend.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,6 +10,7 @@ use std::collections::VecDeque;
 
 use super::{Attempt, FairTicket, Inbox, Listeners, Renewal};
 use crate::key::LockKey;
+use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 
 /// Below this many live entries the table is never swept.
@@ -168,10 +169,8 @@ impl MemoryBackend {
         self.table().locks.remove(name).is_some()
     }
 
-    // A panic while the table was locked cannot leave it half-updated (every update is a single
-    // map operation), so a poisoned lock is safe to keep using.
     fn table(&self) -> MutexGuard<'_, Table> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock()
     }
 
     pub(crate) fn acquire(

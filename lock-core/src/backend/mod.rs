@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 
 use crate::LockError;
 use crate::key::LockKey;
+use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 
 pub(crate) mod memory;
@@ -145,7 +146,7 @@ impl<'a> Announcement<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
     notify: Notify,
-    state: std::sync::Mutex<InboxState>,
+    state: Mutex<InboxState>,
 }
 
 #[derive(Debug, Default)]
@@ -155,11 +156,8 @@ struct InboxState {
 }
 
 impl Inbox {
-    fn state(&self) -> std::sync::MutexGuard<'_, InboxState> {
-        // Two plain fields set together: a poisoned lock still holds consistent data.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, InboxState> {
+        self.state.lock()
     }
 
     /// Resolves on the next wake-up (or at once for one that came since the last wait).

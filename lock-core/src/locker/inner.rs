@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::backend::BackendKind;
+use crate::background;
 use crate::key::LockKey;
 use crate::token::Token;
 use crate::wait::WaitQueues;
@@ -41,17 +42,14 @@ impl LockerInner {
     /// Releases `key` if it still holds `token`, in the background (best effort: the lease is
     /// the backstop), then wakes the key's local waiters.
     pub(crate) fn release_later(self: &Arc<Self>, key: LockKey, token: Token) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let inner = self.clone();
-        handle.spawn(async move {
+        background::spawn(async move {
             match inner.call().release(&key, &token).await {
                 // The release told this process's waiters itself.
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::debug!(key = %crate::key::display_key(key.user()), error = %e, "background release failed; the lease will expire");
+                    tracing::debug!(key = %key.display(), error = %e, "background release failed; the lease will expire");
                 }
             }
             inner.queues.wake_local(&key);

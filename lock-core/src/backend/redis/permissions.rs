@@ -3,7 +3,7 @@
 //! channels; a success is remembered per prefix.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock};
 
 use redis::{Script, Value};
 use tokio::sync::OnceCell;
@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 use super::{RedisBackend, retriable};
 use crate::LockError;
 use crate::key::{LockKey, display_key, validate_prefix};
+use crate::sync::Mutex;
 
 static PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/probe.lua")));
 
@@ -165,8 +166,7 @@ pub(super) struct Permissions {
 
 impl Permissions {
     fn cell(&self, prefix: &str) -> Arc<OnceCell<()>> {
-        // A map of cells: a poisoned lock still holds consistent data.
-        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut checked = self.checked.lock();
         if let Some(cell) = checked.get(prefix) {
             return cell.clone();
         }

@@ -9,8 +9,8 @@
 //! published while it was away were missed.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -19,6 +19,7 @@ use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
 use crate::LockError;
 use crate::backend::{Inbox, Listeners};
+use crate::sync::{Mutex, MutexGuard};
 
 const RECOVERY_MIN: Duration = Duration::from_millis(20);
 const RECOVERY_MAX: Duration = Duration::from_secs(1);
@@ -43,10 +44,7 @@ struct Shared {
 
 impl Shared {
     fn listeners(&self) -> MutexGuard<'_, Listeners> {
-        // Listener updates are single map operations; a poisoned lock holds consistent data.
-        self.listeners
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.listeners.lock()
     }
 }
 
@@ -69,9 +67,9 @@ impl Subscriber {
             shared: Arc::new(Shared {
                 sharded,
                 healthy: AtomicBool::new(resp3),
-                listeners: Mutex::new(Listeners::default()),
+                listeners: Mutex::default(),
             }),
-            commands: Mutex::new(None),
+            commands: Mutex::default(),
             connecting: AsyncMutex::new(()),
             connect_timeout,
             response_timeout,
@@ -122,7 +120,7 @@ impl Subscriber {
     }
 
     fn live_sender(&self) -> Option<mpsc::UnboundedSender<Command>> {
-        let slot = self.commands.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = self.commands.lock();
         slot.as_ref().filter(|tx| !tx.is_closed()).cloned()
     }
 
@@ -158,7 +156,7 @@ impl Subscriber {
                 let resync = self.shared.listeners().len() > 0;
                 tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
                 self.shared.healthy.store(true, Ordering::Release);
-                *self.commands.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx.clone());
+                *self.commands.lock() = Some(tx.clone());
                 Some(tx)
             }
             Err(e) => {

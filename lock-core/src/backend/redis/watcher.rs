@@ -1,6 +1,5 @@
 //! The watcher: hears of dropped connections to the server, for the watchdog.
 
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, Client, PushKind};
@@ -9,6 +8,8 @@ use tokio::sync::{mpsc, watch};
 use super::RedisBackend;
 use super::connect::resp3_client;
 use crate::LockError;
+use crate::background;
+use crate::sync::Mutex;
 
 /// Backoff of the watcher's reconnection attempts.
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(10);
@@ -45,25 +46,25 @@ impl Watcher {
         Ok(Watcher {
             client,
             epoch: watch::Sender::new(0),
-            task: Mutex::new(None),
+            task: Mutex::default(),
             connect_timeout,
         })
     }
 
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
         let client = self.client.as_ref()?;
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        // Subscribed before the task starts: it ends as soon as nobody listens.
         let receiver = self.epoch.subscribe();
-        let mut task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut task = self.task.lock();
         if task
             .as_ref()
             .is_none_or(tokio::task::JoinHandle::is_finished)
         {
-            *task = Some(runtime.spawn(watch_connection(
+            *task = Some(background::spawn(watch_connection(
                 client.clone(),
                 self.epoch.clone(),
                 self.connect_timeout,
-            )));
+            ))?);
         }
         Some(receiver)
     }
@@ -71,12 +72,7 @@ impl Watcher {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        if let Some(task) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
+        if let Some(task) = self.task.get_mut().take() {
             task.abort();
         }
     }
