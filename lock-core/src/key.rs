@@ -47,13 +47,13 @@ pub(crate) struct LockKey(Arc<KeyNames>);
 #[derive(Debug)]
 pub(crate) struct KeyNames {
     user: String,
-    lock: String,
+    name: String,
 }
 
 impl LockKey {
     pub(crate) fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
         validate_key(user)?;
-        let lock = if user.contains(['{', '}']) {
+        let name = if user.contains(['{', '}']) {
             let digest = Sha256::digest(user.as_bytes());
             let mut tag = String::with_capacity(17);
             tag.push('#');
@@ -66,7 +66,7 @@ impl LockKey {
         };
         Ok(LockKey(Arc::new(KeyNames {
             user: user.to_owned(),
-            lock,
+            name,
         })))
     }
 
@@ -80,32 +80,32 @@ impl LockKey {
         display_key(self.user())
     }
 
-    /// The backend name of the lock itself.
-    pub(crate) fn lock(&self) -> &str {
-        &self.0.lock
+    /// The backend name of the lock itself (`P{T}S`); the other names add a suffix to it.
+    pub(crate) fn name(&self) -> &str {
+        &self.0.name
     }
 
     /// The backend name of the fencing counter.
     pub(crate) fn fence(&self) -> String {
-        format!("{}:fence", self.0.lock)
+        format!("{}:fence", self.0.name)
     }
 
     #[cfg(any(feature = "redis", test))]
     /// The release notification channel.
     pub(crate) fn channel(&self) -> String {
-        format!("{}:released", self.0.lock)
+        format!("{}:released", self.0.name)
     }
 
     #[cfg(feature = "redis")]
     /// The queue of waiter tickets (oldest first) a release hands the lock to.
     pub(crate) fn queue(&self) -> String {
-        format!("{}:queue", self.0.lock)
+        format!("{}:queue", self.0.name)
     }
 
     #[cfg(feature = "redis")]
     /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
     pub(crate) fn waiters(&self) -> String {
-        format!("{}:waiters", self.0.lock)
+        format!("{}:waiters", self.0.name)
     }
 }
 
@@ -178,7 +178,7 @@ mod tests {
     #[test]
     fn plain_key_is_its_own_hash_tag() {
         let k = names("order:42");
-        assert_eq!(k.lock(), "lock:{order:42}");
+        assert_eq!(k.name(), "lock:{order:42}");
         assert_eq!(k.fence(), "lock:{order:42}:fence");
         assert_eq!(k.channel(), "lock:{order:42}:released");
     }
@@ -186,11 +186,11 @@ mod tests {
     #[test]
     fn braces_are_hashed_into_the_tag() {
         let k = names("a}b{c");
-        assert!(k.lock().starts_with("lock:{#"));
-        let tag_end = k.lock().find('}').unwrap_or(0);
+        assert!(k.name().starts_with("lock:{#"));
+        let tag_end = k.name().find('}').unwrap_or(0);
         assert_eq!(tag_end, "lock:{#".len() + 16);
-        assert!(k.lock().ends_with("a}b{c"));
-        assert!(k.fence().starts_with(&k.lock()[..=tag_end]));
+        assert!(k.name().ends_with("a}b{c"));
+        assert!(k.fence().starts_with(&k.name()[..=tag_end]));
     }
 
     #[test]
@@ -199,7 +199,7 @@ mod tests {
         let mut all = std::collections::HashSet::new();
         for k in keys {
             let n = names(k);
-            assert!(all.insert(n.lock().to_owned()), "{k}");
+            assert!(all.insert(n.name().to_owned()), "{k}");
             assert!(all.insert(n.fence().to_owned()), "{k}");
         }
     }

@@ -56,7 +56,7 @@ impl WaitQueues {
     /// Whether any local waiter queues for `key`.
     pub(crate) fn has_waiters(&self, key: &LockKey) -> bool {
         self.map()
-            .get(key.lock())
+            .get(key.name())
             .is_some_and(|q| !q.waiters.is_empty())
     }
 
@@ -75,7 +75,7 @@ impl WaitQueues {
 
     /// A lock of this locker was released: wake the key's head at once.
     pub(crate) fn wake_local(&self, key: &LockKey) {
-        if let Some(q) = self.map().get(key.lock()).filter(|q| !q.waiters.is_empty()) {
+        if let Some(q) = self.map().get(key.name()).filter(|q| !q.waiters.is_empty()) {
             q.inbox.wake();
         }
     }
@@ -86,7 +86,7 @@ impl WaitQueues {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let turn = Arc::new(Notify::new());
         let mut map = self.map();
-        let q = map.entry(key.lock().to_owned()).or_insert_with(|| Queue {
+        let q = map.entry(key.name().to_owned()).or_insert_with(|| Queue {
             waiters: VecDeque::new(),
             inbox: Arc::new(Inbox::default()),
             subscribed: Arc::new(OnceCell::new()),
@@ -123,7 +123,7 @@ impl Ticket {
     /// Whether this waiter is the head.
     fn is_head(&self) -> bool {
         let map = self.locker.queues.map();
-        map.get(self.key.lock())
+        map.get(self.key.name())
             .and_then(|q| q.waiters.front())
             .is_some_and(|w| w.id == self.id)
     }
@@ -158,7 +158,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         let queues = &self.locker.queues;
         let mut map = queues.map();
-        let Some(q) = map.get_mut(self.key.lock()) else {
+        let Some(q) = map.get_mut(self.key.name()) else {
             return;
         };
         let Some(pos) = q.waiters.iter().position(|w| w.id == self.id) else {
@@ -191,9 +191,9 @@ impl WaitQueues {
     fn remove_if_idle(&self, locker: &LockerInner, key: &LockKey, generation: u64) {
         let mut map = self.map();
         let idle = map
-            .get(key.lock())
+            .get(key.name())
             .is_some_and(|q| q.waiters.is_empty() && q.generation == generation);
-        if idle && let Some(q) = map.remove(key.lock()) {
+        if idle && let Some(q) = map.remove(key.name()) {
             drop(map);
             // Unconditional: removing a listener that was never registered does nothing.
             locker.backend.unsubscribe(key, &q.inbox);

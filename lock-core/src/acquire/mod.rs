@@ -18,7 +18,7 @@ mod once;
 mod queued;
 
 use once::attempt;
-use queued::{Queued, acquire_fair};
+use queued::{QueuedWaiter, acquire_fair};
 
 /// How far past its wait a request may return: time for a healthy backend to take a timed-out
 /// waiter's ticket out of the queue before the caller hears of the timeout (so the next release
@@ -146,7 +146,7 @@ async fn acquire(
     tokio::time::timeout_at(deadline, ticket.subscribe())
         .await
         .map_err(|_| timed_out(key, start))?;
-    let mut queued = Queued::new(inner, key, spec, ticket.inbox(), false);
+    let mut queued = QueuedWaiter::new(inner, key, spec, ticket.inbox(), false);
     queued.wait(deadline, start, false).await
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::once::{InFlight, guard_for};
 use super::{Outcome, Spec, timed_out};
 use crate::LockError;
-use crate::backend::{Attempt, FairTicket, Grant, Inbox};
+use crate::backend::{Attempt, Grant, Inbox, QueueTicket};
 use crate::background;
 use crate::guard::LockGuard;
 use crate::held::Acquisition;
@@ -46,7 +46,7 @@ pub(super) async fn acquire_fair(
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
     let inbox = Arc::new(Inbox::default());
-    let mut queued = Queued::new(inner, key, spec, inbox.clone(), true);
+    let mut queued = QueuedWaiter::new(inner, key, spec, inbox.clone(), true);
     if spec.wait.is_zero() {
         queued.ticket.ttl = Duration::ZERO;
         return queued.attempt(false).await?.or_busy(key);
@@ -68,12 +68,12 @@ pub(super) async fn acquire_fair(
 ///
 /// Dropping it before the lock was acquired takes the ticket out of the queue in the
 /// background, passing the lock on if a release handed it over meanwhile.
-pub(super) struct Queued {
+pub(super) struct QueuedWaiter {
     inner: Arc<LockerInner>,
     key: LockKey,
     spec: Spec,
     inbox: Arc<Inbox>,
-    ticket: FairTicket,
+    ticket: QueueTicket,
     token: Token,
     /// Recent attempts of this identity: generation and when it was sent. They all registered
     /// `token` (a new identity starts with an empty list).
@@ -85,7 +85,7 @@ pub(super) struct Queued {
     own_subscription: bool,
 }
 
-impl Queued {
+impl QueuedWaiter {
     pub(super) fn new(
         inner: &Arc<LockerInner>,
         key: &LockKey,
@@ -97,7 +97,7 @@ impl Queued {
         // attempt, takes it to the full lease), so a waiter that died without leaving its
         // ticket holds the key only briefly.
         let handover_lease = spec.lease.min(TICKET_TTL);
-        let ticket = FairTicket {
+        let ticket = QueueTicket {
             id: new_ticket_id(inner),
             ttl: TICKET_TTL,
             strict,
@@ -106,7 +106,7 @@ impl Queued {
         };
         inbox.expect(Some(&ticket.id));
         inbox.clear_wakeup();
-        Queued {
+        QueuedWaiter {
             inner: inner.clone(),
             key: key.clone(),
             spec: *spec,
@@ -346,7 +346,7 @@ impl Queued {
     }
 }
 
-impl Drop for Queued {
+impl Drop for QueuedWaiter {
     fn drop(&mut self) {
         if self.own_subscription {
             self.inner.backend.unsubscribe(&self.key, &self.inbox);

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use std::collections::VecDeque;
 
-use super::{Attempt, FairTicket, Inbox, Listeners, Renewal};
+use super::{Attempt, Inbox, Listeners, QueueTicket, Renewal};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
@@ -49,8 +49,8 @@ pub struct MemoryBackend {
 struct Table {
     locks: HashMap<String, Entry>,
     fences: HashMap<String, u64>,
-    /// Queued waiters per lock, oldest first (see [`Queued`]).
-    queues: HashMap<String, VecDeque<Queued>>,
+    /// Queued waiters per lock, oldest first (see [`QueueEntry`]).
+    queues: HashMap<String, VecDeque<QueueEntry>>,
     listeners: Listeners,
     sweep_above: usize,
 }
@@ -64,7 +64,7 @@ struct Entry {
 /// A waiter in a lock's queue: its ticket, when the ticket dies without a refresh, and what a
 /// release sets when it hands the lock over (the attempt's token, lease and fencing choice).
 #[derive(Debug)]
-struct Queued {
+struct QueueEntry {
     ticket: String,
     dies: Instant,
     token: Token,
@@ -136,7 +136,7 @@ impl MemoryBackend {
         let now = Instant::now();
         self.table()
             .queues
-            .get(names.lock())
+            .get(names.name())
             .map_or(0, |q| q.iter().filter(|q| q.dies > now).count())
     }
 
@@ -150,7 +150,7 @@ impl MemoryBackend {
         let Ok(names) = LockKey::new(crate::key::DEFAULT_PREFIX, key) else {
             return false;
         };
-        self.force_delete_name(names.lock())
+        self.force_delete_name(names.name())
     }
 
     /// Like [`force_delete`](Self::force_delete), for a lock under a custom prefix.
@@ -162,7 +162,7 @@ impl MemoryBackend {
         let Ok(names) = LockKey::new(prefix, key) else {
             return false;
         };
-        self.force_delete_name(names.lock())
+        self.force_delete_name(names.name())
     }
 
     fn force_delete_name(&self, name: &str) -> bool {
@@ -179,30 +179,30 @@ impl MemoryBackend {
         token: &Token,
         lease: Duration,
         fenced: bool,
-        fair: Option<&FairTicket>,
+        ticket: Option<&QueueTicket>,
     ) -> Attempt {
         let now = Instant::now();
         let mut t = self.table();
-        let live = t.locks.get(key.lock()).filter(|e| e.expires > now);
+        let live = t.locks.get(key.name()).filter(|e| e.expires > now);
         let ours = live.is_some_and(|e| e.token == *token);
         let held_for = live.filter(|_| !ours).map(|e| e.expires - now);
-        if let Some(fair) = fair {
+        if let Some(ticket) = ticket {
             // A release may have handed the lock to this ticket already (its message on the
             // way): then the lock is ours, as in Redis, and its lease starts again.
-            let head = t.queue_head(key.lock(), now, Some(&fair.id));
-            let our_turn = ours || !fair.strict || head.as_deref().is_none_or(|h| h == fair.id);
+            let head = t.queue_head(key.name(), now, Some(&ticket.id));
+            let our_turn = ours || !ticket.strict || head.as_deref().is_none_or(|h| h == ticket.id);
             if held_for.is_some() || !our_turn {
-                if !fair.ttl.is_zero() {
-                    let entry = Queued {
-                        ticket: fair.id.clone(),
-                        dies: now + fair.ttl,
+                if !ticket.ttl.is_zero() {
+                    let entry = QueueEntry {
+                        ticket: ticket.id.clone(),
+                        dies: now + ticket.ttl,
                         token: token.clone(),
-                        lease: fair.handover_lease,
+                        lease: ticket.handover_lease,
                         fenced,
-                        generation: fair.generation,
+                        generation: ticket.generation,
                     };
-                    let q = t.queues.entry(key.lock().to_owned()).or_default();
-                    match q.iter_mut().find(|q| q.ticket == fair.id) {
+                    let q = t.queues.entry(key.name().to_owned()).or_default();
+                    match q.iter_mut().find(|q| q.ticket == ticket.id) {
                         Some(place) => *place = entry,
                         None => q.push_back(entry),
                     }
@@ -211,7 +211,7 @@ impl MemoryBackend {
                     remaining: held_for,
                 };
             }
-            t.leave(key.lock(), &fair.id);
+            t.leave(key.name(), &ticket.id);
         } else if let Some(remaining) = held_for {
             return Attempt::Busy {
                 remaining: Some(remaining),
@@ -224,10 +224,10 @@ impl MemoryBackend {
     pub(crate) fn release(&self, key: &LockKey, token: &Token) -> bool {
         let now = Instant::now();
         let mut t = self.table();
-        match t.locks.get(key.lock()) {
+        match t.locks.get(key.name()) {
             Some(e) if e.token == *token => {
                 let live = e.expires > now;
-                t.locks.remove(key.lock());
+                t.locks.remove(key.name());
                 if live {
                     t.hand_over(key, now);
                 }
@@ -242,17 +242,17 @@ impl MemoryBackend {
         let mut t = self.table();
         let was_head = t
             .queues
-            .get(key.lock())
+            .get(key.name())
             .and_then(|q| q.front())
             .is_some_and(|q| q.ticket == ticket);
-        t.leave(key.lock(), ticket);
+        t.leave(key.name(), ticket);
         let holder = t
             .locks
-            .get(key.lock())
+            .get(key.name())
             .filter(|e| e.expires > now)
             .map(|e| e.token == *token);
         if holder == Some(true) {
-            t.locks.remove(key.lock());
+            t.locks.remove(key.name());
         }
         if holder == Some(true) || (was_head && holder.is_none()) {
             t.hand_over(key, now);
@@ -264,7 +264,7 @@ impl MemoryBackend {
         let mut t = self.table();
         items
             .iter()
-            .map(|r| match t.locks.get_mut(r.key.lock()) {
+            .map(|r| match t.locks.get_mut(r.key.name()) {
                 Some(e) if e.token == r.token && e.expires > now => {
                     e.expires = now + r.lease;
                     true
@@ -276,11 +276,11 @@ impl MemoryBackend {
 
     pub(crate) fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
         // In memory the lock name serves as the channel.
-        self.table().listeners.add(key.lock(), inbox);
+        self.table().listeners.add(key.name(), inbox);
     }
 
     pub(crate) fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        self.table().listeners.remove(key.lock(), inbox);
+        self.table().listeners.remove(key.name(), inbox);
     }
 }
 
@@ -295,7 +295,7 @@ impl Table {
         fenced: bool,
     ) -> Option<u64> {
         self.locks.insert(
-            key.lock().to_owned(),
+            key.name().to_owned(),
             Entry {
                 token,
                 expires: now + lease,
@@ -342,22 +342,22 @@ impl Table {
     /// The lock just became free: hands it to the oldest live queued waiter and tells that
     /// waiter, or tells every listener it is free.
     fn hand_over(&mut self, key: &LockKey, now: Instant) {
-        if self.queue_head(key.lock(), now, None).is_some()
+        if self.queue_head(key.name(), now, None).is_some()
             && let Some(next) = self
                 .queues
-                .get_mut(key.lock())
+                .get_mut(key.name())
                 .and_then(VecDeque::pop_front)
         {
             let fence = self
                 .take(key, next.token, now, next.lease, next.fenced)
                 .unwrap_or(0);
-            if self.queues.get(key.lock()).is_some_and(VecDeque::is_empty) {
-                self.queues.remove(key.lock());
+            if self.queues.get(key.name()).is_some_and(VecDeque::is_empty) {
+                self.queues.remove(key.name());
             }
             let payload = format!("{}:{}:{fence}", next.ticket, next.generation);
-            self.listeners.wake(key.lock(), payload.as_bytes());
+            self.listeners.wake(key.name(), payload.as_bytes());
         } else if self.listeners.len() > 0 {
-            self.listeners.wake(key.lock(), b"released");
+            self.listeners.wake(key.name(), b"released");
         }
     }
 

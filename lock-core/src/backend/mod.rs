@@ -73,7 +73,7 @@ pub(crate) enum Attempt {
 /// hands the lock straight to it (the lock is set to the ticket's registered token and the
 /// release message says so), which saves the waiter its own acquire round trip.
 #[derive(Debug, Clone)]
-pub(crate) struct FairTicket {
+pub(crate) struct QueueTicket {
     /// Random, not secret: it is published to name the waiter a lock was handed to.
     pub(crate) id: String,
     /// How long the ticket stays alive without a refresh (each attempt refreshes it); zero for
@@ -236,12 +236,12 @@ impl BackendKind {
         token: &Token,
         lease: Duration,
         fenced: bool,
-        fair: Option<&FairTicket>,
+        ticket: Option<&QueueTicket>,
     ) -> Result<Attempt, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.acquire(key, token, lease, fenced, fair)),
+            BackendKind::Memory(m) => Ok(m.acquire(key, token, lease, fenced, ticket)),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.acquire(key, token, lease, fenced, fair).await,
+            BackendKind::Redis(r) => r.acquire(key, token, lease, fenced, ticket).await,
         }
     }
 

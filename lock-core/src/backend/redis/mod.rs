@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use super::{Attempt, FairTicket, Inbox, Renewal};
+use super::{Attempt, Inbox, QueueTicket, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -151,36 +151,36 @@ impl RedisBackend {
         token: &Token,
         lease: Duration,
         fenced: bool,
-        fair: Option<&FairTicket>,
+        ticket: Option<&QueueTicket>,
     ) -> Result<Attempt, LockError> {
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
         self.check_permissions_of(key).await?;
-        if fair.is_none() && !fenced && self.inner.set_nx_get {
+        if ticket.is_none() && !fenced && self.inner.set_nx_get {
             return self.acquire_plain(key, token, lease).await;
         }
-        let mut call = match fair {
+        let mut call = match ticket {
             None => ACQUIRE.prepare_invoke(),
             Some(_) => ACQUIRE_QUEUED.prepare_invoke(),
         };
-        call.key(key.lock())
+        call.key(key.name())
             .key(key.fence())
             .arg(token.as_str())
             .arg(millis(lease))
             .arg(if fenced { "1" } else { "0" });
-        if let Some(fair) = fair {
-            let ttl = if fair.ttl.is_zero() {
+        if let Some(ticket) = ticket {
+            let ttl = if ticket.ttl.is_zero() {
                 0
             } else {
-                millis(fair.ttl)
+                millis(ticket.ttl)
             };
             call.key(key.queue())
                 .key(key.waiters())
-                .arg(fair.id.as_str())
+                .arg(ticket.id.as_str())
                 .arg(ttl)
-                .arg(fair.generation)
-                .arg(millis(fair.handover_lease))
-                .arg(if fair.strict { "1" } else { "0" });
+                .arg(ticket.generation)
+                .arg(millis(ticket.handover_lease))
+                .arg(if ticket.strict { "1" } else { "0" });
         }
         let reply = self.invoke(&call, "acquire", key.user()).await?;
         match int_pair(&reply) {
@@ -211,14 +211,14 @@ impl RedisBackend {
     ) -> Result<Attempt, LockError> {
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
-            .arg(key.lock())
+            .arg(key.name())
             .arg(token.as_str())
             .arg("NX")
             .arg("PX")
             .arg(millis(lease))
             .arg("GET")
             .cmd("PTTL")
-            .arg(key.lock());
+            .arg(key.name());
         let mut conn = self.inner.conn.clone();
         let reply: Vec<Value> = match pipe.query_async(&mut conn).await {
             Ok(v) => v,
@@ -252,7 +252,7 @@ impl RedisBackend {
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
         let channel = key.channel();
         let mut call = RELEASE.prepare_invoke();
-        call.key(key.lock())
+        call.key(key.name())
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
@@ -299,7 +299,7 @@ impl RedisBackend {
     ) -> Result<(), LockError> {
         let channel = key.channel();
         let mut call = LEAVE.prepare_invoke();
-        call.key(key.lock())
+        call.key(key.name())
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
@@ -333,7 +333,7 @@ impl RedisBackend {
         let first = items.first().map_or("", |r| r.key.user());
         let mut call = RENEW.prepare_invoke();
         for r in items {
-            call.key(r.key.lock())
+            call.key(r.key.name())
                 .arg(r.token.as_str())
                 .arg(millis(r.lease));
         }

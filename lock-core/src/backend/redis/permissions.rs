@@ -58,8 +58,8 @@ impl RedisBackend {
     /// then).
     pub(super) async fn check_permissions_of(&self, key: &LockKey) -> Result<(), LockError> {
         // A prefix holds no brace: the lock name's first `{` opens the hash tag.
-        let lock = key.lock();
-        let prefix = lock.split_once('{').map_or(lock, |(prefix, _)| prefix);
+        let name = key.name();
+        let prefix = name.split_once('{').map_or(name, |(prefix, _)| prefix);
         let cell = self.inner.permissions.cell(prefix);
         if cell.initialized() {
             return Ok(());
@@ -73,7 +73,7 @@ impl RedisBackend {
         let key = LockKey::new(prefix, PROBE_NAME)?;
         let channel = key.channel();
         let mut call = PROBE.prepare_invoke();
-        call.key(key.lock())
+        call.key(key.name())
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
