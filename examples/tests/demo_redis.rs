@@ -1,11 +1,9 @@
 //! The demo across three server processes sharing one real Redis (locks and state in Redis).
 
-mod common;
-
 use lock_examples::demo::{self, DemoConfig};
 use redis::AsyncCommands;
 
-use common::RedisServer;
+use lock_testkit::RedisServer;
 
 fn config(redis: &RedisServer) -> DemoConfig {
     DemoConfig::fast()

@@ -5,6 +5,12 @@
 //!   temporary directories, killed on drop) that a test can stop, restart, pause and resume,
 //!   with async helpers to read and poke Redis directly in assertions.
 //!
+//! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
+//! - [`process`]: child processes driven by lines on stdin and stdout ([`ChildProcess`]), and
+//!   the child's side of that protocol ([`process::say`]).
+//! - [`signal`]: SIGSTOP/SIGCONT/SIGKILL to a process, and waiting until it has stopped.
+//! - [`eventually()`]: a bounded wait for a condition nothing signals.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let server = lock_testkit::RedisServer::start();
@@ -26,8 +32,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod acl;
+mod eventually;
 mod ports;
+pub mod process;
 pub mod server;
+pub mod signal;
 mod tempdir;
 
+pub use crate::acl::AclUser;
+pub use crate::eventually::eventually;
+pub use crate::process::{ChildOutput, ChildProcess};
 pub use crate::server::RedisServer;

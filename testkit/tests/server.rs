@@ -11,8 +11,8 @@
 use std::net::TcpStream;
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
 use lock_testkit::server::{INSTALL_COMMAND, find_redis_server_in};
+use lock_testkit::{AclUser, RedisServer};
 
 /// A server starts empty on a loopback port, answers, and is gone (process and directory)
 /// after drop.
@@ -187,4 +187,29 @@ fn missing_redis_server_names_the_install_command() {
 #[should_panic(expected = "redis-server exited at start")]
 fn bad_arguments_fail_with_the_server_log() {
     let _ = RedisServer::start_with(["--no-such-option", "1"]);
+}
+
+/// ACL users: the helpers log in as admin, the user only reaches its keys.
+#[tokio::test]
+async fn acl_user_is_restricted_to_its_keys() {
+    let user = AclUser::new("app", "pw").rules(["~app:*", "+@all"]);
+    let server = RedisServer::builder()
+        .requirepass("admin")
+        .user(&user)
+        .start();
+    let client = redis::Client::open(server.url_for(&user)).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let ok: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("app:1")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    assert!(ok.is_ok());
+    let refused: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("other")
+        .arg("x")
+        .query_async(&mut conn)
+        .await;
+    assert!(refused.is_err());
+    assert_eq!(server.get("app:1").await.as_deref(), Some("x"));
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use super::binary::{find_redis_server, missing_message};
 use super::{Launch, PORT_ATTEMPTS, RedisServer, requirepass};
+use crate::acl::AclUser;
 use crate::ports::free_port;
 use crate::tempdir::TempDir;
 
@@ -55,6 +56,28 @@ impl RedisServerBuilder {
     {
         self.args.extend(args.into_iter().map(Into::into));
         self
+    }
+
+    /// Protects the default user with `password` (`--requirepass`); the helpers log in with it.
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::builder().requirepass("pw").start();
+    /// assert_eq!(server.password(), Some("pw"));
+    /// ```
+    pub fn requirepass(self, password: &str) -> Self {
+        self.args(["--requirepass", password])
+    }
+
+    /// Defines an ACL user; [`RedisServer::url_for`] logs in as it.
+    ///
+    /// ```
+    /// use lock_testkit::{AclUser, RedisServer};
+    /// let user = AclUser::new("app", "pw").rules(["~*", "+@all"]);
+    /// let server = RedisServer::builder().user(&user).start();
+    /// assert!(server.url_for(&user).starts_with("redis://app:pw@"));
+    /// ```
+    pub fn user(self, user: &AclUser) -> Self {
+        self.args(user.to_args())
     }
 
     /// Also listens on a unix socket in the server's directory; see [`RedisServer::unix_url`].

@@ -274,6 +274,25 @@ impl RedisServer {
         killed
     }
 
+    /// Every channel with a subscriber, sharded (`PUBSUB SHARDCHANNELS`) and plain.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let server = lock_testkit::RedisServer::start();
+    /// assert!(server.subscribed_channels().await.is_empty());
+    /// # }
+    /// ```
+    pub async fn subscribed_channels(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .query(redis::cmd("PUBSUB").arg("SHARDCHANNELS").clone())
+            .await;
+        let plain: Vec<String> = self
+            .query(redis::cmd("PUBSUB").arg("CHANNELS").clone())
+            .await;
+        all.extend(plain);
+        all
+    }
+
     /// `CLUSTER KEYSLOT key`: the cluster hash slot the server computes for `key`.
     ///
     /// # Panics

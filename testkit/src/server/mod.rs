@@ -43,6 +43,8 @@ pub use binary::{BINARY_ENV, INSTALL_COMMAND, find_redis_server, find_redis_serv
 pub use builder::RedisServerBuilder;
 pub use commands::parse_commandstats;
 
+use crate::acl::AclUser;
+use crate::signal::{Signal, send_signal, wait_stopped_blocking};
 use crate::tempdir::TempDir;
 use binary::missing_message;
 
@@ -168,6 +170,17 @@ impl RedisServer {
     /// ```
     pub fn url_as(&self, user: &str, password: &str) -> String {
         format!("redis://{user}:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// The URL that logs in as `user` (defined with [`RedisServerBuilder::user`]).
+    ///
+    /// ```
+    /// let user = lock_testkit::AclUser::new("app", "pw");
+    /// let server = lock_testkit::RedisServer::builder().user(&user).start();
+    /// assert_eq!(server.url_for(&user), server.url_as("app", "pw"));
+    /// ```
+    pub fn url_for(&self, user: &AclUser) -> String {
+        self.url_as(user.name(), user.password())
     }
 
     /// The URL the helpers use: [`url`](Self::url) with the `--requirepass` password, if any.
@@ -312,7 +325,9 @@ impl RedisServer {
     /// server.resume();
     /// ```
     pub fn pause(&mut self) {
-        self.signal("-STOP");
+        let pid = self.running_pid();
+        send_signal(pid, Signal::Stop);
+        wait_stopped_blocking(pid);
         self.paused = true;
     }
 
@@ -328,20 +343,13 @@ impl RedisServer {
     /// assert!(!server.is_paused());
     /// ```
     pub fn resume(&mut self) {
-        self.signal("-CONT");
+        send_signal(self.running_pid(), Signal::Cont);
         self.paused = false;
     }
 
-    fn signal(&self, signal: &str) {
-        let Some(pid) = self.pid() else {
-            panic!("redis-server on port {} is not running", self.port);
-        };
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run `kill {signal} {pid}`: {e}"));
-        assert!(status.success(), "`kill {signal} {pid}` failed: {status}");
+    fn running_pid(&self) -> u32 {
+        self.pid()
+            .unwrap_or_else(|| panic!("redis-server on port {} is not running", self.port))
     }
 
     fn launch(&mut self) -> Result<(), Launch> {

@@ -1,0 +1,28 @@
+//! Waiting for a condition nothing signals (server-side state, another process), within a
+//! bound: a condition that never comes fails the test, it does not hang it.
+
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 5 ms until it is true.
+///
+/// # Panics
+/// When it is still false after `bound` (the message says `what`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let mut polls = 0;
+/// lock_testkit::eventually("three polls", Duration::from_secs(5), async || {
+///     polls += 1;
+///     polls == 3
+/// })
+/// .await;
+/// # }
+/// ```
+pub async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < bound, "{what}: not true within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
