@@ -1,5 +1,6 @@
-//! The `lock-worker` binary's command line, its output lines, and a handle on a running worker
-//! process.
+//! The `lock-worker` binary's command line and its summary line: one lock client in its own
+//! OS process, for tests that need several processes contending for one lock (driven with
+//! `lock_testkit::ChildProcess`).
 //!
 //! Integration tests find the binary with `env!("CARGO_BIN_EXE_lock-worker")`.
 //!
@@ -9,56 +10,73 @@
 //! under `locker.lock(K).run(..)`, a deliberately non-atomic read-modify-write of the Redis
 //! string `C` (`GET`, yield, optional sleep, `SET` + 1). With `--fence-key F` each lock is
 //! fenced and, under the lock, its token is checked to be above the one stored in `F` (then
-//! stored). Ends with one `summary ...` line ([`WorkerSummary`]) and exit code 0.
+//! stored). Ends with one `summary ...` line ([`WorkerSummary`]) and exit code 0. Any failure
+//! prints `error op=<what> kind=<LockError variant or "redis"> message=<text>` and exits with
+//! code 2.
 //!
-//! `lock-worker hold --url U --key K [options]`: takes the lock, prints
-//! `acquired fence=<n|none>`, then obeys lines on stdin: `release` (prints `released ok` or
-//! `released err=<Variant>`, exits), `status` (`status held=<bool> remaining_ms=<n>`),
-//! `extend <ms>` (`extended ok` / `extended err=<Variant>`), `exit` (exits without releasing,
-//! as a crash would). End of stdin releases and exits. It prints `lost` when the lease is lost.
+//! `lock-worker serve --url U [options]`: prints `READY`, then obeys one command per stdin line
+//! and answers each with one line on stdout (`WAIT` answers later, when its lock was held),
+//! until stdin ends. Tests can SIGKILL or SIGSTOP it while it holds locks.
 //!
-//! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (default 30000), `--work-us` (count: sleep
-//! inside the critical section), `--no-lock` (count: no lock at all, the control case),
-//! `--wait-go` (print `ready` once connected, then wait for a line `go` on stdin, so several
-//! processes start together), `--fenced` and `--no-watchdog` (hold).
+//! ```text
+//! HOLD <key> <lease_ms> <fenced:0|1> [no-watchdog] -> HELD <key> fence=<n|none> | ERR <key> <Variant> <error>
+//! STATUS <key>                     -> STATUS <key> held=<bool> remaining_ms=<n>   | ERR <key> not held
+//! EXTEND <key> <ms>                -> EXTENDED <key> ok | EXTENDED <key> err=<Variant>
+//! WRITE <key> <storage_key>        -> WRITE <key> ok|rejected held=<true|false>
+//! RELEASE <key>                    -> RELEASED <key> ok | RELEASED <key> err=<Variant>
+//! WAIT <key> <id> <order_list> [fair] -> (later) DONE <id> | FAILED <id> <error>
+//! ```
 //!
-//! Any failure prints `error op=<what> kind=<LockError variant or "redis"> message=<text>` and
-//! exits with code 2.
+//! `WRITE` is a fenced write to a storage key: accepted only if the held lock's fencing token is
+//! at least the highest one the storage has seen. `WAIT` queues a waiter in a new task that,
+//! once it holds the lock, appends `<id>` to the Redis list `<order_list>` and releases.
+//!
+//! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
+//! `--work-us` (count: sleep inside the critical section), `--no-lock` (count: no lock at all,
+//! the control case), `--wait-go` (count: print `ready` once connected, then wait for a line
+//! `go` on stdin, so several processes start together).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() {
 //! use std::time::Duration;
-//! use lock_tests::worker::{WorkerArgs, WorkerProcess};
+//! use lock_testkit::{ChildProcess, RedisServer};
+//! use lock_tests::worker::{WorkerArgs, WorkerSummary};
 //!
-//! let server = lock_testkit::RedisServer::start();
+//! let server = RedisServer::start();
 //! let args = WorkerArgs::count(&server.url(), "stress", 100, "counter");
-//! let worker = WorkerProcess::spawn("target/debug/lock-worker", &args);
+//! let worker = ChildProcess::spawn("target/debug/lock-worker", args.to_args());
 //! let out = worker.finish(Duration::from_secs(60)).await;
-//! assert_eq!(out.summary().unwrap().increments, 100);
+//! assert_eq!(WorkerSummary::find(&out.lines).unwrap().increments, 100);
 //! # }
 //! ```
 
-#![allow(
-    clippy::panic,
-    reason = "a test harness that cannot do its job fails the test using it, loudly and with the cause"
-)]
-
 use std::fmt::Write as _;
-use std::path::Path;
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use lock_core::LockError;
+
+/// The name of a [`LockError`] variant, as the worker processes print it (`Busy`, `Timeout`,
+/// ...; `Other` for a variant added later).
+pub fn error_kind(e: &LockError) -> &'static str {
+    match e {
+        LockError::Busy { .. } => "Busy",
+        LockError::Timeout { .. } => "Timeout",
+        LockError::LeaseLost { .. } => "LeaseLost",
+        LockError::MaxHoldExceeded { .. } => "MaxHoldExceeded",
+        LockError::InvalidKey { .. } => "InvalidKey",
+        LockError::InvalidConfig { .. } => "InvalidConfig",
+        LockError::NoGlobalLocker => "NoGlobalLocker",
+        LockError::Backend { .. } => "Backend",
+        _ => "Other",
+    }
+}
 
 /// What a worker does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// The counter stress.
     Count,
-    /// Take the lock and hold it, obeying stdin.
-    Hold,
+    /// Obey lock commands on stdin, one answer line each.
+    Serve,
 }
 
 /// The command line of `lock-worker`: built by tests, parsed by the binary.
@@ -75,7 +93,7 @@ pub struct WorkerArgs {
     pub mode: Mode,
     /// The Redis URL.
     pub url: String,
-    /// The lock key.
+    /// Count: the lock key.
     pub key: String,
     /// The locker's prefix (default `lock:`).
     pub prefix: Option<String>,
@@ -93,12 +111,8 @@ pub struct WorkerArgs {
     pub work_us: u64,
     /// Count: run without any lock (the control case).
     pub no_lock: bool,
-    /// Print `ready` and wait for `go` on stdin before starting.
+    /// Count: print `ready` and wait for `go` on stdin before starting.
     pub wait_go: bool,
-    /// Hold: take a fenced lock.
-    pub fenced: bool,
-    /// Hold: do not renew the lease.
-    pub no_watchdog: bool,
 }
 
 impl WorkerArgs {
@@ -116,8 +130,6 @@ impl WorkerArgs {
             work_us: 0,
             no_lock: false,
             wait_go: false,
-            fenced: false,
-            no_watchdog: false,
         }
     }
 
@@ -135,20 +147,20 @@ impl WorkerArgs {
         }
     }
 
-    /// Take `key` and hold it, obeying stdin.
+    /// Obey lock commands on stdin (see the module docs).
     ///
     /// ```
-    /// let args = lock_tests::worker::WorkerArgs::hold("redis://127.0.0.1/", "k").fenced();
-    /// assert!(args.fenced);
+    /// let args = lock_tests::worker::WorkerArgs::serve("redis://127.0.0.1/");
+    /// assert_eq!(args.to_args()[0], "serve");
     /// ```
-    pub fn hold(url: &str, key: &str) -> Self {
-        Self::new(Mode::Hold, url, key)
+    pub fn serve(url: &str) -> Self {
+        Self::new(Mode::Serve, url, "")
     }
 
     /// Sets the locker's prefix.
     ///
     /// ```
-    /// let a = lock_tests::worker::WorkerArgs::hold("redis://h/", "k").prefix("shop:");
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").prefix("shop:");
     /// assert_eq!(a.prefix.as_deref(), Some("shop:"));
     /// ```
     #[must_use]
@@ -160,7 +172,7 @@ impl WorkerArgs {
     /// Sets the lease.
     ///
     /// ```
-    /// let a = lock_tests::worker::WorkerArgs::hold("redis://h/", "k").lease_ms(500);
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").lease_ms(500);
     /// assert_eq!(a.lease_ms, Some(500));
     /// ```
     #[must_use]
@@ -172,7 +184,7 @@ impl WorkerArgs {
     /// Sets the wait.
     ///
     /// ```
-    /// let a = lock_tests::worker::WorkerArgs::hold("redis://h/", "k").wait_ms(0);
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").wait_ms(0);
     /// assert_eq!(a.wait_ms, 0);
     /// ```
     #[must_use]
@@ -229,39 +241,17 @@ impl WorkerArgs {
         self
     }
 
-    /// Hold: a fenced lock.
-    ///
-    /// ```
-    /// assert!(lock_tests::worker::WorkerArgs::hold("redis://h/", "k").fenced().fenced);
-    /// ```
-    #[must_use]
-    pub fn fenced(mut self) -> Self {
-        self.fenced = true;
-        self
-    }
-
-    /// Hold: no watchdog renewal (the lock lasts one lease).
-    ///
-    /// ```
-    /// assert!(lock_tests::worker::WorkerArgs::hold("redis://h/", "k").no_watchdog().no_watchdog);
-    /// ```
-    #[must_use]
-    pub fn no_watchdog(mut self) -> Self {
-        self.no_watchdog = true;
-        self
-    }
-
     /// The command-line arguments (without the program name).
     ///
     /// ```
-    /// let a = lock_tests::worker::WorkerArgs::hold("redis://h/", "k");
-    /// assert_eq!(a.to_args()[0], "hold");
+    /// let a = lock_tests::worker::WorkerArgs::count("redis://h/", "k", 1, "c");
+    /// assert_eq!(a.to_args()[0], "count");
     /// ```
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
             match self.mode {
                 Mode::Count => "count",
-                Mode::Hold => "hold",
+                Mode::Serve => "serve",
             }
             .to_owned(),
         ];
@@ -270,7 +260,9 @@ impl WorkerArgs {
             v.push(value);
         };
         opt("--url", self.url.clone());
-        opt("--key", self.key.clone());
+        if self.mode == Mode::Count {
+            opt("--key", self.key.clone());
+        }
         opt("--wait-ms", self.wait_ms.to_string());
         if let Some(p) = &self.prefix {
             opt("--prefix", p.clone());
@@ -286,12 +278,7 @@ impl WorkerArgs {
                 opt("--fence-key", f.clone());
             }
         }
-        let flags = [
-            (self.no_lock, "--no-lock"),
-            (self.wait_go, "--wait-go"),
-            (self.fenced, "--fenced"),
-            (self.no_watchdog, "--no-watchdog"),
-        ];
+        let flags = [(self.no_lock, "--no-lock"), (self.wait_go, "--wait-go")];
         v.extend(
             flags
                 .into_iter()
@@ -313,8 +300,8 @@ impl WorkerArgs {
     pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
         let mode = match args.next().as_deref() {
             Some("count") => Mode::Count,
-            Some("hold") => Mode::Hold,
-            other => return Err(format!("expected mode `count` or `hold`, got {other:?}")),
+            Some("serve") => Mode::Serve,
+            other => return Err(format!("expected mode `count` or `serve`, got {other:?}")),
         };
         let mut a = Self::new(mode, "", "");
         while let Some(flag) = args.next() {
@@ -335,16 +322,14 @@ impl WorkerArgs {
                 "--work-us" => a.work_us = number(value()?)?,
                 "--no-lock" => a.no_lock = true,
                 "--wait-go" => a.wait_go = true,
-                "--fenced" => a.fenced = true,
-                "--no-watchdog" => a.no_watchdog = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         if a.url.is_empty() {
             return Err("--url is required".into());
         }
-        if a.mode == Mode::Count && a.counter_key.is_empty() {
-            return Err("count needs --counter-key".into());
+        if a.mode == Mode::Count && (a.counter_key.is_empty() || a.key.is_empty()) {
+            return Err("count needs --key and --counter-key".into());
         }
         Ok(a)
     }
@@ -396,6 +381,16 @@ impl WorkerSummary {
         s
     }
 
+    /// The last `summary` line among a worker's output lines, parsed.
+    ///
+    /// ```
+    /// let lines = ["ready".to_owned(), "summary mode=count pid=1 iterations=1 increments=1 max_fence=0 fence_violations=0 elapsed_ms=3".to_owned()];
+    /// assert_eq!(lock_tests::worker::WorkerSummary::find(&lines).unwrap().elapsed_ms, 3);
+    /// ```
+    pub fn find(lines: &[String]) -> Option<Self> {
+        lines.iter().rev().find_map(|l| Self::parse(l))
+    }
+
     /// Parses a `summary ...` line.
     ///
     /// ```
@@ -417,266 +412,5 @@ impl WorkerSummary {
             fence_violations: field("fence_violations")?,
             elapsed_ms: field("elapsed_ms")?,
         })
-    }
-}
-
-/// A running `lock-worker` process: its stdout read line by line, its stdin written, its
-/// stderr collected. Killed on drop.
-#[derive(Debug)]
-pub struct WorkerProcess {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
-    stderr: Arc<Mutex<String>>,
-    stderr_task: Option<tokio::task::JoinHandle<()>>,
-    seen: Vec<String>,
-}
-
-/// How a worker ended.
-#[derive(Debug)]
-pub struct WorkerOutput {
-    /// Its exit status.
-    pub status: ExitStatus,
-    /// Every stdout line it printed, in order (including those read before).
-    pub lines: Vec<String>,
-    /// Everything it wrote to stderr.
-    pub stderr: String,
-}
-
-impl WorkerOutput {
-    /// The `summary` line, parsed.
-    ///
-    /// ```no_run
-    /// # fn demo(out: lock_tests::worker::WorkerOutput) {
-    /// let increments = out.summary().map(|s| s.increments);
-    /// # }
-    /// ```
-    pub fn summary(&self) -> Option<WorkerSummary> {
-        self.lines
-            .iter()
-            .rev()
-            .find_map(|l| WorkerSummary::parse(l))
-    }
-}
-
-impl WorkerProcess {
-    /// Starts `binary` with `args`. Must be called inside a tokio runtime.
-    ///
-    /// # Panics
-    /// When the process cannot be started.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() {
-    /// use lock_tests::worker::{WorkerArgs, WorkerProcess};
-    /// let w = WorkerProcess::spawn("target/debug/lock-worker", &WorkerArgs::hold("redis://127.0.0.1:6379/", "k"));
-    /// # drop(w);
-    /// # }
-    /// ```
-    pub fn spawn(binary: impl AsRef<Path>, args: &WorkerArgs) -> Self {
-        let binary = binary.as_ref();
-        let mut child = Command::new(binary)
-            .args(args.to_args())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let (Some(stdin), Some(stdout), Some(mut stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            panic!("{} started without its pipes", binary.display());
-        };
-        let collected = Arc::new(Mutex::new(String::new()));
-        let sink = collected.clone();
-        let stderr_task = tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let _ = stderr.read_to_end(&mut buf).await;
-            sink.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_str(&String::from_utf8_lossy(&buf));
-        });
-        WorkerProcess {
-            child,
-            stdin: Some(stdin),
-            stdout: BufReader::new(stdout).lines(),
-            stderr: collected,
-            stderr_task: Some(stderr_task),
-            seen: Vec::new(),
-        }
-    }
-
-    /// The process id, while it runs.
-    ///
-    /// ```no_run
-    /// # fn demo(w: &lock_tests::worker::WorkerProcess) {
-    /// let pid = w.pid();
-    /// # }
-    /// ```
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
-    }
-
-    /// The next stdout line; `None` at end of output.
-    ///
-    /// # Panics
-    /// When no line comes `within` (the message holds what it printed so far).
-    ///
-    /// ```no_run
-    /// # async fn demo(w: &mut lock_tests::worker::WorkerProcess) {
-    /// let line = w.next_line(std::time::Duration::from_secs(5)).await;
-    /// # }
-    /// ```
-    pub async fn next_line(&mut self, within: Duration) -> Option<String> {
-        match tokio::time::timeout(within, self.stdout.next_line()).await {
-            Ok(Ok(Some(line))) => {
-                self.seen.push(line.clone());
-                Some(line)
-            }
-            Ok(Ok(None) | Err(_)) => None,
-            Err(_) => panic!(
-                "worker {:?} printed no line within {within:?}; stdout so far: {:?}; stderr: {}",
-                self.pid(),
-                self.seen,
-                self.stderr()
-            ),
-        }
-    }
-
-    /// The next stdout line, which must start with `prefix`.
-    ///
-    /// # Panics
-    /// When it does not, or none comes `within`.
-    ///
-    /// ```no_run
-    /// # async fn demo(w: &mut lock_tests::worker::WorkerProcess) {
-    /// let acquired = w.expect_line("acquired", std::time::Duration::from_secs(5)).await;
-    /// # }
-    /// ```
-    pub async fn expect_line(&mut self, prefix: &str, within: Duration) -> String {
-        match self.next_line(within).await {
-            Some(line) if line.starts_with(prefix) => line,
-            other => panic!(
-                "worker {:?}: expected a line starting with {prefix:?}, got {other:?}; stdout so far: {:?}; stderr: {}",
-                self.pid(),
-                self.seen,
-                self.stderr()
-            ),
-        }
-    }
-
-    /// Writes one line to the worker's stdin.
-    ///
-    /// # Panics
-    /// When stdin was closed.
-    ///
-    /// ```no_run
-    /// # async fn demo(w: &mut lock_tests::worker::WorkerProcess) {
-    /// w.send("release").await;
-    /// # }
-    /// ```
-    pub async fn send(&mut self, line: &str) {
-        let Some(stdin) = self.stdin.as_mut() else {
-            panic!("worker stdin is closed");
-        };
-        let mut bytes = line.as_bytes().to_vec();
-        bytes.push(b'\n');
-        if let Err(e) = stdin.write_all(&bytes).await {
-            panic!("cannot write to worker {:?}: {e}", self.pid());
-        }
-        let _ = stdin.flush().await;
-    }
-
-    /// What the worker wrote to stderr so far (complete once it exited).
-    ///
-    /// ```no_run
-    /// # fn demo(w: &lock_tests::worker::WorkerProcess) {
-    /// eprintln!("{}", w.stderr());
-    /// # }
-    /// ```
-    pub fn stderr(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Sends SIGKILL (a crash: nothing is released).
-    ///
-    /// ```no_run
-    /// # async fn demo(mut w: lock_tests::worker::WorkerProcess) {
-    /// w.kill().await;
-    /// # }
-    /// ```
-    pub async fn kill(&mut self) {
-        let _ = self.child.kill().await;
-    }
-
-    /// Freezes (`true`, SIGSTOP) or thaws (`false`, SIGCONT) the worker.
-    ///
-    /// # Panics
-    /// When it is not running or `kill` fails.
-    ///
-    /// ```no_run
-    /// # fn demo(w: &lock_tests::worker::WorkerProcess) {
-    /// w.freeze(true);
-    /// w.freeze(false);
-    /// # }
-    /// ```
-    pub fn freeze(&self, frozen: bool) {
-        let Some(pid) = self.pid() else {
-            panic!("worker is not running");
-        };
-        let signal = if frozen { "-STOP" } else { "-CONT" };
-        let status = std::process::Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
-        assert!(status.success(), "`kill {signal} {pid}` failed");
-    }
-
-    /// Closes stdin, reads the rest of stdout and waits for the exit.
-    ///
-    /// # Panics
-    /// When the worker does not exit `within` (it is killed first).
-    ///
-    /// ```no_run
-    /// # async fn demo(w: lock_tests::worker::WorkerProcess) {
-    /// let out = w.finish(std::time::Duration::from_secs(30)).await;
-    /// assert!(out.status.success(), "{}", out.stderr);
-    /// # }
-    /// ```
-    pub async fn finish(mut self, within: Duration) -> WorkerOutput {
-        drop(self.stdin.take());
-        let pid = self.pid();
-        let drained = tokio::time::timeout(within, async {
-            while let Ok(Some(line)) = self.stdout.next_line().await {
-                self.seen.push(line);
-            }
-            self.child.wait().await
-        })
-        .await;
-        let status = match drained {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => panic!("cannot wait for worker {pid:?}: {e}"),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                panic!(
-                    "worker {pid:?} did not finish within {within:?}; stdout: {:?}; stderr: {}",
-                    self.seen,
-                    self.stderr()
-                );
-            }
-        };
-        // The stderr reader ends when the worker's end of the pipe closes.
-        if let Some(task) = self.stderr_task.take() {
-            let _ = tokio::time::timeout(within, task).await;
-        }
-        WorkerOutput {
-            status,
-            lines: std::mem::take(&mut self.seen),
-            stderr: self.stderr(),
-        }
     }
 }

@@ -1259,7 +1259,8 @@ conformance!(
 /// Checks that only make sense on Redis: URLs, ACL, connection failures, OS processes.
 mod redis_only {
     use super::*;
-    use lock_tests::worker::{WorkerArgs, WorkerOutput, WorkerProcess};
+    use lock_testkit::{AclUser, ChildOutput, ChildProcess};
+    use lock_tests::worker::{WorkerArgs, WorkerSummary};
 
     const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 
@@ -1329,18 +1330,12 @@ mod redis_only {
     /// through the restricted release channel. A wrong password or none is a `Backend` error.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn acl_user_and_password_in_the_url() {
-        let server = RedisServer::start_with([
-            "--requirepass",
-            "adminpw",
-            "--user",
-            "app",
-            "on",
-            ">s3cret",
-            "~lock:*",
-            "&lock:*",
-            "+@all",
-        ]);
-        let url = server.url_as("app", "s3cret");
+        let app = AclUser::new("app", "s3cret").rules(["~lock:*", "&lock:*", "+@all"]);
+        let server = RedisServer::builder()
+            .requirepass("adminpw")
+            .user(&app)
+            .start();
+        let url = server.url_for(&app);
         let a = Locker::redis(&url).await.expect("the ACL user connects");
         let b = Locker::redis(&url).await.expect("the ACL user connects");
         let guard = a
@@ -1395,9 +1390,9 @@ mod redis_only {
 
     /// Runs `processes` lock-worker processes with `args` started together; returns their
     /// outputs and the wall time.
-    async fn run_workers(processes: usize, args: &WorkerArgs) -> (Vec<WorkerOutput>, Duration) {
+    async fn run_workers(processes: usize, args: &WorkerArgs) -> (Vec<ChildOutput>, Duration) {
         let mut workers: Vec<_> = (0..processes)
-            .map(|_| WorkerProcess::spawn(WORKER, args))
+            .map(|_| ChildProcess::spawn(WORKER, args.to_args()))
             .collect();
         for w in &mut workers {
             w.expect_line("ready", Duration::from_secs(30)).await;
@@ -1434,7 +1429,7 @@ mod redis_only {
                 out.lines,
                 out.stderr
             );
-            let s = out.summary().expect("summary line");
+            let s = WorkerSummary::find(&out.lines).expect("summary line");
             assert_eq!(s.increments, ITERATIONS);
             assert_eq!(s.fence_violations, 0, "fencing token went backwards");
             max_fence = max_fence.max(s.max_fence);

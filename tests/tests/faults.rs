@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_testkit::RedisServer;
-use support::{Agent, eventually, locker, subscribed_channels};
+use lock_testkit::{RedisServer, eventually};
+use support::{agent, hold, locker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_holds_100_locks_for_ten_leases_with_one_renewal_call_per_tick() {
@@ -258,28 +258,28 @@ async fn paused_server_longer_than_the_lease_never_gives_two_holders() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_process_has_its_fenced_write_rejected_and_knows_it_lost() {
     let server = RedisServer::start();
-    let mut stale = Agent::start(&server.url()).await;
-    let mut fresh = Agent::start(&server.url()).await;
+    let mut stale = agent(&server.url()).await;
+    let mut fresh = agent(&server.url()).await;
     let lease = 800;
-    let f1 = stale.hold("ledger", lease, true).await.unwrap();
+    let f1 = hold(&mut stale, "ledger", lease, true).await.unwrap();
     assert_eq!(
         stale.ask("WRITE ledger store").await,
         "WRITE ledger ok held=true"
     );
-    stale.stop().await;
+    stale.pause().await;
     eventually(
         "lock expired while its holder is stopped",
         Duration::from_secs(5),
         async || !server.exists("lock:{ledger}").await,
     )
     .await;
-    let f2 = fresh.hold("ledger", lease, true).await.unwrap();
+    let f2 = hold(&mut fresh, "ledger", lease, true).await.unwrap();
     assert!(f2 > f1);
     assert_eq!(
         fresh.ask("WRITE ledger store").await,
         "WRITE ledger ok held=true"
     );
-    stale.signal("CONT");
+    stale.resume();
     assert_eq!(
         stale.ask("WRITE ledger store").await,
         "WRITE ledger rejected held=false"
@@ -388,7 +388,7 @@ async fn a_waiter_rides_out_a_server_restart() {
     let _held = holder.lock("k").await.unwrap();
     let task = tokio::spawn(async move { waiter.lock("k").wait(Duration::from_secs(20)).await });
     eventually("waiter subscribed", Duration::from_secs(5), async || {
-        !subscribed_channels(&server).await.is_empty()
+        !server.subscribed_channels().await.is_empty()
     })
     .await;
     server.stop();

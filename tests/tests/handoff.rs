@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_testkit::RedisServer;
-use support::{Agent, eventually, locker, subscribed_channels, until_no_subscriptions};
+use lock_testkit::{RedisServer, eventually};
+use support::{agent, locker, until_no_subscriptions};
 use tokio::sync::Mutex;
 
 /// Client connections that hold at least one (sharded or plain) subscription.
@@ -54,10 +54,7 @@ fn total_calls(stats: &std::collections::BTreeMap<String, u64>) -> u64 {
 async fn every_release_wakes_a_waiter_in_another_process() {
     let server = RedisServer::start();
     let holder = locker(&server, Duration::from_secs(2)).await;
-    let mut agents = [
-        Agent::start(&server.url()).await,
-        Agent::start(&server.url()).await,
-    ];
+    let mut agents = [agent(&server.url()).await, agent(&server.url()).await];
     let guard = holder.lock("hot").await.unwrap();
     for id in 0..20 {
         agents[id % 2].send(&format!("WAIT hot {id} order")).await;
@@ -70,7 +67,7 @@ async fn every_release_wakes_a_waiter_in_another_process() {
     )
     .await;
     assert_eq!(
-        subscribed_channels(&server).await,
+        server.subscribed_channels().await,
         vec!["lock:{hot}:released"]
     );
     let start = Instant::now();
@@ -226,7 +223,7 @@ async fn dropping_100_waiters_leaves_no_queue_entries_and_no_subscriptions() {
     eventually(
         "waiters queued and subscribed",
         Duration::from_secs(5),
-        async || waiters.stats().waiters == 100 && !subscribed_channels(&server).await.is_empty(),
+        async || waiters.stats().waiters == 100 && !server.subscribed_channels().await.is_empty(),
     )
     .await;
     for t in &tasks {
@@ -254,9 +251,9 @@ async fn fair_mode_serves_five_waiters_in_three_processes_in_arrival_order() {
     let server = RedisServer::start();
     let holder = locker(&server, Duration::from_secs(2)).await;
     let mut agents = [
-        Agent::start(&server.url()).await,
-        Agent::start(&server.url()).await,
-        Agent::start(&server.url()).await,
+        agent(&server.url()).await,
+        agent(&server.url()).await,
+        agent(&server.url()).await,
     ];
     let guard = holder.lock("fair").fair().await.unwrap();
     for id in 0..5usize {
@@ -335,7 +332,7 @@ async fn waiters_fall_back_to_bounded_retries_while_the_subscriber_is_down() {
     eventually(
         "subscription restored",
         Duration::from_secs(5),
-        async || !subscribed_channels(&server).await.is_empty(),
+        async || !server.subscribed_channels().await.is_empty(),
     )
     .await;
     guard.release().await.unwrap();
@@ -435,7 +432,7 @@ async fn a_waiter_killed_in_the_queue_holds_a_handed_over_lock_only_briefly() {
     let server = RedisServer::start();
     let holder = locker(&server, Duration::from_secs(2)).await;
     let next = locker(&server, Duration::from_secs(2)).await;
-    let mut agent = Agent::start(&server.url()).await;
+    let mut agent = agent(&server.url()).await;
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k dead order").await;
     until_queued(&server, "k", 1).await;
@@ -466,19 +463,19 @@ async fn a_waiter_killed_in_the_queue_holds_a_handed_over_lock_only_briefly() {
 async fn a_handover_received_late_is_confirmed_or_given_up() {
     let server = RedisServer::start();
     let holder = locker(&server, Duration::from_secs(2)).await;
-    let mut agent = Agent::start(&server.url()).await;
+    let mut agent = agent(&server.url()).await;
 
     // Paused for 2 s right after the handover: too little of the 3 s handover lease is left
     // to trust, so the agent confirms it with one renewal (the lock is still its own).
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k late order").await;
     until_queued(&server, "k", 1).await;
-    agent.stop().await;
+    agent.pause().await;
     guard.release().await.unwrap();
     let handed = server.get("lock:{k}").await;
     assert!(handed.is_some(), "handed to the paused waiter");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    agent.signal("CONT");
+    agent.resume();
     assert_eq!(agent.line().await, "DONE late");
     let order: Vec<String> = server
         .query(redis::cmd("LRANGE").arg("order").arg(0).arg(-1).clone())
@@ -490,12 +487,12 @@ async fn a_handover_received_late_is_confirmed_or_given_up() {
     let guard = holder.lock("k").await.unwrap();
     agent.send("WAIT k stale order").await;
     until_queued(&server, "k", 1).await;
-    agent.stop().await;
+    agent.pause().await;
     guard.release().await.unwrap();
     let other = locker(&server, Duration::from_secs(2)).await;
     // `other` gets the lock only once the handover's lease has run out.
     let g = other.lock("k").wait(Duration::from_secs(10)).await.unwrap();
-    agent.signal("CONT");
+    agent.resume();
     // An observation window, not a synchronization: the agent gets 500 ms to misbehave.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let order: Vec<String> = server

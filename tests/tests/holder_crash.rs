@@ -17,20 +17,21 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 use lock_testkit::RedisServer;
-use support::{Agent, locker};
+use lock_testkit::signal::Signal;
+use support::{agent, hold, locker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_process_frees_the_lock_within_its_lease() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(1000);
-    let mut agent = Agent::start(&server.url()).await;
-    agent.hold("job", lease.as_millis() as u64, false).await;
+    let mut agent = agent(&server.url()).await;
+    hold(&mut agent, "job", lease.as_millis() as u64, false).await;
     let locker = locker(&server, Duration::from_millis(500)).await;
     assert!(matches!(
         locker.try_lock("job").await,
         Err(LockError::Busy { .. })
     ));
-    agent.signal("KILL");
+    agent.signal(Signal::Kill);
     let killed_at = Instant::now();
     let pttl_at_kill = server.pttl("lock:{job}").await;
     let guard = locker

@@ -14,14 +14,11 @@
     reason = "test code: a failed expectation fails the test"
 )]
 
-mod support;
-
 use std::future::Future;
 use std::time::Duration;
 
 use lock_core::{LockError, Locker, RedisBackend};
-use lock_testkit::RedisServer;
-use support::{eventually, subscribed_channels};
+use lock_testkit::{AclUser, RedisServer, eventually};
 
 /// A hang guard for things expected to happen soon: generous, never a speed claim.
 const SOON: Duration = Duration::from_secs(10);
@@ -44,26 +41,15 @@ fn readme_rule() -> Vec<String> {
 }
 
 /// A server with the admin protected by a password and one more user defined by `rule`
-/// (the words of an `ACL SETUSER` rule, user name first).
-fn server_with_user(rule: &[String]) -> RedisServer {
-    let mut args = vec![
-        "--requirepass".to_owned(),
-        "adminpw".to_owned(),
-        "--user".to_owned(),
-    ];
-    args.extend(rule.iter().cloned());
-    RedisServer::start_with(args)
-}
-
-/// The rule's user name and password (`>secret`).
-fn credentials(rule: &[String]) -> (String, String) {
-    let user = rule[0].clone();
-    let password = rule
-        .iter()
-        .find_map(|w| w.strip_prefix('>'))
-        .expect("the rule sets a password")
-        .to_owned();
-    (user, password)
+/// (the words of an `ACL SETUSER` rule, user name first), and the URL that logs in as it.
+fn server_with_user(rule: &[String]) -> (RedisServer, String) {
+    let user = AclUser::from_setuser(rule.iter().cloned()).expect("the rule sets a password");
+    let server = RedisServer::builder()
+        .requirepass("adminpw")
+        .user(&user)
+        .start();
+    let url = server.url_for(&user);
+    (server, url)
 }
 
 #[track_caller]
@@ -94,9 +80,7 @@ async fn every_feature_works_under_exactly_the_readme_acl_rule() {
         rule.iter().any(|w| w == "-@dangerous"),
         "the rule excludes @dangerous: {rule:?}"
     );
-    let server = server_with_user(&rule);
-    let (user, password) = credentials(&rule);
-    let url = server.url_as(&user, &password);
+    let (server, url) = server_with_user(&rule);
     // The user really is refused INFO and CONFIG.
     let mut restricted = redis::Client::open(url.as_str())
         .unwrap()
@@ -143,7 +127,7 @@ async fn every_feature_works_under_exactly_the_readme_acl_rule() {
     let b2 = b.clone();
     let waiter = tokio::spawn(async move { b2.lock("lp:fenced").fenced().wait(SOON).await });
     eventually("the waiter subscribed", SOON, async || {
-        !subscribed_channels(&server).await.is_empty()
+        !server.subscribed_channels().await.is_empty()
     })
     .await;
     let held_fence = again.fence();
@@ -227,10 +211,9 @@ async fn a_user_without_channel_permission_is_refused_at_connect() {
         .into_iter()
         .filter(|w| !w.starts_with('&'))
         .collect();
-    let server = server_with_user(&rule);
-    let (user, password) = credentials(&rule);
+    let (server, url) = server_with_user(&rule);
     let what = assert_permission_error(
-        soon("connect", Locker::redis(&server.url_as(&user, &password))).await,
+        soon("connect", Locker::redis(&url)).await,
         &["SPUBLISH", "lock:{__lock_probe__}:released", "channel"],
     );
     println!("{what}");
@@ -249,14 +232,10 @@ async fn a_custom_prefix_without_channel_permission_is_refused_at_its_first_lock
             _ => w,
         })
         .collect();
-    let server = server_with_user(&rule);
-    let (user, password) = credentials(&rule);
-    let backend = soon(
-        "connect",
-        RedisBackend::connect(&server.url_as(&user, &password)),
-    )
-    .await
-    .expect("the backend connects: it knows no prefix yet");
+    let (server, url) = server_with_user(&rule);
+    let backend = soon("connect", RedisBackend::connect(&url))
+        .await
+        .expect("the backend connects: it knows no prefix yet");
     let shop = Locker::builder(backend.clone()).prefix("shop:").build();
     for _ in 0..2 {
         assert_permission_error(
@@ -294,12 +273,8 @@ async fn every_part_of_the_readme_acl_rule_is_needed() {
     assert!(grants.len() >= 4, "{grants:?}");
     for grant in &grants {
         let reduced: Vec<String> = rule.iter().filter(|w| *w != grant).cloned().collect();
-        let server = server_with_user(&reduced);
-        let (user, password) = credentials(&reduced);
-        let what = assert_permission_error(
-            soon(grant, Locker::redis(&server.url_as(&user, &password))).await,
-            &[],
-        );
+        let (_server, url) = server_with_user(&reduced);
+        let what = assert_permission_error(soon(grant, Locker::redis(&url)).await, &[]);
         println!("without {grant}: {what}");
     }
 }
@@ -328,20 +303,11 @@ async fn the_maxmemory_policy_is_read_and_an_eviction_risk_reported() {
 /// A user allowed `INFO` but not `CONFIG` still gets the policy (from `INFO memory`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_policy_is_read_from_info_when_config_is_refused() {
-    let server = RedisServer::start_with([
-        "--maxmemory-policy",
-        "allkeys-lru",
-        "--user",
-        "app",
-        "on",
-        ">pw",
-        "~*",
-        "&*",
-        "+@all",
-        "-config",
-    ]);
-    let backend = RedisBackend::connect(&server.url_as("app", "pw"))
-        .await
-        .unwrap();
+    let app = AclUser::new("app", "pw").rules(["~*", "&*", "+@all", "-config"]);
+    let server = RedisServer::builder()
+        .args(["--maxmemory-policy", "allkeys-lru"])
+        .user(&app)
+        .start();
+    let backend = RedisBackend::connect(&server.url_for(&app)).await.unwrap();
     assert_eq!(backend.maxmemory_policy(), Some("allkeys-lru"));
 }

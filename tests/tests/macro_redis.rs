@@ -22,13 +22,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, RedisBackend, current_fence, current_lock, distributed_lock};
-use lock_testkit::RedisServer;
+use lock_testkit::{ChildProcess, RedisServer};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
 mod support;
 
-use support::Agent;
+use support::ready;
 
 /// How long a worker may take to answer one command (generous: CI machines are slow). A
 /// correctness bound: a worker stuck on a lock fails the test instead of hanging it.
@@ -65,8 +65,9 @@ impl From<redis::RedisError> for AppError {
 }
 
 /// One `lock-macro-worker` process.
-async fn worker(url: &str) -> Agent {
-    Agent::spawn(env!("CARGO_BIN_EXE_lock-macro-worker"), url, ANSWER_TIMEOUT).await
+async fn worker(url: &str) -> ChildProcess {
+    let child = ChildProcess::spawn(env!("CARGO_BIN_EXE_lock-macro-worker"), ["--url", url]);
+    ready(child.answer_timeout(ANSWER_TIMEOUT)).await
 }
 
 /// A Redis locker of its own (its own connections: another client).

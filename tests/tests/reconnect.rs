@@ -13,13 +13,10 @@
     reason = "test code: a failed expectation fails the test; figures are printed for the notes"
 )]
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use lock_core::{Locker, RedisBackend};
-use lock_testkit::RedisServer;
-use support::eventually;
+use lock_testkit::{RedisServer, eventually};
 
 /// Long enough that the next regular renewal (lease/3) is far beyond the bound below.
 const LEASE: Duration = Duration::from_secs(30);

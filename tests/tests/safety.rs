@@ -16,8 +16,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_testkit::RedisServer;
-use support::locker;
+use lock_testkit::{RedisServer, eventually};
+use support::{locker, until_no_subscriptions};
 
 /// A restart without persistence empties the server; another owner takes the key; the first
 /// holder's release goes out on a dropped connection, is retried on a new one, and the script
@@ -150,7 +150,7 @@ async fn a_handed_over_lock_draws_a_rising_fence_after_the_counter_was_lost() {
 
 /// Waits until a waiter has a ticket in the key's queue (server state: nothing signals it).
 async fn until_waiting(server: &RedisServer, key: &str) {
-    support::eventually("a waiter queued", Duration::from_secs(5), async || {
+    eventually("a waiter queued", Duration::from_secs(5), async || {
         let n: i64 = server
             .query(
                 redis::cmd("HLEN")
@@ -199,7 +199,7 @@ async fn fair_waiters_never_pay_a_scan_of_the_queue() {
             }));
         }
     }
-    support::eventually("every waiter queued", Duration::from_secs(10), async || {
+    eventually("every waiter queued", Duration::from_secs(10), async || {
         let n: i64 = server
             .query(redis::cmd("HLEN").arg("lock:{fair}:waiters").clone())
             .await;
@@ -298,7 +298,7 @@ async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
     );
     // The attempt ran when the server thawed and took the free lock: it is released, well
     // before its 30 s lease would have freed the key.
-    support::eventually(
+    eventually(
         "the late lock released",
         Duration::from_secs(5),
         async || !server.exists("lock:{k}").await,
@@ -347,7 +347,7 @@ async fn a_wait_ends_at_its_bound_when_the_server_freezes_at_the_deadline() {
             took < wait + WAIT_TOLERANCE,
             "fair={fair}: returned {took:?} after a {wait:?} wait"
         );
-        support::eventually("the ticket left", Duration::from_secs(5), async || {
+        eventually("the ticket left", Duration::from_secs(5), async || {
             let n: i64 = server
                 .query(redis::cmd("HLEN").arg("lock:{k}:waiters").clone())
                 .await;
@@ -383,7 +383,7 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
         "{waited:?}"
     );
     warm.release().await.expect("release");
-    support::until_no_subscriptions(&server).await;
+    until_no_subscriptions(&server).await;
     // Every client's commands wait 1.5 s: b's SSUBSCRIBE times out client-side (backoff) and
     // runs server-side afterwards.
     server
@@ -399,10 +399,10 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
     // then the attempt; the waiter gives up and drops its subscription while in backoff.
     let gave_up = b.lock("k").fair().wait(Duration::from_millis(400)).await;
     assert!(gave_up.is_err(), "{gave_up:?}");
-    support::eventually(
+    eventually(
         "no channel left subscribed",
         Duration::from_secs(10),
-        async || support::subscribed_channels(&server).await.is_empty(),
+        async || server.subscribed_channels().await.is_empty(),
     )
     .await;
     holder.release().await.expect("release");
@@ -426,7 +426,7 @@ async fn a_stall_right_after_a_hand_over_is_ridden_out_like_after_an_acquire() {
     holder.release().await.expect("release");
     let guard = waiter.await.expect("join").expect("handed over");
     assert_eq!(b.stats().handovers, 1);
-    support::eventually(
+    eventually(
         "the hand-over's short lease extended to the full 30 s",
         Duration::from_millis(500),
         async || server.pttl("lock:{k}").await > 3_000,

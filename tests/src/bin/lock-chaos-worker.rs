@@ -22,16 +22,17 @@
     reason = "the worker talks to the test that spawned it through stdout lines"
 )]
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lock_core::{LockError, LockInfo, Locker, RedisBackend, current_lock};
+use lock_testkit::process::say;
 use lock_tests::chaos::{
     Answer, FENCE_STORE, Mode, Rng, Section, WorkerConfig, Write, key_name, now_us, store_keys,
 };
+use lock_tests::worker::error_kind;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -42,26 +43,6 @@ const SECTION_BOUND: Duration = Duration::from_secs(15);
 
 /// A bound on the tasks' ending after `STOP`.
 const FINISH_BOUND: Duration = Duration::from_secs(30);
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
-fn variant(e: &LockError) -> &'static str {
-    match e {
-        LockError::Busy { .. } => "Busy",
-        LockError::Timeout { .. } => "Timeout",
-        LockError::LeaseLost { .. } => "LeaseLost",
-        LockError::MaxHoldExceeded { .. } => "MaxHoldExceeded",
-        LockError::InvalidKey { .. } => "InvalidKey",
-        LockError::InvalidConfig { .. } => "InvalidConfig",
-        LockError::NoGlobalLocker => "NoGlobalLocker",
-        LockError::Backend { .. } => "Backend",
-        _ => "other",
-    }
-}
 
 /// Everything a task needs.
 #[derive(Clone)]
@@ -225,7 +206,7 @@ async fn nested(ctx: &Ctx, plan: &Plan, rec: &Rec, outer: &LockInfo) {
     with(rec, |s| match &inner {
         Ok(()) => s.inner = Some("ok".to_owned()),
         Err(e) => {
-            s.inner = Some(variant(e).to_owned());
+            s.inner = Some(error_kind(e).to_owned());
             s.note(&format!("inner: {e}"));
             if matches!(e, LockError::LeaseLost { .. }) {
                 s.tell(at, "inner");
@@ -252,7 +233,7 @@ async fn section(ctx: &Ctx, plan: &Plan, rec: &Rec) {
             match &result {
                 Ok(()) => s.result = "ok".to_owned(),
                 Err(e) => {
-                    s.result = variant(e).to_owned();
+                    s.result = error_kind(e).to_owned();
                     s.note(&e.to_string());
                     if s.acq.is_some() {
                         if matches!(e, LockError::LeaseLost { .. }) {
@@ -274,7 +255,7 @@ async fn section(ctx: &Ctx, plan: &Plan, rec: &Rec) {
             let at = now_us();
             with(rec, |s| {
                 s.ret = at;
-                s.result = variant(&e).to_owned();
+                s.result = error_kind(&e).to_owned();
                 s.note(&e.to_string());
             });
             return;
@@ -298,7 +279,7 @@ async fn section(ctx: &Ctx, plan: &Plan, rec: &Rec) {
         match &released {
             Ok(()) => s.release = Some("ok".to_owned()),
             Err(e) => {
-                s.release = Some(variant(e).to_owned());
+                s.release = Some(error_kind(e).to_owned());
                 s.note(&format!("release: {e}"));
                 if matches!(e, LockError::LeaseLost { .. }) {
                     s.tell(at, "release");

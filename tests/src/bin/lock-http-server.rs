@@ -33,7 +33,6 @@
     reason = "the server talks to the test that spawned it through stdout lines"
 )]
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +48,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use tokio::io::AsyncReadExt;
 
+use lock_testkit::process::say;
 use lock_tests::probe::CHECK_FENCE;
 
 struct Args {
@@ -169,12 +169,6 @@ async fn metrics(State(app): State<Arc<App>>) -> String {
     format!(
         "locked={locked} busy={busy} timeout={timeout} unavailable={unavailable} lease_lost={lease_lost} other={other}"
     )
-}
-
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -34,7 +34,6 @@
     reason = "the worker talks to the test that spawned it through stdout lines"
 )]
 
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -44,6 +43,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use lock_testkit::process::{flag, say};
 use lock_tests::probe::CHECK_FENCE;
 
 /// The user's error type of the annotated functions.
@@ -170,20 +170,10 @@ impl Counter {
     }
 }
 
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let Some(url) = args
-        .iter()
-        .position(|a| a == "--url")
-        .and_then(|i| args.get(i + 1))
-    else {
+    let Some(url) = flag(&args, "--url") else {
         say("ERR usage: lock-macro-worker --url URL");
         return ExitCode::from(2);
     };
@@ -194,7 +184,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let conn = match redis::Client::open(url.as_str()) {
+    let conn = match redis::Client::open(url) {
         Ok(client) => client.get_multiplexed_async_connection().await,
         Err(e) => Err(e),
     };

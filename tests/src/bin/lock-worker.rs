@@ -1,5 +1,6 @@
-//! `lock-worker`: one OS process contending for a lock on Redis, spawned by the multi-process
-//! tests. See `lock_tests::worker` for its command line and output lines.
+//! `lock-worker`: one OS process contending for locks on Redis, spawned by the multi-process
+//! and fault tests: a batch stress (`count`) or a lock client obeying commands on stdin
+//! (`serve`). See `lock_tests::worker` for its command line, commands and answers.
 
 #![forbid(unsafe_code)]
 #![allow(
@@ -7,15 +8,18 @@
     reason = "the worker talks to the test that spawned it through stdout lines"
 )]
 
-use std::io::Write as _;
+use std::collections::HashMap;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, LockGuard, Locker, RedisBackend, current_fence};
-use lock_tests::worker::{Mode, WorkerArgs, WorkerSummary};
-use redis::AsyncCommands;
+use lock_testkit::process::say;
+use lock_tests::worker::{Mode, WorkerArgs, WorkerSummary, error_kind};
 use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, Script};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+use tokio::sync::Mutex;
 
 /// A failure: what was being done and why.
 struct Failure {
@@ -28,7 +32,7 @@ impl Failure {
     fn lock(op: &'static str, e: &LockError) -> Self {
         Failure {
             op,
-            kind: variant(e).to_owned(),
+            kind: error_kind(e).to_owned(),
             message: e.to_string(),
         }
     }
@@ -50,27 +54,8 @@ impl Failure {
     }
 }
 
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
-fn variant(e: &LockError) -> &'static str {
-    match e {
-        LockError::Busy { .. } => "Busy",
-        LockError::Timeout { .. } => "Timeout",
-        LockError::LeaseLost { .. } => "LeaseLost",
-        LockError::MaxHoldExceeded { .. } => "MaxHoldExceeded",
-        LockError::InvalidKey { .. } => "InvalidKey",
-        LockError::InvalidConfig { .. } => "InvalidConfig",
-        LockError::NoGlobalLocker => "NoGlobalLocker",
-        LockError::Backend { .. } => "Backend",
-        _ => "Other",
-    }
-}
-
-#[tokio::main(flavor = "current_thread")]
+// Two threads: a serving worker runs waiters in their own tasks beside the command loop.
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let result = match WorkerArgs::parse(std::env::args().skip(1)) {
         Ok(args) => run(args).await,
@@ -107,7 +92,7 @@ async fn run(args: WorkerArgs) -> Result<(), Failure> {
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     match args.mode {
         Mode::Count => count(&args, &locker, &mut stdin).await,
-        Mode::Hold => hold(&args, &locker, &mut stdin).await,
+        Mode::Serve => serve(&args, locker, &mut stdin).await,
     }
 }
 
@@ -207,76 +192,150 @@ async fn increment(
     Ok(Some((fence, violated)))
 }
 
-async fn hold(
-    args: &WorkerArgs,
-    locker: &Locker,
-    stdin: &mut Lines<BufReader<Stdin>>,
-) -> Result<(), Failure> {
-    if args.wait_go {
-        wait_go(stdin).await?;
-    }
-    let mut request = locker.lock(&args.key);
-    if args.fenced {
-        request = request.fenced();
-    }
-    if args.no_watchdog {
-        request = request.watchdog(false);
-    }
-    let guard = request.await.map_err(|e| Failure::lock("acquire", &e))?;
-    say(&format!(
-        "acquired fence={}",
-        guard
-            .fence()
-            .map_or_else(|| "none".to_owned(), |f| f.to_string())
-    ));
-    let mut lost_reported = false;
-    loop {
-        let line = tokio::select! {
-            line = stdin.next_line() => line,
-            () = guard.lost(), if !lost_reported => {
-                lost_reported = true;
-                say("lost");
-                continue;
-            }
-        };
-        let line = match line {
-            Ok(Some(line)) => line,
-            // End of stdin: release and leave.
-            Ok(None) | Err(_) => return release(guard).await,
-        };
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("release") => return release(guard).await,
-            Some("exit") => {
-                // Leave without releasing, as a crashed process would.
-                std::mem::forget(guard);
-                say("exiting");
-                return Ok(());
-            }
-            Some("status") => say(&format!(
-                "status held={} remaining_ms={}",
-                guard.is_held(),
-                guard.remaining().as_millis()
-            )),
-            Some("extend") => {
-                let ms = words
-                    .next()
-                    .and_then(|w| w.parse::<u64>().ok())
-                    .unwrap_or(0);
-                match guard.extend(Duration::from_millis(ms)).await {
-                    Ok(()) => say("extended ok"),
-                    Err(e) => say(&format!("extended err={}", variant(&e))),
-                }
-            }
-            _ => say(&format!("unknown command {line:?}")),
-        }
-    }
+/// Fenced storage: write only when the writer's token is not older than the last one seen.
+const FENCED_WRITE: &str = r"
+-- KEYS[1] the stored value, KEYS[2] the highest fencing token seen
+-- ARGV[1] the writer's fencing token, ARGV[2] the value
+-- Returns 1 when written, 0 when rejected as stale.
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < seen then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+";
+
+/// Generous bounds for the storage connection: a test may pause this process or load the
+/// machine, and a storage hiccup must not look like a lock failure.
+fn storage_config() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(10)))
 }
 
-async fn release(guard: LockGuard) -> Result<(), Failure> {
-    match guard.release().await {
-        Ok(()) => say("released ok"),
-        Err(e) => say(&format!("released err={}", variant(&e))),
+/// The locks a serving worker holds, by key.
+type Held = Arc<Mutex<HashMap<String, LockGuard>>>;
+
+/// Obeys commands on stdin until it ends (see `lock_tests::worker`).
+async fn serve(
+    args: &WorkerArgs,
+    locker: Locker,
+    stdin: &mut Lines<BufReader<Stdin>>,
+) -> Result<(), Failure> {
+    let storage = redis::Client::open(args.url.as_str()).map_err(|e| Failure::redis("open", &e))?;
+    say("READY");
+    let held: Held = Arc::default();
+    while let Ok(Some(line)) = stdin.next_line().await {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["HOLD", key, lease, fenced, rest @ ..] => {
+                let lease = Duration::from_millis(lease.parse().unwrap_or(1000));
+                let mut req = locker.lock(key).lease(lease);
+                if *fenced == "1" {
+                    req = req.fenced();
+                }
+                if rest.contains(&"no-watchdog") {
+                    req = req.watchdog(false);
+                }
+                match req.await {
+                    Ok(g) => {
+                        let fence = g.fence().map_or("none".into(), |f| f.to_string());
+                        held.lock().await.insert((*key).to_owned(), g);
+                        say(&format!("HELD {key} fence={fence}"));
+                    }
+                    Err(e) => say(&format!("ERR {key} {} {e}", error_kind(&e))),
+                }
+            }
+            ["STATUS", key] => match held.lock().await.get(*key) {
+                Some(g) => say(&format!(
+                    "STATUS {key} held={} remaining_ms={}",
+                    g.is_held(),
+                    g.remaining().as_millis()
+                )),
+                None => say(&format!("ERR {key} not held")),
+            },
+            ["EXTEND", key, ms] => {
+                let ms = ms.parse::<u64>().unwrap_or(0);
+                match held.lock().await.get(*key) {
+                    Some(g) => match g.extend(Duration::from_millis(ms)).await {
+                        Ok(()) => say(&format!("EXTENDED {key} ok")),
+                        Err(e) => say(&format!("EXTENDED {key} err={}", error_kind(&e))),
+                    },
+                    None => say(&format!("ERR {key} not held")),
+                }
+            }
+            ["WRITE", key, storage_key] => {
+                let map = held.lock().await;
+                let Some(g) = map.get(*key) else {
+                    say(&format!("ERR {key} not held"));
+                    continue;
+                };
+                let verdict =
+                    match fenced_write(&storage, storage_key, g.fence().unwrap_or(0)).await {
+                        true => "ok",
+                        false => "rejected",
+                    };
+                say(&format!("WRITE {key} {verdict} held={}", g.is_held()));
+            }
+            ["RELEASE", key] => {
+                let guard = held.lock().await.remove(*key);
+                match guard {
+                    Some(g) => match g.release().await {
+                        Ok(()) => say(&format!("RELEASED {key} ok")),
+                        Err(e) => say(&format!("RELEASED {key} err={}", error_kind(&e))),
+                    },
+                    None => say(&format!("ERR {key} not held")),
+                }
+            }
+            ["WAIT", key, id, order, rest @ ..] => {
+                let fair = rest.first() == Some(&"fair");
+                let (locker, storage) = (locker.clone(), storage.clone());
+                let (key, id, order) = ((*key).to_owned(), (*id).to_owned(), (*order).to_owned());
+                tokio::spawn(async move {
+                    let mut req = locker.lock(&key).wait(Duration::from_secs(30));
+                    if fair {
+                        req = req.fair();
+                    }
+                    let result = req
+                        .run(async {
+                            let mut conn = storage
+                                .get_multiplexed_async_connection_with_config(&storage_config())
+                                .await?;
+                            redis::cmd("RPUSH")
+                                .arg(&order)
+                                .arg(&id)
+                                .exec_async(&mut conn)
+                                .await
+                        })
+                        .await;
+                    match result {
+                        Ok(Ok(())) => say(&format!("DONE {id}")),
+                        Ok(Err(e)) => say(&format!("FAILED {id} {e}")),
+                        Err(e) => say(&format!("FAILED {id} {e}")),
+                    }
+                });
+            }
+            _ => say(&format!("ERR unknown command {line:?}")),
+        }
     }
     Ok(())
+}
+
+/// The fenced write of `WRITE`: whether the storage accepted `fence`.
+async fn fenced_write(storage: &redis::Client, storage_key: &str, fence: u64) -> bool {
+    let Ok(mut conn) = storage
+        .get_multiplexed_async_connection_with_config(&storage_config())
+        .await
+    else {
+        return false;
+    };
+    Script::new(FENCED_WRITE)
+        .key(storage_key)
+        .key(format!("{storage_key}:fence"))
+        .arg(fence)
+        .arg(format!("written-by-{fence}"))
+        .invoke_async::<i64>(&mut conn)
+        .await
+        .is_ok_and(|written| written == 1)
 }
