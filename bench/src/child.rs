@@ -1,20 +1,17 @@
 //! The second process of the cross-process scenarios: this same binary started with a hidden
 //! `--child` flag, driven over stdin/stdout one line at a time.
 //!
-//! - `--child handoff --design D --key K --lease-ms L [--observe 1]`: on each `go` line, writes
-//!   `started <t>` and takes the lock (waiting), then writes `acquired <t> <n>` once the acquire
-//!   returned and the lock was released again. Times are [`shared_now_ns`] readings; `<n>` is
-//!   when an independent observer connection in this process received the lock's release
-//!   notification (ours with `--observe 1` only; 0 otherwise), to split the handoff into
-//!   delivery and wake-up. The observer is a second subscriber in this process, so the main
-//!   measurement runs without it.
-//! - `--child hot --design D --key K --tasks N --id-base B --lease-ms L`: N tasks that
-//!   lock, record, release, in a loop from `go` to `stop`; then writes `records <n>` and one
-//!   `<t> <task id>` line per acquisition.
-//!
-//! - `--child raw --design ours --key C`: the notified-handoff floor without a lock (see
-//!   `child_raw`): on `go`, `started <t>`, wait for a message on channel C, one PING,
-//!   `acquired <t> 0`.
+//! - `--child handoff DESIGN KEY OBSERVE`: on each `go` line, writes `started <t>` and takes the
+//!   lock (waiting), then writes `acquired <t> <n>` once the acquire returned and the lock was
+//!   released again. Times are [`shared_now_ns`] readings; `<n>` is when an independent
+//!   observer connection in this process received the lock's release notification (ours with
+//!   OBSERVE `1` only; 0 otherwise), to split the handoff into delivery and wake-up. The
+//!   observer is a second subscriber in this process, so the main measurement runs without it.
+//! - `--child hot DESIGN KEY TASKS ID_BASE`: TASKS tasks that lock, record, release, in a loop
+//!   from `go` to `stop`; then writes `records <n>` and one `<t> <task id>` line per
+//!   acquisition. `calls` answers `calls <lock-core's backend calls so far>`.
+//! - `--child raw CHANNEL`: the notified-handoff floor without a lock: on `go`, `started <t>`,
+//!   wait for a message on CHANNEL, one PING, `acquired <t> <woke>`.
 //!
 //! All take the Redis URL from the environment ([`URL_ENV`], so a password in it never shows
 //! in the process list), write `ready` once connected and end on `quit` (or end of input).
@@ -24,7 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use redis::aio::ConnectionManager;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines, Stdin};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -32,135 +30,95 @@ use tokio::task::JoinSet;
 use crate::Result;
 use crate::clock::shared_now_ns;
 use crate::designs::{Design, Kind};
-use crate::server::Target;
+use crate::server::{Target, manager_config};
 
 /// The hidden first argument that selects child mode.
 pub(crate) const CHILD_FLAG: &str = "--child";
 
 /// The environment variable that hands the Redis URL to the child.
-pub(crate) const URL_ENV: &str = "LOCK_BENCH_CHILD_REDIS_URL";
+const URL_ENV: &str = "LOCK_BENCH_CHILD_REDIS_URL";
 
 /// How long either side waits for one line from the other before giving up.
 const LINE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The lease of the cross-process scenarios, on both sides.
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+
 /// One lock acquisition in the hot-key scenario: when (shared clock) and by which task.
 pub(crate) type Record = (u64, u32);
 
-struct ChildArgs {
-    mode: String,
-    kind: Kind,
-    url: String,
-    key: String,
-    tasks: usize,
-    id_base: u32,
-    lease: Duration,
-    observe: bool,
-}
-
-fn parse(args: &[String]) -> Result<ChildArgs> {
-    let mut it = args.iter();
-    let mode = it.next().ok_or("child: missing mode")?.clone();
-    let mut kind = None;
-    let url = std::env::var(URL_ENV).ok();
-    let mut key = None;
-    let mut tasks = 1;
-    let mut id_base = 0;
-    let mut lease = Duration::from_secs(10);
-    let mut observe = false;
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("child: {flag} needs a value"))?;
-        match flag.as_str() {
-            "--design" => kind = Some(Kind::parse(value)?),
-            "--key" => key = Some(value.clone()),
-            "--tasks" => tasks = value.parse()?,
-            "--id-base" => id_base = value.parse()?,
-            "--lease-ms" => lease = Duration::from_millis(value.parse()?),
-            "--observe" => observe = value == "1",
-            other => return Err(format!("child: unknown flag {other}").into()),
-        }
-    }
-    Ok(ChildArgs {
-        mode,
-        kind: kind.ok_or("child: --design missing")?,
-        url: url.ok_or_else(|| format!("child: {URL_ENV} missing"))?,
-        key: key.ok_or("child: --key missing")?,
-        tasks,
-        id_base,
-        lease,
-        observe,
-    })
-}
-
 /// Entry point of child mode.
 pub(crate) fn main(args: &[String]) -> Result<()> {
-    let args = parse(args)?;
+    let url = std::env::var(URL_ENV).map_err(|_| format!("child: {URL_ENV} missing"))?;
+    let target = Target::open(Some(&url))?;
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .ok_or("child: missing argument")
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let target = Target::open(Some(&args.url))?;
         let mut input = BufReader::new(tokio::io::stdin()).lines();
-        if args.mode == "raw" {
-            return child_raw(&target, &args.key, &mut input).await;
+        if arg(0)? == "raw" {
+            return child_raw(&target, arg(1)?, &mut input).await;
         }
-        let design = Design::connect(args.kind, &target, args.lease).await?;
-        match args.mode.as_str() {
+        let (kind, key) = (Kind::parse(arg(1)?)?, arg(2)?);
+        let design = Design::connect(kind, &target, LEASE).await?;
+        // One uncontended round first: connections up, scripts loaded.
+        let held = design.lock(key, Duration::from_secs(10)).await?;
+        design.release(held).await?;
+        match arg(0)? {
             "handoff" => {
-                let observer = match args.kind {
-                    Kind::Ours if args.observe => Some(observe_release(&target, &args.key).await?),
+                let observer = match kind {
+                    Kind::Ours if arg(3)? == "1" => Some(observe_release(&target, key).await?),
                     _ => None,
                 };
-                child_handoff(&design, &args.key, observer.as_ref(), &mut input).await
+                child_handoff(&design, key, observer.as_ref(), &mut input).await
             }
-            "hot" => child_hot(&design, &args, &mut input).await,
+            "hot" => {
+                let hot = HotTasks::spawn(&design, key, arg(3)?.parse()?, arg(4)?.parse()?);
+                child_hot(&design, hot, &mut input).await
+            }
             other => Err(format!("child: unknown mode {other}").into()),
         }
     })
 }
 
-fn say(line: &str) -> Result<()> {
-    // Blocking stdout is fine: one short line, and the parent is always reading.
+fn say(text: &str) -> Result<()> {
+    // Blocking stdout is fine: short output, and the parent is always reading.
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
+    writeln!(out, "{text}")?;
     out.flush()?;
     Ok(())
 }
 
-/// Records when a release notification of lock-core's lock `key` reaches this process.
-struct Observer {
-    last: Arc<AtomicU64>,
-    _conn: redis::aio::ConnectionManager,
-}
-
+/// Stamps the shared clock when a (sharded) pub/sub message arrives.
 struct Stamp(Arc<AtomicU64>);
 
 impl redis::aio::AsyncPushSender for Stamp {
     fn send(&self, info: redis::PushInfo) -> std::result::Result<(), redis::aio::SendError> {
-        if matches!(
-            info.kind,
-            redis::PushKind::Message | redis::PushKind::SMessage
-        ) {
+        if is_message(&info) {
             self.0.store(shared_now_ns(), Ordering::SeqCst);
         }
         Ok(())
     }
 }
 
-/// The release channel of lock-core's lock `key` (its documented key layout).
-pub(crate) fn release_channel(key: &str) -> String {
-    format!("{}{{{key}}}:released", lock_core::DEFAULT_PREFIX)
+fn is_message(info: &redis::PushInfo) -> bool {
+    matches!(
+        info.kind,
+        redis::PushKind::Message | redis::PushKind::SMessage
+    )
 }
 
 /// Whether the server has sharded pub/sub (Redis 7+).
-pub(crate) async fn sharded_pubsub(conn: &mut redis::aio::ConnectionManager) -> Result<bool> {
+pub(crate) async fn sharded_pubsub(conn: &mut ConnectionManager) -> Result<bool> {
     let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
-        .is_some_and(|major| major >= 7))
+    let version = info.lines().find_map(|l| l.strip_prefix("redis_version:"));
+    let major = version.and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok());
+    Ok(major.is_some_and(|major| major >= 7))
 }
 
 /// A RESP3 connection subscribed to `channel`, its pushes handed to `sender`.
@@ -168,20 +126,17 @@ async fn subscribed(
     target: &Target,
     channel: &str,
     sender: impl redis::aio::AsyncPushSender,
-) -> Result<redis::aio::ConnectionManager> {
+) -> Result<ConnectionManager> {
     let info = target.client()?.get_connection_info().clone();
-    let settings = info
+    let resp3 = info
         .redis_settings()
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
-    let config = redis::aio::ConnectionManagerConfig::new().set_push_sender(sender);
-    let mut conn = redis::aio::ConnectionManager::new_with_config(client, config).await?;
-    let command = if sharded_pubsub(&mut conn).await? {
-        "SSUBSCRIBE"
-    } else {
-        "SUBSCRIBE"
-    };
+    let client = redis::Client::open(info.set_redis_settings(resp3))?;
+    let config = manager_config().set_push_sender(sender);
+    let mut conn = ConnectionManager::new_with_config(client, config).await?;
+    let sharded = sharded_pubsub(&mut conn).await?;
+    let command = if sharded { "SSUBSCRIBE" } else { "SUBSCRIBE" };
     redis::cmd(command)
         .arg(channel)
         .exec_async(&mut conn)
@@ -189,117 +144,94 @@ async fn subscribed(
     Ok(conn)
 }
 
-/// Subscribes its own connection to the release channel of lock-core's lock `key`.
+/// When a release notification of lock-core's lock `key` last reached this process.
+struct Observer {
+    last: Arc<AtomicU64>,
+    _conn: ConnectionManager,
+}
+
+/// Subscribes a connection of its own to the release channel of lock-core's lock `key` (its
+/// documented key layout).
 async fn observe_release(target: &Target, key: &str) -> Result<Observer> {
     let last = Arc::new(AtomicU64::new(0));
-    let conn = subscribed(target, &release_channel(key), Stamp(last.clone())).await?;
+    let channel = format!("{}{{{key}}}:released", lock_core::DEFAULT_PREFIX);
+    let conn = subscribed(target, &channel, Stamp(last.clone())).await?;
     Ok(Observer { last, _conn: conn })
 }
 
-/// The notified-handoff floor, no lock: on `go`, writes `started`, waits for a message on the
-/// channel `key`, sends one PING, and writes `acquired <t> <woke>` when its answer is back
-/// (`woke`: when the message reached the waiting task). The same
-/// path a notified waiter takes (push → task → one round trip), minus everything a lock adds.
-async fn child_raw(
-    target: &Target,
-    key: &str,
-    input: &mut Lines<BufReader<tokio::io::Stdin>>,
-) -> Result<()> {
+/// The notified-handoff floor, no lock: on `go`, writes `started`, waits for a message on
+/// `channel`, sends one PING, and writes `acquired <t> <woke>` when its answer is back (`woke`:
+/// when the message reached the waiting task). The same path a notified waiter takes (push →
+/// task → one round trip), minus everything a lock adds.
+async fn child_raw(target: &Target, channel: &str, input: &mut Input) -> Result<()> {
     let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
-    let _sub = subscribed(target, key, tx).await?;
+    let _sub = subscribed(target, channel, tx).await?;
     let mut conn = target.manager().await?;
     redis::cmd("PING").query_async::<String>(&mut conn).await?;
     say("ready")?;
-    while let Some(line) = input.next_line().await? {
-        match line.trim() {
-            "go" => {
-                say(&format!("started {}", shared_now_ns()))?;
-                loop {
-                    let push = pushes.recv().await.ok_or("child: subscriber closed")?;
-                    if matches!(
-                        push.kind,
-                        redis::PushKind::Message | redis::PushKind::SMessage
-                    ) {
-                        break;
-                    }
-                }
-                let woke = shared_now_ns();
-                redis::cmd("PING").query_async::<String>(&mut conn).await?;
-                say(&format!("acquired {} {woke}", shared_now_ns()))?;
-            }
-            "quit" => break,
-            other => return Err(format!("child: unexpected line {other:?}").into()),
-        }
+    while next_line(input, &["go"]).await?.is_some() {
+        say(&format!("started {}", shared_now_ns()))?;
+        while !is_message(&pushes.recv().await.ok_or("child: subscriber closed")?) {}
+        let woke = shared_now_ns();
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        say(&format!("acquired {} {woke}", shared_now_ns()))?;
     }
     Ok(())
+}
+
+type Input = Lines<BufReader<Stdin>>;
+
+/// The next line from the parent, one of `allowed`; `None` on `quit` or end of input.
+async fn next_line(input: &mut Input, allowed: &[&str]) -> Result<Option<String>> {
+    match input.next_line().await?.as_deref().map(str::trim) {
+        None | Some("quit") => Ok(None),
+        Some(line) if allowed.contains(&line) => Ok(Some(line.to_owned())),
+        Some(other) => Err(format!("child: unexpected line {other:?}").into()),
+    }
 }
 
 async fn child_handoff(
     design: &Design,
     key: &str,
     observer: Option<&Observer>,
-    input: &mut Lines<BufReader<tokio::io::Stdin>>,
+    input: &mut Input,
 ) -> Result<()> {
-    // One uncontended round first: connections up, scripts loaded.
-    let held = design.lock(key, Duration::from_secs(10)).await?;
-    design.release(held).await?;
     say("ready")?;
-    while let Some(line) = input.next_line().await? {
-        match line.trim() {
-            "go" => {
-                if let Some(o) = observer {
-                    o.last.store(0, Ordering::SeqCst);
-                }
-                say(&format!("started {}", shared_now_ns()))?;
-                let held = design.lock(key, Duration::from_secs(30)).await?;
-                let acquired = shared_now_ns();
-                let notified = observer.map_or(0, |o| o.last.load(Ordering::SeqCst));
-                design.release(held).await?;
-                say(&format!("acquired {acquired} {notified}"))?;
-            }
-            "quit" => break,
-            other => return Err(format!("child: unexpected line {other:?}").into()),
+    while next_line(input, &["go"]).await?.is_some() {
+        if let Some(o) = observer {
+            o.last.store(0, Ordering::SeqCst);
         }
+        say(&format!("started {}", shared_now_ns()))?;
+        let held = design.lock(key, Duration::from_secs(30)).await?;
+        let acquired = shared_now_ns();
+        let notified = observer.map_or(0, |o| o.last.load(Ordering::SeqCst));
+        design.release(held).await?;
+        say(&format!("acquired {acquired} {notified}"))?;
     }
     Ok(())
 }
 
-async fn child_hot(
-    design: &Design,
-    args: &ChildArgs,
-    input: &mut Lines<BufReader<tokio::io::Stdin>>,
-) -> Result<()> {
-    let held = design.lock(&args.key, Duration::from_secs(10)).await?;
-    design.release(held).await?;
-    let tasks = HotTasks::spawn(design, &args.key, args.tasks, args.id_base);
+async fn child_hot(design: &Design, hot: HotTasks, input: &mut Input) -> Result<()> {
     say("ready")?;
-    let mut tasks = Some(tasks);
-    while let Some(line) = input.next_line().await? {
-        match line.trim() {
-            "go" => {
-                if let Some(t) = &tasks {
-                    t.go();
-                }
+    let mut hot = Some(hot);
+    while let Some(line) = next_line(input, &["go", "calls", "stop"]).await? {
+        match (line.as_str(), hot.take()) {
+            ("go", Some(h)) => hot = Some(h.go()),
+            ("calls", h) => {
+                hot = h;
+                say(&format!("calls {}", design.backend_calls().unwrap_or(0)))?;
             }
-            "calls" => say(&format!("calls {}", design.backend_calls().unwrap_or(0)))?,
-            "stop" => {
-                let Some(t) = tasks.take() else { continue };
-                match t.stop().await {
-                    Ok(records) => {
-                        let mut out = String::with_capacity(records.len() * 24 + 16);
-                        out.push_str(&format!("records {}\n", records.len()));
-                        for (t, id) in records {
-                            out.push_str(&format!("{t} {id}\n"));
-                        }
-                        let mut stdout = std::io::stdout().lock();
-                        stdout.write_all(out.as_bytes())?;
-                        stdout.flush()?;
-                    }
-                    Err(e) => say(&format!("error {e}"))?,
+            (_, Some(h)) => say(&match h.stop().await {
+                Ok(records) => {
+                    let mut out = format!("records {}", records.len());
+                    records
+                        .iter()
+                        .for_each(|(t, id)| out.push_str(&format!("\n{t} {id}")));
+                    out
                 }
-            }
-            "quit" => break,
-            other => return Err(format!("child: unexpected line {other:?}").into()),
+                Err(e) => format!("error {e}"),
+            })?,
+            (_, None) => {}
         }
     }
     Ok(())
@@ -318,11 +250,8 @@ impl HotTasks {
         let (start, _) = watch::channel(false);
         let records = Arc::new(Mutex::new(Vec::with_capacity(1 << 16)));
         let mut set = JoinSet::new();
-        for i in 0..tasks {
-            let id = id_base + u32::try_from(i).unwrap_or(u32::MAX);
-            let design = design.clone();
-            let key = key.to_owned();
-            let records = records.clone();
+        for id in (id_base..).take(tasks) {
+            let (design, key, records) = (design.clone(), key.to_owned(), records.clone());
             let mut go = start.subscribe();
             set.spawn(async move {
                 go.wait_for(|v| *v).await?;
@@ -344,8 +273,9 @@ impl HotTasks {
         }
     }
 
-    pub(crate) fn go(&self) {
+    pub(crate) fn go(self) -> Self {
         self.start.send_replace(true);
+        self
     }
 
     /// Stops every task; the acquisitions recorded, or the first task error.
@@ -356,9 +286,8 @@ impl HotTasks {
                 return Err(e);
             }
         }
-        let records =
-            std::mem::take(&mut *self.records.lock().unwrap_or_else(PoisonError::into_inner));
-        Ok(records)
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(std::mem::take(&mut *records))
     }
 }
 
@@ -372,36 +301,32 @@ pub(crate) struct ChildProc {
 impl ChildProc {
     /// Starts this binary in child mode with `args`, on the Redis at `url`, and waits for its
     /// `ready`.
-    pub(crate) async fn spawn(args: &[String], url: &str) -> Result<Self> {
-        let exe = std::env::current_exe()?;
-        let mut child = tokio::process::Command::new(exe)
+    pub(crate) async fn spawn(args: &[&str], url: &str) -> Result<Self> {
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
             .arg(CHILD_FLAG)
             .args(args)
             .env(URL_ENV, url)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true)
             .spawn()?;
         let stdin = child.stdin.take().ok_or("child stdin")?;
         let stdout = child.stdout.take().ok_or("child stdout")?;
+        let lines = BufReader::new(stdout).lines();
         let mut proc = ChildProc {
             child,
             stdin,
-            lines: BufReader::new(stdout).lines(),
+            lines,
         };
-        let ready = proc.recv().await?;
-        if ready != "ready" {
-            return Err(format!("child said {ready:?} instead of ready").into());
+        match proc.recv().await? {
+            ready if ready == "ready" => Ok(proc),
+            other => Err(format!("child said {other:?} instead of ready").into()),
         }
-        Ok(proc)
     }
 
     pub(crate) async fn send(&mut self, line: &str) -> Result<()> {
-        self.stdin.write_all(line.as_bytes()).await?;
-        self.stdin.write_all(b"\n").await?;
-        self.stdin.flush().await?;
-        Ok(())
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        Ok(self.stdin.flush().await?)
     }
 
     pub(crate) async fn recv(&mut self) -> Result<String> {
@@ -416,14 +341,12 @@ impl ChildProc {
     /// Reads a line `<word> <u64>...` and returns the numbers.
     pub(crate) async fn recv_tagged(&mut self, word: &str) -> Result<Vec<u64>> {
         let line = self.recv().await?;
-        line.strip_prefix(word)
-            .and_then(|rest| {
-                rest.split_whitespace()
-                    .map(|n| n.parse().ok())
-                    .collect::<Option<Vec<u64>>>()
-            })
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| format!("child said {line:?}, expected `{word}<n>...`").into())
+        let numbers = line.strip_prefix(word).and_then(|rest| {
+            let numbers = rest.split_whitespace().map(|n| n.parse().ok());
+            numbers.collect::<Option<Vec<u64>>>()
+        });
+        let numbers = numbers.filter(|v| !v.is_empty());
+        Ok(numbers.ok_or_else(|| format!("child said {line:?}, expected `{word}<n>...`"))?)
     }
 
     /// The child design's count of backend calls so far (lock-core only; 0 for the peers).
@@ -435,12 +358,8 @@ impl ChildProc {
     /// Stops the hot-key tasks and reads their records.
     pub(crate) async fn stop_hot(&mut self) -> Result<Vec<Record>> {
         self.send("stop").await?;
-        let line = self.recv().await?;
-        let n: usize = match line.strip_prefix("records ") {
-            Some(n) => n.trim().parse()?,
-            None => return Err(format!("child: {line}").into()),
-        };
-        let mut records = Vec::with_capacity(n);
+        let n = self.recv_tagged("records ").await?[0];
+        let mut records = Vec::new();
         for _ in 0..n {
             let line = self.recv().await?;
             let (t, id) = line
@@ -455,10 +374,9 @@ impl ChildProc {
     pub(crate) async fn finish(mut self) -> Result<()> {
         self.send("quit").await?;
         let status = tokio::time::timeout(LINE_TIMEOUT, self.child.wait()).await??;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("child process failed: {status}").into())
+        match status.success() {
+            true => Ok(()),
+            false => Err(format!("child process failed: {status}").into()),
         }
     }
 }

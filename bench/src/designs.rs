@@ -1,13 +1,31 @@
-//! The three designs measured side by side: ours (lock-core), the seed (`SET NX` + 10 ms
-//! polling) and rslock, behind one small interface.
+//! The three designs measured side by side, behind one small interface: ours (lock-core), the
+//! seed design users start from, and rslock.
+//!
+//! The seed: `SET key token NX PX lease`, and when it is taken, sleep a fixed 10 ms and try
+//! again; release with a compare-and-delete script; on the same redis-rs `ConnectionManager` as
+//! lock-core, so the difference measured is the design, not the client. (The seeds use
+//! `SETNX`; `SET NX PX` is its atomic form with a lease, the same one round trip.)
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use lock_core::{LockGuard, Locker, RedisBackend};
+use redis::Script;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
 
 use crate::Result;
-use crate::seed::{Seed, SeedGuard};
 use crate::server::Target;
+use crate::stats::{OUR_REQUESTS, PEER_REQUESTS};
+
+/// The seed's polling period.
+const POLL: Duration = Duration::from_millis(10);
+
+static SEED_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+});
 
 /// Which design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,17 +47,15 @@ impl Kind {
     }
 
     pub(crate) fn parse(s: &str) -> Result<Self> {
-        Kind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown design `{s}`").into())
+        let kind = Kind::ALL.into_iter().find(|k| k.name() == s);
+        Ok(kind.ok_or_else(|| format!("unknown design `{s}`"))?)
     }
 
-    /// The commands this design sends as requests (see [`crate::stats::OUR_REQUESTS`]).
+    /// The commands this design sends as requests (see [`OUR_REQUESTS`]).
     pub(crate) fn requests(self) -> &'static [&'static str] {
         match self {
-            Kind::Ours => crate::stats::OUR_REQUESTS,
-            Kind::Seed | Kind::Rslock => crate::stats::PEER_REQUESTS,
+            Kind::Ours => OUR_REQUESTS,
+            Kind::Seed | Kind::Rslock => PEER_REQUESTS,
         }
     }
 }
@@ -48,7 +64,8 @@ impl Kind {
 #[derive(Clone)]
 pub(crate) enum Design {
     Ours(Locker),
-    Seed(Seed),
+    /// The seed's connection and lease in ms.
+    Seed(ConnectionManager, u64),
     /// The manager and the TTL of its locks.
     Rslock(rslock::LockManager, Duration),
 }
@@ -56,7 +73,8 @@ pub(crate) enum Design {
 /// A held lock of some design.
 pub(crate) enum Held {
     Ours(LockGuard),
-    Seed(SeedGuard),
+    /// The seed's key and token.
+    Seed(String, String),
     Rslock(rslock::Lock),
 }
 
@@ -65,11 +83,11 @@ impl Design {
     /// its watchdog, as by default; the others just set it).
     pub(crate) async fn connect(kind: Kind, target: &Target, lease: Duration) -> Result<Self> {
         Ok(match kind {
-            Kind::Ours => {
-                let backend = RedisBackend::connect(&target.url).await?;
-                Design::Ours(Locker::builder(backend).lease(lease).try_build()?)
-            }
-            Kind::Seed => Design::Seed(Seed::new(target.manager().await?, lease)),
+            Kind::Ours => Design::Ours(ours(target, lease, true).await?),
+            Kind::Seed => Design::Seed(
+                target.manager().await?,
+                u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            ),
             Kind::Rslock => {
                 let manager = rslock::LockManager::from_clients(vec![target.client()?]);
                 Design::Rslock(manager, lease)
@@ -81,7 +99,7 @@ impl Design {
     pub(crate) fn backend_calls(&self) -> Option<u64> {
         match self {
             Design::Ours(l) => Some(l.stats().backend_calls),
-            Design::Seed(_) | Design::Rslock(..) => None,
+            Design::Seed(..) | Design::Rslock(..) => None,
         }
     }
 
@@ -91,12 +109,27 @@ impl Design {
     pub(crate) async fn lock(&self, key: &str, wait: Duration) -> Result<Held> {
         match self {
             Design::Ours(l) => Ok(Held::Ours(l.lock(key).wait(wait).await?)),
-            Design::Seed(s) => Ok(Held::Seed(s.lock(key, wait).await?)),
+            Design::Seed(conn, lease_ms) => {
+                let (key, token) = (format!("seed:{key}"), random_token()?);
+                let deadline = Instant::now() + wait;
+                let mut conn = conn.clone();
+                loop {
+                    let mut set = redis::cmd("SET");
+                    set.arg(&key).arg(&token).arg("NX").arg("PX").arg(lease_ms);
+                    let ok: Option<String> = set.query_async(&mut conn).await?;
+                    if ok.is_some() {
+                        return Ok(Held::Seed(key, token));
+                    }
+                    if Instant::now() + POLL > deadline {
+                        return Err(format!("seed: timed out waiting for {key}").into());
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+            }
             Design::Rslock(m, lease) => {
                 let resource = format!("rslock:{key}");
-                match tokio::time::timeout(wait, m.acquire_no_guard(resource.as_str(), *lease))
-                    .await
-                {
+                let acquire = m.acquire_no_guard(resource.as_str(), *lease);
+                match tokio::time::timeout(wait, acquire).await {
                     Ok(Ok(lock)) => Ok(Held::Rslock(lock)),
                     Ok(Err(e)) => Err(format!("rslock: {e}").into()),
                     Err(_) => Err(format!("rslock: timed out waiting for {resource}").into()),
@@ -108,7 +141,15 @@ impl Design {
     pub(crate) async fn release(&self, held: Held) -> Result<()> {
         match (self, held) {
             (_, Held::Ours(g)) => Ok(g.release().await?),
-            (Design::Seed(s), Held::Seed(g)) => s.release(g).await,
+            (Design::Seed(conn, _), Held::Seed(key, token)) => {
+                let mut conn = conn.clone();
+                let mut release = SEED_RELEASE.key(&key);
+                let deleted: i64 = release.arg(&token).invoke_async(&mut conn).await?;
+                match deleted {
+                    1 => Ok(()),
+                    _ => Err(format!("seed: {key} was no longer ours at release").into()),
+                }
+            }
             (Design::Rslock(m, _), Held::Rslock(lock)) => {
                 m.unlock(&lock).await;
                 Ok(())
@@ -116,4 +157,18 @@ impl Design {
             _ => Err("a lock released through another design".into()),
         }
     }
+}
+
+/// A lock-core `Locker` on `target` with this lease, its watchdog on or off.
+pub(crate) async fn ours(target: &Target, lease: Duration, watchdog: bool) -> Result<Locker> {
+    let backend = RedisBackend::connect(&target.url).await?;
+    let builder = Locker::builder(backend).lease(lease).watchdog(watchdog);
+    Ok(builder.try_build()?)
+}
+
+/// 128 random bits as hex, as lock-core draws its tokens.
+fn random_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| format!("getrandom: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -17,7 +17,6 @@ mod designs;
 mod machine;
 mod report;
 mod scenarios;
-mod seed;
 mod server;
 mod stats;
 mod svg;

@@ -1,43 +1,57 @@
-//! Latency samples, percentiles, formatting, and Redis `INFO commandstats` deltas.
+//! Latency histograms, number formatting, and Redis `INFO commandstats` deltas.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use redis::aio::ConnectionManager;
 
 use crate::Result;
 
-/// Latency samples in nanoseconds.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Latencies {
-    sorted: Vec<u64>,
+/// Latency samples in nanoseconds, kept to 3 significant digits, from 1 ns to an hour.
+#[derive(Debug, Clone)]
+pub(crate) struct Latencies(Histogram<u64>);
+
+impl Default for Latencies {
+    fn default() -> Self {
+        // Valid bounds (1 <= low, high >= 2 * low) and digits (0..=5): creation cannot fail.
+        let hist = Histogram::new_with_bounds(1, 3_600_000_000_000, 3);
+        Latencies(hist.unwrap_or_else(|e| unreachable!("{e}")))
+    }
+}
+
+impl FromIterator<u64> for Latencies {
+    fn from_iter<I: IntoIterator<Item = u64>>(ns: I) -> Self {
+        let mut l = Latencies::default();
+        ns.into_iter().for_each(|v| l.0.saturating_record(v));
+        l
+    }
 }
 
 impl Latencies {
-    pub(crate) fn new(mut ns: Vec<u64>) -> Self {
-        ns.sort_unstable();
-        Latencies { sorted: ns }
+    pub(crate) fn record(&mut self, ns: u64) {
+        self.0.saturating_record(ns);
     }
 
-    pub(crate) fn from_durations(d: &[Duration]) -> Self {
-        Self::new(
-            d.iter()
-                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-                .collect(),
-        )
+    pub(crate) fn record_since(&mut self, start: Instant) {
+        self.record_duration(start.elapsed());
     }
 
-    pub(crate) fn n(&self) -> usize {
-        self.sorted.len()
+    pub(crate) fn record_duration(&mut self, d: Duration) {
+        self.record(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    pub(crate) fn n(&self) -> u64 {
+        self.0.len()
     }
 
     /// Nearest-rank percentile (`q` in 0..=1), in nanoseconds; 0 when empty.
     pub(crate) fn pct_ns(&self, q: f64) -> u64 {
-        if self.sorted.is_empty() {
-            return 0;
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.value_at_quantile(q)
         }
-        let rank = (q * self.sorted.len() as f64).ceil() as usize;
-        self.sorted[rank.clamp(1, self.sorted.len()) - 1]
     }
 
     pub(crate) fn p50(&self) -> u64 {
@@ -48,8 +62,12 @@ impl Latencies {
         self.pct_ns(0.99)
     }
 
-    pub(crate) fn sorted(&self) -> &[u64] {
-        &self.sorted
+    /// The empirical CDF: (value in ns, fraction of samples at or below it), ascending.
+    pub(crate) fn cdf(&self) -> Vec<(u64, f64)> {
+        let hist = &self.0;
+        hist.iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.quantile()))
+            .collect()
     }
 
     /// `p50 x / p99 y (n=z)`.
@@ -66,14 +84,11 @@ impl Latencies {
 /// A duration in nanoseconds, in a readable unit.
 pub(crate) fn fmt_ns(ns: u64) -> String {
     let f = ns as f64;
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1} µs", f / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", f / 1e6)
-    } else {
-        format!("{:.2} s", f / 1e9)
+    match ns {
+        ..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} µs", f / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.2} ms", f / 1e6),
+        _ => format!("{:.2} s", f / 1e9),
     }
 }
 
@@ -92,14 +107,6 @@ pub(crate) fn group(n: u64) -> String {
         out.push(c);
     }
     out
-}
-
-/// Calls per command name from `INFO commandstats`.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CommandStats {
-    calls: HashMap<String, u64>,
-    /// Server-side microseconds spent in each command (`usec=`).
-    usec: HashMap<String, u64>,
 }
 
 /// Commands a client sends as requests (round trips), as opposed to commands a Lua script runs
@@ -133,6 +140,10 @@ pub(crate) const PEER_REQUESTS: &[&str] = &[
     "select",
 ];
 
+/// Calls and server-side microseconds (`usec=`) per command name from `INFO commandstats`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CommandStats(HashMap<String, (u64, u64)>);
+
 impl CommandStats {
     pub(crate) async fn fetch(conn: &mut ConnectionManager) -> Result<Self> {
         let text: String = redis::cmd("INFO")
@@ -143,92 +154,69 @@ impl CommandStats {
     }
 
     pub(crate) fn parse(text: &str) -> Self {
-        let mut calls = HashMap::new();
-        let mut usec = HashMap::new();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("cmdstat_") else {
-                continue;
-            };
-            let Some((name, fields)) = rest.split_once(':') else {
-                continue;
-            };
+        let stats = text.lines().filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let field = |key: &str| -> u64 {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(key))
+                let mut values = fields.split(',').filter_map(|f| f.strip_prefix(key));
+                values
+                    .next()
                     .and_then(|v| v.trim().parse().ok())
                     .unwrap_or(0)
             };
-            calls.insert(name.to_owned(), field("calls="));
-            usec.insert(name.to_owned(), field("usec="));
+            Some((name.to_owned(), (field("calls="), field("usec="))))
+        });
+        CommandStats(stats.collect())
+    }
+
+    /// What changed since `before`, the bench's own `INFO` left out.
+    pub(crate) fn since(&self, before: &CommandStats) -> CommandStats {
+        let delta = self.0.iter().filter(|(name, _)| *name != "info");
+        let delta = delta.map(|(name, (calls, usec))| {
+            let (c0, u0) = before.0.get(name).copied().unwrap_or_default();
+            let change = (calls.saturating_sub(c0), usec.saturating_sub(u0));
+            (name.clone(), change)
+        });
+        CommandStats(delta.collect())
+    }
+
+    pub(crate) fn calls(&self, name: &str) -> u64 {
+        self.0.get(name).map_or(0, |c| c.0)
+    }
+
+    /// Calls of every command.
+    pub(crate) fn total(&self) -> u64 {
+        self.0.values().map(|c| c.0).sum()
+    }
+
+    /// Calls of the commands in `names`.
+    pub(crate) fn sum(&self, names: &[&str]) -> u64 {
+        names.iter().map(|name| self.calls(name)).sum()
+    }
+
+    /// Server-side µs of every command.
+    pub(crate) fn total_usec(&self) -> u64 {
+        self.0.values().map(|c| c.1).sum()
+    }
+
+    /// Server-side µs per call of `name` (NaN without calls).
+    pub(crate) fn usec_per_call(&self, name: &str) -> f64 {
+        match self.0.get(name) {
+            Some(&(calls, usec)) if calls > 0 => usec as f64 / calls as f64,
+            _ => f64::NAN,
         }
-        CommandStats { calls, usec }
     }
 
-    /// Server-side µs per call of `name` since `before` (NaN without calls).
-    pub(crate) fn usec_per_call_since(&self, before: &CommandStats, name: &str) -> f64 {
-        let calls = self.get(name).saturating_sub(before.get(name));
-        let usec = self
-            .usec
-            .get(name)
-            .copied()
-            .unwrap_or(0)
-            .saturating_sub(before.usec.get(name).copied().unwrap_or(0));
-        if calls == 0 {
-            f64::NAN
-        } else {
-            usec as f64 / calls as f64
-        }
-    }
-
-    /// Server-side µs of every command since `before` (the bench's own `INFO` excluded).
-    pub(crate) fn usec_total_since(&self, before: &CommandStats) -> u64 {
-        self.usec
-            .iter()
-            .filter(|(name, _)| name.as_str() != "info")
-            .map(|(name, n)| n.saturating_sub(before.usec.get(name).copied().unwrap_or(0)))
-            .sum()
-    }
-
-    /// `name calls-per-unit` for each request command that changed since `before`, busiest
-    /// first, e.g. `evalsha 2.00, ssubscribe 0.25`.
-    pub(crate) fn breakdown_since(
-        &self,
-        before: &CommandStats,
-        per: u64,
-        names: &[&str],
-    ) -> String {
-        let mut v: Vec<(u64, &str)> = names
-            .iter()
-            .map(|n| (self.get(n).saturating_sub(before.get(n)), *n))
-            .filter(|(d, _)| *d > 0)
-            .collect();
+    /// `name calls-per-unit` for each command of `names` that ran, busiest first, e.g.
+    /// `evalsha 2.00, ssubscribe 0.25`.
+    pub(crate) fn breakdown(&self, per: u64, names: &[&str]) -> String {
+        let mut v: Vec<(u64, &str)> = names.iter().map(|n| (self.calls(n), *n)).collect();
+        v.retain(|(calls, _)| *calls > 0);
         v.sort_unstable_by(|a, b| b.cmp(a));
-        v.iter()
-            .map(|(d, n)| format!("{n} {:.2}", *d as f64 / per.max(1) as f64))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    pub(crate) fn get(&self, name: &str) -> u64 {
-        self.calls.get(name).copied().unwrap_or(0)
-    }
-
-    /// Calls of every command since `before`, the bench's own `INFO` excluded.
-    pub(crate) fn total_since(&self, before: &CommandStats) -> u64 {
-        self.calls
+        let v: Vec<String> = v
             .iter()
-            .filter(|(name, _)| name.as_str() != "info")
-            .map(|(name, n)| n.saturating_sub(before.get(name)))
-            .sum()
-    }
-
-    /// Calls of the commands in `names` since `before`.
-    pub(crate) fn sum_since(&self, before: &CommandStats, names: &[&str]) -> u64 {
-        names
-            .iter()
-            .map(|name| self.get(name).saturating_sub(before.get(name)))
-            .sum()
+            .map(|(calls, n)| format!("{n} {:.2}", *calls as f64 / per.max(1) as f64))
+            .collect();
+        v.join(", ")
     }
 }
 
@@ -238,11 +226,18 @@ mod tests {
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let l = Latencies::new((1..=100).rev().collect());
-        assert_eq!(l.p50(), 50);
-        assert_eq!(l.p99(), 99);
-        assert_eq!(l.pct_ns(1.0), 100);
+        let l: Latencies = (1..=100).rev().collect();
+        assert_eq!((l.p50(), l.p99(), l.pct_ns(1.0), l.n()), (50, 99, 100, 100));
         assert_eq!(Latencies::default().p50(), 0);
+        assert_eq!(l.cdf()[49], (50, 0.5));
+        // 3 significant digits (the bucket's top) at any scale.
+        let l: Latencies = [171_300, 2_500_000_000].into_iter().collect();
+        for (got, value) in [(l.p50(), 171_300), (l.p99(), 2_500_000_000)] {
+            assert!(
+                got >= value && got - value <= value / 1000,
+                "{got} for {value}"
+            );
+        }
     }
 
     #[test]
@@ -253,14 +248,15 @@ mod tests {
         let after = CommandStats::parse(
             "cmdstat_evalsha:calls=14,usec=9\r\ncmdstat_set:calls=4,usec=1\r\ncmdstat_info:calls=9\r\ncmdstat_client|setinfo:calls=2\r\n",
         );
-        assert_eq!(after.total_since(&before), 4 + 4 + 2);
-        assert_eq!(after.sum_since(&before, OUR_REQUESTS), 4 + 4 + 2);
-        assert_eq!(after.usec_total_since(&before), 4 + 1);
-        assert_eq!(after.sum_since(&before, PEER_REQUESTS), 4 + 4 + 2);
-        assert_eq!(after.usec_per_call_since(&before, "evalsha"), 1.0);
-        assert!(after.usec_per_call_since(&before, "ping").is_nan());
+        let d = after.since(&before);
+        assert_eq!(d.total(), 4 + 4 + 2);
+        assert_eq!(d.sum(OUR_REQUESTS), 4 + 4 + 2);
+        assert_eq!(d.sum(PEER_REQUESTS), 4 + 4 + 2);
+        assert_eq!(d.total_usec(), 4 + 1);
+        assert_eq!(d.usec_per_call("evalsha"), 1.0);
+        assert!(d.usec_per_call("ping").is_nan());
         assert_eq!(
-            after.breakdown_since(&before, 2, OUR_REQUESTS),
+            d.breakdown(2, OUR_REQUESTS),
             "set 2.00, evalsha 2.00, client|setinfo 1.00"
         );
     }

@@ -98,6 +98,8 @@ fn missing_redis_server_names_the_install_command() {
         .arg("--out")
         .arg(dir.join("B.md"))
         .env("PATH", &dir) // an empty directory: no redis-server, no redis-benchmark
+        // ... and no fallback: the test kit also looks at /usr/bin, unless told a binary.
+        .env("LOCK_TESTS_REDIS_SERVER", dir.join("redis-server"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);

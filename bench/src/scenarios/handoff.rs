@@ -14,23 +14,22 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 
-use super::{Plan, random_between};
+use super::{Op, Plan, random_between};
 use crate::Result;
-use crate::child::{ChildProc, sharded_pubsub};
+use crate::child::{ChildProc, LEASE, sharded_pubsub};
 use crate::clock::shared_now_ns;
 use crate::designs::{Design, Kind};
 use crate::server::Target;
 use crate::stats::Latencies;
 
-const LEASE: Duration = Duration::from_secs(10);
 const WAIT: Duration = Duration::from_secs(30);
 /// Ours and its floors are measured in this many interleaved chunks.
 const CHUNKS: usize = 10;
+const RAW_CHANNEL: &str = "bench:{raw-handoff}:released";
 
 /// Handoff latencies of one design.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Handoff {
-    pub(crate) kind: Kind,
     pub(crate) latencies: Latencies,
     /// Ours only: the instant before A's release → A's release returned (one round trip).
     pub(crate) release_rtt: Latencies,
@@ -61,70 +60,79 @@ pub(crate) struct HandoffFloors {
     pub(crate) woken: Latencies,
 }
 
-fn child_args(mode: &str, kind: Kind, key: &str, observe: bool) -> Vec<String> {
-    [
-        mode,
-        "--design",
-        kind.name(),
-        "--key",
-        key,
-        "--lease-ms",
-        &LEASE.as_millis().to_string(),
-        "--observe",
-        if observe { "1" } else { "0" },
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect()
+/// What A does to hand over: release a lock of some design, or publish (no lock).
+enum Releaser {
+    Lock(Design, String),
+    Publish(ConnectionManager, &'static str),
 }
 
-/// One design's handoff loop, resumable chunk by chunk.
-struct LockHandoff {
-    kind: Kind,
-    key: String,
-    design: Design,
+/// One handoff loop (a design's, or the notified floor's), resumable chunk by chunk.
+struct Run {
+    releaser: Releaser,
     child: ChildProc,
-    samples: Vec<u64>,
-    release_rtt: Vec<u64>,
-    delivery: Vec<u64>,
-    wake: Vec<u64>,
-    discarded: usize,
+    out: Handoff,
 }
 
-impl LockHandoff {
-    /// `observe`: B also runs an observer subscription that dates the release message
-    /// (diagnostics only: a second subscriber in B adds its own wake-ups).
-    async fn start(target: &Target, kind: Kind, observe: bool) -> Result<Self> {
+impl Run {
+    /// A design's loop. `observe`: B also runs an observer subscription that dates the release
+    /// message (diagnostics only: a second subscriber in B adds its own wake-ups).
+    async fn lock(target: &Target, kind: Kind, observe: bool) -> Result<Self> {
         let key = format!(
             "handoff:{}{}",
             kind.name(),
             if observe { ":observed" } else { "" }
         );
         let design = Design::connect(kind, target, LEASE).await?;
-        let child =
-            ChildProc::spawn(&child_args("handoff", kind, &key, observe), &target.url).await?;
-        Ok(LockHandoff {
-            kind,
-            key,
-            design,
+        let args = [
+            "handoff",
+            kind.name(),
+            &key,
+            if observe { "1" } else { "0" },
+        ];
+        let child = ChildProc::spawn(&args, &target.url).await?;
+        let releaser = Releaser::Lock(design, key);
+        Ok(Run {
+            releaser,
             child,
-            samples: Vec::new(),
-            release_rtt: Vec::new(),
-            delivery: Vec::new(),
-            wake: Vec::new(),
-            discarded: 0,
+            out: Handoff::default(),
+        })
+    }
+
+    /// The notified-handoff floor on this machine, without a lock: A publishes on a channel
+    /// after the same random idle; B, subscribed with redis-rs, wakes on the message and does
+    /// one round trip. Latency from the instant before A sends the publish to B's answer back.
+    async fn publish(target: &Target) -> Result<Self> {
+        let mut conn = target.manager().await?;
+        let sharded = sharded_pubsub(&mut conn).await?;
+        let releaser = Releaser::Publish(conn, if sharded { "SPUBLISH" } else { "PUBLISH" });
+        let child = ChildProc::spawn(&["raw", RAW_CHANNEL], &target.url).await?;
+        Ok(Run {
+            releaser,
+            child,
+            out: Handoff::default(),
         })
     }
 
     /// `n` handoffs; kept unless `warm_up`.
     async fn run(&mut self, plan: &Plan, n: usize, warm_up: bool) -> Result<()> {
         for _ in 0..n {
-            let held = self.design.lock(&self.key, WAIT).await?;
+            let held = match &self.releaser {
+                Releaser::Lock(design, key) => Some(design.lock(key, WAIT).await?),
+                Releaser::Publish(..) => None,
+            };
             self.child.send("go").await?;
             let started = self.child.recv_tagged("started ").await?[0];
             tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
             let t0 = shared_now_ns();
-            self.design.release(held).await?;
+            match (&mut self.releaser, held) {
+                (Releaser::Lock(design, _), Some(held)) => design.release(held).await?,
+                (Releaser::Publish(conn, publish), _) => {
+                    let mut publish = redis::cmd(publish);
+                    publish.arg(RAW_CHANNEL).arg("released");
+                    publish.query_async::<i64>(conn).await?;
+                }
+                (Releaser::Lock(..), None) => {}
+            }
             let released = shared_now_ns();
             let answer = self.child.recv_tagged("acquired ").await?;
             let (t1, notified) = (answer[0], answer.get(1).copied().unwrap_or(0));
@@ -132,16 +140,14 @@ impl LockHandoff {
                 continue;
             }
             if started >= t0 || t1 <= t0 {
-                self.discarded += 1;
+                self.out.discarded += 1;
                 continue;
             }
-            self.samples.push(t1 - t0);
-            if self.kind == Kind::Ours {
-                self.release_rtt.push(released - t0);
-                if notified > t0 && notified <= t1 {
-                    self.delivery.push(notified - t0);
-                    self.wake.push(t1 - notified);
-                }
+            self.out.latencies.record(t1 - t0);
+            self.out.release_rtt.record(released - t0);
+            if notified > t0 && notified <= t1 {
+                self.out.delivery.record(notified - t0);
+                self.out.wake_to_acquired.record(t1 - notified);
             }
         }
         Ok(())
@@ -149,100 +155,22 @@ impl LockHandoff {
 
     async fn finish(self) -> Result<Handoff> {
         self.child.finish().await?;
-        Ok(Handoff {
-            kind: self.kind,
-            latencies: Latencies::new(self.samples),
-            release_rtt: Latencies::new(self.release_rtt),
-            delivery: Latencies::new(self.delivery),
-            wake_to_acquired: Latencies::new(self.wake),
-            discarded: self.discarded,
-        })
+        Ok(self.out)
     }
 }
 
-/// The notified-handoff floor on this machine, without a lock: A publishes on a channel after
-/// the same random idle; B, subscribed with redis-rs, wakes on the message and does one round
-/// trip. Latency from the instant before A sends the publish to B's answer back.
-struct RawHandoff {
-    conn: ConnectionManager,
-    publish: &'static str,
-    child: ChildProc,
-    samples: Vec<u64>,
-    woken: Vec<u64>,
-}
-
-const RAW_CHANNEL: &str = "bench:{raw-handoff}:released";
-
-impl RawHandoff {
-    async fn start(target: &Target) -> Result<Self> {
-        let mut conn = target.manager().await?;
-        let publish = if sharded_pubsub(&mut conn).await? {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
-        let child = ChildProc::spawn(
-            &child_args("raw", Kind::Ours, RAW_CHANNEL, false),
-            &target.url,
-        )
-        .await?;
-        Ok(RawHandoff {
-            conn,
-            publish,
-            child,
-            samples: Vec::new(),
-            woken: Vec::new(),
-        })
-    }
-
-    async fn run(&mut self, plan: &Plan, n: usize, warm_up: bool) -> Result<()> {
-        for _ in 0..n {
-            self.child.send("go").await?;
-            let started = self.child.recv_tagged("started ").await?[0];
+/// `n` PINGs from this process, each after the holder's random idle (`Some(plan)`), or back to
+/// back after 5 not kept (from idle).
+async fn pings(idle: Option<&Plan>, ping: &Op, n: usize, out: &mut Latencies) -> Result<()> {
+    let warm = if idle.is_some() { 0 } else { 5 };
+    for i in 0..n + warm {
+        if let Some(plan) = idle {
             tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
-            let t0 = shared_now_ns();
-            redis::cmd(self.publish)
-                .arg(RAW_CHANNEL)
-                .arg("released")
-                .query_async::<i64>(&mut self.conn)
-                .await?;
-            let answer = self.child.recv_tagged("acquired ").await?;
-            let (t1, woke) = (answer[0], answer.get(1).copied().unwrap_or(0));
-            if !warm_up && started < t0 && t1 > t0 {
-                self.samples.push(t1 - t0);
-                if woke > t0 && woke <= t1 {
-                    self.woken.push(woke - t0);
-                }
-            }
         }
-        Ok(())
-    }
-}
-
-/// PINGs from this process, each after the holder's random idle.
-async fn idle_pings(
-    plan: &Plan,
-    conn: &mut ConnectionManager,
-    n: usize,
-    out: &mut Vec<Duration>,
-) -> Result<()> {
-    for _ in 0..n {
-        tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
         let t = Instant::now();
-        redis::cmd("PING").query_async::<String>(conn).await?;
-        out.push(t.elapsed());
-    }
-    Ok(())
-}
-
-/// A burst of back-to-back PINGs; the first few, from idle, are not kept.
-async fn hot_pings(conn: &mut ConnectionManager, n: usize, out: &mut Vec<Duration>) -> Result<()> {
-    const WARM: usize = 5;
-    for i in 0..n + WARM {
-        let t = Instant::now();
-        redis::cmd("PING").query_async::<String>(conn).await?;
-        if i >= WARM {
-            out.push(t.elapsed());
+        ping.once("").await?;
+        if i >= warm {
+            out.record_since(t);
         }
     }
     Ok(())
@@ -258,36 +186,38 @@ pub(crate) async fn ours_and_floors(
         "  ours ({n} samples), interleaved with its floors (idle PING, notified handoff without a lock, {} each)",
         n / 2
     ));
-    let mut ours = LockHandoff::start(target, Kind::Ours, false).await?;
-    let mut raw = RawHandoff::start(target).await?;
-    let mut conn = target.manager().await?;
-    let mut idle = Vec::new();
-    let mut hot = Vec::new();
+    let mut ours = Run::lock(target, Kind::Ours, false).await?;
+    let mut raw = Run::publish(target).await?;
+    let ping = Op::Ping(target.manager().await?);
+    let mut floors = HandoffFloors::default();
     ours.run(plan, plan.handoff_warm, true).await?;
     raw.run(plan, plan.handoff_warm, true).await?;
-    idle_pings(plan, &mut conn, plan.handoff_warm, &mut Vec::new()).await?;
+    pings(
+        Some(plan),
+        &ping,
+        plan.handoff_warm,
+        &mut Latencies::default(),
+    )
+    .await?;
     for chunk in 0..CHUNKS {
         let share = |total: usize| total * (chunk + 1) / CHUNKS - total * chunk / CHUNKS;
         ours.run(plan, share(n), false).await?;
         raw.run(plan, share(n / 2), false).await?;
-        idle_pings(plan, &mut conn, share(n / 2), &mut idle).await?;
-        hot_pings(&mut conn, share(n), &mut hot).await?;
+        pings(Some(plan), &ping, share(n / 2), &mut floors.idle_ping).await?;
+        pings(None, &ping, share(n), &mut floors.hot_ping).await?;
     }
-    raw.child.finish().await?;
+    let raw = raw.finish().await?;
+    (floors.notified, floors.woken) = (raw.latencies, raw.delivery);
     // The split into delivery and wake-up, in a pass of its own with the observer in B.
-    let mut observed = LockHandoff::start(target, Kind::Ours, true).await?;
+    let mut observed = Run::lock(target, Kind::Ours, true).await?;
     observed.run(plan, plan.handoff_warm, true).await?;
     observed.run(plan, n / 2, false).await?;
     let observed = observed.finish().await?;
-    let mut ours = ours.finish().await?;
-    ours.release_rtt = observed.release_rtt;
-    ours.delivery = observed.delivery;
-    ours.wake_to_acquired = observed.wake_to_acquired;
-    let floors = HandoffFloors {
-        idle_ping: Latencies::from_durations(&idle),
-        hot_ping: Latencies::from_durations(&hot),
-        notified: Latencies::new(raw.samples),
-        woken: Latencies::new(raw.woken),
+    let ours = Handoff {
+        release_rtt: observed.release_rtt,
+        delivery: observed.delivery,
+        wake_to_acquired: observed.wake_to_acquired,
+        ..ours.finish().await?
     };
     Ok((ours, floors))
 }
@@ -295,7 +225,7 @@ pub(crate) async fn ours_and_floors(
 /// A peer design's handoffs, in one pass.
 pub(crate) async fn peer(plan: &Plan, target: &Target, kind: Kind, n: usize) -> Result<Handoff> {
     crate::progress(&format!("  {} ({n} samples)", kind.name()));
-    let mut run = LockHandoff::start(target, kind, false).await?;
+    let mut run = Run::lock(target, kind, false).await?;
     run.run(plan, plan.handoff_warm, true).await?;
     run.run(plan, n, false).await?;
     run.finish().await

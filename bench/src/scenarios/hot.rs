@@ -10,15 +10,14 @@ use redis::aio::ConnectionManager;
 
 use super::Plan;
 use crate::Result;
-use crate::child::{ChildProc, HotTasks, Record};
+use crate::child::{ChildProc, HotTasks, LEASE, Record};
 use crate::clock::shared_now_ns;
 use crate::designs::{Design, Kind};
 use crate::server::Target;
 use crate::stats::CommandStats;
 
-const LEASE: Duration = Duration::from_secs(10);
 /// Task ids of the second process start here.
-const REMOTE_ID_BASE: u32 = 1_000_000;
+const REMOTE_ID_BASE: &str = "1000000";
 
 /// One design at one (waiters, processes) point.
 #[derive(Debug, Clone)]
@@ -45,6 +44,10 @@ pub(crate) async fn hot_keys(
     for processes in [1, 2] {
         for &waiters in &plan.waiters {
             for kind in Kind::ALL {
+                let name = kind.name();
+                crate::progress(&format!(
+                    "  {waiters} waiters, {processes} process(es), {name}"
+                ));
                 out.push(hot_key(plan, target, stats, kind, waiters, processes).await?);
             }
         }
@@ -60,11 +63,6 @@ async fn hot_key(
     waiters: usize,
     processes: usize,
 ) -> Result<HotFigures> {
-    crate::progress(&format!(
-        "  {} waiters, {processes} process(es), {}",
-        waiters,
-        kind.name()
-    ));
     let key = format!("hot:{}:{waiters}w:{processes}p", kind.name());
     let tasks = waiters + 1;
     let local = if processes == 1 {
@@ -72,33 +70,24 @@ async fn hot_key(
     } else {
         tasks.div_ceil(2)
     };
-    let remote = tasks - local;
     let design = Design::connect(kind, target, LEASE).await?;
-    let held = design.lock(&key, Duration::from_secs(10)).await?;
-    design.release(held).await?;
-    let mut child = if remote > 0 {
-        let args: Vec<String> = [
-            "hot",
-            "--design",
-            kind.name(),
-            "--key",
-            &key,
-            "--tasks",
-            &remote.to_string(),
-            "--id-base",
-            &REMOTE_ID_BASE.to_string(),
-            "--lease-ms",
-            &LEASE.as_millis().to_string(),
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-        Some(ChildProc::spawn(&args, &target.url).await?)
-    } else {
-        None
+    design
+        .release(design.lock(&key, Duration::from_secs(10)).await?)
+        .await?;
+    let mut child = match tasks - local {
+        0 => None,
+        remote => {
+            let args = [
+                "hot",
+                kind.name(),
+                &key,
+                &remote.to_string(),
+                REMOTE_ID_BASE,
+            ];
+            Some(ChildProc::spawn(&args, &target.url).await?)
+        }
     };
-    let hot = HotTasks::spawn(&design, &key, local, 0);
-    hot.go();
+    let hot = HotTasks::spawn(&design, &key, local, 0).go();
     if let Some(c) = child.as_mut() {
         c.send("go").await?;
     }
@@ -108,7 +97,7 @@ async fn hot_key(
     let t_begin = shared_now_ns();
     tokio::time::sleep(plan.hot_run).await;
     let t_end = shared_now_ns();
-    let after = CommandStats::fetch(stats).await?;
+    let redis = CommandStats::fetch(stats).await?.since(&before);
     let calls_after = our_calls(&design, child.as_mut()).await?;
     let mut records = hot.stop().await?;
     if let Some(mut c) = child {
@@ -117,12 +106,15 @@ async fn hot_key(
     }
     let (acquisitions, handoffs) = count(records, t_begin, t_end);
     let secs = (t_end - t_begin) as f64 / 1e9;
-    let per_handoff = |n: u64| {
-        if handoffs == 0 {
-            f64::INFINITY
-        } else {
-            n as f64 / handoffs as f64
-        }
+    let per_handoff = |n: u64| match handoffs {
+        0 => f64::INFINITY,
+        h => n as f64 / h as f64,
+    };
+    // lock-core's scripts run SET inside: commandstats cannot tell those from a client's SET,
+    // so ours counts its own calls (both processes); the peers send plain commands.
+    let requests = match (calls_before, calls_after) {
+        (Some(b), Some(a)) => a - b,
+        _ => redis.sum(kind.requests()),
     };
     Ok(HotFigures {
         kind,
@@ -130,14 +122,9 @@ async fn hot_key(
         processes,
         acquisitions_per_s: acquisitions as f64 / secs,
         handoffs_per_s: handoffs as f64 / secs,
-        commands_per_handoff: per_handoff(after.total_since(&before)),
-        // lock-core's scripts run SET inside: commandstats cannot tell those from a client's
-        // SET, so ours counts its own calls (both processes); the peers send plain commands.
-        requests_per_handoff: per_handoff(match (calls_before, calls_after) {
-            (Some(b), Some(a)) => a - b,
-            _ => after.sum_since(&before, kind.requests()),
-        }),
-        breakdown: after.breakdown_since(&before, handoffs, kind.requests()),
+        commands_per_handoff: per_handoff(redis.total()),
+        requests_per_handoff: per_handoff(requests),
+        breakdown: redis.breakdown(handoffs, kind.requests()),
     })
 }
 
@@ -157,18 +144,11 @@ async fn our_calls(design: &Design, child: Option<&mut ChildProc>) -> Result<Opt
 /// acquisition before (which may lie before `begin`).
 fn count(mut records: Vec<Record>, begin: u64, end: u64) -> (u64, u64) {
     records.sort_unstable();
-    let mut acquisitions = 0;
-    let mut handoffs = 0;
-    let mut previous: Option<u32> = None;
-    for (t, id) in records {
-        if t > end {
-            break;
-        }
+    let (mut acquisitions, mut handoffs, mut previous) = (0, 0, None);
+    for (t, id) in records.into_iter().take_while(|(t, _)| *t <= end) {
         if t >= begin {
             acquisitions += 1;
-            if previous.is_some_and(|p| p != id) {
-                handoffs += 1;
-            }
+            handoffs += u64::from(previous.is_some_and(|p| p != id));
         }
         previous = Some(id);
     }
@@ -177,13 +157,11 @@ fn count(mut records: Vec<Record>, begin: u64, end: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn counts_handoffs_in_window() {
         let records = vec![(5, 1), (1, 1), (3, 2), (7, 2), (8, 2), (12, 1)];
         // Sorted: 1:a 3:b 5:a 7:b 8:b 12:a; window [3, 8]: 3 (a->b), 5 (b->a), 7 (a->b), 8 (same).
-        assert_eq!(count(records, 3, 8), (4, 3));
-        assert_eq!(count(Vec::new(), 0, 10), (0, 0));
+        assert_eq!(super::count(records, 3, 8), (4, 3));
+        assert_eq!(super::count(Vec::new(), 0, 10), (0, 0));
     }
 }

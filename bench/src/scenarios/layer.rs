@@ -39,18 +39,18 @@ fn request(key: &HeaderValue) -> Request<String> {
 }
 
 /// Times `n` sequential requests through `svc` (the request is built before the clock starts).
-async fn time_requests<S>(svc: &mut S, keys: &[HeaderValue], n: usize) -> Result<Vec<Duration>>
+async fn time_requests<S>(svc: &mut S, keys: &[HeaderValue], n: usize) -> Result<Latencies>
 where
     S: Service<Request<String>>,
     S::Error: std::error::Error + Send + Sync + 'static,
 {
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let req = request(&keys[i % keys.len()]);
+    let mut out = Latencies::default();
+    for key in keys.iter().cycle().take(n) {
+        let req = request(key);
         let t = Instant::now();
         let svc = svc.ready().await?;
         let _response = svc.call(req).await?;
-        out.push(t.elapsed());
+        out.record_since(t);
     }
     Ok(out)
 }
@@ -70,9 +70,7 @@ where
     S::Error: std::error::Error + Send + Sync + 'static,
 {
     time_requests(&mut svc, keys, n / 10).await?;
-    Ok(Latencies::from_durations(
-        &time_requests(&mut svc, keys, n).await?,
-    ))
+    time_requests(&mut svc, keys, n).await
 }
 
 pub(crate) async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
@@ -95,14 +93,10 @@ pub(crate) async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
     time_requests(&mut svc, &distinct, redis_n / 10).await?;
     let mut stats = target.manager().await?;
     let before = CommandStats::fetch(&mut stats).await?;
-    let redis_distinct =
-        Latencies::from_durations(&time_requests(&mut svc, &distinct, redis_n).await?);
-    let after = CommandStats::fetch(&mut stats).await?;
-    let redis_requests = after.breakdown_since(
-        &before,
-        u64::try_from(redis_n).unwrap_or(u64::MAX),
-        crate::stats::OUR_REQUESTS,
-    );
+    let redis_distinct = time_requests(&mut svc, &distinct, redis_n).await?;
+    let redis = CommandStats::fetch(&mut stats).await?.since(&before);
+    let per = u64::try_from(redis_n).unwrap_or(u64::MAX);
+    let redis_requests = redis.breakdown(per, crate::stats::OUR_REQUESTS);
     Ok(Layer {
         bare,
         memory_distinct,

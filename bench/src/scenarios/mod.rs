@@ -9,7 +9,9 @@ mod watchdog;
 
 use std::time::Duration;
 
-use crate::designs::Kind;
+use redis::aio::ConnectionManager;
+
+use crate::designs::{Design, Kind};
 use crate::machine::Machine;
 use crate::report::{self, Results};
 use crate::server::Target;
@@ -58,53 +60,83 @@ pub(crate) struct Plan {
 
 impl Plan {
     pub(crate) fn new(quick: bool) -> Self {
-        if quick {
-            Plan {
-                quick,
-                latency_n: 120,
-                rounds: 2,
-                warmup: 20,
-                memory_n: 5_000,
-                concurrency: vec![16, 64, 256],
-                throughput_warm: Duration::from_millis(20),
-                throughput_run: Duration::from_millis(60),
-                throughput_passes: 2,
-                benchmark_requests: |c| (c * 10).max(2_000),
-                handoff_n: [20, 10, 3],
-                handoff_warm: 2,
-                hold: (Duration::from_millis(2), Duration::from_millis(12)),
-                waiters: vec![1, 10, 100],
-                hot_warm: Duration::from_millis(30),
-                hot_run: Duration::from_millis(100),
-                watchdog_locks: 1000,
-                watchdog_lease: Duration::from_secs(1),
-                watchdog_window: Duration::from_millis(700),
-                layer_n: 2_000,
+        let ms = Duration::from_millis;
+        let full = Plan {
+            quick,
+            latency_n: 5_000,
+            rounds: 25,
+            warmup: 300,
+            memory_n: 300_000,
+            concurrency: vec![16, 64, 256],
+            throughput_warm: ms(150),
+            throughput_run: ms(2_000),
+            throughput_passes: 4,
+            benchmark_requests: |c| (c * 500).max(150_000),
+            handoff_n: [800, 300, 100],
+            handoff_warm: 20,
+            hold: (ms(2), ms(12)),
+            waiters: vec![1, 10, 100],
+            hot_warm: ms(300),
+            hot_run: ms(2_000),
+            watchdog_locks: 1000,
+            watchdog_lease: ms(3_000),
+            watchdog_window: ms(6_000),
+            layer_n: 200_000,
+        };
+        if !quick {
+            return full;
+        }
+        Plan {
+            latency_n: 120,
+            rounds: 2,
+            warmup: 20,
+            memory_n: 5_000,
+            throughput_warm: ms(20),
+            throughput_run: ms(60),
+            throughput_passes: 2,
+            benchmark_requests: |c| (c * 10).max(2_000),
+            handoff_n: [20, 10, 3],
+            handoff_warm: 2,
+            hot_warm: ms(30),
+            hot_run: ms(100),
+            watchdog_lease: ms(1_000),
+            watchdog_window: ms(700),
+            layer_n: 2_000,
+            ..full
+        }
+    }
+}
+
+/// One operation of the latency and throughput loops.
+#[derive(Clone)]
+pub(crate) enum Op {
+    /// redis-rs PING (the floor).
+    Ping(ConnectionManager),
+    /// redis-rs SET of `bench:<key>` (the floor).
+    Set(ConnectionManager),
+    /// Lock + release through a design.
+    Cycle(Design),
+}
+
+impl Op {
+    async fn once(&self, key: &str) -> Result<()> {
+        match self {
+            Op::Ping(conn) => {
+                redis::cmd("PING")
+                    .query_async::<String>(&mut conn.clone())
+                    .await?;
             }
-        } else {
-            Plan {
-                quick,
-                latency_n: 5_000,
-                rounds: 25,
-                warmup: 300,
-                memory_n: 300_000,
-                concurrency: vec![16, 64, 256],
-                throughput_warm: Duration::from_millis(150),
-                throughput_run: Duration::from_secs(2),
-                throughput_passes: 4,
-                benchmark_requests: |c| (c * 500).max(150_000),
-                handoff_n: [800, 300, 100],
-                handoff_warm: 20,
-                hold: (Duration::from_millis(2), Duration::from_millis(12)),
-                waiters: vec![1, 10, 100],
-                hot_warm: Duration::from_millis(300),
-                hot_run: Duration::from_secs(2),
-                watchdog_locks: 1000,
-                watchdog_lease: Duration::from_secs(3),
-                watchdog_window: Duration::from_secs(6),
-                layer_n: 200_000,
+            Op::Set(conn) => {
+                let mut set = redis::cmd("SET");
+                set.arg(format!("bench:{key}")).arg("x");
+                set.query_async::<String>(&mut conn.clone()).await?;
+            }
+            Op::Cycle(d) => {
+                d.release(d.lock(key, Duration::from_secs(5)).await?)
+                    .await?
             }
         }
+        Ok(())
     }
 }
 
@@ -114,16 +146,12 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let plan = Plan::new(options.quick);
     // Fail now, not after minutes of measuring, if the report cannot be written.
     let dir = match options.out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
     };
     if !dir.is_dir() {
-        return Err(format!(
-            "cannot write the report to {}: {} is not a directory",
-            options.out.display(),
-            dir.display()
-        )
-        .into());
+        let (out, dir) = (options.out.display(), dir.display());
+        return Err(format!("cannot write the report to {out}: {dir} is not a directory").into());
     }
     let mut machine = Machine::probe();
     let target = Target::open(options.redis_url.as_deref())?;
@@ -132,23 +160,18 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         .arg("server")
         .query_async(&mut stats_conn)
         .await?;
-    machine.redis_version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map_or_else(|| "unknown".to_owned(), |v| v.trim().to_owned());
+    let version = info.lines().find_map(|l| l.strip_prefix("redis_version:"));
+    machine.redis_version = version.map_or_else(|| "unknown".to_owned(), |v| v.trim().to_owned());
     machine.redis_where = match &target.started {
         Some(s) => format!(
             "started by the bench on 127.0.0.1:{} (no RDB/AOF, temporary dir)",
-            s.port
+            s.port()
         ),
         None => "given by --redis-url/REDIS_URL (shared: other clients may add load)".to_owned(),
     };
-    progress(&format!(
-        "{} mode; Redis {} at {}",
-        if plan.quick { "quick" } else { "full" },
-        machine.redis_version,
-        target.url
-    ));
+    let mode = if plan.quick { "quick" } else { "full" };
+    let (version, url) = (&machine.redis_version, &target.url);
+    progress(&format!("{mode} mode; Redis {version} at {url}"));
     // Sanity: commandstats must be readable, the call-count figures depend on it.
     CommandStats::fetch(&mut stats_conn).await?;
 
@@ -160,12 +183,9 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let many = throughput::many_keys(&plan, &target).await?;
     progress("handoff across two processes");
     let (ours_handoff, handoff_floors) = handoff::ours_and_floors(&plan, &target).await?;
-    let mut handoffs = vec![ours_handoff];
-    for (kind, n) in [
-        (Kind::Seed, plan.handoff_n[1]),
-        (Kind::Rslock, plan.handoff_n[2]),
-    ] {
-        handoffs.push(handoff::peer(&plan, &target, kind, n).await?);
+    let mut handoffs = vec![(Kind::Ours, ours_handoff)];
+    for (kind, n) in [(Kind::Seed, 1), (Kind::Rslock, 2)].map(|(k, i)| (k, plan.handoff_n[i])) {
+        handoffs.push((kind, handoff::peer(&plan, &target, kind, n).await?));
     }
     progress("hot key with waiters");
     let hot = hot::hot_keys(&plan, &target, &mut stats_conn).await?;
@@ -175,6 +195,7 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let layer = layer::layer(&plan, &target).await?;
 
     machine.load_end = crate::machine::load_average();
+    let elapsed = started.elapsed();
     let results = Results {
         machine,
         plan,
@@ -186,11 +207,9 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         hot,
         watchdog,
         layer,
-        elapsed: started.elapsed(),
+        elapsed,
     };
-    report::write(&results, &options.out)?;
-    drop(target);
-    Ok(())
+    report::write(&results, &options.out)
 }
 
 /// A uniformly random duration in `[lo, hi]`.

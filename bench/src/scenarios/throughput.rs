@@ -2,21 +2,18 @@
 //! `redis-benchmark` SET at the same concurrency (and redis-rs SET with `c` tasks on one
 //! connection, the same-client floor).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{Locker, RedisBackend};
 use tokio::task::JoinSet;
 
-use super::Plan;
-use crate::designs::{Design, Kind};
+use super::{Op, Plan};
+use crate::designs::{self, Design, Kind};
 use crate::server::Target;
 use crate::{Result, progress};
 
 const LEASE: Duration = Duration::from_secs(30);
-const WAIT: Duration = Duration::from_secs(5);
 /// Keys per task (each task cycles through its own).
 const KEYS_PER_TASK: usize = 4;
 
@@ -34,85 +31,35 @@ pub(crate) struct ManyKeys {
     pub(crate) ours_no_watchdog: f64,
 }
 
-/// Runs `op(task, iteration)` in a loop on `tasks` tasks; operations per second after `warm`.
-async fn throughput<F, Fut>(tasks: usize, warm: Duration, run: Duration, op: F) -> Result<f64>
-where
-    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<()>> + Send + 'static,
-{
+/// Runs `op` in a loop on `tasks` tasks, each over its own keys; operations per second after
+/// `warm`.
+async fn throughput(op: &Op, tasks: usize, warm: Duration, run: Duration) -> Result<f64> {
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut set = JoinSet::new();
     for t in 0..tasks {
         let (op, count, stop) = (op.clone(), count.clone(), stop.clone());
+        let keys: Vec<String> = (0..KEYS_PER_TASK).map(|j| format!("mk:{t}:{j}")).collect();
         set.spawn(async move {
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) {
-                op(t, i).await?;
+            for key in keys.iter().cycle() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                op.once(key).await?;
                 count.fetch_add(1, Ordering::Relaxed);
-                i += 1;
             }
             Ok::<(), crate::BoxError>(())
         });
     }
     tokio::time::sleep(warm).await;
-    let c0 = count.load(Ordering::Relaxed);
-    let t0 = Instant::now();
+    let (c0, t0) = (count.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(run).await;
-    let c1 = count.load(Ordering::Relaxed);
-    let elapsed = t0.elapsed();
+    let (c1, elapsed) = (count.load(Ordering::Relaxed), t0.elapsed());
     stop.store(true, Ordering::Relaxed);
     while let Some(joined) = set.join_next().await {
         joined??;
     }
     Ok((c1 - c0) as f64 / elapsed.as_secs_f64())
-}
-
-fn task_keys(prefix: &str, tasks: usize) -> Arc<Vec<Vec<String>>> {
-    Arc::new(
-        (0..tasks)
-            .map(|t| {
-                (0..KEYS_PER_TASK)
-                    .map(|j| format!("{prefix}:{t}:{j}"))
-                    .collect()
-            })
-            .collect(),
-    )
-}
-
-/// What one task does per iteration.
-#[derive(Clone)]
-enum Op {
-    /// redis-rs SET (the same-client floor).
-    Set(redis::aio::ConnectionManager),
-    /// Lock + release through a design.
-    Cycle(Design),
-    /// Ours with `.watchdog(false)`.
-    NoWatchdog(Locker),
-}
-
-impl Op {
-    async fn once(&self, key: &str) -> Result<()> {
-        match self {
-            Op::Set(conn) => {
-                let mut c = conn.clone();
-                redis::cmd("SET")
-                    .arg(format!("bench:{key}"))
-                    .arg("x")
-                    .query_async::<String>(&mut c)
-                    .await?;
-                Ok(())
-            }
-            Op::Cycle(d) => {
-                let held = d.lock(key, WAIT).await?;
-                d.release(held).await
-            }
-            Op::NoWatchdog(l) => {
-                l.lock(key).wait(WAIT).await?.release().await?;
-                Ok(())
-            }
-        }
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -129,16 +76,12 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Vec<ManyKe
     for kind in Kind::ALL {
         contenders.push(Op::Cycle(Design::connect(kind, target, LEASE).await?));
     }
-    contenders.push(Op::NoWatchdog(
-        Locker::builder(RedisBackend::connect(&target.url).await?)
-            .lease(LEASE)
-            .watchdog(false)
-            .try_build()?,
-    ));
+    let no_watchdog = designs::ours(target, LEASE, false).await?;
+    contenders.push(Op::Cycle(Design::Ours(no_watchdog)));
+    let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
     let mut out = Vec::new();
     for &tasks in &plan.concurrency {
         progress(&format!("  {tasks} tasks"));
-        let keys = task_keys("mk", tasks);
         let requests = (plan.benchmark_requests)(tasks);
         // redis-benchmark before and after the passes; the mean of the two.
         let first = target.redis_benchmark_set(tasks, requests / 2).await?;
@@ -147,35 +90,18 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Vec<ManyKe
         // of them alike; the figure is the median pass.
         for _ in 0..plan.throughput_passes {
             for (op, rates) in contenders.iter().zip(rates.iter_mut()) {
-                let op = op.clone();
-                let keys = keys.clone();
-                let window =
-                    plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
-                rates.push(
-                    throughput(tasks, plan.throughput_warm, window, move |t, i| {
-                        let op = op.clone();
-                        let keys = keys.clone();
-                        async move { op.once(&keys[t][i % KEYS_PER_TASK]).await }
-                    })
-                    .await?,
-                );
+                rates.push(throughput(op, tasks, plan.throughput_warm, window).await?);
             }
         }
         let second = target.redis_benchmark_set(tasks, requests / 2).await?;
-        let redis_benchmark = first.zip(second).map(|(a, b)| (a + b) / 2.0);
         let mut medians = rates.into_iter().map(median);
-        let redisrs_set = medians.next().unwrap_or(0.0);
-        let cycles = Kind::ALL
-            .into_iter()
-            .map(|k| (k, medians.next().unwrap_or(0.0)))
-            .collect();
-        let ours_no_watchdog = medians.next().unwrap_or(0.0);
+        let mut next = || medians.next().unwrap_or(0.0);
         out.push(ManyKeys {
             tasks,
-            redis_benchmark,
-            redisrs_set,
-            cycles,
-            ours_no_watchdog,
+            redis_benchmark: first.zip(second).map(|(a, b)| (a + b) / 2.0),
+            redisrs_set: next(),
+            cycles: Kind::ALL.map(|k| (k, next())).to_vec(),
+            ours_no_watchdog: next(),
         });
     }
     Ok(out)

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{Locker, RedisBackend};
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -36,10 +35,10 @@ pub(crate) struct Watchdog {
     pub(crate) rslock: Renewals,
 }
 
-fn renewals(before: &CommandStats, after: &CommandStats, secs: f64) -> Renewals {
+fn renewals(redis: &CommandStats, secs: f64) -> Renewals {
     Renewals {
-        evalsha_per_s: after.sum_since(before, &["evalsha", "eval"]) as f64 / secs,
-        commands_per_s: after.total_since(before) as f64 / secs,
+        evalsha_per_s: redis.sum(&["evalsha", "eval"]) as f64 / secs,
+        commands_per_s: redis.total() as f64 / secs,
     }
 }
 
@@ -53,9 +52,7 @@ pub(crate) async fn watchdog(
         "  ours: {n} locks, lease {:?}",
         plan.watchdog_lease
     ));
-    let locker = Locker::builder(RedisBackend::connect(&target.url).await?)
-        .lease(plan.watchdog_lease)
-        .try_build()?;
+    let locker = crate::designs::ours(target, plan.watchdog_lease, true).await?;
     let mut set = JoinSet::new();
     for i in 0..n {
         let l = locker.clone();
@@ -85,14 +82,14 @@ pub(crate) async fn watchdog(
     let calls0 = locker.stats().renewal_calls;
     let t0 = Instant::now();
     tokio::time::sleep(plan.watchdog_window).await;
-    let after = CommandStats::fetch(stats).await?;
+    let redis = CommandStats::fetch(stats).await?.since(&before);
     let calls1 = locker.stats().renewal_calls;
     let secs = t0.elapsed().as_secs_f64();
     let still_held = guards.iter().filter(|g| g.is_held()).count();
     if still_held != n {
         return Err(format!("watchdog: only {still_held} of {n} locks still held").into());
     }
-    let ours = renewals(&before, &after, secs);
+    let ours = renewals(&redis, secs);
     let ours_renewal_calls_per_s = (calls1 - calls0) as f64 / secs;
     let mut set = JoinSet::new();
     for g in guards {
@@ -136,7 +133,7 @@ pub(crate) async fn watchdog(
     let before = CommandStats::fetch(stats).await?;
     let t0 = Instant::now();
     tokio::time::sleep(plan.watchdog_window).await;
-    let after = CommandStats::fetch(stats).await?;
+    let redis = CommandStats::fetch(stats).await?.since(&before);
     let secs = t0.elapsed().as_secs_f64();
     finish.send_replace(true);
     while let Some(joined) = set.join_next().await {
@@ -148,6 +145,6 @@ pub(crate) async fn watchdog(
         window: plan.watchdog_window,
         ours,
         ours_renewal_calls_per_s,
-        rslock: renewals(&before, &after, secs),
+        rslock: renewals(&redis, secs),
     })
 }

@@ -1,0 +1,533 @@
+//! The Markdown report (`BENCHMARKS.md`): the results table (one row per scenario, with the
+//! peers, the floor, the ratio and the goal), the diagnostics and the method; and the handoff
+//! plot next to it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::designs::Kind;
+use crate::machine::Machine;
+use crate::scenarios::{
+    Handoff, HandoffFloors, HotFigures, Layer, ManyKeys, Memory, Plan, Uncontended, Watchdog,
+};
+use crate::stats::{Latencies, fmt_ns, fmt_rate, group};
+use crate::svg::{Marker, Series, cdf_chart};
+use crate::{Result, progress};
+
+/// Goals from DESIGN.md.
+const UNCONTENDED_X_PING: f64 = 2.2;
+const HANDOFF_X_PING: f64 = 2.5;
+const MANY_KEYS_SHARE: f64 = 0.40;
+const POLLING_SPEEDUP: f64 = 20.0;
+const MEMORY_NS: u64 = 2_000;
+const LAYER_NS: u64 = 5_000;
+
+/// Everything one run measured.
+#[derive(Debug)]
+pub(crate) struct Results {
+    pub(crate) machine: Machine,
+    pub(crate) plan: Plan,
+    pub(crate) uncontended: Uncontended,
+    pub(crate) memory: Memory,
+    pub(crate) many: Vec<ManyKeys>,
+    /// Ours, seed, rslock.
+    pub(crate) handoffs: Vec<(Kind, Handoff)>,
+    /// The floors measured beside our handoff.
+    pub(crate) handoff_floors: HandoffFloors,
+    pub(crate) hot: Vec<HotFigures>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) layer: Layer,
+    pub(crate) elapsed: Duration,
+}
+
+/// Appends one formatted line to the `String` `$s`.
+macro_rules! line {
+    ($s:expr, $($fmt:tt)*) => {{
+        let _ = writeln!($s, $($fmt)*);
+    }};
+}
+
+/// The verdict cell.
+fn met(ok: bool) -> &'static str {
+    if ok { "**yes**" } else { "**NO**" }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The rows of the results table.
+fn results(r: &Results, s: &mut String) {
+    let u = &r.uncontended;
+    let ping = u.ping.p50();
+    let (p, ping_all, set) = (fmt_ns(ping), u.ping.summary(), u.set.summary());
+    line!(
+        s,
+        "| Baseline: PING round trip | redis-rs ConnectionManager: {ping_all} | — | — | this is the floor | 1.00× | — | — |"
+    );
+    let x = ratio(u.set.p50(), ping);
+    line!(
+        s,
+        "| Baseline: SET round trip | redis-rs ConnectionManager: {set} | — | — | PING p50 {p} | {x:.2}× PING | — | — |"
+    );
+    let lr = |k| {
+        u.lock_release
+            .iter()
+            .find(|(kind, _)| *kind == k)
+            .map(|(_, l)| l.clone())
+    };
+    let [ours, seed, rslock] = Kind::ALL.map(|k| lr(k).unwrap_or_default());
+    let [x, xs, xr] = [&ours, &seed, &rslock].map(|l| ratio(l.p50(), ping));
+    let (ok, ours, seed, rslock) = (
+        met(x <= UNCONTENDED_X_PING),
+        ours.summary(),
+        seed.summary(),
+        rslock.summary(),
+    );
+    line!(
+        s,
+        "| Uncontended lock + release (Redis) | {ours} | {seed} | {rslock} | 2 round trips; PING p50 {p} | {x:.2}× PING (seed {xs:.2}×, rslock {xr:.2}×) | p50 ≤ {UNCONTENDED_X_PING}× PING | {ok} |"
+    );
+    let m = &r.memory.lock_release;
+    let (ok, goal, m) = (met(m.p50() < MEMORY_NS), fmt_ns(MEMORY_NS), m.summary());
+    line!(
+        s,
+        "| Uncontended lock + release (memory) | {m} | n/a | n/a | — | — | p50 < {goal} | {ok} |"
+    );
+    let share = MANY_KEYS_SHARE * 100.0;
+    for mk in &r.many {
+        let rate = |k| {
+            mk.cycles
+                .iter()
+                .find(|(kind, _)| *kind == k)
+                .map_or(0.0, |c| c.1)
+        };
+        let [ours, seed, rslock] = Kind::ALL.map(rate);
+        let (tasks, set, of_set) = (
+            mk.tasks,
+            fmt_rate(mk.redisrs_set),
+            100.0 * ours / mk.redisrs_set,
+        );
+        let (floor, x, ok) = match mk.redis_benchmark {
+            Some(b) => (
+                format!(
+                    "redis-benchmark SET {} (-c {tasks}); redis-rs SET {set}",
+                    fmt_rate(b)
+                ),
+                format!(
+                    "{:.0} % of redis-benchmark SET ({of_set:.0} % of redis-rs SET)",
+                    100.0 * ours / b
+                ),
+                met(ours / b >= MANY_KEYS_SHARE),
+            ),
+            None => (
+                format!("redis-benchmark not installed; redis-rs SET {set}"),
+                format!("{of_set:.0} % of redis-rs SET"),
+                "—",
+            ),
+        };
+        let [ours, seed, rslock] = [ours, seed, rslock].map(fmt_rate);
+        line!(
+            s,
+            "| Many keys in parallel, {tasks} tasks (lock cycles/s) | {ours} | {seed} | {rslock} | {floor} | {x} | ≥ {share:.0} % of redis-benchmark SET | {ok} |"
+        );
+    }
+    handoff_rows(r, s, &p);
+    hot_rows(r, s);
+    let w = &r.watchdog;
+    let period = w.lease.as_secs_f64() / 3.0;
+    let expected = 1.0 / period;
+    let allowed = ((w.window.as_secs_f64() / period).floor() + 1.0) / w.window.as_secs_f64();
+    let (locks, lease) = (group(w.locks as u64), w.lease);
+    let (ours, rslock) = (w.ours.evalsha_per_s, w.rslock.evalsha_per_s);
+    let [ours_cmds, rslock_cmds] =
+        [&w.ours, &w.rslock].map(|r| group(r.commands_per_s.round() as u64));
+    let (calls, more, ok) = (
+        w.ours_renewal_calls_per_s,
+        rslock / ours.max(1e-9),
+        met(ours <= allowed + 1e-9),
+    );
+    line!(
+        s,
+        "| Watchdog: {locks} held locks, renewal traffic | {ours:.2} EVALSHA/s ({ours_cmds} cmds/s incl. in-script); stats().renewal_calls {calls:.2}/s | n/a (no renewal: the lock just expires) | {rslock:.1} EVALSHA/s ({rslock_cmds} cmds/s incl. in-script) | 1 batched call per lease/3 = {expected:.2}/s (lease {lease:?}) | rslock sends {more:.0}× more calls | one batched call per lease/3 per Locker | {ok} |"
+    );
+    let l = &r.layer;
+    let (bare, goal) = (l.bare.p50(), fmt_ns(LAYER_NS));
+    let bare_s = fmt_ns(bare);
+    for (what, lat) in [
+        ("distinct keys", &l.memory_distinct),
+        ("one hot key", &l.memory_hot),
+    ] {
+        let (over, x, all) = (
+            lat.p50().saturating_sub(bare),
+            ratio(lat.p50(), bare),
+            lat.summary(),
+        );
+        let (ok, over) = (met(over < LAYER_NS), fmt_ns(over));
+        line!(
+            s,
+            "| Layer overhead per request (memory, {what}) | {over} per request (layered {all}) | n/a | n/a | bare service p50 {bare_s} | {x:.1}× the bare service | overhead < {goal} | {ok} |"
+        );
+    }
+    let over = l.redis_distinct.p50().saturating_sub(bare);
+    let (x, over, all) = (ratio(over, ping), fmt_ns(over), l.redis_distinct.summary());
+    line!(
+        s,
+        "| Layer overhead per request (Redis, distinct keys) | {over} per request (layered {all}) | n/a | n/a | 2 round trips; PING p50 {p} | {x:.2}× PING | — (the lock's own two round trips) | — |"
+    );
+}
+
+fn handoff_rows(r: &Results, s: &mut String, latency_ping: &str) {
+    let h = |k: Kind| r.handoffs.iter().find(|h| h.0 == k).map(|h| &h.1);
+    let [ours, seed, rslock] = Kind::ALL.map(|k| {
+        h(k).map_or_else(
+            || "—".to_owned(),
+            |h| match h.discarded {
+                0 => h.latencies.summary(),
+                n => format!("{}, {n} discarded", h.latencies.summary()),
+            },
+        )
+    });
+    let f = &r.handoff_floors;
+    let ours_p50 = h(Kind::Ours).map_or(0, |h| h.latencies.p50());
+    // The PING measured between the handoff chunks: the round trip drifts over a run on a
+    // shared machine, and the latency section's PING was taken minutes earlier.
+    let (beside, idle) = (f.hot_ping.p50(), f.idle_ping.p50());
+    let (x, xi, xw) = (
+        ratio(ours_p50, beside),
+        ratio(ours_p50, idle),
+        ratio(ours_p50, f.woken.p50()),
+    );
+    let ok = met(x <= HANDOFF_X_PING);
+    let (hold, beside, idle) = (r.plan.hold, fmt_ns(beside), fmt_ns(idle));
+    let (woken, notified) = (f.woken.summary(), f.notified.summary());
+    line!(
+        s,
+        "| Contended handoff across 2 processes (latency) | {ours} | {seed} | {rslock} | A's release round trip, B told by the message; PING p50 {beside} (back-to-back, between the handoff chunks; {latency_ping} in the latency section); PING after a {:?}-{:?} idle like the holder's: p50 {idle}; notification floor without a lock (SPUBLISH → B's waiting task has the message): {woken}; the same + 1 round trip (a waiter that must then acquire): {notified} | {x:.2}× PING ({xi:.2}× the idle PING, {xw:.2}× the notification floor) | p50 ≤ {HANDOFF_X_PING}× PING | {ok} |",
+        hold.0,
+        hold.1
+    );
+    let speed = |k: Kind| ratio(h(k).map_or(0, |h| h.latencies.p50()), ours_p50);
+    let (sx, rx) = (speed(Kind::Seed), speed(Kind::Rslock));
+    let (x, ok) = (
+        sx.min(rx),
+        met(sx >= POLLING_SPEEDUP && rx >= POLLING_SPEEDUP),
+    );
+    line!(
+        s,
+        "| Handoff: speed-up over the polling designs (p50) | 1× | ours is {sx:.0}× faster | ours is {rx:.0}× faster | — | {x:.0}× | ≥ {POLLING_SPEEDUP:.0}× faster than both | {ok} |"
+    );
+}
+
+fn hot_rows(r: &Results, s: &mut String) {
+    for processes in [1, 2] {
+        let fig = |k: Kind, waiters: usize| {
+            let mut hot = r.hot.iter();
+            hot.find(|f| f.kind == k && f.processes == processes && f.waiters == waiters)
+        };
+        let reference = fig(Kind::Ours, 1).map(|f| f.requests_per_handoff);
+        for &waiters in &r.plan.waiters {
+            let [ours, seed, rslock] = Kind::ALL.map(|k| match fig(k, waiters) {
+                None => "—".to_owned(),
+                Some(f) => {
+                    let (handoffs, acq) = (group(f.handoffs_per_s.round() as u64), group(f.acquisitions_per_s.round() as u64));
+                    match f.handoffs_per_s == 0.0 {
+                        true => format!("0 handoffs/s ({acq} acq/s): the waiters starved for the whole window"),
+                        false => format!("{handoffs} handoffs/s ({acq} acq/s); {:.1} cmds, {:.1} req per handoff", f.commands_per_handoff, f.requests_per_handoff),
+                    }
+                }
+            });
+            let req = fig(Kind::Ours, waiters).map_or(f64::NAN, |f| f.requests_per_handoff);
+            let (x, goal, ok) = match reference {
+                Some(base) if waiters > 1 => (
+                    format!("{:.2}× the 1-waiter requests/handoff", req / base),
+                    "Redis work per handoff independent of waiters (≤ 1.5× the 1-waiter figure)",
+                    met(req <= 1.5 * base),
+                ),
+                _ => (
+                    format!("{:.2}× the floor", req / 2.0),
+                    "reference for the rows below",
+                    "—",
+                ),
+            };
+            let (w, p) = (
+                if waiters == 1 { "" } else { "s" },
+                if processes == 1 { "" } else { "es" },
+            );
+            line!(
+                s,
+                "| Hot key, {waiters} waiter{w}, {processes} process{p} | {ours} | {seed} | {rslock} | 2 requests per handoff (an acquire or queue attempt + the release) | {x} | {goal} | {ok} |"
+            );
+        }
+    }
+}
+
+fn diagnostics(r: &Results, s: &mut String) {
+    let (u, m, f) = (&r.uncontended, &r.memory, &r.handoff_floors);
+    let lat = |s: &mut String, what: &str, l: &Latencies| line!(s, "| {what} | {} |", l.summary());
+    s.push_str("| measurement | figure |\n|---|---|\n");
+    lat(s, "Redis: ours, acquire only", &u.ours_acquire);
+    lat(s, "Redis: ours, release only", &u.ours_release);
+    lat(
+        s,
+        "Redis: ours, lock + release with `.watchdog(false)`",
+        &u.ours_no_watchdog,
+    );
+    if let Some((_, h)) = r.handoffs.iter().find(|h| h.0 == Kind::Ours) {
+        lat(
+            s,
+            "handoff: PING from A after the holder's random idle (no lock involved)",
+            &f.idle_ping,
+        );
+        lat(
+            s,
+            "handoff: back-to-back PING from A between the handoff chunks (the handoff goal's PING)",
+            &f.hot_ping,
+        );
+        lat(
+            s,
+            "handoff floor: SPUBLISH from A → B's waiting task has the message (no lock)",
+            &f.woken,
+        );
+        lat(s, "handoff (ours): A's release round trip", &h.release_rtt);
+        lat(
+            s,
+            "handoff (ours): A sends release → notification reaches process B",
+            &h.delivery,
+        );
+        lat(
+            s,
+            "handoff (ours): notification reached B → B's acquire returned",
+            &h.wake_to_acquired,
+        );
+    }
+    let [ping, set, acquire, release] = u.server_us;
+    line!(
+        s,
+        "| Redis server time (commandstats usec, all commands incl. in-script): per PING / per SET / per acquire of ours / per release of ours | {ping:.2} / {set:.2} / {acquire:.2} / {release:.2} µs |"
+    );
+    for f in r.hot.iter().filter(|f| f.kind == Kind::Ours) {
+        let (waiters, processes, breakdown) = (f.waiters, f.processes, &f.breakdown);
+        line!(
+            s,
+            "| hot key (ours), {waiters} waiter(s), {processes} process(es): commands per handoff by name (in-script calls included) | {breakdown} |"
+        );
+    }
+    let requests = &r.layer.redis_requests;
+    line!(
+        s,
+        "| layer on Redis: requests per layered request by command | {requests} |"
+    );
+    lat(s, "memory: acquire only", &m.acquire);
+    lat(s, "memory: release only", &m.release);
+    lat(
+        s,
+        "memory: lock + release with `.watchdog(false)`",
+        &m.no_watchdog,
+    );
+    for mk in &r.many {
+        let (tasks, rate) = (mk.tasks, fmt_rate(mk.ours_no_watchdog));
+        line!(
+            s,
+            "| many keys, {tasks} tasks: ours with `.watchdog(false)` | {rate} |"
+        );
+    }
+}
+
+fn method(r: &Results) -> String {
+    let p = &r.plan;
+    format!(
+        "\
+- **Same client, same Redis, same run.** The floor (PING, SET) is measured with redis-rs's
+  `ConnectionManager`, configured as lock-core configures its own; the seed design uses the
+  same; rslock uses its own redis-rs multiplexed connection. Latencies are measured in {rounds}
+  interleaved rounds (each round measures every operation in turn) after a warm-up round, so
+  background load hits all of them alike. p50/p99 are nearest-rank over the `n` samples shown
+  (kept in an HDR histogram: 3 significant digits).
+- **Uncontended**: one task, lock then release, cycling over 16 keys; ours with its defaults
+  (watchdog on). The memory backend runs the same loop on `Locker::memory()`.
+- **Many keys**: `c` tasks on one locker (ours: one `Locker`, one connection), each locking and
+  releasing its own 4 keys in a loop; each contender runs {passes} windows of {run:?}/{passes}
+  (after {warm:?} of warm-up each), in turn, and the median window is reported. The floor is
+  `redis-benchmark -t set -c c` (c connections, no pipelining; mean of a run before and one
+  after the windows) and redis-rs SET with `c` tasks on one connection.
+- **Handoff across 2 processes**: the bench (A) holds the key and tells a child process (B, this
+  binary in a hidden child mode) to wait for it; A releases after a random {h0:?}-{h1:?} hold (so a
+  polling waiter is at a random phase of its sleep). Latency = B's acquire returned − the instant
+  before A sent its release, both read from `CLOCK_MONOTONIC` (one system-wide clock on Linux;
+  error: two ~30 ns clock reads plus NTP slew ≤ 500 ppm, i.e. < 0.1 µs on these figures). A
+  sample where B had not started waiting before A released is discarded and counted.
+  rslock waits with its default retry loop (`acquire`: 3 tries 0-200 ms apart, looped).
+  The PING the handoff goal is a ratio to is a burst of back-to-back PINGs between the chunks
+  (as many as handoffs), because the machine's round trip drifts over a run and the latency
+  section's PING was taken minutes before. Two more floors are measured in the same chunks,
+  because a handoff starts from idle processes while a PING loop runs hot: a PING sent after
+  the same random idle, and the
+  *notification floor without any lock* (A sends SPUBLISH after the idle; B, a redis-rs RESP3
+  subscriber, has the message in its waiting task; then it does one PING round trip, the floor
+  of a waiter that must acquire after being woken). Ours needs no round trip after the
+  message: the release hands the lock to B's queued waiter inside the script. A separate pass
+  of ours (half as many samples, after the chunks) runs an independent observer subscription
+  to the lock's release channel in B, which splits the handoff into delivery (A's release
+  sent → notification in B) and wake-up (notification → B's acquire returned) in the
+  diagnostics; the main figures are taken without it, since a second subscriber in B adds
+  wake-ups of its own.
+- **Hot key**: W+1 tasks lock/release one key in a loop ({hot:?} measured after {hot_warm:?});
+  with 2 processes the tasks are split between the bench and a child. A *handoff* is an
+  acquisition by a different task than the previous one (acquisitions from both processes are
+  merged on the shared clock); a polling design's releaser often takes the lock straight back,
+  which counts as an acquisition only. *cmds* = every call in `INFO commandstats` (commands run
+  inside Lua scripts included, the bench's own INFO excluded); *req* = requests a client sent,
+  i.e. round trips: for the peers from `INFO commandstats` (EVALSHA, SET, PING, …); for ours from
+  lock-core's own count (`LockerStats::backend_calls`, both processes: acquire attempts,
+  releases, renewals; a pipelined `SET NX GET` + `PTTL` is one), because its scripts run SET
+  inside, which commandstats cannot tell apart from a client's SET.
+- **Watchdog**: {locks} locks held with a {lease:?} lease for {window:?}; Redis calls counted with
+  `INFO commandstats` over the window (all acquired before it starts); ours also from
+  `locker.stats().renewal_calls`. rslock renews through `LockManager::using` (one call per lock
+  when its validity is 500 ms from running out).
+- **Server time** (diagnostics): `INFO commandstats` usec per call, each operation measured
+  alone between two snapshots (PING, SET, our acquires on fresh keys, then their releases).
+- Speed claims live here, never in tests; CI only runs `--quick` to keep the harness alive (quick
+  figures are not meaningful).
+",
+        rounds = p.rounds,
+        run = p.throughput_run,
+        passes = p.throughput_passes,
+        warm = p.throughput_warm,
+        h0 = p.hold.0,
+        h1 = p.hold.1,
+        hot = p.hot_run,
+        hot_warm = p.hot_warm,
+        locks = p.watchdog_locks,
+        lease = p.watchdog_lease,
+        window = p.watchdog_window,
+    )
+}
+
+pub(crate) fn render(r: &Results, svg_name: &str) -> String {
+    let m = &r.machine;
+    let mode = match r.plan.quick {
+        true => "quick (CI smoke run: figures NOT meaningful)",
+        false => "full",
+    };
+    let mut s = String::new();
+    line!(s, "# Benchmarks\n");
+    line!(
+        s,
+        "Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). Every figure is taken on the same Redis in the same run; ratios compare with the round trip measured then. Goals come from `DESIGN.md` (\"Performance goals\").\n"
+    );
+    line!(s, "## Machine\n\n| | |\n|---|---|");
+    line!(s, "| CPU | {} × {} (nproc) |", m.cpu, m.nproc);
+    line!(s, "| OS | {} |", m.kernel);
+    line!(
+        s,
+        "| redis-server | {} — {} |",
+        m.redis_version,
+        m.redis_where
+    );
+    line!(
+        s,
+        "| rustc | {} |\n| source | {} |\n| mode | {mode} |",
+        m.rustc,
+        m.tree
+    );
+    line!(s, "| date | {} |", m.date);
+    line!(
+        s,
+        "| load average (1/5/15 min) | start {} — end {} (the machine is shared; other builds may run) |",
+        m.load_start,
+        m.load_end
+    );
+    line!(s, "| run time | {:.1} s |\n", r.elapsed.as_secs_f64());
+    line!(s, "## Results\n");
+    line!(
+        s,
+        "| Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |"
+    );
+    line!(s, "|---|---|---|---|---|---|---|---|");
+    results(r, &mut s);
+    line!(s, "\n## Handoff latency distributions\n");
+    line!(
+        s,
+        "![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})\n"
+    );
+    line!(s, "## Diagnostics (where the time goes)\n");
+    diagnostics(r, &mut s);
+    line!(s, "\n## Method\n");
+    s.push_str(&method(r));
+    s
+}
+
+/// Writes the report to `out` (and stdout) and the handoff plot next to it, as
+/// `<stem>-handoff.svg`.
+pub(crate) fn write(r: &Results, out: &Path) -> Result<()> {
+    let stem = out
+        .file_stem()
+        .map_or_else(|| "BENCHMARKS".into(), |s| s.to_string_lossy());
+    let svg_name = format!("{stem}-handoff.svg");
+    let svg = out.with_file_name(&svg_name);
+    let markdown = render(r, &svg_name);
+    std::fs::write(out, &markdown).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(markdown.as_bytes());
+        let _ = stdout.flush();
+    }
+    let colors = ["#1f77b4", "#d62728", "#2ca02c"];
+    let series: Vec<Series<'_>> = r
+        .handoffs
+        .iter()
+        .zip(colors)
+        .map(|((kind, h), color)| {
+            let name = match kind {
+                Kind::Ours => "ours (lock-core)",
+                Kind::Seed => "seed: SET NX + 10 ms sleep",
+                Kind::Rslock => "rslock 0.10 (default retry loop)",
+            };
+            let (p50, p99, n) = (
+                fmt_ns(h.latencies.p50()),
+                fmt_ns(h.latencies.p99()),
+                h.latencies.n(),
+            );
+            let label = format!("{name}: p50 {p50}, p99 {p99} (n={n})");
+            Series {
+                label,
+                color,
+                cdf: h.latencies.cdf(),
+            }
+        })
+        .collect();
+    // The PING taken between the handoff chunks, as the handoff row's ratio uses.
+    let ping = r.handoff_floors.hot_ping.p50();
+    let woken = r.handoff_floors.woken.p50();
+    let markers = [
+        Marker {
+            label: format!("PING p50 {}", fmt_ns(ping)),
+            at_ns: ping,
+        },
+        Marker {
+            label: format!("goal {HANDOFF_X_PING}× PING"),
+            at_ns: (ping as f64 * HANDOFF_X_PING) as u64,
+        },
+        Marker {
+            label: format!("notification floor, no lock: p50 {}", fmt_ns(woken)),
+            at_ns: woken,
+        },
+    ];
+    let mode = if r.plan.quick { "quick" } else { "full" };
+    let title = format!(
+        "Contended handoff across two processes ({mode} mode, {})",
+        r.machine.date
+    );
+    std::fs::write(&svg, cdf_chart(&title, &series, &markers))
+        .map_err(|e| format!("cannot write {}: {e}", svg.display()))?;
+    progress(&format!("wrote {} and {}", out.display(), svg.display()));
+    Ok(())
+}
