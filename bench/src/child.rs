@@ -13,17 +13,17 @@
 //! - `--child raw CHANNEL`: the notified-handoff floor without a lock: on `go`, `started <t>`,
 //!   wait for a message on CHANNEL, one PING, `acquired <t> <woke>`.
 //!
-//! All take the Redis URL from the environment ([`URL_ENV`], so a password in it never shows
-//! in the process list), write `ready` once connected and end on `quit` (or end of input).
+//! All read the Redis URL from their first input line (so a password in it never shows in the
+//! process list), write `ready` once connected and end on `quit` (or end of input).
 
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use lock_testkit::ChildProcess;
+use lock_testkit::process::say;
 use redis::aio::ConnectionManager;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines, Stdin};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -34,9 +34,6 @@ use crate::server::{Target, manager_config};
 
 /// The hidden first argument that selects child mode.
 pub(crate) const CHILD_FLAG: &str = "--child";
-
-/// The environment variable that hands the Redis URL to the child.
-const URL_ENV: &str = "LOCK_BENCH_CHILD_REDIS_URL";
 
 /// How long either side waits for one line from the other before giving up.
 const LINE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -49,8 +46,6 @@ pub(crate) type Record = (u64, u32);
 
 /// Entry point of child mode.
 pub(crate) fn main(args: &[String]) -> Result<()> {
-    let url = std::env::var(URL_ENV).map_err(|_| format!("child: {URL_ENV} missing"))?;
-    let target = Target::open(Some(&url))?;
     let arg = |i: usize| {
         args.get(i)
             .map(String::as_str)
@@ -61,6 +56,11 @@ pub(crate) fn main(args: &[String]) -> Result<()> {
         .build()?;
     runtime.block_on(async move {
         let mut input = BufReader::new(tokio::io::stdin()).lines();
+        let url = input
+            .next_line()
+            .await?
+            .ok_or("child: no Redis URL on stdin")?;
+        let target = Target::open(Some(&url))?;
         if arg(0)? == "raw" {
             return child_raw(&target, arg(1)?, &mut input).await;
         }
@@ -84,14 +84,6 @@ pub(crate) fn main(args: &[String]) -> Result<()> {
             other => Err(format!("child: unknown mode {other}").into()),
         }
     })
-}
-
-fn say(text: &str) -> Result<()> {
-    // Blocking stdout is fine: short output, and the parent is always reading.
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")?;
-    out.flush()?;
-    Ok(())
 }
 
 /// Stamps the shared clock when a (sharded) pub/sub message arrives.
@@ -168,13 +160,13 @@ async fn child_raw(target: &Target, channel: &str, input: &mut Input) -> Result<
     let _sub = subscribed(target, channel, tx).await?;
     let mut conn = target.manager().await?;
     redis::cmd("PING").query_async::<String>(&mut conn).await?;
-    say("ready")?;
+    say("ready");
     while next_line(input, &["go"]).await?.is_some() {
-        say(&format!("started {}", shared_now_ns()))?;
+        say(&format!("started {}", shared_now_ns()));
         while !is_message(&pushes.recv().await.ok_or("child: subscriber closed")?) {}
         let woke = shared_now_ns();
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
-        say(&format!("acquired {} {woke}", shared_now_ns()))?;
+        say(&format!("acquired {} {woke}", shared_now_ns()));
     }
     Ok(())
 }
@@ -196,30 +188,30 @@ async fn child_handoff(
     observer: Option<&Observer>,
     input: &mut Input,
 ) -> Result<()> {
-    say("ready")?;
+    say("ready");
     while next_line(input, &["go"]).await?.is_some() {
         if let Some(o) = observer {
             o.last.store(0, Ordering::SeqCst);
         }
-        say(&format!("started {}", shared_now_ns()))?;
+        say(&format!("started {}", shared_now_ns()));
         let held = design.lock(key, Duration::from_secs(30)).await?;
         let acquired = shared_now_ns();
         let notified = observer.map_or(0, |o| o.last.load(Ordering::SeqCst));
         design.release(held).await?;
-        say(&format!("acquired {acquired} {notified}"))?;
+        say(&format!("acquired {acquired} {notified}"));
     }
     Ok(())
 }
 
 async fn child_hot(design: &Design, hot: HotTasks, input: &mut Input) -> Result<()> {
-    say("ready")?;
+    say("ready");
     let mut hot = Some(hot);
     while let Some(line) = next_line(input, &["go", "calls", "stop"]).await? {
         match (line.as_str(), hot.take()) {
             ("go", Some(h)) => hot = Some(h.go()),
             ("calls", h) => {
                 hot = h;
-                say(&format!("calls {}", design.backend_calls().unwrap_or(0)))?;
+                say(&format!("calls {}", design.backend_calls().unwrap_or(0)));
             }
             (_, Some(h)) => say(&match h.stop().await {
                 Ok(records) => {
@@ -230,7 +222,7 @@ async fn child_hot(design: &Design, hot: HotTasks, input: &mut Input) -> Result<
                     out
                 }
                 Err(e) => format!("error {e}"),
-            })?,
+            }),
             (_, None) => {}
         }
     }
@@ -291,56 +283,29 @@ impl HotTasks {
     }
 }
 
-/// The parent's handle on a child process.
-pub(crate) struct ChildProc {
-    child: tokio::process::Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-}
+/// The parent's handle on a child process: the test kit's line-driven child, whose failures
+/// carry what the child printed (its stderr included).
+pub(crate) struct ChildProc(ChildProcess);
 
 impl ChildProc {
-    /// Starts this binary in child mode with `args`, on the Redis at `url`, and waits for its
-    /// `ready`.
+    /// Starts this binary in child mode with `args`, hands it the Redis URL on its first line
+    /// (a password in it never shows in the process list), and waits for its `ready`.
     pub(crate) async fn spawn(args: &[&str], url: &str) -> Result<Self> {
-        let mut child = tokio::process::Command::new(std::env::current_exe()?)
-            .arg(CHILD_FLAG)
-            .args(args)
-            .env(URL_ENV, url)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdin = child.stdin.take().ok_or("child stdin")?;
-        let stdout = child.stdout.take().ok_or("child stdout")?;
-        let lines = BufReader::new(stdout).lines();
-        let mut proc = ChildProc {
-            child,
-            stdin,
-            lines,
-        };
-        match proc.recv().await? {
-            ready if ready == "ready" => Ok(proc),
-            other => Err(format!("child said {other:?} instead of ready").into()),
-        }
+        let args = [CHILD_FLAG].iter().chain(args);
+        let child = ChildProcess::spawn(std::env::current_exe()?, args);
+        let mut child = child.answer_timeout(LINE_TIMEOUT);
+        child.send(url).await;
+        child.expect_line("ready", LINE_TIMEOUT).await;
+        Ok(ChildProc(child))
     }
 
-    pub(crate) async fn send(&mut self, line: &str) -> Result<()> {
-        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
-        Ok(self.stdin.flush().await?)
-    }
-
-    pub(crate) async fn recv(&mut self) -> Result<String> {
-        match tokio::time::timeout(LINE_TIMEOUT, self.lines.next_line()).await {
-            Ok(Ok(Some(line))) => Ok(line),
-            Ok(Ok(None)) => Err("the child process ended early (see its error above)".into()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err("no answer from the child process within 60 s".into()),
-        }
+    pub(crate) async fn send(&mut self, line: &str) {
+        self.0.send(line).await;
     }
 
     /// Reads a line `<word> <u64>...` and returns the numbers.
     pub(crate) async fn recv_tagged(&mut self, word: &str) -> Result<Vec<u64>> {
-        let line = self.recv().await?;
+        let line = self.0.line().await;
         let numbers = line.strip_prefix(word).and_then(|rest| {
             let numbers = rest.split_whitespace().map(|n| n.parse().ok());
             numbers.collect::<Option<Vec<u64>>>()
@@ -351,17 +316,17 @@ impl ChildProc {
 
     /// The child design's count of backend calls so far (lock-core only; 0 for the peers).
     pub(crate) async fn backend_calls(&mut self) -> Result<u64> {
-        self.send("calls").await?;
+        self.send("calls").await;
         Ok(self.recv_tagged("calls ").await?[0])
     }
 
     /// Stops the hot-key tasks and reads their records.
     pub(crate) async fn stop_hot(&mut self) -> Result<Vec<Record>> {
-        self.send("stop").await?;
+        self.send("stop").await;
         let n = self.recv_tagged("records ").await?[0];
         let mut records = Vec::new();
         for _ in 0..n {
-            let line = self.recv().await?;
+            let line = self.0.line().await;
             let (t, id) = line
                 .split_once(' ')
                 .ok_or_else(|| format!("bad record {line:?}"))?;
@@ -370,13 +335,12 @@ impl ChildProc {
         Ok(records)
     }
 
-    /// Says `quit` and waits for the process to end.
-    pub(crate) async fn finish(mut self) -> Result<()> {
-        self.send("quit").await?;
-        let status = tokio::time::timeout(LINE_TIMEOUT, self.child.wait()).await??;
-        match status.success() {
+    /// Closes its input (its `quit`) and waits for the process to end.
+    pub(crate) async fn finish(self) -> Result<()> {
+        let out = self.0.finish(LINE_TIMEOUT).await;
+        match out.status.success() {
             true => Ok(()),
-            false => Err(format!("child process failed: {status}").into()),
+            false => Err(format!("child process failed: {}; {}", out.status, out.stderr).into()),
         }
     }
 }

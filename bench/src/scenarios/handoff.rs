@@ -120,7 +120,7 @@ impl Run {
                 Releaser::Lock(design, key) => Some(design.lock(key, WAIT).await?),
                 Releaser::Publish(..) => None,
             };
-            self.child.send("go").await?;
+            self.child.send("go").await;
             let started = self.child.recv_tagged("started ").await?[0];
             tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
             let t0 = shared_now_ns();

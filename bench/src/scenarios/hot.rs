@@ -89,7 +89,7 @@ async fn hot_key(
     };
     let hot = HotTasks::spawn(&design, &key, local, 0).go();
     if let Some(c) = child.as_mut() {
-        c.send("go").await?;
+        c.send("go").await;
     }
     tokio::time::sleep(plan.hot_warm).await;
     let calls_before = our_calls(&design, child.as_mut()).await?;
