@@ -20,7 +20,7 @@
 //! # }
 //! ```
 //!
-//! The tests live in `tests/` (`conformance.rs`: one suite run against the memory backend and
+//! The tests live in `tests/` (`conformance/`: one suite run against the memory backend and
 //! Redis; `harness.rs`: the worker harness itself). Run them with `cargo test -p lock-tests`;
 //! `redis-server` must be installed (`apt-get install -y redis-server`).
 

@@ -55,7 +55,7 @@ fn server_with_user(rule: &[String]) -> (RedisServer, String) {
 #[track_caller]
 fn assert_permission_error<T: std::fmt::Debug>(r: Result<T, LockError>, names: &[&str]) -> String {
     match r {
-        Err(LockError::InvalidConfig { what }) => {
+        Err(LockError::InvalidConfig { what, .. }) => {
             assert!(
                 what.contains("README") && what.contains("Redis permissions"),
                 "the error points at the README's ACL rule: {what}"

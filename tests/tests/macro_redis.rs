@@ -220,7 +220,9 @@ async fn no_wait_returns_busy_through_the_users_error_type() {
     // In this process, through another client.
     let ran = AtomicBool::new(false);
     match try_once(&mine, "busy", &ran).await {
-        Err(AppError::Lock(LockError::Busy { key, retry_after })) => {
+        Err(AppError::Lock(LockError::Busy {
+            key, retry_after, ..
+        })) => {
             assert_eq!(key, "counter:busy");
             println!("Busy: worker said {answer:?}; here retry_after {retry_after:?}");
         }
@@ -278,7 +280,7 @@ async fn lease_loss_cancels_the_body() {
         deleted.elapsed()
     );
     match result {
-        Err(AppError::Lock(LockError::LeaseLost { key })) => assert_eq!(key, "lease:1"),
+        Err(AppError::Lock(LockError::LeaseLost { key, .. })) => assert_eq!(key, "lease:1"),
         other => panic!("expected LeaseLost through AppError, got {other:?}"),
     }
     assert!(

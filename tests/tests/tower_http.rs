@@ -16,7 +16,6 @@
 )]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lock_testkit::RedisServer;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use lock_testkit::{ChildProcess, RedisServer};
 use tokio::sync::Barrier;
 
 /// Distinct keys the requests are spread over.
@@ -40,31 +37,16 @@ const BOUND: Duration = Duration::from_secs(30);
 
 /// One `lock-http-server` process; killed on drop (and it exits when its stdin closes).
 struct HttpServer {
-    _child: Child,
+    _child: ChildProcess,
     addr: String,
 }
 
 impl HttpServer {
     async fn start(redis_url: &str, extra: &[&str]) -> HttpServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lock-http-server"))
-            .arg("--url")
-            .arg(redis_url)
-            .args(extra)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lock-http-server");
-        let stdout = child.stdout.take().expect("server stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = match tokio::time::timeout(BOUND, lines.next_line()).await {
-            Ok(Ok(Some(line))) => line,
-            other => panic!("lock-http-server did not start: {other:?}"),
-        };
-        let addr = line
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("lock-http-server: {line}"))
-            .to_owned();
+        let args = [&["--url", redis_url], extra].concat();
+        let mut child = ChildProcess::spawn(env!("CARGO_BIN_EXE_lock-http-server"), args);
+        let line = child.expect_line("listening ", BOUND).await;
+        let addr = line["listening ".len()..].to_owned();
         HttpServer {
             _child: child,
             addr,

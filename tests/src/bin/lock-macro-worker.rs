@@ -216,7 +216,9 @@ async fn main() -> ExitCode {
                 let ran = AtomicBool::new(false);
                 let answer = match counter.try_once(name, &ran).await {
                     Ok(()) => "TRY ran".to_owned(),
-                    Err(WorkerError::Lock(LockError::Busy { key, retry_after })) => format!(
+                    Err(WorkerError::Lock(LockError::Busy {
+                        key, retry_after, ..
+                    })) => format!(
                         "TRY busy key={key} retry_after_ms={} ran={}",
                         retry_after
                             .map_or_else(|| "none".to_owned(), |d| d.as_millis().to_string()),

@@ -1,0 +1,225 @@
+//! What every property is checked on: the backend under test ([`Fixture`]: the memory backend
+//! or a real redis-server), read directly where a test needs to (the harness's own client,
+//! never lock-core), and the small assertions the properties share.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_core::{Backend, LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use lock_testkit::RedisServer;
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use sha2::{Digest, Sha256};
+
+/// A hang guard for things expected to happen "soon": generous, never a speed claim.
+pub(crate) const SOON: Duration = Duration::from_secs(10);
+
+/// The backend under test.
+pub(crate) enum Fixture {
+    Memory(MemoryBackend),
+    Redis(RedisServer),
+}
+
+impl Fixture {
+    pub(crate) fn memory() -> Self {
+        Fixture::Memory(MemoryBackend::new())
+    }
+
+    pub(crate) fn redis() -> Self {
+        Fixture::Redis(RedisServer::start())
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Fixture::Memory(_) => "memory",
+            Fixture::Redis(_) => "redis",
+        }
+    }
+
+    /// A new handle on the same store: lockers built on it contend like separate processes.
+    pub(crate) async fn backend(&self) -> Backend {
+        match self {
+            Fixture::Memory(m) => Backend::from(m.clone()),
+            Fixture::Redis(s) => RedisBackend::connect(&s.url())
+                .await
+                .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
+                .into(),
+        }
+    }
+
+    pub(crate) async fn builder(&self) -> LockerBuilder {
+        Locker::builder(self.backend().await)
+    }
+
+    pub(crate) async fn locker(&self) -> Locker {
+        self.builder().await.build()
+    }
+
+    /// What the backend stores for `key` (default prefix), read without lock-core: the token and
+    /// the PTTL. `None` for the memory backend, whose tokens cannot be read from outside.
+    pub(crate) async fn stored(&self, key: &str) -> Option<Stored> {
+        let Fixture::Redis(server) = self else {
+            return None;
+        };
+        let name = lock_name("lock:", key);
+        let token = server.get(&name).await;
+        let pttl = server.pttl(&name).await;
+        Some(Stored { token, pttl })
+    }
+
+    /// How many waiters queue for `key` (default prefix) in the backend.
+    pub(crate) async fn queued(&self, key: &str) -> usize {
+        match self {
+            Fixture::Memory(m) => m.queued(key),
+            Fixture::Redis(s) => {
+                let len: i64 = s
+                    .query(
+                        redis::cmd("HLEN")
+                            .arg(format!("{}:waiters", lock_name("lock:", key)))
+                            .clone(),
+                    )
+                    .await;
+                usize::try_from(len).unwrap_or(0)
+            }
+        }
+    }
+
+    /// Waits until `n` waiters queue for `key` in the backend (polled: nothing signals it).
+    pub(crate) async fn until_queued(&self, key: &str, n: usize) {
+        let deadline = Instant::now() + SOON;
+        while self.queued(key).await != n {
+            assert!(
+                Instant::now() < deadline,
+                "{}: {n} waiter(s) never queued for {key:?}",
+                self.name()
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Deletes the lock whoever holds it, as an operator's DEL would.
+    pub(crate) async fn force_delete(&self, key: &str) {
+        let deleted = match self {
+            Fixture::Memory(m) => m.force_delete(key),
+            Fixture::Redis(s) => s.del(&lock_name("lock:", key)).await == 1,
+        };
+        assert!(deleted, "{}: no lock to delete for {key:?}", self.name());
+    }
+
+    /// Whether the backend holds nothing at all (no lock, no counter, nothing).
+    pub(crate) async fn is_empty(&self) -> bool {
+        match self {
+            Fixture::Memory(m) => m.is_empty(),
+            Fixture::Redis(s) => s.dbsize().await == 0,
+        }
+    }
+
+    /// A shared counter for the read-modify-write stress: in Redis (GET/SET) or in memory.
+    pub(crate) async fn counter(&self, name: &str) -> Counter {
+        match self {
+            Fixture::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
+            Fixture::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub(crate) token: Option<String>,
+    pub(crate) pttl: i64,
+}
+
+/// A counter incremented by a deliberately non-atomic read, yield, write.
+#[derive(Clone)]
+pub(crate) enum Counter {
+    Memory(Arc<AtomicU64>),
+    Redis(MultiplexedConnection, String),
+}
+
+impl Counter {
+    pub(crate) async fn read(&mut self) -> u64 {
+        match self {
+            Counter::Memory(c) => c.load(Ordering::SeqCst),
+            Counter::Redis(conn, key) => {
+                let v: Option<u64> = conn.get(&*key).await.expect("GET counter");
+                v.unwrap_or(0)
+            }
+        }
+    }
+
+    pub(crate) async fn write(&mut self, value: u64) {
+        match self {
+            Counter::Memory(c) => c.store(value, Ordering::SeqCst),
+            Counter::Redis(conn, key) => {
+                let () = conn.set(&*key, value).await.expect("SET counter");
+            }
+        }
+    }
+
+    /// The non-atomic increment: a lost update whenever two of these overlap.
+    pub(crate) async fn increment(&mut self) {
+        let v = self.read().await;
+        tokio::task::yield_now().await;
+        self.write(v + 1).await;
+    }
+}
+
+/// The Redis name of a lock, computed here from the documented layout (not by lock-core):
+/// `{prefix}{<key>}` for a key without braces, else `{prefix}{#<16 hex of sha256>}<key>`.
+pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
+    if key.contains(['{', '}']) {
+        let digest = Sha256::digest(key.as_bytes());
+        let tag: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{prefix}{{#{tag}}}{key}")
+    } else {
+        format!("{prefix}{{{key}}}")
+    }
+}
+
+/// Whether `s` holds a run of at least `n` lowercase hex digits (what a token looks like).
+pub(crate) fn has_hex_run(s: &str, n: usize) -> bool {
+    let mut run = 0;
+    for c in s.chars() {
+        if c.is_ascii_digit() || ('a'..='f').contains(&c) {
+            run += 1;
+            if run >= n {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    false
+}
+
+pub(crate) async fn soon<F: Future>(what: &str, fut: F) -> F::Output {
+    tokio::time::timeout(SOON, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done within {SOON:?}"))
+}
+
+#[track_caller]
+pub(crate) fn assert_busy<T: std::fmt::Debug>(r: Result<T, LockError>, key: &str) {
+    match r {
+        Err(LockError::Busy { key: k, .. }) => assert_eq!(k, key),
+        other => panic!("expected Busy for {key:?}, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub(crate) fn assert_invalid_key<T: std::fmt::Debug>(r: Result<T, LockError>) {
+    match r {
+        Err(LockError::InvalidKey { reason, .. }) => assert!(!reason.is_empty()),
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub(crate) fn assert_invalid_config<T: std::fmt::Debug>(r: Result<T, LockError>, what: &str) {
+    match r {
+        Err(LockError::InvalidConfig { what: w, .. }) => assert!(!w.is_empty()),
+        other => panic!("{what}: expected InvalidConfig, got {other:?}"),
+    }
+}

@@ -1,0 +1,58 @@
+//! The conformance suite: one set of properties, generic over the backend, each run against
+//! the memory backend and a real redis-server (`<property>::on_memory::*`,
+//! `<property>::on_redis::*`), plus the checks that only make sense on Redis (`redis_only::*`:
+//! URLs, ACL, connection failures, several OS processes).
+//!
+//! One module per property: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`]; each
+//! lists its checks in one `conformance!` call. [`fixture`] is the backend under test.
+//!
+//! Where a test reads the backend directly it does so with the harness's own client (GET, PTTL,
+//! CLUSTER KEYSLOT), never through lock-core. Durations in assertions are bounds on
+//! correctness (not freed before the lease ran out, not timed out before the wait elapsed) or
+//! generous hang guards; none claims speed.
+
+#![allow(
+    clippy::panic,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a test file: its helpers outside #[test] functions assert by panicking and report figures"
+)]
+
+/// Runs each listed check (an `async fn(Fixture)` of the calling module) once per backend:
+/// `on_memory::<check>` on the embedded memory backend, `on_redis::<check>` on a real
+/// redis-server of its own.
+macro_rules! conformance {
+    ($($(#[$attr:meta])* $test:ident),* $(,)?) => {
+        /// The checks against the embedded memory backend.
+        mod on_memory {
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::fixture::Fixture::memory()).await;
+                }
+            )*
+        }
+        /// The same checks against a real redis-server.
+        mod on_redis {
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($crate::fixture::Fixture::redis()).await;
+                }
+            )*
+        }
+    };
+}
+
+mod fixture;
+
+mod acquire;
+mod fencing;
+mod keys;
+mod lease;
+mod wait;
+
+mod redis_only;
