@@ -1,6 +1,6 @@
 //! The Markdown report (`BENCHMARKS.md`): the results table (one row per scenario, with the
 //! peers, the floor, the ratio and the goal), the diagnostics and the method; and the handoff
-//! plot next to it.
+//! plot next to it. Each section is written as the Markdown it renders to.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -31,21 +31,14 @@ pub(crate) struct Results {
     pub(crate) uncontended: Uncontended,
     pub(crate) memory: Memory,
     pub(crate) many: Vec<ManyKeys>,
-    /// Ours, seed, rslock.
-    pub(crate) handoffs: Vec<(Kind, Handoff)>,
+    /// Ours, seed and rslock, in this order.
+    pub(crate) handoffs: [Handoff; 3],
     /// The floors measured beside our handoff.
     pub(crate) handoff_floors: HandoffFloors,
     pub(crate) hot: Vec<HotFigures>,
     pub(crate) watchdog: Watchdog,
     pub(crate) layer: Layer,
     pub(crate) elapsed: Duration,
-}
-
-/// Appends one formatted line to the `String` `$s`.
-macro_rules! line {
-    ($s:expr, $($fmt:tt)*) => {{
-        let _ = writeln!($s, $($fmt)*);
-    }};
 }
 
 /// The verdict cell.
@@ -62,62 +55,48 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// The rows of the results table.
-fn results(r: &Results, s: &mut String) {
-    let u = &r.uncontended;
+fn results(r: &Results) -> String {
+    let (u, m) = (&r.uncontended, &r.memory.lock_release);
     let ping = u.ping.p50();
-    let (p, ping_all, set) = (fmt_ns(ping), u.ping.summary(), u.set.summary());
-    line!(
-        s,
-        "| Baseline: PING round trip | redis-rs ConnectionManager: {ping_all} | — | — | this is the floor | 1.00× | — | — |"
-    );
-    let x = ratio(u.set.p50(), ping);
-    line!(
-        s,
-        "| Baseline: SET round trip | redis-rs ConnectionManager: {set} | — | — | PING p50 {p} | {x:.2}× PING | — | — |"
-    );
-    let lr = |k| {
-        u.lock_release
-            .iter()
+    let p = fmt_ns(ping);
+    let [ours, seed, rslock] = Kind::ALL.map(|k| {
+        let mut designs = u.lock_release.iter();
+        designs
             .find(|(kind, _)| *kind == k)
             .map(|(_, l)| l.clone())
-    };
-    let [ours, seed, rslock] = Kind::ALL.map(|k| lr(k).unwrap_or_default());
+            .unwrap_or_default()
+    });
     let [x, xs, xr] = [&ours, &seed, &rslock].map(|l| ratio(l.p50(), ping));
-    let (ok, ours, seed, rslock) = (
-        met(x <= UNCONTENDED_X_PING),
+    let mut s = format!(
+        "\
+| Baseline: PING round trip | redis-rs ConnectionManager: {} | — | — | this is the floor | 1.00× | — | — |
+| Baseline: SET round trip | redis-rs ConnectionManager: {} | — | — | PING p50 {p} | {:.2}× PING | — | — |
+| Uncontended lock + release (Redis) | {} | {} | {} | 2 round trips; PING p50 {p} | {x:.2}× PING (seed {xs:.2}×, rslock {xr:.2}×) | p50 ≤ {UNCONTENDED_X_PING}× PING | {} |
+| Uncontended lock + release (memory) | {} | n/a | n/a | — | — | p50 < {} | {} |
+",
+        u.ping.summary(),
+        u.set.summary(),
+        ratio(u.set.p50(), ping),
         ours.summary(),
         seed.summary(),
         rslock.summary(),
+        met(x <= UNCONTENDED_X_PING),
+        m.summary(),
+        fmt_ns(MEMORY_NS),
+        met(m.p50() < MEMORY_NS),
     );
-    line!(
-        s,
-        "| Uncontended lock + release (Redis) | {ours} | {seed} | {rslock} | 2 round trips; PING p50 {p} | {x:.2}× PING (seed {xs:.2}×, rslock {xr:.2}×) | p50 ≤ {UNCONTENDED_X_PING}× PING | {ok} |"
-    );
-    let m = &r.memory.lock_release;
-    let (ok, goal, m) = (met(m.p50() < MEMORY_NS), fmt_ns(MEMORY_NS), m.summary());
-    line!(
-        s,
-        "| Uncontended lock + release (memory) | {m} | n/a | n/a | — | — | p50 < {goal} | {ok} |"
-    );
-    let share = MANY_KEYS_SHARE * 100.0;
     for mk in &r.many {
-        let rate = |k| {
-            mk.cycles
-                .iter()
-                .find(|(kind, _)| *kind == k)
-                .map_or(0.0, |c| c.1)
-        };
-        let [ours, seed, rslock] = Kind::ALL.map(rate);
-        let (tasks, set, of_set) = (
-            mk.tasks,
-            fmt_rate(mk.redisrs_set),
-            100.0 * ours / mk.redisrs_set,
-        );
+        let [ours, seed, rslock] = Kind::ALL.map(|k| {
+            let mut cycles = mk.cycles.iter();
+            cycles.find(|(kind, _)| *kind == k).map_or(0.0, |c| c.1)
+        });
+        let (set, of_set) = (fmt_rate(mk.redisrs_set), 100.0 * ours / mk.redisrs_set);
         let (floor, x, ok) = match mk.redis_benchmark {
             Some(b) => (
                 format!(
-                    "redis-benchmark SET {} (-c {tasks}); redis-rs SET {set}",
-                    fmt_rate(b)
+                    "redis-benchmark SET {} (-c {}); redis-rs SET {set}",
+                    fmt_rate(b),
+                    mk.tasks
                 ),
                 format!(
                     "{:.0} % of redis-benchmark SET ({of_set:.0} % of redis-rs SET)",
@@ -131,96 +110,90 @@ fn results(r: &Results, s: &mut String) {
                 "—",
             ),
         };
-        let [ours, seed, rslock] = [ours, seed, rslock].map(fmt_rate);
-        line!(
+        let _ = writeln!(
             s,
-            "| Many keys in parallel, {tasks} tasks (lock cycles/s) | {ours} | {seed} | {rslock} | {floor} | {x} | ≥ {share:.0} % of redis-benchmark SET | {ok} |"
+            "| Many keys in parallel, {} tasks (lock cycles/s) | {} | {} | {} | {floor} | {x} | ≥ {:.0} % of redis-benchmark SET | {ok} |",
+            mk.tasks,
+            fmt_rate(ours),
+            fmt_rate(seed),
+            fmt_rate(rslock),
+            MANY_KEYS_SHARE * 100.0,
         );
     }
-    handoff_rows(r, s, &p);
-    hot_rows(r, s);
+    handoff_rows(r, &mut s, &p);
+    hot_rows(r, &mut s);
     let w = &r.watchdog;
     let period = w.lease.as_secs_f64() / 3.0;
-    let expected = 1.0 / period;
     let allowed = ((w.window.as_secs_f64() / period).floor() + 1.0) / w.window.as_secs_f64();
-    let (locks, lease) = (group(w.locks as u64), w.lease);
     let (ours, rslock) = (w.ours.evalsha_per_s, w.rslock.evalsha_per_s);
-    let [ours_cmds, rslock_cmds] =
-        [&w.ours, &w.rslock].map(|r| group(r.commands_per_s.round() as u64));
-    let (calls, more, ok) = (
+    let l = &r.layer;
+    let bare = l.bare.p50();
+    let over = |lat: &Latencies| lat.p50().saturating_sub(bare);
+    let (distinct, hot, redis) = (&l.memory_distinct, &l.memory_hot, &l.redis_distinct);
+    let _ = write!(
+        s,
+        "\
+| Watchdog: {} held locks, renewal traffic | {ours:.2} EVALSHA/s ({} cmds/s incl. in-script); stats().renewal_calls {:.2}/s | n/a (no renewal: the lock just expires) | {rslock:.1} EVALSHA/s ({} cmds/s incl. in-script) | 1 batched call per lease/3 = {:.2}/s (lease {:?}) | rslock sends {:.0}× more calls | one batched call per lease/3 per Locker | {} |
+| Layer overhead per request (memory, distinct keys) | {} per request (layered {}) | n/a | n/a | bare service p50 {} | {:.1}× the bare service | overhead < {} | {} |
+| Layer overhead per request (memory, one hot key) | {} per request (layered {}) | n/a | n/a | bare service p50 {} | {:.1}× the bare service | overhead < {} | {} |
+| Layer overhead per request (Redis, distinct keys) | {} per request (layered {}) | n/a | n/a | 2 round trips; PING p50 {p} | {:.2}× PING | — (the lock's own two round trips) | — |
+",
+        group(w.locks as u64),
+        group(w.ours.commands_per_s.round() as u64),
         w.ours_renewal_calls_per_s,
+        group(w.rslock.commands_per_s.round() as u64),
+        1.0 / period,
+        w.lease,
         rslock / ours.max(1e-9),
         met(ours <= allowed + 1e-9),
+        fmt_ns(over(distinct)),
+        distinct.summary(),
+        fmt_ns(bare),
+        ratio(distinct.p50(), bare),
+        fmt_ns(LAYER_NS),
+        met(over(distinct) < LAYER_NS),
+        fmt_ns(over(hot)),
+        hot.summary(),
+        fmt_ns(bare),
+        ratio(hot.p50(), bare),
+        fmt_ns(LAYER_NS),
+        met(over(hot) < LAYER_NS),
+        fmt_ns(over(redis)),
+        redis.summary(),
+        ratio(over(redis), ping),
     );
-    line!(
-        s,
-        "| Watchdog: {locks} held locks, renewal traffic | {ours:.2} EVALSHA/s ({ours_cmds} cmds/s incl. in-script); stats().renewal_calls {calls:.2}/s | n/a (no renewal: the lock just expires) | {rslock:.1} EVALSHA/s ({rslock_cmds} cmds/s incl. in-script) | 1 batched call per lease/3 = {expected:.2}/s (lease {lease:?}) | rslock sends {more:.0}× more calls | one batched call per lease/3 per Locker | {ok} |"
-    );
-    let l = &r.layer;
-    let (bare, goal) = (l.bare.p50(), fmt_ns(LAYER_NS));
-    let bare_s = fmt_ns(bare);
-    for (what, lat) in [
-        ("distinct keys", &l.memory_distinct),
-        ("one hot key", &l.memory_hot),
-    ] {
-        let (over, x, all) = (
-            lat.p50().saturating_sub(bare),
-            ratio(lat.p50(), bare),
-            lat.summary(),
-        );
-        let (ok, over) = (met(over < LAYER_NS), fmt_ns(over));
-        line!(
-            s,
-            "| Layer overhead per request (memory, {what}) | {over} per request (layered {all}) | n/a | n/a | bare service p50 {bare_s} | {x:.1}× the bare service | overhead < {goal} | {ok} |"
-        );
-    }
-    let over = l.redis_distinct.p50().saturating_sub(bare);
-    let (x, over, all) = (ratio(over, ping), fmt_ns(over), l.redis_distinct.summary());
-    line!(
-        s,
-        "| Layer overhead per request (Redis, distinct keys) | {over} per request (layered {all}) | n/a | n/a | 2 round trips; PING p50 {p} | {x:.2}× PING | — (the lock's own two round trips) | — |"
-    );
+    s
 }
 
 fn handoff_rows(r: &Results, s: &mut String, latency_ping: &str) {
-    let h = |k: Kind| r.handoffs.iter().find(|h| h.0 == k).map(|h| &h.1);
-    let [ours, seed, rslock] = Kind::ALL.map(|k| {
-        h(k).map_or_else(
-            || "—".to_owned(),
-            |h| match h.discarded {
-                0 => h.latencies.summary(),
-                n => format!("{}, {n} discarded", h.latencies.summary()),
-            },
-        )
+    let [ours, seed, rslock] = r.handoffs.each_ref().map(|h| match h.discarded {
+        0 => h.latencies.summary(),
+        n => format!("{}, {n} discarded", h.latencies.summary()),
     });
+    let [o, sx, rx] = r.handoffs.each_ref().map(|h| h.latencies.p50());
+    let (sx, rx) = (ratio(sx, o), ratio(rx, o));
     let f = &r.handoff_floors;
-    let ours_p50 = h(Kind::Ours).map_or(0, |h| h.latencies.p50());
     // The PING measured between the handoff chunks: the round trip drifts over a run on a
     // shared machine, and the latency section's PING was taken minutes earlier.
-    let (beside, idle) = (f.hot_ping.p50(), f.idle_ping.p50());
-    let (x, xi, xw) = (
-        ratio(ours_p50, beside),
-        ratio(ours_p50, idle),
-        ratio(ours_p50, f.woken.p50()),
-    );
-    let ok = met(x <= HANDOFF_X_PING);
-    let (hold, beside, idle) = (r.plan.hold, fmt_ns(beside), fmt_ns(idle));
-    let (woken, notified) = (f.woken.summary(), f.notified.summary());
-    line!(
+    let (beside, idle, woken) = (f.hot_ping.p50(), f.idle_ping.p50(), f.woken.p50());
+    let x = ratio(o, beside);
+    let _ = write!(
         s,
-        "| Contended handoff across 2 processes (latency) | {ours} | {seed} | {rslock} | A's release round trip, B told by the message; PING p50 {beside} (back-to-back, between the handoff chunks; {latency_ping} in the latency section); PING after a {:?}-{:?} idle like the holder's: p50 {idle}; notification floor without a lock (SPUBLISH → B's waiting task has the message): {woken}; the same + 1 round trip (a waiter that must then acquire): {notified} | {x:.2}× PING ({xi:.2}× the idle PING, {xw:.2}× the notification floor) | p50 ≤ {HANDOFF_X_PING}× PING | {ok} |",
-        hold.0,
-        hold.1
-    );
-    let speed = |k: Kind| ratio(h(k).map_or(0, |h| h.latencies.p50()), ours_p50);
-    let (sx, rx) = (speed(Kind::Seed), speed(Kind::Rslock));
-    let (x, ok) = (
+        "\
+| Contended handoff across 2 processes (latency) | {ours} | {seed} | {rslock} | A's release round trip, B told by the message; PING p50 {} (back-to-back, between the handoff chunks; {latency_ping} in the latency section); PING after a {:?}-{:?} idle like the holder's: p50 {}; notification floor without a lock (SPUBLISH → B's waiting task has the message): {}; the same + 1 round trip (a waiter that must then acquire): {} | {x:.2}× PING ({:.2}× the idle PING, {:.2}× the notification floor) | p50 ≤ {HANDOFF_X_PING}× PING | {} |
+| Handoff: speed-up over the polling designs (p50) | 1× | ours is {sx:.0}× faster | ours is {rx:.0}× faster | — | {:.0}× | ≥ {POLLING_SPEEDUP:.0}× faster than both | {} |
+",
+        fmt_ns(beside),
+        r.plan.hold.0,
+        r.plan.hold.1,
+        fmt_ns(idle),
+        f.woken.summary(),
+        f.notified.summary(),
+        ratio(o, idle),
+        ratio(o, woken),
+        met(x <= HANDOFF_X_PING),
         sx.min(rx),
         met(sx >= POLLING_SPEEDUP && rx >= POLLING_SPEEDUP),
-    );
-    line!(
-        s,
-        "| Handoff: speed-up over the polling designs (p50) | 1× | ours is {sx:.0}× faster | ours is {rx:.0}× faster | — | {x:.0}× | ≥ {POLLING_SPEEDUP:.0}× faster than both | {ok} |"
     );
 }
 
@@ -235,10 +208,17 @@ fn hot_rows(r: &Results, s: &mut String) {
             let [ours, seed, rslock] = Kind::ALL.map(|k| match fig(k, waiters) {
                 None => "—".to_owned(),
                 Some(f) => {
-                    let (handoffs, acq) = (group(f.handoffs_per_s.round() as u64), group(f.acquisitions_per_s.round() as u64));
+                    let acq = group(f.acquisitions_per_s.round() as u64);
                     match f.handoffs_per_s == 0.0 {
-                        true => format!("0 handoffs/s ({acq} acq/s): the waiters starved for the whole window"),
-                        false => format!("{handoffs} handoffs/s ({acq} acq/s); {:.1} cmds, {:.1} req per handoff", f.commands_per_handoff, f.requests_per_handoff),
+                        true => format!(
+                            "0 handoffs/s ({acq} acq/s): the waiters starved for the whole window"
+                        ),
+                        false => format!(
+                            "{} handoffs/s ({acq} acq/s); {:.1} cmds, {:.1} req per handoff",
+                            group(f.handoffs_per_s.round() as u64),
+                            f.commands_per_handoff,
+                            f.requests_per_handoff
+                        ),
                     }
                 }
             });
@@ -255,11 +235,9 @@ fn hot_rows(r: &Results, s: &mut String) {
                     "—",
                 ),
             };
-            let (w, p) = (
-                if waiters == 1 { "" } else { "s" },
-                if processes == 1 { "" } else { "es" },
-            );
-            line!(
+            let w = if waiters == 1 { "" } else { "s" };
+            let p = if processes == 1 { "" } else { "es" };
+            let _ = writeln!(
                 s,
                 "| Hot key, {waiters} waiter{w}, {processes} process{p} | {ours} | {seed} | {rslock} | 2 requests per handoff (an acquire or queue attempt + the release) | {x} | {goal} | {ok} |"
             );
@@ -267,76 +245,62 @@ fn hot_rows(r: &Results, s: &mut String) {
     }
 }
 
-fn diagnostics(r: &Results, s: &mut String) {
-    let (u, m, f) = (&r.uncontended, &r.memory, &r.handoff_floors);
-    let lat = |s: &mut String, what: &str, l: &Latencies| line!(s, "| {what} | {} |", l.summary());
-    s.push_str("| measurement | figure |\n|---|---|\n");
-    lat(s, "Redis: ours, acquire only", &u.ours_acquire);
-    lat(s, "Redis: ours, release only", &u.ours_release);
-    lat(
-        s,
-        "Redis: ours, lock + release with `.watchdog(false)`",
-        &u.ours_no_watchdog,
-    );
-    if let Some((_, h)) = r.handoffs.iter().find(|h| h.0 == Kind::Ours) {
-        lat(
-            s,
-            "handoff: PING from A after the holder's random idle (no lock involved)",
-            &f.idle_ping,
-        );
-        lat(
-            s,
-            "handoff: back-to-back PING from A between the handoff chunks (the handoff goal's PING)",
-            &f.hot_ping,
-        );
-        lat(
-            s,
-            "handoff floor: SPUBLISH from A → B's waiting task has the message (no lock)",
-            &f.woken,
-        );
-        lat(s, "handoff (ours): A's release round trip", &h.release_rtt);
-        lat(
-            s,
-            "handoff (ours): A sends release → notification reaches process B",
-            &h.delivery,
-        );
-        lat(
-            s,
-            "handoff (ours): notification reached B → B's acquire returned",
-            &h.wake_to_acquired,
-        );
-    }
+fn diagnostics(r: &Results) -> String {
+    let (u, m, f, h) = (&r.uncontended, &r.memory, &r.handoff_floors, &r.handoffs[0]);
     let [ping, set, acquire, release] = u.server_us;
-    line!(
-        s,
-        "| Redis server time (commandstats usec, all commands incl. in-script): per PING / per SET / per acquire of ours / per release of ours | {ping:.2} / {set:.2} / {acquire:.2} / {release:.2} µs |"
+    let mut s = format!(
+        "\
+| measurement | figure |
+|---|---|
+| Redis: ours, acquire only | {} |
+| Redis: ours, release only | {} |
+| Redis: ours, lock + release with `.watchdog(false)` | {} |
+| handoff: PING from A after the holder's random idle (no lock involved) | {} |
+| handoff: back-to-back PING from A between the handoff chunks (the handoff goal's PING) | {} |
+| handoff floor: SPUBLISH from A → B's waiting task has the message (no lock) | {} |
+| handoff (ours): A's release round trip | {} |
+| handoff (ours): A sends release → notification reaches process B | {} |
+| handoff (ours): notification reached B → B's acquire returned | {} |
+| Redis server time (commandstats usec, all commands incl. in-script): per PING / per SET / per acquire of ours / per release of ours | {ping:.2} / {set:.2} / {acquire:.2} / {release:.2} µs |
+",
+        u.ours_acquire.summary(),
+        u.ours_release.summary(),
+        u.ours_no_watchdog.summary(),
+        f.idle_ping.summary(),
+        f.hot_ping.summary(),
+        f.woken.summary(),
+        h.release_rtt.summary(),
+        h.delivery.summary(),
+        h.wake_to_acquired.summary(),
     );
     for f in r.hot.iter().filter(|f| f.kind == Kind::Ours) {
-        let (waiters, processes, breakdown) = (f.waiters, f.processes, &f.breakdown);
-        line!(
+        let _ = writeln!(
             s,
-            "| hot key (ours), {waiters} waiter(s), {processes} process(es): commands per handoff by name (in-script calls included) | {breakdown} |"
+            "| hot key (ours), {} waiter(s), {} process(es): commands per handoff by name (in-script calls included) | {} |",
+            f.waiters, f.processes, f.breakdown
         );
     }
-    let requests = &r.layer.redis_requests;
-    line!(
+    let _ = write!(
         s,
-        "| layer on Redis: requests per layered request by command | {requests} |"
-    );
-    lat(s, "memory: acquire only", &m.acquire);
-    lat(s, "memory: release only", &m.release);
-    lat(
-        s,
-        "memory: lock + release with `.watchdog(false)`",
-        &m.no_watchdog,
+        "\
+| layer on Redis: requests per layered request by command | {} |
+| memory: acquire only | {} |
+| memory: release only | {} |
+| memory: lock + release with `.watchdog(false)` | {} |
+",
+        r.layer.redis_requests,
+        m.acquire.summary(),
+        m.release.summary(),
+        m.no_watchdog.summary(),
     );
     for mk in &r.many {
         let (tasks, rate) = (mk.tasks, fmt_rate(mk.ours_no_watchdog));
-        line!(
+        let _ = writeln!(
             s,
             "| many keys, {tasks} tasks: ours with `.watchdog(false)` | {rate} |"
         );
     }
+    s
 }
 
 fn method(r: &Results) -> String {
@@ -416,52 +380,56 @@ pub(crate) fn render(r: &Results, svg_name: &str) -> String {
         true => "quick (CI smoke run: figures NOT meaningful)",
         false => "full",
     };
-    let mut s = String::new();
-    line!(s, "# Benchmarks\n");
-    line!(
-        s,
-        "Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). Every figure is taken on the same Redis in the same run; ratios compare with the round trip measured then. Goals come from `DESIGN.md` (\"Performance goals\").\n"
-    );
-    line!(s, "## Machine\n\n| | |\n|---|---|");
-    line!(s, "| CPU | {} × {} (nproc) |", m.cpu, m.nproc);
-    line!(s, "| OS | {} |", m.kernel);
-    line!(
-        s,
-        "| redis-server | {} — {} |",
+    format!(
+        "\
+# Benchmarks
+
+Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). Every figure is taken on the same Redis in the same run; ratios compare with the round trip measured then. Goals come from `DESIGN.md` (\"Performance goals\").
+
+## Machine
+
+| | |
+|---|---|
+| CPU | {} × {} (nproc) |
+| OS | {} |
+| redis-server | {} — {} |
+| rustc | {} |
+| source | {} |
+| mode | {mode} |
+| date | {} |
+| load average (1/5/15 min) | start {} — end {} (the machine is shared; other builds may run) |
+| run time | {:.1} s |
+
+## Results
+
+| Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |
+|---|---|---|---|---|---|---|---|
+{}
+## Handoff latency distributions
+
+![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})
+
+## Diagnostics (where the time goes)
+
+{}
+## Method
+
+{}",
+        m.cpu,
+        m.nproc,
+        m.kernel,
         m.redis_version,
-        m.redis_where
-    );
-    line!(
-        s,
-        "| rustc | {} |\n| source | {} |\n| mode | {mode} |",
+        m.redis_where,
         m.rustc,
-        m.tree
-    );
-    line!(s, "| date | {} |", m.date);
-    line!(
-        s,
-        "| load average (1/5/15 min) | start {} — end {} (the machine is shared; other builds may run) |",
+        m.tree,
+        m.date,
         m.load_start,
-        m.load_end
-    );
-    line!(s, "| run time | {:.1} s |\n", r.elapsed.as_secs_f64());
-    line!(s, "## Results\n");
-    line!(
-        s,
-        "| Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |"
-    );
-    line!(s, "|---|---|---|---|---|---|---|---|");
-    results(r, &mut s);
-    line!(s, "\n## Handoff latency distributions\n");
-    line!(
-        s,
-        "![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})\n"
-    );
-    line!(s, "## Diagnostics (where the time goes)\n");
-    diagnostics(r, &mut s);
-    line!(s, "\n## Method\n");
-    s.push_str(&method(r));
-    s
+        m.load_end,
+        r.elapsed.as_secs_f64(),
+        results(r),
+        diagnostics(r),
+        method(r),
+    )
 }
 
 /// Writes the report to `out` (and stdout) and the handoff plot next to it, as
@@ -480,47 +448,46 @@ pub(crate) fn write(r: &Results, out: &Path) -> Result<()> {
         let _ = stdout.write_all(markdown.as_bytes());
         let _ = stdout.flush();
     }
+    let names = [
+        "ours (lock-core)",
+        "seed: SET NX + 10 ms sleep",
+        "rslock 0.10 (default retry loop)",
+    ];
     let colors = ["#1f77b4", "#d62728", "#2ca02c"];
-    let series: Vec<Series<'_>> = r
+    let series = r
         .handoffs
-        .iter()
-        .zip(colors)
-        .map(|((kind, h), color)| {
-            let name = match kind {
-                Kind::Ours => "ours (lock-core)",
-                Kind::Seed => "seed: SET NX + 10 ms sleep",
-                Kind::Rslock => "rslock 0.10 (default retry loop)",
-            };
-            let (p50, p99, n) = (
-                fmt_ns(h.latencies.p50()),
-                fmt_ns(h.latencies.p99()),
-                h.latencies.n(),
-            );
+        .each_ref()
+        .map(|h| &h.latencies)
+        .into_iter()
+        .zip(names.into_iter().zip(colors));
+    let series: Vec<Series<'_>> = series
+        .map(|(l, (name, color))| {
+            let (p50, p99, n) = (fmt_ns(l.p50()), fmt_ns(l.p99()), l.n());
             let label = format!("{name}: p50 {p50}, p99 {p99} (n={n})");
             Series {
                 label,
                 color,
-                cdf: h.latencies.cdf(),
+                cdf: l.cdf(),
             }
         })
         .collect();
     // The PING taken between the handoff chunks, as the handoff row's ratio uses.
-    let ping = r.handoff_floors.hot_ping.p50();
-    let woken = r.handoff_floors.woken.p50();
+    let (ping, woken) = (
+        r.handoff_floors.hot_ping.p50(),
+        r.handoff_floors.woken.p50(),
+    );
     let markers = [
-        Marker {
-            label: format!("PING p50 {}", fmt_ns(ping)),
-            at_ns: ping,
-        },
-        Marker {
-            label: format!("goal {HANDOFF_X_PING}× PING"),
-            at_ns: (ping as f64 * HANDOFF_X_PING) as u64,
-        },
-        Marker {
-            label: format!("notification floor, no lock: p50 {}", fmt_ns(woken)),
-            at_ns: woken,
-        },
+        (format!("PING p50 {}", fmt_ns(ping)), ping),
+        (
+            format!("goal {HANDOFF_X_PING}× PING"),
+            (ping as f64 * HANDOFF_X_PING) as u64,
+        ),
+        (
+            format!("notification floor, no lock: p50 {}", fmt_ns(woken)),
+            woken,
+        ),
     ];
+    let markers = markers.map(|(label, at_ns)| Marker { label, at_ns });
     let mode = if r.plan.quick { "quick" } else { "full" };
     let title = format!(
         "Contended handoff across two processes ({mode} mode, {})",

@@ -183,10 +183,9 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let many = throughput::many_keys(&plan, &target).await?;
     progress("handoff across two processes");
     let (ours_handoff, handoff_floors) = handoff::ours_and_floors(&plan, &target).await?;
-    let mut handoffs = vec![(Kind::Ours, ours_handoff)];
-    for (kind, n) in [(Kind::Seed, 1), (Kind::Rslock, 2)].map(|(k, i)| (k, plan.handoff_n[i])) {
-        handoffs.push((kind, handoff::peer(&plan, &target, kind, n).await?));
-    }
+    let seed = handoff::peer(&plan, &target, Kind::Seed, plan.handoff_n[1]).await?;
+    let rslock = handoff::peer(&plan, &target, Kind::Rslock, plan.handoff_n[2]).await?;
+    let handoffs = [ours_handoff, seed, rslock];
     progress("hot key with waiters");
     let hot = hot::hot_keys(&plan, &target, &mut stats_conn).await?;
     progress("watchdog cost");
