@@ -52,7 +52,7 @@ impl Kind {
     }
 
     /// The commands this design sends as requests (see [`OUR_REQUESTS`]).
-    pub(crate) fn requests(self) -> &'static [&'static str] {
+    pub(crate) fn requests(self) -> &'static str {
         match self {
             Kind::Ours => OUR_REQUESTS,
             Kind::Seed | Kind::Rslock => PEER_REQUESTS,

@@ -46,29 +46,26 @@ pub(crate) struct Options {
     pub(crate) redis_url: Option<String>,
 }
 
+/// The options, or the message to print above the usage (empty for `--help`).
 fn parse_options(args: &[String]) -> std::result::Result<Options, String> {
-    let mut quick = false;
-    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../BENCHMARKS.md"));
-    let mut redis_url = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty());
+    let mut o = Options {
+        quick: false,
+        out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../BENCHMARKS.md")),
+        redis_url: std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()),
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--quick" => quick = true,
-            "--out" => {
-                out = PathBuf::from(it.next().ok_or("--out needs a path")?);
-            }
+            "--quick" => o.quick = true,
+            "--out" => o.out = it.next().ok_or("--out needs a path")?.into(),
             "--redis-url" => {
-                redis_url = Some(it.next().ok_or("--redis-url needs a URL")?.clone());
+                o.redis_url = Some(it.next().ok_or("--redis-url needs a URL")?.clone())
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
-    Ok(Options {
-        quick,
-        out,
-        redis_url,
-    })
+    Ok(o)
 }
 
 /// Progress lines for the operator, on stderr (stdout is the child protocol's channel).
@@ -81,45 +78,32 @@ pub(crate) fn progress(msg: &str) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(child::CHILD_FLAG) {
-        return match child::main(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                progress(&format!("child error: {e}"));
-                ExitCode::FAILURE
+    let (role, result) = match args.split_first() {
+        Some((flag, args)) if flag == child::CHILD_FLAG => ("child error", child::main(args)),
+        _ => match parse_options(&args) {
+            Ok(options) => ("error", run(&options)),
+            Err(msg) => {
+                let mut err = std::io::stderr().lock();
+                if !msg.is_empty() {
+                    let _ = writeln!(err, "lock-bench: {msg}");
+                }
+                let _ = write!(err, "{USAGE}");
+                return ExitCode::from(if msg.is_empty() { 0 } else { 2 });
             }
-        };
-    }
-    let options = match parse_options(&args) {
-        Ok(o) => o,
-        Err(msg) => {
-            let mut err = std::io::stderr().lock();
-            if !msg.is_empty() {
-                let _ = writeln!(err, "lock-bench: {msg}");
-            }
-            let _ = write!(err, "{USAGE}");
-            return if msg.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
-        }
+        },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            progress(&format!("cannot start the tokio runtime: {e}"));
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(scenarios::run_all(&options)) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            progress(&format!("error: {e}"));
+            progress(&format!("{role}: {e}"));
             ExitCode::FAILURE
         }
     }
+}
+
+fn run(options: &Options) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(scenarios::run_all(options))
 }

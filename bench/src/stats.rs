@@ -45,21 +45,13 @@ impl Latencies {
         self.0.len()
     }
 
-    /// Nearest-rank percentile (`q` in 0..=1), in nanoseconds; 0 when empty.
-    pub(crate) fn pct_ns(&self, q: f64) -> u64 {
-        if self.0.is_empty() {
-            0
-        } else {
-            self.0.value_at_quantile(q)
-        }
-    }
-
+    /// Nearest-rank percentiles, in nanoseconds; 0 when empty.
     pub(crate) fn p50(&self) -> u64 {
-        self.pct_ns(0.50)
+        self.0.value_at_quantile(0.50)
     }
 
     pub(crate) fn p99(&self) -> u64 {
-        self.pct_ns(0.99)
+        self.0.value_at_quantile(0.99)
     }
 
     /// The empirical CDF: (value in ns, fraction of samples at or below it), ascending.
@@ -115,30 +107,10 @@ pub(crate) fn group(n: u64) -> String {
 /// `PTTL` (one round trip: `set` counted, `pttl` not) and releases and renews with `EVALSHA`
 /// (whose `get`/`del`/`spublish`/`pexpire` are internal); fenced acquires (a script calling
 /// `SET`) are not used by the bench. The peers send `SET` and release with `EVALSHA`.
-pub(crate) const OUR_REQUESTS: &[&str] = &[
-    "set",
-    "evalsha",
-    "eval",
-    "script|load",
-    "ssubscribe",
-    "sunsubscribe",
-    "subscribe",
-    "unsubscribe",
-    "ping",
-    "hello",
-    "client|setinfo",
-    "select",
-];
-pub(crate) const PEER_REQUESTS: &[&str] = &[
-    "set",
-    "evalsha",
-    "eval",
-    "script|load",
-    "ping",
-    "hello",
-    "client|setinfo",
-    "select",
-];
+pub(crate) const PEER_REQUESTS: &str =
+    "set evalsha eval script|load ping hello client|setinfo select";
+pub(crate) const OUR_REQUESTS: &str = "set evalsha eval script|load ping hello client|setinfo select \
+     ssubscribe sunsubscribe subscribe unsubscribe";
 
 /// Calls and server-side microseconds (`usec=`) per command name from `INFO commandstats`.
 #[derive(Debug, Clone, Default)]
@@ -188,9 +160,9 @@ impl CommandStats {
         self.0.values().map(|c| c.0).sum()
     }
 
-    /// Calls of the commands in `names`.
-    pub(crate) fn sum(&self, names: &[&str]) -> u64 {
-        names.iter().map(|name| self.calls(name)).sum()
+    /// Calls of the commands in `names` (separated by spaces).
+    pub(crate) fn sum(&self, names: &str) -> u64 {
+        names.split_whitespace().map(|name| self.calls(name)).sum()
     }
 
     /// Server-side µs of every command.
@@ -208,8 +180,9 @@ impl CommandStats {
 
     /// `name calls-per-unit` for each command of `names` that ran, busiest first, e.g.
     /// `evalsha 2.00, ssubscribe 0.25`.
-    pub(crate) fn breakdown(&self, per: u64, names: &[&str]) -> String {
-        let mut v: Vec<(u64, &str)> = names.iter().map(|n| (self.calls(n), *n)).collect();
+    pub(crate) fn breakdown(&self, per: u64, names: &str) -> String {
+        let names = names.split_whitespace();
+        let mut v: Vec<(u64, &str)> = names.map(|n| (self.calls(n), n)).collect();
         v.retain(|(calls, _)| *calls > 0);
         v.sort_unstable_by(|a, b| b.cmp(a));
         let v: Vec<String> = v
@@ -227,7 +200,7 @@ mod tests {
     #[test]
     fn percentiles_are_nearest_rank() {
         let l: Latencies = (1..=100).rev().collect();
-        assert_eq!((l.p50(), l.p99(), l.pct_ns(1.0), l.n()), (50, 99, 100, 100));
+        assert_eq!((l.p50(), l.p99(), l.n()), (50, 99, 100));
         assert_eq!(Latencies::default().p50(), 0);
         assert_eq!(l.cdf()[49], (50, 0.5));
         // 3 significant digits (the bucket's top) at any scale.

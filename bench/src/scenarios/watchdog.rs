@@ -37,7 +37,7 @@ pub(crate) struct Watchdog {
 
 fn renewals(redis: &CommandStats, secs: f64) -> Renewals {
     Renewals {
-        evalsha_per_s: redis.sum(&["evalsha", "eval"]) as f64 / secs,
+        evalsha_per_s: redis.sum("evalsha eval") as f64 / secs,
         commands_per_s: redis.total() as f64 / secs,
     }
 }
