@@ -21,20 +21,24 @@ use crate::{LockError, LockRequest};
 /// # }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
 /// ```
-pub async fn run_locked<T, E, F>(
+pub fn run_locked<T, E, F>(
     request: Result<LockRequest, LockError>,
     body: F,
     convert: fn(LockError) -> E,
-) -> Result<T, E>
+) -> impl Future<Output = Result<T, E>>
 where
     F: Future<Output = Result<T, E>>,
 {
-    let outcome = match request {
-        Ok(request) => request.run(body).await,
-        Err(e) => Err(e),
-    };
-    match outcome {
-        Ok(output) => output,
-        Err(e) => Err(convert(e)),
+    // Not an async fn: the body moves into `run` here, once (an async fn would keep it twice).
+    let run = request.map(|request| request.run(body));
+    async move {
+        let outcome = match run {
+            Ok(run) => run.await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(output) => output,
+            Err(e) => Err(convert(e)),
+        }
     }
 }

@@ -226,7 +226,15 @@ impl LockRequest {
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
     /// ```
-    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+    pub fn run<F: Future>(self, body: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        // On the heap, once: an async fn keeps its arguments beside the futures it moves them
+        // into, so a body held by value would be stored twice, and nested runs (reentrant
+        // calls of `#[distributed_lock]` functions) would double in size at each level.
+        let body = Box::pin(body);
+        self.run_boxed(body)
+    }
+
+    async fn run_boxed<F: Future>(self, body: Pin<Box<F>>) -> Result<F::Output, LockError> {
         if let Some(held) = self.reentrant() {
             // Reentrant: the outer scope holds and releases the lock. The body ends when the
             // outer lock ends, whatever ends it (release, drop, loss, deadline) and whatever

@@ -299,3 +299,27 @@ async fn a_scoped_future_stores_its_body_once() {
     scoped.await;
     guard.release().await.expect("release");
 }
+
+/// `run` keeps its body on the heap, once: its future does not grow with the body, so nested
+/// runs (reentrant `#[distributed_lock]` calls) cannot multiply their size level by level (they
+/// overflowed the stack in tests/macro_redis.rs when each level held its body twice).
+#[test]
+fn a_run_future_does_not_grow_with_its_body() {
+    let locker = Locker::memory();
+    let body = async {
+        let big = [7u8; 4096];
+        tokio::task::yield_now().await;
+        std::hint::black_box(&big);
+    };
+    assert!(std::mem::size_of_val(&body) >= 4096);
+    let empty = std::mem::size_of_val(&locker.lock("k").run(async {}));
+    let big = std::mem::size_of_val(&locker.lock("k").run(body));
+    assert_eq!(big, empty, "a 4 KiB body makes the run future grow");
+    let nested = locker.lock("k").run(locker.lock("k").run(async {}));
+    // Only the wider output (a `Result` in a `Result`) may add a few bytes.
+    let nested = std::mem::size_of_val(&nested);
+    assert!(
+        nested <= empty + 64,
+        "a run inside a run: {nested} bytes, an empty run {empty}"
+    );
+}
