@@ -121,10 +121,14 @@ impl Problem {
     /// everything else a 503.
     ///
     /// ```
-    /// use lock_core::LockError;
+    /// # async fn demo() {
     /// use lock_examples::problem::{Problem, LOCK_BUSY};
-    /// let busy = LockError::Busy { key: "inventory:sku-1".into(), retry_after: None };
+    /// let locker = lock_core::Locker::memory();
+    /// let _held = locker.lock("inventory:sku-1").await.unwrap();
+    /// let busy = locker.try_lock("inventory:sku-1").await.unwrap_err();
     /// assert!(Problem::from_lock_error(&busy).is(LOCK_BUSY));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn from_lock_error(error: &LockError) -> Problem {
         match error {

@@ -9,8 +9,10 @@ pub type BoxError = Arc<dyn StdError + Send + Sync + 'static>;
 
 /// Everything that can go wrong when taking, holding or releasing a lock.
 ///
-/// Every variant says which key it is about (where there is one) and what to do about it.
-/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a fallback arm.
+/// Every variant says which key it is about, where there is one ([`key`](Self::key)). Its
+/// `Display` is one short sentence; what to do about each error is in the variant's docs.
+/// The enum and each variant are `#[non_exhaustive]`: match the variants you handle with
+/// `{ .. }` patterns and keep a fallback arm; errors come from the crate's operations.
 ///
 /// ```
 /// # async fn demo() {
@@ -32,9 +34,11 @@ pub type BoxError = Arc<dyn StdError + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock is held by someone else and this attempt does not wait (`try_lock`, `no_wait`).
-    #[error(
-        "lock {key:?} is busy: held by another owner; retry later or wait for it with `.wait(..)`"
-    )]
+    ///
+    /// Retry later (after `retry_after`, when known), or wait for the lock with
+    /// [`LockRequest::wait`](crate::LockRequest::wait).
+    #[error("lock {key:?} is busy")]
+    #[non_exhaustive]
     Busy {
         /// The key that was busy.
         key: String,
@@ -43,9 +47,10 @@ pub enum LockError {
     },
 
     /// The lock stayed busy for the whole wait.
-    #[error(
-        "timed out after {waited:?} waiting for lock {key:?}; raise the wait or shorten the critical section"
-    )]
+    ///
+    /// Raise the wait, or shorten the critical sections that hold the key.
+    #[error("timed out after {waited:?} waiting for lock {key:?}")]
+    #[non_exhaustive]
     Timeout {
         /// The key that was waited for.
         key: String,
@@ -55,16 +60,23 @@ pub enum LockError {
 
     /// The lease was lost while the lock was held: the key expired, was deleted, or was taken
     /// by another owner. Work done under the lock since then was not protected.
-    #[error(
-        "lease on lock {key:?} was lost while held (expired, deleted or taken over); the protected work was cancelled or is unsafe to commit"
-    )]
+    ///
+    /// [`run`](crate::LockRequest::run) has cancelled its body; work done under a guard is
+    /// unsafe to commit (check it with a [fencing token](crate::LockGuard::fence) where the
+    /// storage can). A lease that keeps being lost wants a longer lease, or a backend that
+    /// answers renewals in time.
+    #[error("lease on lock {key:?} was lost")]
+    #[non_exhaustive]
     LeaseLost {
         /// The key whose lease was lost.
         key: String,
     },
 
     /// `run` held the lock for its configured `max_hold` and cancelled the body.
-    #[error("lock {key:?} was held for its max_hold of {max_hold:?}; the body was cancelled")]
+    ///
+    /// Raise [`max_hold`](crate::LockRequest::max_hold) or make the body finish sooner.
+    #[error("lock {key:?} was held for its max_hold of {max_hold:?}")]
+    #[non_exhaustive]
     MaxHoldExceeded {
         /// The key.
         key: String,
@@ -72,8 +84,11 @@ pub enum LockError {
         max_hold: Duration,
     },
 
-    /// The key is not acceptable (empty, too long).
+    /// The key is not acceptable (empty, longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)).
+    ///
+    /// Name the resource you protect (`"order:42"`); hash long or untrusted values first.
     #[error("invalid lock key {key:?}: {reason}")]
+    #[non_exhaustive]
     InvalidKey {
         /// The key as given (shortened when long).
         key: String,
@@ -81,40 +96,60 @@ pub enum LockError {
         reason: String,
     },
 
-    /// A configuration value is out of range (lease, wait, prefix, URL...).
+    /// A configuration value is out of range (lease, wait, prefix, URL...), or the Redis user
+    /// lacks a permission the lock needs.
+    ///
+    /// `what` names the value and the range allowed, or the missing permission (see "Redis
+    /// permissions" in the README for the ACL rule).
     #[error("invalid lock configuration: {what}")]
+    #[non_exhaustive]
     InvalidConfig {
         /// What is wrong and what is allowed.
         what: String,
     },
 
     /// No process-wide locker was set with [`set_global`](crate::set_global) before it was needed.
-    #[error(
-        "no global locker is set: call lock_core::set_global(locker) at start-up, or pass `locker = ...` to #[distributed_lock]"
-    )]
+    ///
+    /// Call `lock_core::set_global(locker)` at start-up, or pass `locker = ...` to
+    /// `#[distributed_lock]`.
+    #[error("no global locker is set")]
+    #[non_exhaustive]
     NoGlobalLocker,
 
     /// The backend failed: Redis unreachable, timed out, or answered something unexpected.
     /// The lock state is unknown to us; nothing was run under it.
-    #[error("lock backend failed during {operation} on {key:?}: {source}")]
+    ///
+    /// Retrying later may succeed ([`is_retryable`](Self::is_retryable)); a lock that may
+    /// have been taken is released by its lease.
+    #[error("lock backend failed during {operation}{}: {source}", on_key(.key.as_deref()))]
+    #[non_exhaustive]
     Backend {
         /// What we were doing (acquire, release, extend, renew, subscribe, connect).
         operation: &'static str,
-        /// The key involved, or empty when none.
-        key: String,
+        /// The key involved, when there is one.
+        key: Option<String>,
         /// The underlying error.
         #[source]
         source: BoxError,
     },
 }
 
+/// `" on <key>"` for a backend error about one key.
+fn on_key(key: Option<&str>) -> String {
+    key.map(|k| format!(" on {k:?}")).unwrap_or_default()
+}
+
 impl LockError {
     /// Whether retrying the same operation later may succeed (busy, timeout, transport failure).
     ///
     /// ```
-    /// use lock_core::LockError;
-    /// let e = LockError::Timeout { key: "k".into(), waited: std::time::Duration::from_secs(1) };
-    /// assert!(e.is_retryable());
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let _held = locker.lock("k").await.unwrap();
+    /// let busy = locker.try_lock("k").await.unwrap_err();
+    /// assert!(busy.is_retryable());
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -126,9 +161,13 @@ impl LockError {
     /// The key this error is about, when there is one.
     ///
     /// ```
-    /// use lock_core::LockError;
-    /// let e = LockError::LeaseLost { key: "order:1".into() };
-    /// assert_eq!(e.key(), Some("order:1"));
+    /// # async fn demo() {
+    /// let locker = lock_core::Locker::memory();
+    /// let _held = locker.lock("order:1").await.unwrap();
+    /// let busy = locker.try_lock("order:1").await.unwrap_err();
+    /// assert_eq!(busy.key(), Some("order:1"));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn key(&self) -> Option<&str> {
         match self {
@@ -137,29 +176,33 @@ impl LockError {
             | LockError::LeaseLost { key }
             | LockError::MaxHoldExceeded { key, .. }
             | LockError::InvalidKey { key, .. } => Some(key),
-            LockError::Backend { key, .. } if !key.is_empty() => Some(key),
+            LockError::Backend { key, .. } => key.as_deref(),
             _ => None,
         }
     }
 
     #[cfg(feature = "redis")]
-    pub(crate) fn backend(
+    pub(crate) fn backend<'k>(
         operation: &'static str,
-        key: &str,
+        key: impl Into<Option<&'k str>>,
         source: impl StdError + Send + Sync + 'static,
     ) -> Self {
         LockError::Backend {
             operation,
-            key: key.to_owned(),
+            key: key.into().map(str::to_owned),
             source: Arc::new(source),
         }
     }
 
     #[cfg(feature = "redis")]
-    pub(crate) fn protocol(operation: &'static str, key: &str, what: impl Into<String>) -> Self {
+    pub(crate) fn protocol<'k>(
+        operation: &'static str,
+        key: impl Into<Option<&'k str>>,
+        what: impl Into<String>,
+    ) -> Self {
         LockError::Backend {
             operation,
-            key: key.to_owned(),
+            key: key.into().map(str::to_owned),
             source: Arc::new(ProtocolError(what.into())),
         }
     }

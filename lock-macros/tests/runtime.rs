@@ -137,7 +137,7 @@ async fn lease_loss_cancels_the_body() {
     let (started, finished) = (AtomicBool::new(false), AtomicBool::new(false));
     let result = outlive_the_lease(&locker, 1, &started, &finished).await;
     match result {
-        Err(AppError::Lock(LockError::LeaseLost { key })) => assert_eq!(key, "lease:1"),
+        Err(AppError::Lock(LockError::LeaseLost { key, .. })) => assert_eq!(key, "lease:1"),
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     assert!(started.load(SeqCst));

@@ -14,10 +14,10 @@ use crate::hold::Hold;
 /// The error type of [`ResponseBody`]: the service's body error, or [`LeaseLostError`].
 ///
 /// ```
-/// let error: lock_tower::BoxError = Box::new(lock_tower::LeaseLostError::new("k"));
+/// let error: lock_tower::BodyError = Box::new(lock_tower::LeaseLostError::new("k"));
 /// assert!(error.is::<lock_tower::LeaseLostError>());
 /// ```
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub type BodyError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 pin_project! {
     /// The response body of [`LockService`](crate::LockService): the service's own body, or
@@ -58,7 +58,7 @@ pin_project! {
             data: Option<Bytes>,
         },
         Custom {
-            body: UnsyncBoxBody<Bytes, BoxError>,
+            body: UnsyncBoxBody<Bytes, BodyError>,
         },
     }
 }
@@ -98,7 +98,7 @@ impl<B> ResponseBody<B> {
         }
     }
 
-    pub(crate) fn custom(body: UnsyncBoxBody<Bytes, BoxError>) -> Self {
+    pub(crate) fn custom(body: UnsyncBoxBody<Bytes, BodyError>) -> Self {
         ResponseBody {
             kind: Kind::Custom { body },
         }
@@ -117,15 +117,15 @@ impl<B> ResponseBody<B> {
 impl<B> Body for ResponseBody<B>
 where
     B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
+    B::Error: Into<BodyError>,
 {
     type Data = Bytes;
-    type Error = BoxError;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.project().kind.project() {
             KindProj::Inner {
                 mut body,
@@ -182,7 +182,7 @@ where
 fn fail(
     hold: &mut Option<Hold>,
     failed: &mut bool,
-) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
     *failed = true;
     let Some(h) = hold.take() else {
         return Poll::Ready(None);

@@ -20,7 +20,7 @@ use crate::key::LogKey;
 use crate::metrics::Counter;
 use crate::rejection::Rejection;
 use crate::service::Shared;
-use crate::{BoxError, FencingToken};
+use crate::{BodyError, FencingToken};
 
 type Acquire = <LockRequest as IntoFuture>::IntoFuture;
 
@@ -137,7 +137,7 @@ impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: Body<Data = Bytes>,
-    ResB::Error: Into<BoxError>,
+    ResB::Error: Into<BodyError>,
 {
     type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 

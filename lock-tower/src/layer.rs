@@ -14,7 +14,7 @@ use tower_layer::Layer;
 use crate::key::DEFAULT_MAX_KEY_LEN;
 use crate::rejection::{Handler, Rejection};
 use crate::service::{LockService, Shared};
-use crate::{BoxError, LockLayerMetrics};
+use crate::{BodyError, LockLayerMetrics};
 
 /// Serializes requests by a key taken from each request: while one request holds the lock on
 /// a key, others with the same key wait (or get 409), in this process and in every other
@@ -252,7 +252,7 @@ impl<K> LockLayer<K> {
     where
         F: Fn(&Rejection) -> Response<B> + Send + Sync + 'static,
         B: Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<BoxError>,
+        B::Error: Into<BodyError>,
     {
         self.on_rejection = Some(Arc::new(move |rejection: &Rejection| {
             handler(rejection).map(|body| body.map_err(Into::into).boxed_unsync())

@@ -12,7 +12,7 @@ mod metrics;
 pub mod rejection;
 mod service;
 
-pub use body::{BoxError, LeaseLostError, ResponseBody};
+pub use body::{BodyError, LeaseLostError, ResponseBody};
 #[cfg(feature = "axum")]
 pub use extract::PathParam;
 pub use extract::{

@@ -38,7 +38,7 @@ use http::{Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use lock_core::LockError;
 
-use crate::BoxError;
+use crate::BodyError;
 use crate::extract::KeyRejection;
 
 /// The media type of the default rejection bodies.
@@ -51,7 +51,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// A custom rejection handler, boxed (see [`LockLayer::on_rejection`](crate::LockLayer::on_rejection)).
 pub(crate) type Handler =
-    Arc<dyn Fn(&Rejection) -> Response<UnsyncBoxBody<Bytes, BoxError>> + Send + Sync>;
+    Arc<dyn Fn(&Rejection) -> Response<UnsyncBoxBody<Bytes, BodyError>> + Send + Sync>;
 
 /// Why the layer answered a request itself instead of (or instead of finishing) calling the
 /// service.
@@ -359,28 +359,31 @@ mod tests {
         assert_eq!(out, r#""a\"b\\c\u000a\u0001\u2028é""#);
     }
 
-    #[test]
-    fn lock_errors_map_to_statuses() {
+    #[tokio::test]
+    async fn lock_errors_map_to_statuses() {
+        // Lock errors are made by lock-core's operations only (its variants are
+        // non-exhaustive): provoke each one.
         let status = |e: LockError| Rejection::from_lock_error(e).status();
-        assert_eq!(
-            status(LockError::Busy {
-                key: "k".into(),
-                retry_after: None
-            }),
-            StatusCode::CONFLICT
-        );
-        assert_eq!(
-            status(LockError::InvalidConfig { what: "x".into() }),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
-        assert_eq!(
-            status(LockError::NoGlobalLocker),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
-        assert_eq!(
-            status(LockError::LeaseLost { key: "k".into() }),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        let backend = lock_core::MemoryBackend::new();
+        let locker = lock_core::Locker::builder(backend.clone()).build();
+        let held = locker.lock("k").await.unwrap();
+        let busy = locker.try_lock("k").await.unwrap_err();
+        assert!(matches!(busy, LockError::Busy { .. }));
+        assert_eq!(status(busy), StatusCode::CONFLICT);
+        let bad_config = lock_core::Locker::builder(backend.clone())
+            .lease(Duration::ZERO)
+            .try_build()
+            .unwrap_err();
+        assert!(matches!(bad_config, LockError::InvalidConfig { .. }));
+        assert_eq!(status(bad_config), StatusCode::INTERNAL_SERVER_ERROR);
+        // No test of this crate sets the process-wide locker.
+        let no_global = lock_core::global().unwrap_err();
+        assert!(matches!(no_global, LockError::NoGlobalLocker { .. }));
+        assert_eq!(status(no_global), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(backend.force_delete("k"));
+        let lost = held.release().await.unwrap_err();
+        assert!(matches!(lost, LockError::LeaseLost { .. }));
+        assert_eq!(status(lost), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::key::{LogKey, normalize};
 use crate::layer::{Options, Wait};
 use crate::metrics::Counter;
 use crate::rejection::{Handler, Rejection};
-use crate::{BoxError, LockLayerMetrics};
+use crate::{BodyError, LockLayerMetrics};
 
 /// Runs each request under the lock on the key its extractor finds; made by
 /// [`LockLayer`](crate::LockLayer).
@@ -165,7 +165,7 @@ where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor,
     ResB: Body<Data = Bytes>,
-    ResB::Error: Into<BoxError>,
+    ResB::Error: Into<BodyError>,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;

@@ -98,7 +98,7 @@ impl RedisBackendBuilder {
         let config = manager_config(self.connect_timeout, self.response_timeout);
         let mut conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
-            .map_err(|e| LockError::backend("connect", "", e))?;
+            .map_err(|e| LockError::backend("connect", None, e))?;
         let server = server_info(&mut conn).await?;
         let sharded = server.major >= 7;
         let maxmemory_policy = maxmemory_policy(&mut conn).await;
@@ -180,5 +180,5 @@ pub(super) fn resp3_client(
         .set_protocol(ProtocolVersion::RESP3);
     Client::open(info.set_redis_settings(settings))
         .map(Some)
-        .map_err(|e| LockError::backend(operation, "", e))
+        .map_err(|e| LockError::backend(operation, None, e))
 }

@@ -130,7 +130,7 @@ impl RedisBackend {
         &self,
         call: &ScriptInvocation<'_>,
         operation: &'static str,
-        key: &str,
+        key: Option<&str>,
     ) -> Result<Value, LockError> {
         let mut conn = self.inner.conn.clone();
         match call.invoke_async::<Value>(&mut conn).await {
@@ -182,7 +182,7 @@ impl RedisBackend {
                 .arg(millis(ticket.handover_lease))
                 .arg(if ticket.strict { "1" } else { "0" });
         }
-        let reply = self.invoke(&call, "acquire", key.user()).await?;
+        let reply = self.invoke(&call, "acquire", Some(key.user())).await?;
         match int_pair(&reply) {
             Some((1, _)) if !fenced => Ok(Attempt::Acquired { fence: None }),
             Some((1, fence)) if fence > 0 => Ok(Attempt::Acquired {
@@ -259,7 +259,7 @@ impl RedisBackend {
             .arg(token.as_str())
             .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" });
-        let reply = self.invoke(&call, "release", key.user()).await?;
+        let reply = self.invoke(&call, "release", Some(key.user())).await?;
         match reply {
             Value::Int(1) => {
                 self.inner.subscriber.deliver(&channel, b"released");
@@ -307,7 +307,7 @@ impl RedisBackend {
             .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" })
             .arg(token.as_str());
-        let reply = self.invoke(&call, "leave queue", key.user()).await?;
+        let reply = self.invoke(&call, "leave queue", Some(key.user())).await?;
         if let Value::Array(items) = &reply
             && let [Value::Int(_), Value::BulkString(message)] = items.as_slice()
         {
@@ -330,7 +330,7 @@ impl RedisBackend {
     }
 
     async fn renew_batch(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        let first = items.first().map_or("", |r| r.key.user());
+        let first = items.first().map(|r| r.key.user());
         let mut call = RENEW.prepare_invoke();
         for r in items {
             call.key(r.key.name())

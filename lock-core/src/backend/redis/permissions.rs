@@ -90,7 +90,7 @@ impl RedisBackend {
             Ok(other) => {
                 return Err(LockError::protocol(
                     "check permissions",
-                    "",
+                    None,
                     format!("the permission check answered {other:?}"),
                 ));
             }
@@ -99,7 +99,7 @@ impl RedisBackend {
                     "the Redis user may not run the lock's scripts on the keys of prefix {shown:?} ({e}); it needs keys ~{shown}*, channels &{shown}* and +@scripting: {ACL_HINT}"
                 )));
             }
-            Err(e) => return Err(LockError::backend("check permissions", "", e)),
+            Err(e) => return Err(LockError::backend("check permissions", None, e)),
         };
         if refused.is_empty() {
             return Ok(());

@@ -43,7 +43,7 @@ pub(super) async fn server_info(conn: &mut ConnectionManager) -> Result<ServerIn
             Some(hello) if is_noperm(&hello) || is_noperm(&e) => Err(LockError::config(format!(
                 "the Redis user may run neither HELLO nor INFO ({hello}; {e}); grant +@connection: {ACL_HINT}"
             ))),
-            _ => Err(LockError::backend("connect", "", e)),
+            _ => Err(LockError::backend("connect", None, e)),
         },
     }
 }

@@ -20,9 +20,7 @@ impl From<LockError> for AppError {
 pub async fn documented(locker: &Locker, id: u32) -> Result<u32, AppError> {
     #![allow(clippy::let_and_return)]
     let out = id;
-    out
-        .checked_add(0)
-        .ok_or(AppError(LockError::NoGlobalLocker))
+    Ok(out)
 }
 
 pub(crate) mod inner {
