@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lock_testkit::eventually;
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -35,11 +36,16 @@ pub(crate) struct Watchdog {
     pub(crate) rslock: Renewals,
 }
 
-fn renewals(redis: &CommandStats, secs: f64) -> Renewals {
-    Renewals {
+/// Redis's commands over one window of `plan.watchdog_window`: EVALSHA (and EVAL) and all.
+async fn window(plan: &Plan, stats: &mut ConnectionManager) -> Result<Renewals> {
+    let (before, t0) = (CommandStats::fetch(stats).await?, Instant::now());
+    tokio::time::sleep(plan.watchdog_window).await;
+    let redis = CommandStats::fetch(stats).await?.since(&before);
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Renewals {
         evalsha_per_s: redis.sum("evalsha eval") as f64 / secs,
         commands_per_s: redis.total() as f64 / secs,
-    }
+    })
 }
 
 pub(crate) async fn watchdog(
@@ -47,104 +53,73 @@ pub(crate) async fn watchdog(
     target: &Target,
     stats: &mut ConnectionManager,
 ) -> Result<Watchdog> {
-    let n = plan.watchdog_locks;
-    crate::progress(&format!(
-        "  ours: {n} locks, lease {:?}",
-        plan.watchdog_lease
-    ));
-    let locker = crate::designs::ours(target, plan.watchdog_lease, true).await?;
+    let (n, lease) = (plan.watchdog_locks, plan.watchdog_lease);
+    crate::progress(&format!("  ours: {n} locks, lease {lease:?}"));
+    let locker = crate::designs::ours(target, lease, true).await?;
     let mut set = JoinSet::new();
     for i in 0..n {
-        let l = locker.clone();
-        set.spawn(async move {
-            l.lock(format!("wd:{i}"))
-                .wait(Duration::from_secs(10))
-                .await
-        });
+        let lock = locker.lock(format!("wd:{i}")).wait(Duration::from_secs(10));
+        set.spawn(lock.into_future());
     }
-    let mut guards = Vec::with_capacity(n);
-    while let Some(joined) = set.join_next().await {
-        guards.push(joined??);
-    }
+    let guards = set
+        .join_all()
+        .await
+        .into_iter()
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     // Steady state: the first renewal has loaded the renew script and put every lock in step.
-    let deadline = Instant::now() + plan.watchdog_lease;
-    while locker.stats().renewal_calls == 0 {
-        if Instant::now() > deadline {
-            return Err("watchdog: no renewal within one lease".into());
-        }
-        // Polls a counter the locker exposes without a change signal.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let renewed = async || locker.stats().renewal_calls > 0;
+    eventually("the watchdog's first renewal", lease, renewed).await;
     // Start half a period after that renewal was sent (it may still be in flight): a window of
     // whole periods then holds exactly window / period renewals.
-    tokio::time::sleep(plan.watchdog_lease / 6).await;
-    let before = CommandStats::fetch(stats).await?;
-    let calls0 = locker.stats().renewal_calls;
-    let t0 = Instant::now();
-    tokio::time::sleep(plan.watchdog_window).await;
-    let redis = CommandStats::fetch(stats).await?.since(&before);
-    let calls1 = locker.stats().renewal_calls;
-    let secs = t0.elapsed().as_secs_f64();
+    tokio::time::sleep(lease / 6).await;
+    let (calls0, t0) = (locker.stats().renewal_calls, Instant::now());
+    let ours = window(plan, stats).await?;
+    let calls = (locker.stats().renewal_calls - calls0) as f64 / t0.elapsed().as_secs_f64();
     let still_held = guards.iter().filter(|g| g.is_held()).count();
     if still_held != n {
         return Err(format!("watchdog: only {still_held} of {n} locks still held").into());
     }
-    let ours = renewals(&redis, secs);
-    let ours_renewal_calls_per_s = (calls1 - calls0) as f64 / secs;
-    let mut set = JoinSet::new();
-    for g in guards {
-        set.spawn(g.release());
-    }
-    while let Some(joined) = set.join_next().await {
-        joined??;
+    for released in JoinSet::from_iter(guards.into_iter().map(|g| g.release()))
+        .join_all()
+        .await
+    {
+        released?;
     }
 
-    crate::progress(&format!(
-        "  rslock: {n} locks, ttl {:?}",
-        plan.watchdog_lease
-    ));
+    crate::progress(&format!("  rslock: {n} locks, ttl {lease:?}"));
     let manager = rslock::LockManager::from_clients(vec![target.client()?]);
     let started = Arc::new(AtomicUsize::new(0));
     let (finish, finished) = watch::channel(false);
     let mut set = JoinSet::new();
     for i in 0..n {
-        let manager = manager.clone();
-        let started = started.clone();
-        let mut finished = finished.clone();
-        let lease = plan.watchdog_lease;
+        let (manager, started, mut finished) = (manager.clone(), started.clone(), finished.clone());
         set.spawn(async move {
             let resource = format!("rslock:wd:{i}");
-            manager
-                .using(resource.as_bytes(), lease, async move || {
-                    started.fetch_add(1, Ordering::SeqCst);
-                    let _ = finished.wait_for(|f| *f).await;
-                })
-                .await
+            let hold = async move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                let _ = finished.wait_for(|f| *f).await;
+            };
+            manager.using(resource.as_bytes(), lease, hold).await
         });
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while started.load(Ordering::SeqCst) < n {
-        if Instant::now() > deadline {
-            return Err("rslock: the 1,000 locks were not all taken within 60 s".into());
-        }
-        // Progress poll of a third-party API with no completion signal.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let before = CommandStats::fetch(stats).await?;
-    let t0 = Instant::now();
-    tokio::time::sleep(plan.watchdog_window).await;
-    let redis = CommandStats::fetch(stats).await?.since(&before);
-    let secs = t0.elapsed().as_secs_f64();
+    let all_taken = async || started.load(Ordering::SeqCst) == n;
+    eventually(
+        "rslock: all locks taken",
+        Duration::from_secs(60),
+        all_taken,
+    )
+    .await;
+    let rslock = window(plan, stats).await?;
     finish.send_replace(true);
-    while let Some(joined) = set.join_next().await {
-        joined?.map_err(|e| format!("rslock using: {e}"))?;
+    for used in set.join_all().await {
+        used.map_err(|e| format!("rslock using: {e}"))?;
     }
     Ok(Watchdog {
         locks: n,
-        lease: plan.watchdog_lease,
+        lease,
         window: plan.watchdog_window,
         ours,
-        ours_renewal_calls_per_s,
-        rslock: renewals(&redis, secs),
+        ours_renewal_calls_per_s: calls,
+        rslock,
     })
 }
