@@ -441,3 +441,118 @@ async fn a_stall_right_after_a_hand_over_is_ridden_out_like_after_an_acquire() {
     );
     guard.release().await.expect("still ours after the stall");
 }
+
+/// The first locks of a new prefix wait for one permission check; when it fails (the server
+/// frozen: no answer), the callers queued behind it get its error at once, instead of each
+/// running the check again in turn (the last of N waited N response timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_permission_check_answers_every_caller_queued_behind_it() {
+    const CALLERS: usize = 5;
+    let mut server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    let backend = lock_core::RedisBackend::builder(&server.url())
+        .response_timeout(timeout)
+        .connect_timeout(timeout)
+        .connect()
+        .await
+        .expect("connect");
+    let locker = lock_core::Locker::builder(backend).prefix("cold:").build();
+    server.pause();
+    let start = Instant::now();
+    let attempts: Vec<_> = (0..CALLERS)
+        .map(|i| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let outcome = locker.try_lock(format!("k{i}")).await.map(drop);
+                (outcome, start.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for attempt in attempts {
+        let (outcome, took) = attempt.await.expect("join");
+        assert!(
+            matches!(outcome, Err(LockError::Backend { .. })),
+            "{outcome:?}"
+        );
+        slowest = slowest.max(took);
+    }
+    server.resume();
+    println!(
+        "{CALLERS} first locks of a prefix on a frozen server: the last failed after {slowest:?}"
+    );
+    assert!(
+        slowest < timeout * 2,
+        "the last of {CALLERS} callers failed after {slowest:?} (one check: {timeout:?})"
+    );
+    // Not remembered: the check runs again once the server answers.
+    eventually(
+        "the prefix works again",
+        Duration::from_secs(5),
+        async || locker.try_lock("k0").await.is_ok(),
+    )
+    .await;
+}
+
+/// The watcher's connection (the one that tells the watchdog of a dropped connection) closed
+/// again and again as soon as it is up: it reconnects with a growing delay, so the watchdog is
+/// not made to check its locks in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_closed_again_and_again_backs_off() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let guard = a.lock("k").await.expect("acquire");
+    let renewals = a.stats().renewal_calls;
+    let start = Instant::now();
+    let mut kills = 0;
+    while start.elapsed() < Duration::from_secs(2) {
+        let clients: String = server.query(redis::cmd("CLIENT").arg("LIST").clone()).await;
+        for line in clients.lines() {
+            // The watcher: RESP3, subscribed to nothing (the subscriber is RESP3 with channels).
+            if line.contains(" resp=3")
+                && line.contains(" sub=0 ")
+                && line.contains(" ssub=0 ")
+                && let Some(id) = line.split(' ').find_map(|f| f.strip_prefix("id="))
+            {
+                let _: i64 = server
+                    .query(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).clone())
+                    .await;
+                kills += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let checks = a.stats().renewal_calls - renewals;
+    println!("watcher killed {kills} times in 2 s: {checks} renewal calls");
+    assert!(kills > 0, "no watcher connection found");
+    assert!(
+        checks <= 30,
+        "{checks} renewal calls in 2 s for {kills} kills"
+    );
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
+
+/// The server restarts empty right after the first lock of a fresh backend, on a single-thread
+/// runtime (the watcher's first connection may not even be up yet): the holder is still told
+/// at once, not at its next renewal a third of the lease later.
+#[tokio::test(flavor = "current_thread")]
+async fn a_restart_right_after_the_first_lock_is_seen_at_once() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    server.restart();
+    let b = locker(&server, Duration::from_secs(2)).await;
+    let other = b
+        .try_lock("k")
+        .await
+        .expect("the emptied server gives k to b");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("told of the loss within 3 s (the next renewal is 10 s away)");
+    other.release().await.expect("release");
+}

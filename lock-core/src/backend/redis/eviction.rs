@@ -7,13 +7,14 @@ use super::RedisBackend;
 /// `CONFIG GET maxmemory-policy`, else `INFO memory`; `None` when both are refused (both need
 /// `@dangerous` permissions) or answer nothing readable.
 pub(super) async fn maxmemory_policy(conn: &mut ConnectionManager) -> Option<String> {
-    let config: Result<Vec<String>, _> = redis::cmd("CONFIG")
+    // A map in RESP3, a flat array in RESP2: read as pairs either way.
+    let config: Result<Vec<(String, String)>, _> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
         .query_async(&mut *conn)
         .await;
     if let Ok(answer) = config
-        && let [_, policy] = answer.as_slice()
+        && let [(_, policy)] = answer.as_slice()
     {
         return Some(policy.clone());
     }

@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::{Script, Value};
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use super::{RedisBackend, retriable};
 use crate::LockError;
@@ -46,12 +48,7 @@ impl RedisBackend {
     /// ```
     pub async fn check_permissions(&self, prefix: &str) -> Result<(), LockError> {
         validate_prefix(prefix)?;
-        self.inner
-            .permissions
-            .cell(prefix)
-            .get_or_try_init(|| self.probe(prefix))
-            .await
-            .map(|_| ())
+        self.check_prefix(prefix).await
     }
 
     /// Runs the permission check of the key's prefix unless it passed already (one map lookup
@@ -60,11 +57,27 @@ impl RedisBackend {
         // A prefix holds no brace: the lock name's first `{` opens the hash tag.
         let name = key.name();
         let prefix = name.split_once('{').map_or(name, |(prefix, _)| prefix);
-        let cell = self.inner.permissions.cell(prefix);
-        if cell.initialized() {
+        self.check_prefix(prefix).await
+    }
+
+    /// One check at a time per prefix. A check that failed answers the callers that queued
+    /// behind it with its error for a moment ([`RECENT_FAILURE`]) instead of each running the
+    /// check again in turn (against a stalled server, the last of N would wait N timeouts).
+    async fn check_prefix(&self, prefix: &str) -> Result<(), LockError> {
+        let entry = self.inner.permissions.entry(prefix);
+        if entry.passed.initialized() {
             return Ok(());
         }
-        cell.get_or_try_init(|| self.probe(prefix))
+        entry
+            .passed
+            .get_or_try_init(|| async {
+                if let Some(error) = entry.recent_failure() {
+                    return Err(error);
+                }
+                self.probe(prefix).await.inspect_err(|e| {
+                    *entry.failed.lock() = Some((Instant::now(), e.clone()));
+                })
+            })
             .await
             .map(|_| ())
     }
@@ -157,18 +170,37 @@ impl RedisBackend {
     }
 }
 
-/// The prefixes whose permission check passed (one cell per prefix: concurrent first locks of
-/// a prefix wait for one check; a failed check is not remembered and runs again next time).
+/// How long a failed permission check answers for the callers queued behind it.
+const RECENT_FAILURE: Duration = Duration::from_secs(1);
+
+/// The permission checks, one entry per prefix: concurrent first locks of a prefix wait for
+/// one check; a success is kept, a failure only for [`RECENT_FAILURE`].
 #[derive(Default)]
 pub(super) struct Permissions {
-    checked: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
+    checked: Mutex<HashMap<String, Arc<PrefixCheck>>>,
+}
+
+#[derive(Default)]
+struct PrefixCheck {
+    passed: OnceCell<()>,
+    failed: Mutex<Option<(Instant, LockError)>>,
+}
+
+impl PrefixCheck {
+    fn recent_failure(&self) -> Option<LockError> {
+        self.failed
+            .lock()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < RECENT_FAILURE)
+            .map(|(_, e)| e.clone())
+    }
 }
 
 impl Permissions {
-    fn cell(&self, prefix: &str) -> Arc<OnceCell<()>> {
+    fn entry(&self, prefix: &str) -> Arc<PrefixCheck> {
         let mut checked = self.checked.lock();
-        if let Some(cell) = checked.get(prefix) {
-            return cell.clone();
+        if let Some(entry) = checked.get(prefix) {
+            return entry.clone();
         }
         checked.entry(prefix.to_owned()).or_default().clone()
     }

@@ -14,6 +14,10 @@ use crate::sync::Mutex;
 /// Backoff of the watcher's reconnection attempts.
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(10);
 const WATCH_RETRY_MAX: Duration = Duration::from_millis(500);
+/// A connection that stayed up this long resets the backoff; one dropped sooner (a proxy or an
+/// operator closing it again and again) is retried after the growing delay, so the watcher
+/// never reconnects, nor makes the watchdogs check their locks, in a tight loop.
+const STABLE: Duration = Duration::from_secs(2);
 
 impl RedisBackend {
     /// A receiver whose value changes each time the connection to the server was lost and each
@@ -34,6 +38,10 @@ pub(super) struct Watcher {
     epoch: watch::Sender<u64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     connect_timeout: Duration,
+    /// Keeps the task running from the backend's connect on, so its connection is up before
+    /// the first lock is taken (a drop between that lock and a later first connection would
+    /// go unseen).
+    _listening: Option<watch::Receiver<u64>>,
 }
 
 impl Watcher {
@@ -43,12 +51,15 @@ impl Watcher {
         connect_timeout: Duration,
     ) -> Result<Self, LockError> {
         let client = resp3_client(client, resp3, "connect watcher")?;
-        Ok(Watcher {
+        let mut watcher = Watcher {
             client,
             epoch: watch::Sender::new(0),
             task: Mutex::default(),
             connect_timeout,
-        })
+            _listening: None,
+        };
+        watcher._listening = watcher.subscribe();
+        Ok(watcher)
     }
 
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
@@ -79,9 +90,10 @@ impl Drop for Watcher {
 }
 
 /// The watcher's task: keeps one idle connection, bumps `epoch` when it drops and when a new
-/// one is up; ends when nobody listens any more.
+/// one is up, the first one too (a lock taken before it connected may have been lost with the
+/// server's data meanwhile; with no lock held yet, as at the backend's connect, the check costs
+/// nothing); ends when nobody listens any more.
 async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_timeout: Duration) {
-    let mut connected_before = false;
     let mut delay = WATCH_RETRY_MIN;
     loop {
         let (push_tx, mut pushes) = mpsc::unbounded_channel();
@@ -94,12 +106,9 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
         };
         match connected {
             Ok(conn) => {
-                if connected_before {
-                    tracing::debug!("lock server connection back; checking the held locks");
-                    epoch.send_modify(|n| *n = n.wrapping_add(1));
-                }
-                connected_before = true;
-                delay = WATCH_RETRY_MIN;
+                tracing::debug!("lock server connection up; checking the held locks");
+                epoch.send_modify(|n| *n = n.wrapping_add(1));
+                let up_since = tokio::time::Instant::now();
                 loop {
                     tokio::select! {
                         () = epoch.closed() => return,
@@ -112,6 +121,15 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
                 drop(conn);
                 tracing::debug!("lock server connection lost; checking the held locks");
                 epoch.send_modify(|n| *n = n.wrapping_add(1));
+                if up_since.elapsed() >= STABLE {
+                    delay = WATCH_RETRY_MIN;
+                } else {
+                    tokio::select! {
+                        () = epoch.closed() => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(WATCH_RETRY_MAX);
+                }
             }
             Err(e) => {
                 tracing::debug!(error = %e, "lock server connection watcher cannot connect; retrying");
