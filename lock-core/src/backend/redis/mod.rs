@@ -59,8 +59,8 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 /// come through one more connection, opened the first time a waiter needs it and shared by
 /// every waiter and key of the backend (sharded pub/sub on Redis 7+, plain pub/sub before).
 /// Scripts run with `EVALSHA` and are loaded again after `NOSCRIPT` (a restarted server).
-/// While a lock is held, one more idle connection (Redis 6+) hears of a dropped connection at
-/// once, and every held lock is checked then. Before the first lock of a key prefix, a check
+/// One more idle connection (Redis 6+), opened with the backend and kept for its life, hears of
+/// a dropped connection at once, and every held lock is checked then. Before the first lock of a key prefix, a check
 /// that writes nothing makes sure the Redis user may run every command the lock needs
 /// (see [`check_permissions`](Self::check_permissions)).
 ///

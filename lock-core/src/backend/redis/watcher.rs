@@ -31,7 +31,7 @@ impl RedisBackend {
 /// Hears of dropped connections to the server on a connection of its own that sends nothing
 /// (RESP3, so the client library reports the drop as it happens, even when idle), and counts
 /// each drop and each return, so the watchdog can check every held lock at once instead of at
-/// its next regular renewal. Its task runs while someone listens (a locker's watchdog).
+/// its next regular renewal. Its task starts with the backend and runs for the backend's life.
 pub(super) struct Watcher {
     /// `None` before Redis 6 (no RESP3).
     client: Option<Client>,
