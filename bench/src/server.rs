@@ -3,7 +3,6 @@
 
 use std::io::ErrorKind;
 use std::process::Stdio;
-use std::time::Duration;
 
 use lock_testkit::RedisServer;
 use lock_testkit::server::find_redis_server;
@@ -44,9 +43,8 @@ impl Target {
         Ok(Client::open(self.url.as_str())?)
     }
 
-    /// A redis-rs `ConnectionManager` configured as lock-core configures its own (2 s connect
-    /// and response timeouts, one retry): the same client for the baseline and for us.
-    // TODO: take these from lock-core once it exposes its connection settings (a copy drifts).
+    /// A redis-rs `ConnectionManager` configured as lock-core configures its own: the same
+    /// client for the baseline and for us.
     pub(crate) async fn manager(&self) -> Result<ConnectionManager> {
         Ok(ConnectionManager::new_with_config(self.client()?, manager_config()).await?)
     }
@@ -84,14 +82,10 @@ impl Target {
     }
 }
 
-/// lock-core's `ConnectionManagerConfig` (`manager_config` in its `redis/connect.rs`).
+/// lock-core's own connection settings, with its default timeouts (taken from lock-core, so
+/// the baseline cannot drift from what the lock does).
 pub(crate) fn manager_config() -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
-        .set_number_of_retries(1)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(500))
+    lock_core::RedisBackend::builder("redis://127.0.0.1/").connection_manager_config()
 }
 
 /// The requests/s of the `SET:` line of `redis-benchmark -q` (progress lines end in `\r`).

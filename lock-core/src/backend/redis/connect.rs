@@ -73,6 +73,18 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// The redis-rs settings the backend's command connection uses (these timeouts, one retry,
+    /// reconnect backoff), for a tool that must talk to Redis exactly as the lock does, such as
+    /// a benchmark's baseline client.
+    ///
+    /// ```
+    /// let config = lock_core::RedisBackend::builder("redis://127.0.0.1/").connection_manager_config();
+    /// # drop(config);
+    /// ```
+    pub fn connection_manager_config(&self) -> ConnectionManagerConfig {
+        manager_config(self.connect_timeout, self.response_timeout)
+    }
+
     /// Connects, checks the server answers, and learns whether it has sharded pub/sub.
     ///
     /// # Errors
