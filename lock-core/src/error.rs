@@ -108,6 +108,25 @@ pub enum LockError {
         what: String,
     },
 
+    /// An idempotency record to store is larger than allowed: its result above
+    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN), or its fingerprint above
+    /// [`MAX_FINGERPRINT_LEN`](crate::MAX_FINGERPRINT_LEN). Nothing was written.
+    ///
+    /// Store a smaller result (a reference to where the large one lives, or a digest of it),
+    /// or a digest of the request as the fingerprint. The lock is still held.
+    #[error("the idempotency {what} for {key:?} is {len} bytes, more than the {max} allowed")]
+    #[non_exhaustive]
+    RecordTooLarge {
+        /// The key whose record it is.
+        key: String,
+        /// Which part is too large: `"result"` or `"fingerprint"`.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The most allowed, in bytes.
+        max: usize,
+    },
+
     /// No process-wide locker was set with [`set_global`](crate::set_global) before it was needed.
     ///
     /// Call `lock_core::set_global(locker)` at start-up, or pass `locker = ...` to
@@ -175,7 +194,8 @@ impl LockError {
             | LockError::Timeout { key, .. }
             | LockError::LeaseLost { key }
             | LockError::MaxHoldExceeded { key, .. }
-            | LockError::InvalidKey { key, .. } => Some(key),
+            | LockError::InvalidKey { key, .. }
+            | LockError::RecordTooLarge { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             _ => None,
         }

@@ -2,13 +2,14 @@
 //!
 //! A lock named `K` under prefix `P` uses these backend names, all in one cluster hash slot:
 //!
-//! | what            | name                 |
-//! |-----------------|----------------------|
-//! | the lock        | `P{T}S`              |
-//! | fence counter   | `P{T}S:fence`        |
-//! | release channel | `P{T}S:released`     |
-//! | waiter queue    | `P{T}S:queue`        |
-//! | waiter entries  | `P{T}S:waiters`      |
+//! | what               | name                 |
+//! |--------------------|----------------------|
+//! | the lock           | `P{T}S`              |
+//! | fence counter      | `P{T}S:fence`        |
+//! | release channel    | `P{T}S:released`     |
+//! | waiter queue       | `P{T}S:queue`        |
+//! | waiter entries     | `P{T}S:waiters`      |
+//! | idempotency record | `P{T}S:result`       |
 //!
 //! The queue lists the tickets of waiting lockers (default mode: one per locker; fair mode:
 //! one per waiter), oldest first; a release hands the lock to the oldest live one. Queue and
@@ -88,6 +89,11 @@ impl LockKey {
     /// The backend name of the fencing counter.
     pub(crate) fn fence(&self) -> String {
         format!("{}:fence", self.0.name)
+    }
+
+    /// The idempotency record stored for this key (a hash: `fingerprint`, `result`; with a TTL).
+    pub(crate) fn result(&self) -> String {
+        format!("{}:result", self.0.name)
     }
 
     #[cfg(any(feature = "redis", test))]
@@ -181,6 +187,7 @@ mod tests {
         assert_eq!(k.name(), "lock:{order:42}");
         assert_eq!(k.fence(), "lock:{order:42}:fence");
         assert_eq!(k.channel(), "lock:{order:42}:released");
+        assert_eq!(k.result(), "lock:{order:42}:result");
     }
 
     #[test]
@@ -201,6 +208,7 @@ mod tests {
             let n = names(k);
             assert!(all.insert(n.name().to_owned()), "{k}");
             assert!(all.insert(n.fence().to_owned()), "{k}");
+            assert!(all.insert(n.result()), "{k}");
         }
     }
 

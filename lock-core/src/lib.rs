@@ -8,6 +8,7 @@ mod error;
 mod global;
 mod guard;
 mod held;
+mod idempotency;
 mod key;
 mod locker;
 mod macro_support;
@@ -24,6 +25,10 @@ pub use backend::{RedisBackend, RedisBackendBuilder};
 pub use error::{BoxError, LockError};
 pub use global::{clear_global, global, set_global};
 pub use guard::{LockGuard, LockInfo};
+pub use idempotency::{
+    DEFAULT_RESULT_TTL, IdempotencyRecord, IdempotencyState, MAX_FINGERPRINT_LEN, MAX_RESULT_LEN,
+    MAX_RESULT_TTL,
+};
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
 pub use locker::{
     DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use std::collections::VecDeque;
 
 use super::{Attempt, Inbox, Listeners, QueueTicket, Renewal};
+use crate::idempotency::{IdempotencyRecord, IdempotencyState};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
@@ -20,8 +21,8 @@ const MIN_SWEEP: usize = 1024;
 /// acquisition, owner-checked release and renewal, a lease after which the lock is free, release
 /// notifications for waiters and per-key fencing counters.
 ///
-/// Time comes from `tokio::time`, so tests can pause and advance it. Expired locks are swept
-/// away as the table grows, so memory does not grow with the number of distinct keys; fencing
+/// Time comes from `tokio::time`, so tests can pause and advance it. Expired locks and
+/// idempotency records are swept away as the table grows, so memory does not grow with the number of distinct keys; fencing
 /// counters, like their Redis keys, are kept for as long as the backend lives (one `u64` per
 /// fenced key name).
 ///
@@ -53,6 +54,16 @@ struct Table {
     queues: HashMap<String, VecDeque<QueueEntry>>,
     listeners: Listeners,
     sweep_above: usize,
+    /// Idempotency records by record name (`LockKey::result`), swept like the locks.
+    records: HashMap<String, Record>,
+    records_sweep_above: usize,
+}
+
+#[derive(Debug)]
+struct Record {
+    fingerprint: String,
+    result: Vec<u8>,
+    expires: Instant,
 }
 
 #[derive(Debug)]
@@ -102,7 +113,19 @@ impl MemoryBackend {
         self.len() == 0
     }
 
-    /// Removes every expired lock now (this also happens on its own as the table grows).
+    /// How many idempotency records (see
+    /// [`LockGuard::store_result`](crate::LockGuard::store_result)) the table holds now,
+    /// counting expired ones not yet swept.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::MemoryBackend::new().record_count(), 0);
+    /// ```
+    pub fn record_count(&self) -> usize {
+        self.table().records.len()
+    }
+
+    /// Removes every expired lock and idempotency record now (this also happens on its own as
+    /// the table grows).
     ///
     /// ```
     /// lock_core::MemoryBackend::new().sweep();
@@ -274,6 +297,59 @@ impl MemoryBackend {
             .collect()
     }
 
+    /// Stores an idempotency record if the lock still holds `token`; `false` (nothing
+    /// written) otherwise.
+    pub(crate) fn store_result(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fingerprint: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        let mut t = self.table();
+        let ours = t
+            .locks
+            .get(key.name())
+            .is_some_and(|e| e.token == *token && e.expires > now);
+        if !ours {
+            return false;
+        }
+        t.records.insert(
+            key.result(),
+            Record {
+                fingerprint: fingerprint.to_owned(),
+                result: result.to_vec(),
+                // `ttl` is at most MAX_RESULT_TTL (checked by the caller): no overflow.
+                expires: now.checked_add(ttl).unwrap_or(now),
+            },
+        );
+        if t.records.len() > t.records_sweep_above.max(MIN_SWEEP) {
+            t.records.retain(|_, r| r.expires > now);
+            t.records_sweep_above = t.records.len() * 2;
+        }
+        true
+    }
+
+    /// The record of `key` if one is live, else whether its lock is held.
+    pub(crate) fn idempotency_state(&self, key: &LockKey) -> IdempotencyState {
+        let now = Instant::now();
+        let t = self.table();
+        if let Some(r) = t.records.get(&key.result()).filter(|r| r.expires > now) {
+            return IdempotencyState::Completed(IdempotencyRecord {
+                fingerprint: r.fingerprint.clone(),
+                result: r.result.clone(),
+                expires_in: r.expires - now,
+            });
+        }
+        if t.locks.get(key.name()).is_some_and(|e| e.expires > now) {
+            IdempotencyState::InFlight
+        } else {
+            IdempotencyState::Absent
+        }
+    }
+
     pub(crate) fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
         // In memory the lock name serves as the channel.
         self.table().listeners.add(key.name(), inbox);
@@ -363,6 +439,7 @@ impl Table {
 
     fn sweep(&mut self, now: Instant) {
         self.locks.retain(|_, e| e.expires > now);
+        self.records.retain(|_, r| r.expires > now);
         self.queues.retain(|_, q| {
             q.retain(|q| q.dies > now);
             !q.is_empty()

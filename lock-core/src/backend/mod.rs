@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
+use crate::idempotency::IdempotencyState;
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -160,6 +161,35 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.renew(items)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renew(items).await,
+        }
+    }
+
+    /// Stores an idempotency record for `key` in one atomic step that checks the lock still
+    /// holds `token`: `Ok(false)`, nothing written, when it does not.
+    pub(crate) async fn store_result(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fingerprint: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        match self {
+            BackendKind::Memory(m) => Ok(m.store_result(key, token, fingerprint, result, ttl)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.store_result(key, token, fingerprint, result, ttl).await,
+        }
+    }
+
+    /// The idempotency record of `key`, else whether its lock is held, in one atomic read.
+    pub(crate) async fn idempotency_state(
+        &self,
+        key: &LockKey,
+    ) -> Result<IdempotencyState, LockError> {
+        match self {
+            BackendKind::Memory(m) => Ok(m.idempotency_state(key)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.idempotency_state(key).await,
         }
     }
 

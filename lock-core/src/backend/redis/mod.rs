@@ -14,6 +14,7 @@ use redis::{Script, ScriptInvocation, Value};
 
 mod connect;
 mod eviction;
+mod idempotency;
 mod permissions;
 mod server;
 mod subscriber;

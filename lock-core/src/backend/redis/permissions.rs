@@ -90,6 +90,7 @@ impl RedisBackend {
             .key(key.fence())
             .key(key.queue())
             .key(key.waiters())
+            .key(key.result())
             .arg(&channel)
             .arg(if self.inner.sharded { "1" } else { "0" });
         let mut conn = self.inner.conn.clone();

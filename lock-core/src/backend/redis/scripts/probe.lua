@@ -9,6 +9,7 @@
 -- KEYS[2]  <prefix>{__lock_probe__}:fence      its fence counter
 -- KEYS[3]  <prefix>{__lock_probe__}:queue      its waiter queue
 -- KEYS[4]  <prefix>{__lock_probe__}:waiters    its waiter entries
+-- KEYS[5]  <prefix>{__lock_probe__}:result     its idempotency record
 -- ARGV[1]  <prefix>{__lock_probe__}:released   its release channel
 -- ARGV[2]  '1' for sharded pub/sub (SPUBLISH, SSUBSCRIBE: Redis 7+), '0' for plain pub/sub
 --
@@ -22,6 +23,8 @@ local key_commands = {
   {'LINDEX', '0'}, {'LPOP'}, {'LPUSH', 'v'}, {'RPUSH', 'v'}, {'LREM', '0', 'v'},
   {'HGET', 'f'}, {'HSET', 'f', 'v'}, {'HDEL', 'f'},
 }
+-- The idempotency record is read and written with commands of the list above (HGET, HSET,
+-- PEXPIRE, PTTL on the record; GET, EXISTS on the lock).
 local channel_commands
 if ARGV[2] == '1' then
   channel_commands = {{'SPUBLISH', 'm'}, {'SSUBSCRIBE'}, {'SUNSUBSCRIBE'}}
@@ -74,6 +77,7 @@ local tries = {
   {'key', 'PEXPIRE', KEYS[1], 'x'},
   {'key', 'LINDEX', KEYS[3], '0'},
   {'key', 'HGET', KEYS[4], 'f'},
+  {'key', 'HGET', KEYS[5], 'f'},
   {'command', 'TIME'},
   {'channel', 'PUBLISH', ARGV[1], 'probe'},
 }

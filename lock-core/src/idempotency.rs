@@ -1,0 +1,328 @@
+//! The idempotency result store: a record per key (the request's fingerprint and its result,
+//! with a TTL) beside the key's lock, written only while that lock is held.
+//!
+//! Mutual exclusion says "one at a time"; idempotency says "at most once per key, and every
+//! retry gets the first answer". The first request takes the key's lock, runs, and stores its
+//! result with [`LockGuard::store_result`]: one atomic step that checks the lock is still
+//! ours, so a holder that lost its lease never writes a stale result. Later requests read
+//! [`Locker::idempotency_state`]: the stored result, or "in flight" while the first still
+//! holds the lock, or nothing.
+//!
+//! The record lives under the locker's prefix in the lock's hash slot (on Redis a hash
+//! `P{T}S:result` with fields `fingerprint` and `result`, beside the lock `P{T}S`), and
+//! expires after its TTL. Like the locks, records live in the server's memory: a Redis restart
+//! without persistence, a `FLUSHALL` or an eviction loses them, and the next request with the
+//! same key runs again.
+
+use std::time::Duration;
+
+use crate::LockError;
+use crate::guard::LockGuard;
+use crate::key::LockKey;
+use crate::locker::Locker;
+
+/// How long a stored result is kept when the caller has no other policy: 24 hours (what
+/// Stripe keeps idempotency keys for).
+///
+/// ```
+/// assert_eq!(lock_core::DEFAULT_RESULT_TTL.as_secs(), 24 * 3600);
+/// ```
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest TTL a result may be stored for: 365 days. Longer ones are
+/// [`LockError::InvalidConfig`].
+///
+/// ```
+/// assert!(lock_core::MAX_RESULT_TTL > lock_core::DEFAULT_RESULT_TTL);
+/// ```
+pub const MAX_RESULT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// The largest result that can be stored, in bytes: 1 MiB. A larger one is
+/// [`LockError::RecordTooLarge`] and nothing is written.
+///
+/// ```
+/// assert_eq!(lock_core::MAX_RESULT_LEN, 1024 * 1024);
+/// ```
+pub const MAX_RESULT_LEN: usize = 1024 * 1024;
+
+/// The longest fingerprint that can be stored with a result, in bytes (a hex SHA-256 takes
+/// 64). A longer one is [`LockError::RecordTooLarge`].
+///
+/// ```
+/// assert!(lock_core::MAX_FINGERPRINT_LEN >= 64);
+/// ```
+pub const MAX_FINGERPRINT_LEN: usize = 1024;
+
+/// What the backend knows of an idempotency key, from [`Locker::idempotency_state`].
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{IdempotencyState, Locker};
+///
+/// let locker = Locker::memory();
+/// match locker.idempotency_state("charge:7").await? {
+///     IdempotencyState::Absent => { /* first request: lock the key, run, store_result */ }
+///     IdempotencyState::InFlight => { /* the first request still runs: 409, or wait */ }
+///     IdempotencyState::Completed(record) => { /* replay record.result */ drop(record) }
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdempotencyState {
+    /// No result is stored and nobody holds the key's lock.
+    Absent,
+    /// No result is stored yet, and the key's lock is held: the first request is running (or
+    /// has failed without storing, and its lock has not been released or expired yet).
+    InFlight,
+    /// A result is stored; its lock may or may not be held still.
+    Completed(IdempotencyRecord),
+}
+
+/// A stored result, as [`LockGuard::store_result`] wrote it.
+///
+/// ```
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{IdempotencyState, Locker};
+///
+/// let locker = Locker::memory();
+/// let guard = locker.lock("charge:7").await?;
+/// guard.store_result("sha256:ab12", b"receipt 9", Duration::from_secs(60)).await?;
+/// guard.release().await?;
+/// let IdempotencyState::Completed(record) = locker.idempotency_state("charge:7").await? else {
+///     unreachable!("stored just above")
+/// };
+/// assert_eq!(record.fingerprint, "sha256:ab12");
+/// assert_eq!(record.result, b"receipt 9");
+/// assert!(record.expires_in <= Duration::from_secs(60));
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IdempotencyRecord {
+    /// The fingerprint of the request that produced the result, as given to `store_result`:
+    /// compare it with the retry's to tell a replay from a different request under the same key.
+    pub fingerprint: String,
+    /// The stored bytes, exactly as given.
+    pub result: Vec<u8>,
+    /// How long the record is still kept (a `Retry-After`/`Expires` hint); `Duration::MAX`
+    /// when the backend keeps it without expiry (an operator removed the TTL by hand).
+    pub expires_in: Duration,
+}
+
+impl std::fmt::Debug for IdempotencyRecord {
+    /// Shows the fingerprint, the result's length and the expiry, not the result itself (it
+    /// may be large, and may hold data that does not belong in logs).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyRecord")
+            .field("fingerprint", &crate::key::display_key(&self.fingerprint))
+            .field("result_len", &self.result.len())
+            .field("expires_in", &self.expires_in)
+            .finish()
+    }
+}
+
+impl Locker {
+    /// What the backend knows of `key` under this locker's prefix: `Completed` with the record
+    /// when a result is stored, else `InFlight` when the key's lock is held (the first request
+    /// is running), else `Absent`. One atomic read: one script call, one round trip on Redis.
+    ///
+    /// The answer may be stale by the time it arrives: a request that finds `Absent` takes the
+    /// key's lock and asks again under it before it runs (another request may have completed
+    /// in between).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`] for a bad key, [`LockError::InvalidConfig`] for a locker built
+    /// with an out-of-range option (or a Redis user lacking a permission),
+    /// [`LockError::Backend`] when the backend fails.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    /// use lock_core::{IdempotencyState, Locker};
+    ///
+    /// let locker = Locker::memory();
+    /// assert_eq!(locker.idempotency_state("pay:1").await?, IdempotencyState::Absent);
+    /// let guard = locker.lock("pay:1").await?;
+    /// assert_eq!(locker.idempotency_state("pay:1").await?, IdempotencyState::InFlight);
+    /// guard.store_result("fp", b"ok", Duration::from_secs(60)).await?;
+    /// assert!(matches!(locker.idempotency_state("pay:1").await?, IdempotencyState::Completed(_)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn idempotency_state(
+        &self,
+        key: impl AsRef<str>,
+    ) -> Result<IdempotencyState, LockError> {
+        if let Some(e) = &self.inner.config.error {
+            return Err(e.clone());
+        }
+        let key = LockKey::new(&self.inner.config.prefix, key.as_ref())?;
+        self.inner.call().idempotency_state(&key).await
+    }
+}
+
+impl LockGuard {
+    /// Stores `result`, with the `fingerprint` of the request that produced it, as the
+    /// idempotency record of this lock's key, kept for `ttl` (see [`DEFAULT_RESULT_TTL`]). One
+    /// atomic step that checks the lock is still ours: a holder that lost its lease never
+    /// writes (nor overwrites) a record. A record already stored for the key is replaced. A
+    /// [reentrant](Self::is_reentrant) guard writes for the outer lock it shares.
+    ///
+    /// Storing does not release the lock: release it (or drop the guard) afterwards.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`] when the lock is no longer ours (expired, deleted, taken by
+    /// another owner): nothing was written. [`LockError::RecordTooLarge`] for a result above
+    /// [`MAX_RESULT_LEN`] or a fingerprint above [`MAX_FINGERPRINT_LEN`],
+    /// [`LockError::InvalidConfig`] for a zero TTL or one above [`MAX_RESULT_TTL`]: nothing was
+    /// written and the lock is still held. [`LockError::Backend`] when the backend did not
+    /// answer: the record may or may not have been written.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{DEFAULT_RESULT_TTL, LockError, Locker, MAX_RESULT_LEN};
+    ///
+    /// let locker = Locker::memory();
+    /// let guard = locker.lock("charge:order-42").await?;
+    /// let too_big = vec![0u8; MAX_RESULT_LEN + 1];
+    /// let refused = guard.store_result("fp", &too_big, DEFAULT_RESULT_TTL).await;
+    /// assert!(matches!(refused, Err(LockError::RecordTooLarge { .. })));
+    /// guard.store_result("fp", br#"{"receipt":9}"#, DEFAULT_RESULT_TTL).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn store_result(
+        &self,
+        fingerprint: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<(), LockError> {
+        let held = self.held();
+        validate_record(held.key.user(), fingerprint, result, ttl)?;
+        if !self.is_held() {
+            return Err(held.lease_lost());
+        }
+        let ours = held
+            .locker
+            .call()
+            .store_result(&held.key, &held.token, fingerprint, result, ttl)
+            .await?;
+        if ours {
+            Ok(())
+        } else {
+            held.mark_lost("storing an idempotency result found the lock no longer ours");
+            Err(held.lease_lost())
+        }
+    }
+}
+
+/// Checks a record before anything is sent.
+fn validate_record(
+    key: &str,
+    fingerprint: &str,
+    result: &[u8],
+    ttl: Duration,
+) -> Result<(), LockError> {
+    if ttl.is_zero() || ttl > MAX_RESULT_TTL {
+        return Err(LockError::config(format!(
+            "result TTL {ttl:?} is out of range: use more than zero and at most {MAX_RESULT_TTL:?} (default {DEFAULT_RESULT_TTL:?})"
+        )));
+    }
+    for (what, len, max) in [
+        ("fingerprint", fingerprint.len(), MAX_FINGERPRINT_LEN),
+        ("result", result.len(), MAX_RESULT_LEN),
+    ] {
+        if len > max {
+            return Err(LockError::RecordTooLarge {
+                key: key.to_owned(),
+                what,
+                len,
+                max,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    #[test]
+    fn bad_records_are_typed_errors() {
+        let ok = Duration::from_secs(1);
+        assert!(validate_record("k", "fp", b"r", ok).is_ok());
+        assert!(validate_record("k", "", b"", MAX_RESULT_TTL).is_ok());
+        for ttl in [
+            Duration::ZERO,
+            MAX_RESULT_TTL + Duration::from_nanos(1),
+            Duration::MAX,
+        ] {
+            assert!(matches!(
+                validate_record("k", "fp", b"r", ttl),
+                Err(LockError::InvalidConfig { .. })
+            ));
+        }
+        let big = vec![0; MAX_RESULT_LEN + 1];
+        assert!(matches!(
+            validate_record("k", "fp", &big, ok),
+            Err(LockError::RecordTooLarge { what: "result", .. })
+        ));
+        assert!(validate_record("k", "fp", &big[1..], ok).is_ok());
+        let fp = "f".repeat(MAX_FINGERPRINT_LEN + 1);
+        assert!(matches!(
+            validate_record("k", &fp, b"", ok),
+            Err(LockError::RecordTooLarge {
+                what: "fingerprint",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn debug_shows_no_result_bytes() {
+        let record = IdempotencyRecord {
+            fingerprint: "fp\n".into(),
+            result: b"secret-card-number".to_vec(),
+            expires_in: Duration::from_secs(1),
+        };
+        let shown = format!("{record:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(
+            shown.contains("fp\\\\n") || shown.contains("fp\\n"),
+            "{shown}"
+        );
+    }
+
+    /// Expired records are swept as the table grows: memory does not grow with the number of
+    /// distinct keys stored over time.
+    #[tokio::test(start_paused = true)]
+    async fn expired_records_are_swept() {
+        let backend = MemoryBackend::new();
+        let locker = Locker::builder(backend.clone()).watchdog(false).build();
+        for i in 0..10_000 {
+            let guard = locker
+                .lock(format!("k{i}"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            guard
+                .store_result("fp", b"r", Duration::from_millis(10))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+        let live = backend.record_count();
+        assert!(live < 3_000, "{live} records kept for 10 live ones");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        backend.sweep();
+        assert_eq!(backend.record_count(), 0);
+    }
+}
