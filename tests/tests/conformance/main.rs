@@ -51,6 +51,7 @@ mod fixture;
 
 mod acquire;
 mod fencing;
+mod idempotency;
 mod keys;
 mod lease;
 mod wait;

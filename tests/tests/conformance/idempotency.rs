@@ -1,0 +1,461 @@
+//! The idempotency result store: a record (fingerprint, result, TTL) per key beside its lock,
+//! written only while that lock is ours, read with the lock's state in one request.
+
+use std::time::Duration;
+
+use lock_core::{
+    IdempotencyRecord, IdempotencyState, LockError, Locker, MAX_FINGERPRINT_LEN, MAX_KEY_LEN,
+    MAX_RESULT_LEN, MAX_RESULT_TTL,
+};
+use lock_testkit::{RedisServer, eventually};
+
+use crate::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, lock_name, soon};
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// The Redis name of a key's record, from the documented layout (not from lock-core).
+fn record_name(prefix: &str, key: &str) -> String {
+    format!("{}:result", lock_name(prefix, key))
+}
+
+async fn state(locker: &Locker, key: &str) -> IdempotencyState {
+    locker
+        .idempotency_state(key)
+        .await
+        .unwrap_or_else(|e| panic!("idempotency_state({key:?}): {e}"))
+}
+
+#[track_caller]
+fn completed(state: IdempotencyState) -> IdempotencyRecord {
+    match state {
+        IdempotencyState::Completed(record) => record,
+        other => panic!("expected Completed, got {other:?}"),
+    }
+}
+
+/// Whether the backend holds a record for `key` (default prefix), read without lock-core on
+/// Redis (the memory backend is asked through the state, which is all it shows).
+async fn record_written(fx: &Fixture, locker: &Locker, key: &str) -> bool {
+    match fx {
+        Fixture::Redis(server) => server.exists(&record_name("lock:", key)).await,
+        Fixture::Memory(_) => matches!(state(locker, key).await, IdempotencyState::Completed(_)),
+    }
+}
+
+/// Absent before anything; in flight while the key's lock is held (seen from another locker
+/// too); completed once a result is stored, while the lock is still held and after its release.
+async fn state_goes_absent_in_flight_completed(fx: Fixture) {
+    let a = fx.locker().await;
+    let b = fx.locker().await;
+    assert_eq!(state(&b, "pay:1").await, IdempotencyState::Absent);
+    let guard = a.lock("pay:1").await.expect("acquire");
+    assert_eq!(state(&a, "pay:1").await, IdempotencyState::InFlight);
+    assert_eq!(state(&b, "pay:1").await, IdempotencyState::InFlight);
+    guard
+        .store_result("fp-1", b"receipt", TTL)
+        .await
+        .expect("store while held");
+    assert!(guard.is_held(), "storing does not release the lock");
+    assert_eq!(completed(state(&b, "pay:1").await).result, b"receipt");
+    guard.release().await.expect("release");
+    let record = completed(state(&b, "pay:1").await);
+    assert_eq!(record.fingerprint, "fp-1");
+    assert!(record.expires_in <= TTL && record.expires_in > TTL - SOON);
+    // A released lock without a stored result is absent again (a failed first request runs again).
+    a.lock("pay:2")
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    assert_eq!(state(&b, "pay:2").await, IdempotencyState::Absent);
+}
+
+/// The stored bytes and fingerprint come back exactly: every byte value, empty, exactly
+/// MAX_RESULT_LEN bytes; fingerprints with odd characters, empty, exactly MAX_FINGERPRINT_LEN.
+async fn stored_bytes_and_fingerprint_come_back_exactly(fx: Fixture) {
+    let a = fx.locker().await;
+    let b = fx.locker().await;
+    let every_byte: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+    let largest: Vec<u8> = (0..MAX_RESULT_LEN).map(|i| (i % 251) as u8).collect();
+    let cases: [(&str, String, Vec<u8>); 5] = [
+        ("bin", "sha256:00ff".to_owned(), every_byte),
+        ("empty", "fp".to_owned(), Vec::new()),
+        ("largest", "fp".to_owned(), largest),
+        ("odd-fp", "ключ\n\0\t\"{}🔒".to_owned(), b"\0".to_vec()),
+        ("long-fp", "f".repeat(MAX_FINGERPRINT_LEN), b"x".to_vec()),
+    ];
+    for (key, fingerprint, result) in &cases {
+        let guard = a.lock(*key).await.expect("acquire");
+        guard
+            .store_result(fingerprint, result, TTL)
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        guard.release().await.expect("release");
+        let record = completed(state(&b, key).await);
+        assert_eq!(&record.fingerprint, fingerprint, "{key}");
+        assert!(
+            record.result == *result,
+            "{key}: the result came back changed"
+        );
+    }
+    let empty_fp = a.lock("empty-fp").await.expect("acquire");
+    empty_fp.store_result("", b"r", TTL).await.expect("store");
+    assert_eq!(completed(state(&b, "empty-fp").await).fingerprint, "");
+    empty_fp.release().await.expect("release");
+}
+
+/// A record expires after its TTL (and not long before): then the key is absent again.
+async fn record_expires_after_its_ttl(fx: Fixture) {
+    let locker = fx.locker().await;
+    let ttl = Duration::from_millis(300);
+    let guard = locker.lock("short").await.expect("acquire");
+    guard
+        .store_result("fp", b"soon gone", ttl)
+        .await
+        .expect("store");
+    let stored_at = std::time::Instant::now();
+    guard.release().await.expect("release");
+    let record = completed(state(&locker, "short").await);
+    assert!(record.expires_in <= ttl, "{:?}", record.expires_in);
+    if let Fixture::Redis(server) = &fx {
+        let pttl = server.pttl(&record_name("lock:", "short")).await;
+        assert!(pttl > 0 && pttl <= 300, "the record's PTTL is {pttl}");
+    }
+    eventually("the record expires", SOON, async || {
+        state(&locker, "short").await == IdempotencyState::Absent
+    })
+    .await;
+    // Never before its TTL ran out (by this process's clock, which started after the store).
+    assert!(stored_at.elapsed() >= ttl - Duration::from_millis(5));
+    assert!(!record_written(&fx, &locker, "short").await);
+}
+
+/// A holder whose lock is no longer its own never writes a record: the key was deleted behind
+/// its back, another owner took it, or the lease ran out. The store is `LeaseLost`, nothing is
+/// written, and the guard knows it lost the lock.
+async fn a_store_after_the_lease_was_lost_is_refused(fx: Fixture) {
+    let a = fx.locker().await;
+    let b = fx.locker().await;
+
+    // Deleted behind its back (the local deadline is still far: only the backend can tell).
+    let guard = a.lock("deleted").await.expect("acquire");
+    fx.force_delete("deleted").await;
+    assert!(guard.is_held(), "nothing told the holder yet");
+    match guard.store_result("fp", b"stale", TTL).await {
+        Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "deleted"),
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert!(!guard.is_held(), "the refused store marks the lock lost");
+    assert!(!record_written(&fx, &a, "deleted").await);
+    assert_eq!(state(&b, "deleted").await, IdempotencyState::Absent);
+    drop(guard);
+
+    // Another owner took it meanwhile: its record is never overwritten by the stale holder.
+    let stale = a.lock("taken").await.expect("acquire");
+    fx.force_delete("taken").await;
+    let owner = b.try_lock("taken").await.expect("the key is free for b");
+    assert!(matches!(
+        stale.store_result("stale", b"stale", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert_eq!(state(&a, "taken").await, IdempotencyState::InFlight);
+    owner
+        .store_result("fresh", b"fresh", TTL)
+        .await
+        .expect("the owner stores");
+    assert!(matches!(
+        stale.store_result("stale", b"stale", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    let record = completed(state(&a, "taken").await);
+    assert_eq!(
+        (record.fingerprint.as_str(), record.result.as_slice()),
+        ("fresh", &b"fresh"[..])
+    );
+    owner.release().await.expect("release");
+    drop(stale);
+
+    // The lease ran out (no watchdog).
+    let expiring = a
+        .lock("expired")
+        .lease(Duration::from_millis(50))
+        .watchdog(false)
+        .await
+        .expect("acquire");
+    soon("the lease runs out", expiring.lost()).await;
+    assert!(matches!(
+        expiring.store_result("fp", b"late", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    eventually("the expired lock is gone", SOON, async || {
+        state(&b, "expired").await == IdempotencyState::Absent
+    })
+    .await;
+    assert!(!record_written(&fx, &a, "expired").await);
+}
+
+/// A reentrant guard (inside `run`, or from `guard.scope`) stores for the outer lock; once
+/// the outer lock is released, the reentrant guard can no longer store.
+async fn a_reentrant_guard_stores_for_the_outer_lock(fx: Fixture) {
+    let locker = fx.locker().await;
+    let inner_locker = locker.clone();
+    locker
+        .lock("nested")
+        .run(async move {
+            let inner = inner_locker.lock("nested").await.expect("reentrant");
+            assert!(inner.is_reentrant());
+            inner
+                .store_result("fp", b"from inside", TTL)
+                .await
+                .expect("a reentrant guard stores");
+        })
+        .await
+        .expect("run");
+    assert_eq!(
+        completed(state(&locker, "nested").await).result,
+        b"from inside"
+    );
+
+    let outer = locker.lock("scoped").await.expect("acquire");
+    let inner = outer
+        .scope(async { locker.try_lock("scoped").await })
+        .await
+        .expect("reentrant");
+    assert!(inner.is_reentrant());
+    inner
+        .store_result("fp", b"first", TTL)
+        .await
+        .expect("store");
+    outer.release().await.expect("release");
+    assert!(matches!(
+        inner
+            .store_result("fp", b"after the outer lock ended", TTL)
+            .await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert_eq!(completed(state(&locker, "scoped").await).result, b"first");
+}
+
+/// Bad input is a typed error, never a panic, and writes nothing: a result above
+/// MAX_RESULT_LEN or a fingerprint above MAX_FINGERPRINT_LEN (`RecordTooLarge`), a zero or
+/// absurd TTL (`InvalidConfig`), a bad key or a locker with a bad prefix for the state.
+async fn bad_input_is_a_typed_error(fx: Fixture) {
+    let locker = fx.locker().await;
+    let guard = locker.lock("bad").await.expect("acquire");
+    let too_big = vec![7u8; MAX_RESULT_LEN + 1];
+    match guard.store_result("fp", &too_big, TTL).await {
+        Err(LockError::RecordTooLarge {
+            key,
+            what,
+            len,
+            max,
+            ..
+        }) => {
+            assert_eq!(
+                (key.as_str(), what, len, max),
+                ("bad", "result", MAX_RESULT_LEN + 1, MAX_RESULT_LEN)
+            );
+        }
+        other => panic!("expected RecordTooLarge, got {other:?}"),
+    }
+    let long_fp = "f".repeat(MAX_FINGERPRINT_LEN + 1);
+    assert!(matches!(
+        guard.store_result(&long_fp, b"r", TTL).await,
+        Err(LockError::RecordTooLarge {
+            what: "fingerprint",
+            ..
+        })
+    ));
+    for (what, ttl) in [
+        ("zero TTL", Duration::ZERO),
+        (
+            "TTL above MAX_RESULT_TTL",
+            MAX_RESULT_TTL + Duration::from_millis(1),
+        ),
+        ("Duration::MAX TTL", Duration::MAX),
+    ] {
+        assert_invalid_config(guard.store_result("fp", b"r", ttl).await, what);
+    }
+    assert!(guard.is_held(), "a refused record leaves the lock alone");
+    assert_eq!(state(&locker, "bad").await, IdempotencyState::InFlight);
+    guard.release().await.expect("release");
+
+    assert_invalid_key(locker.idempotency_state("").await);
+    assert_invalid_key(locker.idempotency_state("k".repeat(MAX_KEY_LEN + 1)).await);
+    let bad_prefix = fx.builder().await.prefix("a{b").build();
+    assert_invalid_config(
+        bad_prefix.idempotency_state("k").await,
+        "prefix with a brace",
+    );
+    assert!(fx.is_empty().await, "refused input must write nothing");
+}
+
+/// On Redis the record is a hash `P{T}S:result` beside the lock, in its hash slot (as a real
+/// cluster-mode server computes it), with a TTL, for odd keys and another prefix too; on every
+/// backend, records of different keys and prefixes never meet.
+async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
+    let plain = fx.locker().await;
+    let shop = fx.builder().await.prefix("shop:").build();
+    let node = match &fx {
+        Fixture::Redis(_) => Some(RedisServer::start_cluster_node()),
+        Fixture::Memory(_) => None,
+    };
+    let keys = ["order:42", "a}b{c", "{order:42}", "ключ 🔒\n\0"];
+    for key in keys {
+        for (prefix, locker) in [("lock:", &plain), ("shop:", &shop)] {
+            let guard = locker.lock(key).await.expect("acquire");
+            guard
+                .store_result(prefix, key.as_bytes(), TTL)
+                .await
+                .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+            if let (Fixture::Redis(server), Some(node)) = (&fx, &node) {
+                let lock = lock_name(prefix, key);
+                let record = record_name(prefix, key);
+                let kind: String = server.query(redis::cmd("TYPE").arg(&record).clone()).await;
+                assert_eq!(kind, "hash", "{key:?}");
+                let fields: Vec<Vec<u8>> = server
+                    .query(
+                        redis::cmd("HMGET")
+                            .arg(&record)
+                            .arg("fingerprint")
+                            .arg("result")
+                            .clone(),
+                    )
+                    .await;
+                assert_eq!(fields, [prefix.as_bytes(), key.as_bytes()], "{key:?}");
+                let pttl = server.pttl(&record).await;
+                assert!(pttl > 0 && pttl <= 60_000, "{key:?}: PTTL {pttl}");
+                assert_eq!(
+                    node.keyslot(&record).await,
+                    node.keyslot(&lock).await,
+                    "{key:?}"
+                );
+            }
+            guard.release().await.expect("release");
+        }
+    }
+    for key in keys {
+        for (prefix, locker) in [("lock:", &plain), ("shop:", &shop)] {
+            let record = completed(state(locker, key).await);
+            assert_eq!(
+                (record.fingerprint.as_str(), record.result.as_slice()),
+                (prefix, key.as_bytes())
+            );
+        }
+    }
+}
+
+/// `idempotency_state` is one request to the backend: one counted call, and on Redis one
+/// EVALSHA and no other command sent (the script's own reads are counted as its internals).
+async fn idempotency_state_is_one_request(fx: Fixture) {
+    let locker = fx.locker().await;
+    let held = locker.lock("one:held").await.expect("acquire");
+    let done = locker.lock("one:done").await.expect("acquire");
+    done.store_result("fp", b"r", TTL).await.expect("store");
+    done.release().await.expect("release");
+    // Warm: the prefix's permission check and the script load are behind us.
+    state(&locker, "one:absent").await;
+    if let Fixture::Redis(server) = &fx {
+        server.reset_stats().await;
+    }
+    let calls = locker.stats().backend_calls;
+    assert_eq!(state(&locker, "one:absent").await, IdempotencyState::Absent);
+    assert_eq!(state(&locker, "one:held").await, IdempotencyState::InFlight);
+    completed(state(&locker, "one:done").await);
+    assert_eq!(
+        locker.stats().backend_calls - calls,
+        3,
+        "one backend call per state"
+    );
+    if let Fixture::Redis(server) = &fx {
+        let stats = server.commandstats().await;
+        println!("3 idempotency_state calls: {stats:?}");
+        assert_eq!(stats.get("evalsha"), Some(&3), "{stats:?}");
+        // Nothing but the three EVALSHA and their internals (absent: HGET, EXISTS; in flight:
+        // HGET, EXISTS; completed: HGET, HGET, PTTL); the harness's CONFIG RESETSTAT aside.
+        let sent: std::collections::BTreeMap<&str, u64> = stats
+            .iter()
+            .filter(|(c, _)| !c.starts_with("config|"))
+            .map(|(c, n)| (c.as_str(), *n))
+            .collect();
+        let expected = [("evalsha", 3), ("exists", 2), ("hget", 4), ("pttl", 1)];
+        assert_eq!(sent, expected.into_iter().collect(), "{stats:?}");
+    }
+    held.release().await.expect("release");
+}
+
+conformance!(
+    state_goes_absent_in_flight_completed,
+    stored_bytes_and_fingerprint_come_back_exactly,
+    record_expires_after_its_ttl,
+    a_store_after_the_lease_was_lost_is_refused,
+    a_reentrant_guard_stores_for_the_outer_lock,
+    bad_input_is_a_typed_error,
+    the_record_shares_the_locks_hash_slot,
+    idempotency_state_is_one_request,
+);
+
+/// Redis only: a restart without persistence loses the records like the locks (the next
+/// request with the key runs again: documented), and a holder whose lock went with the data
+/// cannot store afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_without_persistence_loses_records_and_refuses_the_store() {
+    let mut server = RedisServer::start();
+    let locker = Locker::redis(&server.url()).await.expect("connect");
+    let guard = locker.lock("kept").await.expect("acquire");
+    guard.store_result("fp", b"done", TTL).await.expect("store");
+    guard.release().await.expect("release");
+    let holder = locker.lock("running").await.expect("acquire");
+    completed(state(&locker, "kept").await);
+
+    server.restart();
+    eventually("the locker reads the restarted server", SOON, async || {
+        matches!(
+            locker.idempotency_state("kept").await,
+            Ok(IdempotencyState::Absent)
+        )
+    })
+    .await;
+    assert!(matches!(
+        holder.store_result("fp", b"after the restart", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert_eq!(state(&locker, "running").await, IdempotencyState::Absent);
+    assert_eq!(
+        server.dbsize().await,
+        0,
+        "nothing was written after the restart"
+    );
+}
+
+/// Redis only: the README's ACL rule (read from it) is enough for the result store, with no
+/// `@dangerous` command: storing and reading a record, and a refused stale store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_acl_rule_suffices_for_the_result_store() {
+    const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    let rule = README
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ACL SETUSER "))
+        .expect("the README gives an `ACL SETUSER` rule");
+    let user = lock_testkit::AclUser::from_setuser(rule.split_whitespace())
+        .expect("the rule sets a password");
+    let server = RedisServer::builder()
+        .requirepass("adminpw")
+        .user(&user)
+        .start();
+    let locker = Locker::redis(&server.url_for(&user))
+        .await
+        .expect("the restricted user connects");
+    assert_eq!(state(&locker, "acl").await, IdempotencyState::Absent);
+    let guard = locker.lock("acl").await.expect("acquire");
+    assert_eq!(state(&locker, "acl").await, IdempotencyState::InFlight);
+    guard.store_result("fp", b"ok", TTL).await.expect("store");
+    assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
+    server.del(&lock_name("lock:", "acl")).await;
+    assert!(matches!(
+        guard.store_result("fp", b"stale", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
+}
