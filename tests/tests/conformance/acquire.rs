@@ -6,44 +6,104 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{DEFAULT_LEASE, LockError, current_lock};
+use lock_core::{DEFAULT_LEASE, LockError, LockGuard, Locker, current_lock};
 
-use crate::fixture::{Fixture, SOON, assert_busy, soon};
+use crate::fixture::{Fixture, SOON, Stored, assert_busy, soon};
 
-/// One holder at a time: a second owner (another locker, or the same locker outside a `run`
-/// scope) is refused while the lock is held, gets it after the release, other keys are
-/// independent, and of 16 tasks racing for a fresh key exactly one wins.
-async fn exclusive_acquisition(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let guard = a.lock("order:42").await.expect("first acquire");
-    assert!(guard.is_held());
-    assert_eq!(guard.key(), "order:42");
-    assert!(!guard.is_reentrant());
-    if let Some(stored) = fx.stored("order:42").await {
-        let token = stored
-            .token
-            .clone()
-            .expect("the lock key exists while held");
-        assert_eq!(token.len(), 32);
-        assert!(stored.pttl > 0 && stored.pttl <= 30_000, "{stored:?}");
+// ---------------------------------------------------------------------------------------------
+// One holder at a time
+
+/// A lock held by one locker (`holder`), and a second locker (`other`).
+struct Held {
+    holder: Locker,
+    other: Locker,
+    guard: LockGuard,
+}
+
+/// `key` locked by a fresh locker with `lease`.
+async fn held(fx: &Fixture, key: &str, lease: Duration) -> Held {
+    let holder = fx.locker().await;
+    let other = fx.locker().await;
+    let guard = holder.lock(key).lease(lease).await.expect("first acquire");
+    Held {
+        holder,
+        other,
+        guard,
     }
-    assert_busy(b.try_lock("order:42").await, "order:42");
-    // Reentrancy is scoped to `run`: a plain second acquire by the same locker is refused too.
-    assert_busy(a.try_lock("order:42").await, "order:42");
-    let other = b
+}
+
+const ORDER: &str = "order:42";
+
+/// An acquire returns a guard that holds the lock on its key, not reentrantly.
+async fn acquire_returns_a_held_guard_for_the_key(fx: Fixture) {
+    let Held { guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    assert!(guard.is_held());
+    assert_eq!(guard.key(), ORDER);
+    assert!(!guard.is_reentrant());
+}
+
+/// Redis stores a held lock as a 32-character token whose TTL is the lease (30 s by default).
+async fn held_lock_is_stored_as_a_token_with_the_lease_as_ttl(fx: Fixture) {
+    let _held = held(&fx, ORDER, DEFAULT_LEASE).await;
+    let stored = fx.stored(ORDER).await.expect("read from Redis");
+    let token = stored
+        .token
+        .clone()
+        .expect("the lock key exists while held");
+    assert_eq!(token.len(), 32);
+    assert!(stored.pttl > 0 && stored.pttl <= 30_000, "{stored:?}");
+}
+
+/// While the lock is held, another locker's `try_lock` is `Busy`.
+async fn another_locker_is_refused_while_held(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    assert_busy(other.try_lock(ORDER).await, ORDER);
+    drop(guard);
+}
+
+/// Reentrancy is scoped to `run`: outside one, a second acquire by the holding locker itself
+/// is refused too.
+async fn holding_locker_is_refused_outside_run(fx: Fixture) {
+    let Held { holder, guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    assert_busy(holder.try_lock(ORDER).await, ORDER);
+    drop(guard);
+}
+
+/// Another key is independent: it locks while the first one is held.
+async fn other_keys_are_independent(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    let independent = other
         .try_lock("order:43")
         .await
         .expect("another key is independent");
-    other.release().await.expect("release other key");
-    guard.release().await.expect("release while held");
-    assert_eq!(fx.stored("order:42").await.and_then(|s| s.token), None);
-    let again = b.try_lock("order:42").await.expect("free after release");
-    again.release().await.expect("release");
+    independent.release().await.expect("release other key");
+    drop(guard);
+}
 
-    // A race on a fresh key: exactly one of 16 simultaneous attempts from 4 lockers wins.
-    let mut lockers = vec![a, b];
-    for _ in 0..2 {
+/// After a release, another locker gets the key at once.
+async fn released_key_is_free_for_another_locker(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    guard.release().await.expect("release while held");
+    let again = other.try_lock(ORDER).await.expect("free after release");
+    again.release().await.expect("release");
+}
+
+/// A release removes the lock from the backend: nothing is left (on Redis, no lock key).
+async fn release_removes_the_lock_from_the_backend(fx: Fixture) {
+    let Held { guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
+    guard.release().await.expect("release while held");
+    assert_eq!(fx.stored(ORDER).await.and_then(|s| s.token), None);
+    assert!(
+        fx.is_empty().await,
+        "the released lock is still in the backend"
+    );
+}
+
+/// Of 16 simultaneous `try_lock`s on a fresh key from 4 lockers, exactly one wins; the others
+/// are `Busy` (no other error).
+async fn one_of_sixteen_racers_wins_a_fresh_key(fx: Fixture) {
+    let mut lockers = Vec::new();
+    for _ in 0..4 {
         lockers.push(fx.locker().await);
     }
     let barrier = Arc::new(tokio::sync::Barrier::new(16));
@@ -70,85 +130,139 @@ async fn exclusive_acquisition(fx: Fixture) {
     assert_eq!(winners.len(), 1, "exactly one racer must win");
 }
 
-/// `try_lock` (and `no_wait`, and a zero wait) on a held key is `Busy` at once, carries the key
-/// and a retry hint no longer than the holder's lease, and `run` never runs its body then.
-async fn try_lock_on_held_key_is_busy(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let lease = Duration::from_secs(10);
-    let _held = a.lock("busy").lease(lease).await.expect("acquire");
-    match b.try_lock("busy").await {
+// ---------------------------------------------------------------------------------------------
+// Busy
+
+const BUSY: &str = "busy";
+const BUSY_LEASE: Duration = Duration::from_secs(10);
+
+/// `try_lock` on a held key is `Busy`: retryable, naming the key (also in its message).
+async fn try_lock_on_a_held_key_is_a_retryable_busy_naming_the_key(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, BUSY, BUSY_LEASE).await;
+    match other.try_lock(BUSY).await {
         Err(e @ LockError::Busy { .. }) => {
             assert!(e.is_retryable());
-            assert_eq!(e.key(), Some("busy"));
-            assert!(e.to_string().contains("busy"));
-            let LockError::Busy { retry_after, .. } = e else {
-                unreachable!()
-            };
-            let hint = retry_after.expect("the backend reports the holder's remaining lease");
-            assert!(hint > Duration::ZERO && hint <= lease, "{hint:?}");
+            assert_eq!(e.key(), Some(BUSY));
+            assert!(e.to_string().contains(BUSY));
         }
         other => panic!("expected Busy, got {other:?}"),
     }
-    assert_busy(b.lock("busy").no_wait().await, "busy");
-    assert_busy(b.lock("busy").wait(Duration::ZERO).await, "busy");
+    drop(guard);
+}
+
+/// A `Busy` carries a retry hint: more than zero, no longer than the holder's lease.
+async fn busy_hints_a_retry_within_the_holders_lease(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, BUSY, BUSY_LEASE).await;
+    match other.try_lock(BUSY).await {
+        Err(LockError::Busy { retry_after, .. }) => {
+            let hint = retry_after.expect("the backend reports the holder's remaining lease");
+            assert!(hint > Duration::ZERO && hint <= BUSY_LEASE, "{hint:?}");
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    drop(guard);
+}
+
+/// `no_wait()` on a held key is `Busy` at once.
+async fn no_wait_on_a_held_key_is_busy(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, BUSY, BUSY_LEASE).await;
+    assert_busy(other.lock(BUSY).no_wait().await, BUSY);
+    drop(guard);
+}
+
+/// A zero wait on a held key is `Busy` at once.
+async fn zero_wait_on_a_held_key_is_busy(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, BUSY, BUSY_LEASE).await;
+    assert_busy(other.lock(BUSY).wait(Duration::ZERO).await, BUSY);
+    drop(guard);
+}
+
+/// A `run` that finds the key held is `Busy` and never runs its body.
+async fn busy_run_never_runs_its_body(fx: Fixture) {
+    let Held { other, guard, .. } = held(&fx, BUSY, BUSY_LEASE).await;
     let ran = AtomicUsize::new(0);
-    let r = b
-        .try_lock("busy")
+    let r = other
+        .try_lock(BUSY)
         .run(async {
             ran.fetch_add(1, Ordering::SeqCst);
         })
         .await;
-    assert_busy(r, "busy");
+    assert_busy(r, BUSY);
     assert_eq!(
         ran.load(Ordering::SeqCst),
         0,
         "the body must not run without the lock"
     );
+    drop(guard);
 }
 
-/// A guard whose lock was lost (expired, or deleted and retaken) cannot release or extend the
-/// new holder's lock: its release says `LeaseLost` and the new holder's key keeps its token and
-/// its TTL (read directly on Redis; on memory the new holder still holds and still excludes).
-async fn stale_release_does_not_touch_the_new_holder(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let c = fx.locker().await;
+// ---------------------------------------------------------------------------------------------
+// Releases only touch their own lock
 
-    // 1. Lost by expiry: the local deadline passes, the key expires, b takes it.
-    let stale = a
-        .lock("stale")
-        .lease(Duration::from_millis(150))
-        .watchdog(false)
-        .await
-        .expect("acquire");
-    soon("lost() after expiry", stale.lost()).await;
-    assert!(!stale.is_held());
-    let fresh = b
-        .lock("stale")
-        .lease(Duration::from_secs(30))
-        .wait(SOON)
-        .await
-        .expect("b takes the expired lock");
-    let before = fx.stored("stale").await;
-    match stale.release().await {
-        Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "stale"),
-        other => panic!("stale release must say LeaseLost, got {other:?}"),
-    }
-    assert!(fresh.is_held());
-    assert_busy(c.try_lock("stale").await, "stale");
-    if let (Some(before), Some(after)) = (before, fx.stored("stale").await) {
+/// Asserts that `guard` (the new holder of `key`) is untouched: still held, still excluding a
+/// newcomer, and on Redis its key keeps the token stored `before` with a PTTL in `pttl`.
+async fn assert_new_holder_untouched(
+    fx: &Fixture,
+    key: &str,
+    guard: &LockGuard,
+    newcomer: &Locker,
+    before: Option<Stored>,
+    pttl: std::ops::RangeInclusive<i64>,
+) {
+    assert!(guard.is_held());
+    assert_busy(newcomer.try_lock(key).await, key);
+    if let (Some(before), Some(after)) = (before, fx.stored(key).await) {
         assert!(before.token.is_some());
         assert_eq!(
             after.token, before.token,
             "the new holder's token was touched"
         );
-        assert!(after.pttl > 25_000 && after.pttl <= 30_000, "{after:?}");
+        assert!(pttl.contains(&after.pttl), "{after:?} not in {pttl:?}");
     }
-    fresh.release().await.expect("release fresh");
+}
 
-    // 2. Lost behind the guard's back while it still believes it holds: the key is deleted
-    //    and taken by b. Only the backend's token check can protect b now.
+/// The release of a guard whose lease ran out (and whose key another locker took) says
+/// `LeaseLost`, naming the key.
+async fn release_after_expiry_says_lease_lost(fx: Fixture) {
+    let expired = fx.expire_and_retake("stale").await;
+    soon("lost() after expiry", expired.stale.lost()).await;
+    match expired.stale.release().await {
+        Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "stale"),
+        other => panic!("stale release must say LeaseLost, got {other:?}"),
+    }
+}
+
+/// The release of a guard whose lease ran out leaves the new holder's lock alone: still held
+/// and exclusive, and on Redis the same token with the new holder's TTL (30 s lease).
+async fn release_after_expiry_leaves_the_new_holder_alone(fx: Fixture) {
+    let expired = fx.expire_and_retake("stale").await;
+    soon("lost() after expiry", expired.stale.lost()).await;
+    let before = fx.stored("stale").await;
+    let _ = expired.stale.release().await;
+    assert_new_holder_untouched(
+        &fx,
+        "stale",
+        &expired.fresh,
+        &expired.third,
+        before,
+        25_001..=30_000,
+    )
+    .await;
+    expired.fresh.release().await.expect("release fresh");
+}
+
+/// A lock deleted behind its guard's back (as an operator's DEL would) and taken by another
+/// locker with a 20 s lease: the guard, a third locker, and what the new holder stored.
+struct Usurped {
+    unaware: LockGuard,
+    thief: LockGuard,
+    newcomer: Locker,
+    before: Option<Stored>,
+    _lockers: [Locker; 2],
+}
+
+async fn usurped(fx: &Fixture) -> Usurped {
+    let (a, b, newcomer) = (fx.locker().await, fx.locker().await, fx.locker().await);
     let unaware = a.lock("taken").await.expect("acquire");
     fx.force_delete("taken").await;
     let thief = b
@@ -157,32 +271,65 @@ async fn stale_release_does_not_touch_the_new_holder(fx: Fixture) {
         .await
         .expect("b takes the deleted lock");
     let before = fx.stored("taken").await;
-    assert!(unaware.is_held(), "locally it cannot know yet");
-    match unaware.extend(Duration::from_secs(60)).await {
+    Usurped {
+        unaware,
+        thief,
+        newcomer,
+        before,
+        _lockers: [a, b],
+    }
+}
+
+/// A guard whose lock was deleted and retaken behind its back still believes it holds: locally
+/// it cannot know (only the backend's token check protects the new holder).
+async fn usurped_guard_cannot_know_it_lost(fx: Fixture) {
+    let u = usurped(&fx).await;
+    assert!(u.unaware.is_held(), "locally it cannot know yet");
+}
+
+/// Extending a lock that was deleted and retaken behind the guard's back says `LeaseLost`.
+async fn extend_by_a_usurped_guard_says_lease_lost(fx: Fixture) {
+    let u = usurped(&fx).await;
+    match u.unaware.extend(Duration::from_secs(60)).await {
         Err(LockError::LeaseLost { .. }) => {}
         other => panic!("extend by a non-owner must say LeaseLost, got {other:?}"),
     }
-    match unaware.release().await {
+}
+
+/// Releasing a lock that was deleted and retaken behind the guard's back says `LeaseLost`.
+async fn release_by_a_usurped_guard_says_lease_lost(fx: Fixture) {
+    let u = usurped(&fx).await;
+    match u.unaware.release().await {
         Err(LockError::LeaseLost { .. }) => {}
         other => panic!("release by a non-owner must say LeaseLost, got {other:?}"),
     }
-    assert!(thief.is_held());
-    assert_busy(c.try_lock("taken").await, "taken");
-    if let (Some(before), Some(after)) = (before, fx.stored("taken").await) {
-        assert!(before.token.is_some());
-        assert_eq!(
-            after.token, before.token,
-            "the new holder's token was touched"
-        );
-        // Not extended to the stale guard's 60 s: still within b's own 20 s lease.
-        assert!(after.pttl > 0 && after.pttl <= 20_000, "{after:?}");
-    }
-    thief.release().await.expect("release thief");
+}
+
+/// The extend and release of a usurped guard leave the new holder's lock alone: still held and
+/// exclusive, and on Redis the same token, not extended to the stale guard's 60 s (still
+/// within the new holder's own 20 s lease).
+async fn usurped_guard_leaves_the_new_holder_alone(fx: Fixture) {
+    let u = usurped(&fx).await;
+    let _ = u.unaware.extend(Duration::from_secs(60)).await;
+    let _ = u.unaware.release().await;
+    assert_new_holder_untouched(&fx, "taken", &u.thief, &u.newcomer, u.before, 1..=20_000).await;
+    u.thief.release().await.expect("release thief");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The counter stress
+
+/// What the stress saw.
+struct Stress {
+    overlaps: usize,
+    last: u64,
+    total: u64,
 }
 
 /// 8 tasks x 500 iterations (through 4 lockers sharing the store) of a non-atomic
-/// read-modify-write under the lock: the counter ends exact and no two bodies ever overlap.
-async fn stress_counter_ends_exact(fx: Fixture) {
+/// read-modify-write of a counter under the lock on `stress`; each locked increment must
+/// succeed.
+async fn stress(fx: &Fixture) -> Stress {
     const TASKS: usize = 8;
     const ITERATIONS: u64 = 500;
     const LOCKERS: usize = 4;
@@ -224,14 +371,37 @@ async fn stress_counter_ends_exact(fx: Fixture) {
     let elapsed = start.elapsed();
     let total = TASKS as u64 * ITERATIONS;
     let last = counter.clone().read().await;
+    let overlaps = overlaps.load(Ordering::SeqCst);
     println!(
-        "[{}] in-process stress: {TASKS} tasks x {ITERATIONS} iterations via {LOCKERS} lockers on one key = {total} locked read-modify-writes; final count {last}; overlapping bodies {}; {elapsed:.2?}",
+        "[{}] in-process stress: {TASKS} tasks x {ITERATIONS} iterations via {LOCKERS} lockers on one key = {total} locked read-modify-writes; final count {last}; overlapping bodies {overlaps}; {elapsed:.2?}",
         fx.name(),
-        overlaps.load(Ordering::SeqCst)
     );
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two bodies ran at once");
-    assert_eq!(last, total, "lost updates under the lock");
+    Stress {
+        overlaps,
+        last,
+        total,
+    }
+}
+
+/// Under the stress, no two locked bodies ever run at once.
+async fn stress_bodies_never_overlap(fx: Fixture) {
+    assert_eq!(stress(&fx).await.overlaps, 0, "two bodies ran at once");
+}
+
+/// Under the stress, the locked non-atomic increments lose nothing: the counter ends exact.
+async fn stress_counter_ends_exact(fx: Fixture) {
+    let s = stress(&fx).await;
+    assert_eq!(s.last, s.total, "lost updates under the lock");
+}
+
+/// After the stress, no lock is left behind (on Redis, no lock key; the memory backend holds
+/// no lock at all: `stress` is its only one).
+async fn stress_leaves_no_lock_behind(fx: Fixture) {
+    stress(&fx).await;
     assert!(fx.stored("stress").await.is_none_or(|s| s.token.is_none()));
+    if let Fixture::Memory(_) = fx {
+        assert!(fx.is_empty().await, "a lock was left behind");
+    }
 }
 
 /// The control for the stress: the same read-modify-write without the lock loses updates, so
@@ -263,69 +433,180 @@ async fn unlocked_counter_loses_updates(fx: Fixture) {
     assert!(last < total, "without a lock some updates must be lost");
 }
 
-/// Inside `run`, locking the same key through the same locker (or a clone) is reentrant:
-/// guards are marked reentrant, their release does nothing, nested runs work, and the lock is
-/// released only when the outermost run ends. A spawned task and another locker are not inside
-/// the scope and are refused.
-async fn reentrancy_inside_run(fx: Fixture) {
+// ---------------------------------------------------------------------------------------------
+// Reentrancy inside `run`
+
+const REENTRANT: &str = "reentrant";
+
+/// `current_lock()` names the lock inside `run`, and is `None` before and after.
+async fn current_lock_is_set_only_inside_run(fx: Fixture) {
     let a = fx.locker().await;
-    let other = fx.locker().await;
     assert!(current_lock().is_none());
-    let inner_locker = a.clone();
-    let out = a
-        .lock("reentrant")
+    a.lock(REENTRANT)
         .run(async {
-            let l = &inner_locker;
             let info = current_lock().expect("inside run");
-            assert_eq!(info.key(), "reentrant");
-            let again = l
-                .lock("reentrant")
+            assert_eq!(info.key(), REENTRANT);
+        })
+        .await
+        .expect("outer run");
+    assert!(current_lock().is_none());
+}
+
+/// `run` returns what its body returned.
+async fn run_returns_its_bodys_value(fx: Fixture) {
+    let a = fx.locker().await;
+    let out = a.lock(REENTRANT).run(async { 7 }).await.expect("run");
+    assert_eq!(out, 7);
+}
+
+/// Inside `run`, `lock` on the same key through a clone of the locker is reentrant (even with
+/// a zero wait): the guard is marked so and names the key.
+async fn lock_inside_run_on_the_same_key_is_reentrant(fx: Fixture) {
+    let a = fx.locker().await;
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let again = inner
+                .lock(REENTRANT)
                 .wait(Duration::ZERO)
                 .await
                 .expect("reentrant lock");
             assert!(again.is_reentrant());
-            assert_eq!(again.key(), "reentrant");
-            let twice = l.try_lock("reentrant").await.expect("reentrant try_lock");
-            assert!(twice.is_reentrant());
-            twice.release().await.expect("reentrant release is a no-op");
-            drop(again);
-            assert_busy(other.try_lock("reentrant").await, "reentrant");
-            let nested = l
-                .lock("reentrant")
-                .run(async { current_lock().map(|i| i.key().to_owned()) })
-                .await
-                .expect("nested run");
-            assert_eq!(nested.as_deref(), Some("reentrant"));
-            assert_busy(other.try_lock("reentrant").await, "reentrant");
-            // A spawned task does not inherit the scope: it contends like anyone else.
-            let spawned = l.clone();
-            let r = tokio::spawn(async move { spawned.try_lock("reentrant").await.map(drop) })
-                .await
-                .expect("spawned task");
-            assert_busy(r, "reentrant");
-            // A different key inside the scope is an ordinary lock.
-            let g = l.try_lock("reentrant-other").await.expect("other key");
-            assert!(!g.is_reentrant());
-            g.release().await.expect("release other key");
-            7
+            assert_eq!(again.key(), REENTRANT);
         })
         .await
         .expect("outer run");
-    assert_eq!(out, 7);
-    assert!(current_lock().is_none());
+}
+
+/// Inside `run`, `try_lock` on the same key through a clone of the locker is reentrant.
+async fn try_lock_inside_run_on_the_same_key_is_reentrant(fx: Fixture) {
+    let a = fx.locker().await;
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let twice = inner.try_lock(REENTRANT).await.expect("reentrant try_lock");
+            assert!(twice.is_reentrant());
+        })
+        .await
+        .expect("outer run");
+}
+
+/// Releasing or dropping a reentrant guard does nothing: the release succeeds and another
+/// locker is still refused.
+async fn releasing_a_reentrant_guard_keeps_the_lock(fx: Fixture) {
+    let (a, other) = (fx.locker().await, fx.locker().await);
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let again = inner
+                .lock(REENTRANT)
+                .wait(Duration::ZERO)
+                .await
+                .expect("reentrant lock");
+            let twice = inner.try_lock(REENTRANT).await.expect("reentrant try_lock");
+            twice.release().await.expect("reentrant release is a no-op");
+            drop(again);
+            assert_busy(other.try_lock(REENTRANT).await, REENTRANT);
+        })
+        .await
+        .expect("outer run");
+}
+
+/// A nested `run` on the same key runs its body under the lock: `current_lock()` names it.
+async fn nested_run_sees_the_lock(fx: Fixture) {
+    let a = fx.locker().await;
+    let inner = a.clone();
+    let nested = a
+        .lock(REENTRANT)
+        .run(async {
+            inner
+                .lock(REENTRANT)
+                .run(async { current_lock().map(|i| i.key().to_owned()) })
+                .await
+                .expect("nested run")
+        })
+        .await
+        .expect("outer run");
+    assert_eq!(nested.as_deref(), Some(REENTRANT));
+}
+
+/// The end of a nested `run` does not release the lock: another locker is still refused.
+async fn nested_run_end_keeps_the_lock(fx: Fixture) {
+    let (a, other) = (fx.locker().await, fx.locker().await);
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            inner
+                .lock(REENTRANT)
+                .run(async {})
+                .await
+                .expect("nested run");
+            assert_busy(other.try_lock(REENTRANT).await, REENTRANT);
+        })
+        .await
+        .expect("outer run");
+}
+
+/// A task spawned inside `run` does not inherit the scope: it contends like anyone else.
+async fn spawned_task_inside_run_is_not_reentrant(fx: Fixture) {
+    let a = fx.locker().await;
+    let spawned = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let r = tokio::spawn(async move { spawned.try_lock(REENTRANT).await.map(drop) })
+                .await
+                .expect("spawned task");
+            assert_busy(r, REENTRANT);
+        })
+        .await
+        .expect("outer run");
+}
+
+/// A different key inside the scope is an ordinary lock, not a reentrant one.
+async fn other_key_inside_run_is_an_ordinary_lock(fx: Fixture) {
+    let a = fx.locker().await;
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let g = inner.try_lock("reentrant-other").await.expect("other key");
+            assert!(!g.is_reentrant());
+            g.release().await.expect("release other key");
+        })
+        .await
+        .expect("outer run");
+}
+
+/// The lock is released when the outermost `run` ends (after reentrant guards and a nested
+/// run inside it): another locker gets it.
+async fn outermost_run_end_releases_the_lock(fx: Fixture) {
+    let (a, other) = (fx.locker().await, fx.locker().await);
+    let inner = a.clone();
+    a.lock(REENTRANT)
+        .run(async {
+            let again = inner.try_lock(REENTRANT).await.expect("reentrant try_lock");
+            again.release().await.expect("reentrant release is a no-op");
+            inner
+                .lock(REENTRANT)
+                .run(async {})
+                .await
+                .expect("nested run");
+        })
+        .await
+        .expect("outer run");
     let after = other
-        .try_lock("reentrant")
+        .try_lock(REENTRANT)
         .await
         .expect("released when the outermost run ended");
     after.release().await.expect("release");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Released in the background
+
 /// Dropping a guard releases the lock in the background: another locker gets it long before
-/// the 30 s lease would have freed it. Aborting a task inside `run` does the same, and a
-/// cancelled waiter leaves the queue.
+/// the 30 s lease would have freed it.
 async fn dropped_guard_is_released_in_background(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
+    let (a, b) = (fx.locker().await, fx.locker().await);
     let guard = a
         .lock("dropped")
         .lease(DEFAULT_LEASE)
@@ -339,12 +620,15 @@ async fn dropped_guard_is_released_in_background(fx: Fixture) {
         .await
         .expect("a dropped guard is released in the background");
     g.release().await.expect("release");
+}
 
+/// Aborting a task inside `run` (while its body holds the lock) releases the lock in the
+/// background: another locker gets it long before the 30 s lease would have freed it.
+async fn aborted_run_is_released_in_background(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let runner = a.clone();
     let task = tokio::spawn(async move {
-        runner
-            .lock("aborted")
+        a.lock("aborted")
             .lease(DEFAULT_LEASE)
             .run(async move {
                 let _ = started_tx.send(());
@@ -364,7 +648,11 @@ async fn dropped_guard_is_released_in_background(fx: Fixture) {
         .await
         .expect("an aborted run releases its lock in the background");
     g.release().await.expect("release");
+}
 
+/// A held lock and a waiter on it (through another locker) cancelled after 100 ms.
+async fn cancelled_wait(fx: &Fixture) -> (Locker, LockGuard) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
     let holder = a.lock("queued").await.expect("acquire");
     let cancelled = tokio::time::timeout(
         Duration::from_millis(100),
@@ -372,7 +660,19 @@ async fn dropped_guard_is_released_in_background(fx: Fixture) {
     )
     .await;
     assert!(cancelled.is_err(), "the waiter was cancelled while waiting");
+    (b, holder)
+}
+
+/// A cancelled waiter leaves its locker's queue.
+async fn cancelled_waiter_leaves_the_queue(fx: Fixture) {
+    let (b, _holder) = cancelled_wait(&fx).await;
     assert_eq!(b.stats().waiters, 0, "a cancelled waiter leaves the queue");
+}
+
+/// After a waiter was cancelled, the holder's release leaves the key free for the next
+/// acquire.
+async fn release_after_a_cancelled_wait_frees_the_key(fx: Fixture) {
+    let (b, holder) = cancelled_wait(&fx).await;
     holder.release().await.expect("release");
     // The release may hand the lock to the cancelled waiter's ticket if its cleanup (sent in
     // the background) has not reached the backend yet; the cleanup then passes it on.
@@ -386,11 +686,41 @@ async fn dropped_guard_is_released_in_background(fx: Fixture) {
 }
 
 conformance!(
-    exclusive_acquisition,
-    try_lock_on_held_key_is_busy,
-    stale_release_does_not_touch_the_new_holder,
+    acquire_returns_a_held_guard_for_the_key,
+    another_locker_is_refused_while_held,
+    holding_locker_is_refused_outside_run,
+    other_keys_are_independent,
+    released_key_is_free_for_another_locker,
+    release_removes_the_lock_from_the_backend,
+    one_of_sixteen_racers_wins_a_fresh_key,
+    try_lock_on_a_held_key_is_a_retryable_busy_naming_the_key,
+    busy_hints_a_retry_within_the_holders_lease,
+    no_wait_on_a_held_key_is_busy,
+    zero_wait_on_a_held_key_is_busy,
+    busy_run_never_runs_its_body,
+    release_after_expiry_says_lease_lost,
+    release_after_expiry_leaves_the_new_holder_alone,
+    usurped_guard_cannot_know_it_lost,
+    extend_by_a_usurped_guard_says_lease_lost,
+    release_by_a_usurped_guard_says_lease_lost,
+    usurped_guard_leaves_the_new_holder_alone,
+    stress_bodies_never_overlap,
     stress_counter_ends_exact,
+    stress_leaves_no_lock_behind,
     unlocked_counter_loses_updates,
-    reentrancy_inside_run,
+    current_lock_is_set_only_inside_run,
+    run_returns_its_bodys_value,
+    lock_inside_run_on_the_same_key_is_reentrant,
+    try_lock_inside_run_on_the_same_key_is_reentrant,
+    releasing_a_reentrant_guard_keeps_the_lock,
+    nested_run_sees_the_lock,
+    nested_run_end_keeps_the_lock,
+    spawned_task_inside_run_is_not_reentrant,
+    other_key_inside_run_is_an_ordinary_lock,
+    outermost_run_end_releases_the_lock,
     dropped_guard_is_released_in_background,
+    aborted_run_is_released_in_background,
+    cancelled_waiter_leaves_the_queue,
+    release_after_a_cancelled_wait_frees_the_key;
+    redis_only: held_lock_is_stored_as_a_token_with_the_lease_as_ttl,
 );

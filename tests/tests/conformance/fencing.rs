@@ -2,69 +2,157 @@
 
 use std::time::Duration;
 
-use lock_core::{current_fence, current_lock};
+use lock_core::{LockGuard, Locker, current_fence, current_lock};
 
 use crate::fixture::{Fixture, SOON, has_hex_run, lock_name, soon};
 
-/// Fencing tokens strictly increase per key across release, expiry, background release and
-/// lockers; unfenced acquisitions do not disturb them; each key counts on its own; on Redis the
-/// counter key has no TTL.
-async fn fencing_tokens_strictly_increase(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let mut fences = Vec::new();
+// ---------------------------------------------------------------------------------------------
+// Fences rise
 
-    let g = a.lock("fenced").fenced().await.expect("acquire");
-    fences.push(g.fence().expect("fenced lock has a token"));
+const KEY: &str = "fenced";
+
+/// A fenced acquire and release of `key` through `locker`: the fence it drew.
+async fn fence_of(locker: &Locker, key: &str) -> u64 {
+    let g = locker.lock(key).fenced().await.expect("acquire");
+    let fence = g.fence().expect("a fenced lock has a token");
     g.release().await.expect("release");
+    fence
+}
 
-    let g = b.lock("fenced").fenced().await.expect("acquire on b");
-    fences.push(g.fence().expect("token"));
-    g.release().await.expect("release");
+/// An unfenced acquire of [`KEY`] through `locker`.
+async fn unfenced(locker: &Locker) -> LockGuard {
+    locker.lock(KEY).await.expect("unfenced acquire")
+}
 
-    let g = a.lock("fenced").await.expect("unfenced acquire");
-    assert_eq!(g.fence(), None);
-    g.release().await.expect("release");
-
-    // Across expiry.
+/// A fenced lock through `a` whose 150 ms lease runs out unrenewed, then a fenced acquire
+/// through `b` waiting for it: their two fences.
+async fn fences_across_expiry(a: &Locker, b: &Locker) -> [u64; 2] {
     let expiring = a
-        .lock("fenced")
+        .lock(KEY)
         .fenced()
         .lease(Duration::from_millis(150))
         .watchdog(false)
         .await
         .expect("acquire");
-    fences.push(expiring.fence().expect("token"));
+    let first = expiring.fence().expect("token");
     let g = b
-        .lock("fenced")
+        .lock(KEY)
         .fenced()
         .wait(SOON)
         .await
         .expect("acquire after expiry");
-    fences.push(g.fence().expect("token"));
-    // Across a background release (drop).
+    let second = g.fence().expect("token");
+    g.release().await.expect("release");
+    [first, second]
+}
+
+/// A fenced lock through `b` dropped (released in the background), then a fenced acquire
+/// through `a` waiting for it: their two fences.
+async fn fences_across_background_release(a: &Locker, b: &Locker) -> [u64; 2] {
+    let g = b.lock(KEY).fenced().await.expect("acquire");
+    let first = g.fence().expect("token");
     drop(g);
     let g = a
-        .lock("fenced")
+        .lock(KEY)
         .fenced()
         .wait(SOON)
         .await
         .expect("acquire after drop");
-    fences.push(g.fence().expect("token"));
+    let second = g.fence().expect("token");
     g.release().await.expect("release");
-    // Inside run, through current_fence().
-    let inner = a
-        .lock("fenced")
+    [first, second]
+}
+
+/// `current_fence()` inside a fenced `run` on [`KEY`].
+async fn fence_inside_run(locker: &Locker) -> Option<u64> {
+    locker
+        .lock(KEY)
         .fenced()
         .run(async { current_fence() })
         .await
-        .expect("run");
-    fences.push(inner.expect("current_fence inside a fenced run"));
+        .expect("run")
+}
 
+/// Every fence of one history of [`KEY`], in order: across release and lockers, around an
+/// unfenced acquire, across expiry, across a background release, inside `run`.
+async fn fence_history(fx: &Fixture) -> Vec<u64> {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let mut fences = vec![fence_of(&a, KEY).await, fence_of(&b, KEY).await];
+    unfenced(&a).await.release().await.expect("release");
+    fences.extend(fences_across_expiry(&a, &b).await);
+    fences.extend(fences_across_background_release(&a, &b).await);
+    fences.push(
+        fence_inside_run(&a)
+            .await
+            .expect("current_fence inside a fenced run"),
+    );
+    fences
+}
+
+#[track_caller]
+fn assert_rising(fences: &[u64]) {
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "fencing tokens must strictly increase: {fences:?}"
     );
+}
+
+/// The fence of a lock taken again after a release (same locker) is larger.
+async fn fences_rise_across_release(fx: Fixture) {
+    let a = fx.locker().await;
+    assert_rising(&[fence_of(&a, KEY).await, fence_of(&a, KEY).await]);
+}
+
+/// The fence of a lock taken by another locker after a release is larger.
+async fn fences_rise_across_lockers(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    assert_rising(&[fence_of(&a, KEY).await, fence_of(&b, KEY).await]);
+}
+
+/// An unfenced lock has no fence.
+async fn unfenced_lock_has_no_fence(fx: Fixture) {
+    let g = unfenced(&fx.locker().await).await;
+    assert_eq!(g.fence(), None);
+    g.release().await.expect("release");
+}
+
+/// Unfenced acquisitions between two fenced ones do not disturb the rise.
+async fn unfenced_acquisitions_do_not_disturb_fences(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let first = fence_of(&a, KEY).await;
+    unfenced(&b).await.release().await.expect("release");
+    unfenced(&a).await.release().await.expect("release");
+    assert_rising(&[first, fence_of(&a, KEY).await]);
+}
+
+/// The fence of a lock taken after the previous holder's lease ran out is larger.
+async fn fences_rise_across_expiry(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    assert_rising(&fences_across_expiry(&a, &b).await);
+}
+
+/// The fence of a lock taken after a dropped guard's background release is larger.
+async fn fences_rise_across_background_release(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    assert_rising(&fences_across_background_release(&a, &b).await);
+}
+
+/// Inside a fenced `run`, `current_fence()` is the run's fence, larger than the one before.
+async fn current_fence_inside_run_is_the_next_fence(fx: Fixture) {
+    let a = fx.locker().await;
+    let before = fence_of(&a, KEY).await;
+    let inside = fence_inside_run(&a)
+        .await
+        .expect("current_fence inside a fenced run");
+    assert_rising(&[before, inside]);
+}
+
+/// Each key counts its own fences: a fresh key after a history of another starts its own
+/// counter (at 1 on memory; on Redis, a counter of its own holding that fence).
+async fn each_key_has_its_own_fence_counter(fx: Fixture) {
+    let a = fx.locker().await;
+    fence_of(&a, KEY).await;
+    fence_of(&a, KEY).await;
     let other = a.lock("fenced-other").fenced().await.expect("acquire");
     match &fx {
         Fixture::Memory(_) => assert_eq!(other.fence(), Some(1), "each key has its own counter"),
@@ -78,44 +166,88 @@ async fn fencing_tokens_strictly_increase(fx: Fixture) {
         }
     }
     other.release().await.expect("release");
-
-    if let Fixture::Redis(server) = &fx {
-        // The counter keeps the last token, never below the server's clock in microseconds
-        // (so tokens rise across data loss), and expires: it needs no life of its own.
-        let counter = format!("{}:fence", lock_name("lock:", "fenced"));
-        let last = fences.last().copied().unwrap_or_default();
-        assert_eq!(server.get(&counter).await, Some(last.to_string()));
-        let pttl = server.pttl(&counter).await;
-        assert!(pttl > 0, "the fence counter has a TTL: {pttl}");
-        let time: Vec<String> = server.query(redis::cmd("TIME").clone()).await;
-        let now_us = time[0].parse::<u64>().expect("secs") * 1_000_000
-            + time[1].parse::<u64>().expect("micros");
-        assert!(
-            fences
-                .iter()
-                .all(|&f| f > now_us - 60_000_000 && f <= now_us),
-            "tokens follow the server's clock in microseconds: {fences:?} (now {now_us})"
-        );
-    }
-    drop(expiring);
 }
 
-/// Owner tokens never show in `Debug` or `Display` of guards, lock infos, lockers, backends or
-/// errors (on Redis the real token is read from the server and searched for).
-async fn tokens_never_appear_in_debug_output(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let guard = a.lock("secret").fenced().await.expect("acquire");
-    let token = fx.stored("secret").await.and_then(|s| s.token);
+/// The name of [`KEY`]'s fence counter in Redis.
+fn counter() -> String {
+    format!("{}:fence", lock_name("lock:", KEY))
+}
+
+/// Redis's fence counter keeps the last fence drawn.
+async fn fence_counter_keeps_the_last_fence(fx: Fixture) {
+    let fences = fence_history(&fx).await;
+    let last = fences.last().copied().unwrap_or_default();
+    assert_eq!(fx.server().get(&counter()).await, Some(last.to_string()));
+}
+
+/// Redis's fence counter expires: it needs no life of its own (tokens follow the clock).
+async fn fence_counter_has_a_ttl(fx: Fixture) {
+    fence_history(&fx).await;
+    let pttl = fx.server().pttl(&counter()).await;
+    assert!(pttl > 0, "the fence counter has a TTL: {pttl}");
+}
+
+/// Redis fences are never below the server's clock in microseconds (so they rise across data
+/// loss), and never above it.
+async fn fences_follow_the_servers_clock_in_microseconds(fx: Fixture) {
+    let fences = fence_history(&fx).await;
+    let time: Vec<String> = fx.server().query(redis::cmd("TIME").clone()).await;
+    let now_us =
+        time[0].parse::<u64>().expect("secs") * 1_000_000 + time[1].parse::<u64>().expect("micros");
+    assert!(
+        fences
+            .iter()
+            .all(|&f| f > now_us - 60_000_000 && f <= now_us),
+        "tokens follow the server's clock in microseconds: {fences:?} (now {now_us})"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokens stay secret
+
+/// Asserts that none of `texts` shows a token-like value, nor any of `tokens`.
+#[track_caller]
+fn assert_no_token(texts: &[String], tokens: &[&Option<String>]) {
+    for text in texts {
+        assert!(!has_hex_run(text, 32), "a token-like value leaked: {text}");
+        for t in tokens.iter().copied().flatten() {
+            assert!(!text.contains(t.as_str()), "the token leaked: {text}");
+        }
+    }
+}
+
+/// A fenced lock on `key` through `locker`, and its token as stored (Redis only, where the
+/// token detector is checked on it).
+async fn secret(fx: &Fixture, locker: &Locker, key: &str) -> (LockGuard, Option<String>) {
+    let guard = locker.lock(key).fenced().await.expect("acquire");
+    let token = fx.stored(key).await.and_then(|s| s.token);
     if let Some(t) = &token {
         assert!(has_hex_run(t, 32), "the detector recognises a real token");
     }
-    let busy = b.try_lock("secret").await.expect_err("busy");
-    let timeout = b
-        .lock("secret")
-        .wait(Duration::from_millis(50))
+    (guard, token)
+}
+
+/// A lock through `locker` whose 50 ms lease ran out unrenewed: the guard, its token as
+/// stored (Redis only) and its `Debug` taken while it held.
+async fn stale_secret(fx: &Fixture, locker: &Locker) -> (LockGuard, Option<String>, String) {
+    let stale = locker
+        .lock("secret-stale")
+        .lease(Duration::from_millis(50))
+        .watchdog(false)
         .await
-        .expect_err("timeout");
+        .expect("acquire");
+    let token = fx.stored("secret-stale").await.and_then(|s| s.token);
+    let debug = format!("{stale:?}");
+    soon("stale lost", stale.lost()).await;
+    (stale, token, debug)
+}
+
+/// Owner tokens never show in the `Debug` of guards (held or lost) and lock infos, nor of
+/// `current_lock()` inside `run`.
+async fn guards_and_lock_infos_never_show_the_token(fx: Fixture) {
+    let a = fx.locker().await;
+    let (guard, token) = secret(&fx, &a, "secret").await;
+    let (_stale, stale_token, stale_debug) = stale_secret(&fx, &a).await;
     let inside = a
         .lock("secret-run")
         .run(async {
@@ -127,38 +259,61 @@ async fn tokens_never_appear_in_debug_output(fx: Fixture) {
         })
         .await
         .expect("run");
-    let stale = a
-        .lock("secret-stale")
-        .lease(Duration::from_millis(50))
-        .watchdog(false)
-        .await
-        .expect("acquire");
-    let stale_token = fx.stored("secret-stale").await.and_then(|s| s.token);
-    let stale_dbg = format!("{stale:?}");
-    soon("stale lost", stale.lost()).await;
-    let lost = stale.release().await.expect_err("stale release");
     let texts = [
         format!("{guard:?}"),
         format!("{guard:#?}"),
         format!("{:?}", guard.info()),
-        format!("{a:?}"),
-        format!("{:#?}", a.backend()),
+        stale_debug,
+        inside,
+    ];
+    assert_no_token(&texts, &[&token, &stale_token]);
+    guard.release().await.expect("release");
+}
+
+/// Owner tokens never show in the `Debug` of lockers and backends holding a lock.
+async fn lockers_and_backends_never_show_the_token(fx: Fixture) {
+    let a = fx.locker().await;
+    let (guard, token) = secret(&fx, &a, "secret").await;
+    let texts = [format!("{a:?}"), format!("{:#?}", a.backend())];
+    assert_no_token(&texts, &[&token]);
+    guard.release().await.expect("release");
+}
+
+/// Owner tokens never show in the `Debug` or `Display` of errors: `Busy`, `Timeout` and a
+/// stale guard's `LeaseLost`.
+async fn errors_never_show_the_token(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let (guard, token) = secret(&fx, &a, "secret").await;
+    let busy = b.try_lock("secret").await.expect_err("busy");
+    let timeout = b
+        .lock("secret")
+        .wait(Duration::from_millis(50))
+        .await
+        .expect_err("timeout");
+    let (stale, stale_token, _) = stale_secret(&fx, &a).await;
+    let lost = stale.release().await.expect_err("stale release");
+    let texts = [
         format!("{busy:?} {busy}"),
         format!("{timeout:?} {timeout}"),
         format!("{lost:?} {lost}"),
-        stale_dbg,
-        inside,
     ];
-    for text in &texts {
-        assert!(!has_hex_run(text, 32), "a token-like value leaked: {text}");
-        for t in token.iter().chain(stale_token.iter()) {
-            assert!(!text.contains(t.as_str()), "the token leaked: {text}");
-        }
-    }
+    assert_no_token(&texts, &[&token, &stale_token]);
     guard.release().await.expect("release");
 }
 
 conformance!(
-    fencing_tokens_strictly_increase,
-    tokens_never_appear_in_debug_output,
+    fences_rise_across_release,
+    fences_rise_across_lockers,
+    unfenced_lock_has_no_fence,
+    unfenced_acquisitions_do_not_disturb_fences,
+    fences_rise_across_expiry,
+    fences_rise_across_background_release,
+    current_fence_inside_run_is_the_next_fence,
+    each_key_has_its_own_fence_counter,
+    guards_and_lock_infos_never_show_the_token,
+    lockers_and_backends_never_show_the_token,
+    errors_never_show_the_token;
+    redis_only: fence_counter_keeps_the_last_fence,
+    fence_counter_has_a_ttl,
+    fences_follow_the_servers_clock_in_microseconds,
 );

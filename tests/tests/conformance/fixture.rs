@@ -1,13 +1,16 @@
 //! What every property is checked on: the backend under test ([`Fixture`]: the memory backend
 //! or a real redis-server), read directly where a test needs to (the harness's own client,
-//! never lock-core), and the small assertions the properties share.
+//! never lock-core), the set-ups checks of several modules start from, and the small
+//! assertions the properties share.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{Backend, LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use lock_core::{
+    Backend, LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend,
+};
 use lock_testkit::RedisServer;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
@@ -35,6 +38,17 @@ impl Fixture {
         match self {
             Fixture::Memory(_) => "memory",
             Fixture::Redis(_) => "redis",
+        }
+    }
+
+    /// The redis-server under test, for a `redis_only:` check.
+    ///
+    /// # Panics
+    /// On the memory backend: the check was listed for both backends by mistake.
+    pub(crate) fn server(&self) -> &RedisServer {
+        match self {
+            Fixture::Redis(server) => server,
+            Fixture::Memory(_) => panic!("a Redis-only check ran on the memory backend"),
         }
     }
 
@@ -121,6 +135,58 @@ impl Fixture {
         match self {
             Fixture::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
             Fixture::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
+        }
+    }
+}
+
+/// A lock whose lease ran out unrenewed, and the lock another locker took in its place.
+pub(crate) struct Expired {
+    /// The first holder's guard (a lease of [`EXPIRING_LEASE`], no watchdog): lost.
+    pub(crate) stale: LockGuard,
+    /// The second locker's guard (a 30 s lease), got by waiting on the key.
+    pub(crate) fresh: LockGuard,
+    /// How long after the first acquire was called the key was free for the second locker.
+    pub(crate) freed_after: Duration,
+    /// The first holder's token as stored (Redis only).
+    pub(crate) stale_token: Option<String>,
+    /// A third locker, for newcomers.
+    pub(crate) third: Locker,
+    _lockers: [Locker; 2],
+}
+
+/// The lease of [`Expired::stale`].
+pub(crate) const EXPIRING_LEASE: Duration = Duration::from_millis(200);
+
+impl Fixture {
+    /// Locks `key` with a short lease and no watchdog, and has a second locker wait for it
+    /// (up to [`SOON`]) with a 30 s lease: the first lease runs out and the key is retaken.
+    pub(crate) async fn expire_and_retake(&self, key: &str) -> Expired {
+        let (a, b, third) = (
+            self.locker().await,
+            self.locker().await,
+            self.locker().await,
+        );
+        let started = Instant::now();
+        let stale = a
+            .lock(key)
+            .lease(EXPIRING_LEASE)
+            .watchdog(false)
+            .await
+            .expect("acquire");
+        let stale_token = self.stored(key).await.and_then(|s| s.token);
+        let fresh = b
+            .lock(key)
+            .lease(Duration::from_secs(30))
+            .wait(SOON)
+            .await
+            .expect("an expired lease frees the key");
+        Expired {
+            stale,
+            fresh,
+            freed_after: started.elapsed(),
+            stale_token,
+            third,
+            _lockers: [a, b],
         }
     }
 }

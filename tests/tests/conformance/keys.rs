@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::{
-    LockError, LockerBuilder, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN, MAX_WAIT, MIN_LEASE,
+    LockError, LockGuard, Locker, LockerBuilder, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN, MAX_WAIT,
+    MIN_LEASE,
 };
 use lock_testkit::RedisServer;
 
@@ -13,66 +14,43 @@ use crate::fixture::{
     Fixture, assert_busy, assert_invalid_config, assert_invalid_key, has_hex_run, lock_name,
 };
 
-/// Empty and over-long keys are `InvalidKey`; zero, too short and absurd leases, absurd waits,
-/// a zero `max_hold`, a prefix with a brace or too long are `InvalidConfig`; nothing panics and
-/// nothing is written to the backend.
-async fn invalid_keys_and_options_are_rejected(fx: Fixture) {
-    let locker = fx.locker().await;
-    // Keys.
-    assert_invalid_key(locker.lock("").await);
-    assert_invalid_key(locker.try_lock("").await);
-    let ran = AtomicUsize::new(0);
-    assert_invalid_key(
-        locker
-            .lock("")
-            .run(async {
-                ran.fetch_add(1, Ordering::SeqCst);
-            })
-            .await,
-    );
-    assert_eq!(ran.load(Ordering::SeqCst), 0);
-    let long = "k".repeat(MAX_KEY_LEN + 1);
-    match locker.lock(&long).await {
-        Err(LockError::InvalidKey { key, reason, .. }) => {
-            assert!(key.len() < long.len(), "the error shortens a long key");
-            assert!(reason.contains(&MAX_KEY_LEN.to_string()), "{reason}");
-        }
-        other => panic!("expected InvalidKey, got {other:?}"),
-    }
-    assert_invalid_key(locker.lock("é".repeat(MAX_KEY_LEN / 2 + 1)).await); // bytes, not chars
-    let longest = "k".repeat(MAX_KEY_LEN);
-    locker
-        .lock(&longest)
-        .await
-        .expect("a key of exactly MAX_KEY_LEN bytes is fine")
-        .release()
-        .await
-        .expect("release");
+// ---------------------------------------------------------------------------------------------
+// Invalid keys and options are refused
 
-    // Per-request options.
+/// A key one byte over [`MAX_KEY_LEN`].
+fn over_long_key() -> String {
+    "k".repeat(MAX_KEY_LEN + 1)
+}
+
+/// A key of fewer than [`MAX_KEY_LEN`] characters but more bytes.
+fn over_long_in_bytes() -> String {
+    "é".repeat(MAX_KEY_LEN / 2 + 1)
+}
+
+/// Leases out of range, each with what is wrong with it.
+fn bad_leases() -> [(&'static str, Duration); 4] {
     let ms = Duration::from_millis;
-    for (what, lease) in [
+    [
         ("zero lease", Duration::ZERO),
         ("lease below MIN_LEASE", MIN_LEASE - ms(1)),
         ("lease above MAX_LEASE", MAX_LEASE + ms(1)),
         ("Duration::MAX lease", Duration::MAX),
-    ] {
-        assert_invalid_config(locker.lock("k").lease(lease).await, what);
-    }
-    for (what, wait) in [
-        ("wait above MAX_WAIT", MAX_WAIT + ms(1)),
-        ("Duration::MAX wait", Duration::MAX),
-    ] {
-        assert_invalid_config(locker.lock("k").wait(wait).await, what);
-    }
-    assert_invalid_config(
-        locker.lock("k").max_hold(Duration::ZERO).await,
-        "zero max_hold",
-    );
+    ]
+}
 
-    // Locker options: try_build says so, and a built locker reports it on every attempt.
-    type Configure = fn(LockerBuilder) -> LockerBuilder;
-    let builders: [(&str, Configure); 6] = [
+/// Waits out of range, each with what is wrong with it.
+fn bad_waits() -> [(&'static str, Duration); 2] {
+    [
+        ("wait above MAX_WAIT", MAX_WAIT + Duration::from_millis(1)),
+        ("Duration::MAX wait", Duration::MAX),
+    ]
+}
+
+type Configure = fn(LockerBuilder) -> LockerBuilder;
+
+/// Locker options out of range, each with what is wrong with it.
+fn bad_builders() -> [(&'static str, Configure); 6] {
+    [
         ("zero lease", |b| b.lease(Duration::ZERO)),
         ("absurd lease", |b| b.lease(Duration::MAX)),
         ("absurd wait", |b| b.wait(Duration::MAX)),
@@ -81,35 +59,192 @@ async fn invalid_keys_and_options_are_rejected(fx: Fixture) {
         ("prefix too long", |b| {
             b.prefix("p".repeat(MAX_PREFIX_LEN + 1))
         }),
-    ];
-    for (what, configure) in builders {
-        assert_invalid_config(configure(fx.builder().await).try_build(), what);
-        let built = configure(fx.builder().await).build();
-        assert_invalid_config(built.lock("k").await, what);
-        assert_invalid_config(built.try_lock("k").run(async {}).await, what);
-    }
+    ]
+}
 
-    // Extending with a bad lease is refused and leaves the lock alone.
+/// An empty key through `lock`, `try_lock` and `run`.
+async fn empty_key_attempts(locker: &Locker) -> [Result<(), LockError>; 3] {
+    [
+        locker.lock("").await.map(drop),
+        locker.try_lock("").await.map(drop),
+        locker.lock("").run(async {}).await,
+    ]
+}
+
+/// A locker built with `configure`: its `try_build`, and a `lock` and a `run` through its
+/// `build`.
+async fn configured_attempts(fx: &Fixture, configure: Configure) -> [Result<(), LockError>; 3] {
+    let built = configure(fx.builder().await).build();
+    [
+        configure(fx.builder().await).try_build().map(drop),
+        built.lock("k").await.map(drop),
+        built.try_lock("k").run(async {}).await,
+    ]
+}
+
+/// A lock on `extend`, and its extensions by a zero and an absurd lease.
+async fn bad_extends(locker: &Locker) -> (LockGuard, [Result<(), LockError>; 2]) {
     let guard = locker.lock("extend").await.expect("acquire");
-    assert_invalid_config(guard.extend(Duration::ZERO).await, "extend zero");
-    assert_invalid_config(guard.extend(Duration::MAX).await, "extend absurd");
+    let zero = guard.extend(Duration::ZERO).await;
+    let absurd = guard.extend(Duration::MAX).await;
+    (guard, [zero, absurd])
+}
+
+/// An empty key is `InvalidKey` for `lock`, `try_lock` and `run`.
+async fn empty_key_is_invalid_key(fx: Fixture) {
+    for r in empty_key_attempts(&fx.locker().await).await {
+        assert_invalid_key(r);
+    }
+}
+
+/// A `run` refused for its key never runs its body.
+async fn run_with_an_invalid_key_never_runs_its_body(fx: Fixture) {
+    let ran = AtomicUsize::new(0);
+    let r = fx
+        .locker()
+        .await
+        .lock("")
+        .run(async {
+            ran.fetch_add(1, Ordering::SeqCst);
+        })
+        .await;
+    assert_invalid_key(r);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// A key over [`MAX_KEY_LEN`] bytes is `InvalidKey`, and the reason names the limit.
+async fn over_long_key_is_invalid_key_naming_the_limit(fx: Fixture) {
+    match fx.locker().await.lock(over_long_key()).await {
+        Err(LockError::InvalidKey { reason, .. }) => {
+            assert!(reason.contains(&MAX_KEY_LEN.to_string()), "{reason}");
+        }
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+}
+
+/// The `InvalidKey` of an over-long key carries a shortened key.
+async fn invalid_key_error_shortens_a_long_key(fx: Fixture) {
+    let long = over_long_key();
+    match fx.locker().await.lock(&long).await {
+        Err(LockError::InvalidKey { key, .. }) => {
+            assert!(key.len() < long.len(), "the error shortens a long key");
+        }
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+}
+
+/// The key length limit counts bytes, not characters.
+async fn key_limit_counts_bytes_not_chars(fx: Fixture) {
+    assert_invalid_key(fx.locker().await.lock(over_long_in_bytes()).await);
+}
+
+/// A key of exactly [`MAX_KEY_LEN`] bytes is fine.
+async fn key_of_exactly_max_key_len_bytes_locks(fx: Fixture) {
+    fx.locker()
+        .await
+        .lock("k".repeat(MAX_KEY_LEN))
+        .await
+        .expect("a key of exactly MAX_KEY_LEN bytes is fine")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// A zero, too short or absurd lease on a request is `InvalidConfig`.
+async fn out_of_range_leases_are_invalid_config(fx: Fixture) {
+    let locker = fx.locker().await;
+    for (what, lease) in bad_leases() {
+        assert_invalid_config(locker.lock("k").lease(lease).await, what);
+    }
+}
+
+/// An absurd wait on a request is `InvalidConfig`.
+async fn out_of_range_waits_are_invalid_config(fx: Fixture) {
+    let locker = fx.locker().await;
+    for (what, wait) in bad_waits() {
+        assert_invalid_config(locker.lock("k").wait(wait).await, what);
+    }
+}
+
+/// A zero `max_hold` on a request is `InvalidConfig`.
+async fn zero_max_hold_is_invalid_config(fx: Fixture) {
+    let r = fx.locker().await.lock("k").max_hold(Duration::ZERO).await;
+    assert_invalid_config(r, "zero max_hold");
+}
+
+/// A locker with a zero or absurd lease, an absurd wait, or a prefix with a brace or too long:
+/// `try_build` says `InvalidConfig`.
+async fn invalid_locker_options_fail_try_build(fx: Fixture) {
+    for (what, configure) in bad_builders() {
+        let [try_build, _, _] = configured_attempts(&fx, configure).await;
+        assert_invalid_config(try_build, what);
+    }
+}
+
+/// A locker built (with `build`) from the same invalid options reports `InvalidConfig` on every
+/// attempt, `lock` and `run` alike.
+async fn locker_built_from_invalid_options_refuses_every_attempt(fx: Fixture) {
+    for (what, configure) in bad_builders() {
+        let [_, lock, run] = configured_attempts(&fx, configure).await;
+        assert_invalid_config(lock, what);
+        assert_invalid_config(run, what);
+    }
+}
+
+/// Extending with a zero or absurd lease is `InvalidConfig`.
+async fn extend_with_an_invalid_lease_is_invalid_config(fx: Fixture) {
+    let (guard, [zero, absurd]) = bad_extends(&fx.locker().await).await;
+    assert_invalid_config(zero, "extend zero");
+    assert_invalid_config(absurd, "extend absurd");
+    guard.release().await.expect("release");
+}
+
+/// A refused extension leaves the lock held.
+async fn invalid_extend_leaves_the_lock_held(fx: Fixture) {
+    let (guard, _) = bad_extends(&fx.locker().await).await;
     assert!(guard.is_held());
     guard.release().await.expect("release");
+}
 
+/// Nothing refused above writes to the backend (nor do the lock of a key of exactly
+/// [`MAX_KEY_LEN`] bytes and the lock refused an extension, once released): nothing panics
+/// and the backend is empty afterwards.
+async fn rejected_requests_leave_the_backend_empty(fx: Fixture) {
+    let locker = fx.locker().await;
+    let _ = empty_key_attempts(&locker).await;
+    let _ = locker.lock(over_long_key()).await;
+    let _ = locker.lock(over_long_in_bytes()).await;
+    locker
+        .lock("k".repeat(MAX_KEY_LEN))
+        .await
+        .expect("a key of exactly MAX_KEY_LEN bytes is fine")
+        .release()
+        .await
+        .expect("release");
+    for (_, lease) in bad_leases() {
+        let _ = locker.lock("k").lease(lease).await;
+    }
+    for (_, wait) in bad_waits() {
+        let _ = locker.lock("k").wait(wait).await;
+    }
+    let _ = locker.lock("k").max_hold(Duration::ZERO).await;
+    for (_, configure) in bad_builders() {
+        let _ = configured_attempts(&fx, configure).await;
+    }
+    let (guard, _) = bad_extends(&locker).await;
+    guard.release().await.expect("release");
     assert!(
         fx.is_empty().await,
         "rejected requests must not write to the backend"
     );
 }
 
-/// Keys with braces and odd bytes (newlines, NUL, tabs, non-ASCII, a key of exactly
-/// MAX_KEY_LEN bytes) lock, exclude and release; keys differing only in braces or suffixes do
-/// not collide. On Redis: the key names follow the documented layout and the lock, its fence
-/// counter and its release channel share one cluster hash slot, as computed by a real
-/// cluster-mode redis-server.
-async fn odd_keys_work_and_share_one_slot(fx: Fixture) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
+// ---------------------------------------------------------------------------------------------
+// Odd keys work
+
+/// Keys with braces and odd bytes (newlines, NUL, tabs, non-ASCII), and one of exactly
+/// [`MAX_KEY_LEN`] bytes with braces and multi-byte characters.
+fn odd_keys() -> Vec<String> {
     let mut at_limit = String::from("{x}");
     while at_limit.len() + "é".len() <= MAX_KEY_LEN {
         at_limit.push('é');
@@ -118,7 +253,7 @@ async fn odd_keys_work_and_share_one_slot(fx: Fixture) {
         at_limit.push('}');
     }
     assert_eq!(at_limit.len(), MAX_KEY_LEN);
-    let keys = [
+    vec![
         "a}b{c".to_owned(),
         "{order:42}".to_owned(),
         "}{".to_owned(),
@@ -126,42 +261,72 @@ async fn odd_keys_work_and_share_one_slot(fx: Fixture) {
         "ключ 🔒\t\r\n\0end".to_owned(),
         "line\nbreak{".to_owned(),
         at_limit,
-    ];
-    let node = match &fx {
-        Fixture::Redis(_) => Some(RedisServer::start_cluster_node()),
-        Fixture::Memory(_) => None,
-    };
-    for key in &keys {
-        let guard = a
-            .lock(key)
-            .fenced()
-            .await
-            .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+    ]
+}
+
+/// A fenced lock on `key` through `locker`, and its fence.
+async fn lock_fenced(locker: &Locker, key: &str) -> (LockGuard, u64) {
+    let guard = locker
+        .lock(key)
+        .fenced()
+        .await
+        .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+    let fence = guard.fence().expect("fenced");
+    (guard, fence)
+}
+
+/// Every odd key locks, and its guard names it.
+async fn odd_keys_lock(fx: Fixture) {
+    let a = fx.locker().await;
+    for key in &odd_keys() {
+        let (guard, _) = lock_fenced(&a, key).await;
         assert_eq!(guard.key(), key);
-        let first = guard.fence().expect("fenced");
-        if let Fixture::Memory(_) = &fx {
-            assert_eq!(first, 1);
-        }
+        guard.release().await.expect("release");
+    }
+}
+
+/// Every odd key excludes: another locker is refused while it is held.
+async fn odd_keys_exclude(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    for key in &odd_keys() {
+        let (guard, _) = lock_fenced(&a, key).await;
         assert_busy(b.try_lock(key).await, key);
-        if let (Fixture::Redis(server), Some(node)) = (&fx, &node) {
-            let name = lock_name("lock:", key);
-            let fence = format!("{name}:fence");
-            let channel = format!("{name}:released");
-            let token = server
-                .get(&name)
-                .await
-                .unwrap_or_else(|| panic!("{key:?}: no lock at {name:?}"));
-            assert!(token.len() == 32 && has_hex_run(&token, 32), "{key:?}");
-            assert_eq!(server.get(&fence).await, Some(first.to_string()), "{key:?}");
-            let slot = node.keyslot(&name).await;
-            assert_eq!(node.keyslot(&fence).await, slot, "{key:?}: fence slot");
-            assert_eq!(node.keyslot(&channel).await, slot, "{key:?}: channel slot");
-        }
+        guard.release().await.expect("release");
+    }
+}
+
+/// Every odd key releases: another locker gets it right after.
+async fn odd_keys_are_free_after_release(fx: Fixture) {
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    for key in &odd_keys() {
+        let (guard, _) = lock_fenced(&a, key).await;
         guard.release().await.expect("release");
         let again = b.try_lock(key).await.expect("free after release");
         again.release().await.expect("release");
     }
-    // Names do not collide: these are all different locks, held at once.
+}
+
+/// Every odd key starts a fence counter of its own (at 1 on memory; on Redis, a counter at its
+/// documented name holding that fence).
+async fn odd_keys_start_their_own_fence_counter(fx: Fixture) {
+    let a = fx.locker().await;
+    for key in &odd_keys() {
+        let (guard, first) = lock_fenced(&a, key).await;
+        match &fx {
+            Fixture::Memory(_) => assert_eq!(first, 1, "{key:?}"),
+            Fixture::Redis(server) => {
+                let fence = format!("{}:fence", lock_name("lock:", key));
+                assert_eq!(server.get(&fence).await, Some(first.to_string()), "{key:?}");
+            }
+        }
+        guard.release().await.expect("release");
+    }
+}
+
+/// Keys differing only in braces or suffixes do not collide: these are all different locks,
+/// held at once.
+async fn keys_differing_in_braces_or_suffixes_do_not_collide(fx: Fixture) {
+    let b = fx.locker().await;
     let distinct = ["a", "{a}", "a}", "a:fence", "{a}:fence", "#0", "{#0}"];
     let mut held = Vec::new();
     for key in distinct {
@@ -174,18 +339,90 @@ async fn odd_keys_work_and_share_one_slot(fx: Fixture) {
     for g in held {
         g.release().await.expect("release");
     }
-    if let Fixture::Redis(server) = &fx {
-        // Only the fence counters remain: every lock key was removed by its release.
-        let mut expected: Vec<String> = keys
-            .iter()
-            .map(|k| format!("{}:fence", lock_name("lock:", k)))
-            .collect();
-        expected.sort();
-        assert_eq!(server.keys("*").await, expected);
+}
+
+/// Released odd keys leave no lock behind: on Redis only their fence counters remain (every
+/// lock key was removed by its release); the memory backend holds no lock.
+async fn released_odd_keys_leave_only_their_fence_counters(fx: Fixture) {
+    let a = fx.locker().await;
+    let keys = odd_keys();
+    for key in &keys {
+        let (guard, _) = lock_fenced(&a, key).await;
+        guard.release().await.expect("release");
+    }
+    match &fx {
+        Fixture::Memory(_) => assert!(fx.is_empty().await, "a lock was left behind"),
+        Fixture::Redis(server) => {
+            let mut expected: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:fence", lock_name("lock:", k)))
+                .collect();
+            expected.sort();
+            assert_eq!(server.keys("*").await, expected);
+        }
+    }
+}
+
+/// On Redis an odd key's lock lives at its documented name, holding a 32-hex-digit token.
+async fn odd_keys_follow_the_documented_layout(fx: Fixture) {
+    let a = fx.locker().await;
+    for key in &odd_keys() {
+        let (guard, _) = lock_fenced(&a, key).await;
+        let name = lock_name("lock:", key);
+        let token = fx
+            .server()
+            .get(&name)
+            .await
+            .unwrap_or_else(|| panic!("{key:?}: no lock at {name:?}"));
+        assert!(token.len() == 32 && has_hex_run(&token, 32), "{key:?}");
+        guard.release().await.expect("release");
+    }
+}
+
+/// On Redis an odd key's lock, fence counter and release channel share one cluster hash slot,
+/// as computed by a real cluster-mode redis-server.
+async fn odd_keys_keep_lock_fence_and_channel_in_one_slot(fx: Fixture) {
+    let node = RedisServer::start_cluster_node();
+    let a = fx.locker().await;
+    for key in &odd_keys() {
+        let (guard, _) = lock_fenced(&a, key).await;
+        let name = lock_name("lock:", key);
+        let slot = node.keyslot(&name).await;
+        assert_eq!(
+            node.keyslot(&format!("{name}:fence")).await,
+            slot,
+            "{key:?}: fence slot"
+        );
+        assert_eq!(
+            node.keyslot(&format!("{name}:released")).await,
+            slot,
+            "{key:?}: channel slot"
+        );
+        guard.release().await.expect("release");
     }
 }
 
 conformance!(
-    invalid_keys_and_options_are_rejected,
-    odd_keys_work_and_share_one_slot,
+    empty_key_is_invalid_key,
+    run_with_an_invalid_key_never_runs_its_body,
+    over_long_key_is_invalid_key_naming_the_limit,
+    invalid_key_error_shortens_a_long_key,
+    key_limit_counts_bytes_not_chars,
+    key_of_exactly_max_key_len_bytes_locks,
+    out_of_range_leases_are_invalid_config,
+    out_of_range_waits_are_invalid_config,
+    zero_max_hold_is_invalid_config,
+    invalid_locker_options_fail_try_build,
+    locker_built_from_invalid_options_refuses_every_attempt,
+    extend_with_an_invalid_lease_is_invalid_config,
+    invalid_extend_leaves_the_lock_held,
+    rejected_requests_leave_the_backend_empty,
+    odd_keys_lock,
+    odd_keys_exclude,
+    odd_keys_are_free_after_release,
+    odd_keys_start_their_own_fence_counter,
+    keys_differing_in_braces_or_suffixes_do_not_collide,
+    released_odd_keys_leave_only_their_fence_counters;
+    redis_only: odd_keys_follow_the_documented_layout,
+    odd_keys_keep_lock_fence_and_channel_in_one_slot,
 );

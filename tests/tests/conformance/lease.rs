@@ -3,100 +3,165 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_core::LockError;
+use lock_core::{LockError, LockGuard, Locker};
+use lock_testkit::eventually;
 
-use crate::fixture::{Fixture, SOON, assert_invalid_config, soon};
+use crate::fixture::{EXPIRING_LEASE, Fixture, SOON, assert_invalid_config, soon};
 
-/// Without renewal a lock lasts one lease: then the key is free for others (not before), the
-/// old guard reports the loss, and its release is `LeaseLost`.
-async fn lease_expiry_frees_the_key(fx: Fixture) {
+/// `watchdog(false)` renews nothing.
+async fn watchdog_off_renews_nothing(fx: Fixture) {
     let a = fx.locker().await;
-    let b = fx.locker().await;
-    let lease = Duration::from_millis(200);
-    let t0 = Instant::now();
-    let first = a
+    let _guard = a
         .lock("expiring")
-        .lease(lease)
+        .lease(EXPIRING_LEASE)
         .watchdog(false)
         .await
         .expect("acquire");
     assert_eq!(a.stats().renewed_locks, 0, "watchdog(false) renews nothing");
-    let first_token = fx.stored("expiring").await.and_then(|s| s.token);
-    let second = b
-        .lock("expiring")
-        .wait(SOON)
-        .await
-        .expect("an expired lease frees the key");
-    // Correctness bound, not speed: the key was not free before the lease ran out (10 ms of
-    // slack for the millisecond clocks of the backends).
-    assert!(
-        t0.elapsed() + Duration::from_millis(10) >= lease,
-        "freed after {:?}, before the {lease:?} lease ran out",
-        t0.elapsed()
-    );
-    assert!(!first.is_held());
-    assert_eq!(first.remaining(), Duration::ZERO);
-    soon("lost() after expiry", first.lost()).await;
-    if let Some(now) = fx.stored("expiring").await {
-        assert!(first_token.is_some());
-        assert_ne!(
-            now.token, first_token,
-            "the key now holds the second owner's token"
-        );
-        assert!(now.pttl > 0);
-    }
-    assert!(matches!(
-        first.release().await,
-        Err(LockError::LeaseLost { .. })
-    ));
-    assert!(second.is_held());
-    second.release().await.expect("release");
 }
 
-/// With the watchdog on, a short lease is renewed and the lock outlives it many times over.
-async fn watchdog_keeps_a_short_lease_alive(fx: Fixture) {
+/// Without renewal a lock lasts one lease: then another locker waiting for the key gets it.
+async fn expired_lease_frees_the_key(fx: Fixture) {
+    let expired = fx.expire_and_retake("expiring").await;
+    assert!(expired.fresh.is_held());
+    expired.fresh.release().await.expect("release");
+}
+
+/// The key is not free before the lease ran out (a correctness bound, not speed: 10 ms of
+/// slack for the millisecond clocks of the backends).
+async fn expiring_key_is_not_free_before_the_lease_runs_out(fx: Fixture) {
+    let expired = fx.expire_and_retake("expiring").await;
+    assert!(
+        expired.freed_after + Duration::from_millis(10) >= EXPIRING_LEASE,
+        "freed after {:?}, before the {EXPIRING_LEASE:?} lease ran out",
+        expired.freed_after
+    );
+}
+
+/// Once the lease ran out, the old guard no longer holds and has no time left.
+async fn expired_guard_is_no_longer_held(fx: Fixture) {
+    let expired = fx.expire_and_retake("expiring").await;
+    assert!(!expired.stale.is_held());
+    assert_eq!(expired.stale.remaining(), Duration::ZERO);
+}
+
+/// Once the lease ran out, the old guard's `lost()` resolves.
+async fn expired_guard_reports_the_loss(fx: Fixture) {
+    let expired = fx.expire_and_retake("expiring").await;
+    soon("lost() after expiry", expired.stale.lost()).await;
+}
+
+/// On Redis the retaken key holds the second owner's token (not the first's), with a TTL.
+async fn retaken_key_holds_the_new_owners_token(fx: Fixture) {
+    let expired = fx.expire_and_retake("expiring").await;
+    let now = fx.stored("expiring").await.expect("read from Redis");
+    assert!(expired.stale_token.is_some());
+    assert_ne!(
+        now.token, expired.stale_token,
+        "the key now holds the second owner's token"
+    );
+    assert!(now.pttl > 0);
+}
+
+/// With the watchdog on (a 600 ms lease), what a second locker's 1.5 s wait for the key
+/// returned, the first locker and its guard.
+async fn renewed(fx: &Fixture) -> (Result<LockGuard, LockError>, Locker, LockGuard) {
     let a = fx.locker().await;
     let b = fx.locker().await;
-    let lease = Duration::from_millis(600);
-    let guard = a.lock("renewed").lease(lease).await.expect("acquire");
-    let wait = Duration::from_millis(1_500);
-    match b.lock("renewed").wait(wait).await {
+    let guard = a
+        .lock("renewed")
+        .lease(Duration::from_millis(600))
+        .await
+        .expect("acquire");
+    let waited = b.lock("renewed").wait(Duration::from_millis(1_500)).await;
+    (waited, a, guard)
+}
+
+/// With the watchdog on, a short lease is renewed and the lock outlives it many times over: a
+/// wait of 2.5 leases times out and the guard still holds.
+async fn watchdog_keeps_a_short_lease_alive(fx: Fixture) {
+    let (waited, _a, guard) = renewed(&fx).await;
+    match waited {
         Err(LockError::Timeout { .. }) => {}
         other => panic!("a renewed lock must stay held past 2.5 leases, got {other:?}"),
     }
     assert!(guard.is_held());
+    guard.release().await.expect("release");
+}
+
+/// The watchdog renews the lock again and again: one renewed lock, at least two renewals in
+/// 2.5 leases.
+async fn watchdog_renews_repeatedly(fx: Fixture) {
+    let (_, a, guard) = renewed(&fx).await;
     let stats = a.stats();
     assert_eq!(stats.renewed_locks, 1);
     assert!(stats.renewal_calls >= 2, "{stats:?}");
-    if let Some(s) = fx.stored("renewed").await {
-        assert!(s.pttl > 0 && s.pttl <= 600, "{s:?}");
-    }
+    guard.release().await.expect("release");
+}
+
+/// On Redis each renewal sets the TTL to the lease again, no more: after 2.5 leases it is
+/// still within (0, 600 ms].
+async fn renewals_keep_the_ttl_within_the_lease(fx: Fixture) {
+    let (_, _a, guard) = renewed(&fx).await;
+    let s = fx.stored("renewed").await.expect("read from Redis");
+    assert!(s.pttl > 0 && s.pttl <= 600, "{s:?}");
+    guard.release().await.expect("release");
+}
+
+/// A released lock is no longer renewed: once the watchdog has renewed it, its release takes
+/// it off the renewals.
+async fn released_lock_is_no_longer_renewed(fx: Fixture) {
+    let a = fx.locker().await;
+    let guard = a
+        .lock("renewed")
+        .lease(Duration::from_millis(600))
+        .await
+        .expect("acquire");
+    eventually("a renewal", SOON, async || a.stats().renewal_calls >= 1).await;
+    assert_eq!(a.stats().renewed_locks, 1);
     guard.release().await.expect("release");
     assert_eq!(a.stats().renewed_locks, 0);
 }
 
-/// An absurd `max_hold` is a configuration error like an absurd lease: no panic, and no lock
-/// left behind in the backend.
-async fn absurd_max_hold_is_rejected(fx: Fixture) {
+/// An absurd `max_hold`: a plain request and a `run`, each in a task of its own (so a panic
+/// shows as a `JoinError`).
+async fn absurd_max_hold_attempts(
+    fx: &Fixture,
+) -> [Result<Result<(), LockError>, tokio::task::JoinError>; 2] {
     let locker = fx.locker().await;
     let attempt = locker.clone();
-    let outcome =
+    let plain =
         tokio::spawn(async move { attempt.lock("k").max_hold(Duration::MAX).await.map(drop) })
             .await;
-    match outcome {
+    let run =
+        tokio::spawn(async move { locker.lock("k").max_hold(Duration::MAX).run(async {}).await })
+            .await;
+    [plain, run]
+}
+
+/// An absurd `max_hold` is a configuration error like an absurd lease, not a panic.
+async fn absurd_max_hold_is_invalid_config(fx: Fixture) {
+    let [plain, _] = absurd_max_hold_attempts(&fx).await;
+    match plain {
         Ok(r) => assert_invalid_config(r, "Duration::MAX max_hold"),
         Err(e) => panic!("max_hold(Duration::MAX) panicked: {e}"),
     }
-    let run = locker.clone();
-    let outcome =
-        tokio::spawn(async move { run.lock("k").max_hold(Duration::MAX).run(async {}).await })
-            .await;
-    match outcome {
+}
+
+/// In `run` too, an absurd `max_hold` is a configuration error, not a panic.
+async fn absurd_max_hold_in_run_is_invalid_config(fx: Fixture) {
+    let [_, run] = absurd_max_hold_attempts(&fx).await;
+    match run {
         Ok(r) => assert_invalid_config(r, "Duration::MAX max_hold in run"),
         Err(e) => panic!("run with max_hold(Duration::MAX) panicked: {e}"),
     }
+}
+
+/// A request refused for an absurd `max_hold` leaves no lock behind in the backend.
+async fn absurd_max_hold_leaves_nothing_behind(fx: Fixture) {
+    let _ = absurd_max_hold_attempts(&fx).await;
     assert!(
         fx.is_empty().await,
         "a refused request must not leave a lock behind"
@@ -134,8 +199,18 @@ async fn max_hold_of_a_handed_over_lock_starts_when_it_arrives(fx: Fixture) {
 }
 
 conformance!(
-    lease_expiry_frees_the_key,
+    watchdog_off_renews_nothing,
+    expired_lease_frees_the_key,
+    expiring_key_is_not_free_before_the_lease_runs_out,
+    expired_guard_is_no_longer_held,
+    expired_guard_reports_the_loss,
     watchdog_keeps_a_short_lease_alive,
-    absurd_max_hold_is_rejected,
-    max_hold_of_a_handed_over_lock_starts_when_it_arrives,
+    watchdog_renews_repeatedly,
+    released_lock_is_no_longer_renewed,
+    absurd_max_hold_is_invalid_config,
+    absurd_max_hold_in_run_is_invalid_config,
+    absurd_max_hold_leaves_nothing_behind,
+    max_hold_of_a_handed_over_lock_starts_when_it_arrives;
+    redis_only: retaken_key_holds_the_new_owners_token,
+    renewals_keep_the_ttl_within_the_lease,
 );

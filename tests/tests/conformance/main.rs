@@ -3,8 +3,11 @@
 //! `<property>::on_redis::*`), plus the checks that only make sense on Redis (`redis_only::*`:
 //! URLs, ACL, connection failures, several OS processes).
 //!
-//! One module per property: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`]; each
-//! lists its checks in one `conformance!` call. [`fixture`] is the backend under test.
+//! One module per area: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`],
+//! [`idempotency`]; each lists its checks in one `conformance!` call, one property per check,
+//! named after it (the Redis details of a property, such as what the server stores, as its own
+//! `redis_only:` check).
+//! [`fixture`] is the backend under test and the set-ups several modules share.
 //!
 //! Where a test reads the backend directly it does so with the harness's own client (GET, PTTL,
 //! CLUSTER KEYSLOT), never through lock-core. Durations in assertions are bounds on
@@ -21,9 +24,13 @@
 
 /// Runs each listed check (an `async fn(Fixture)` of the calling module) once per backend:
 /// `on_memory::<check>` on the embedded memory backend, `on_redis::<check>` on a real
-/// redis-server of its own.
+/// redis-server of its own. Checks listed after `redis_only:` are about what only Redis has
+/// (key names, TTLs, hash slots, the server's clock) and run as `on_redis::<check>` alone.
 macro_rules! conformance {
-    ($($(#[$attr:meta])* $test:ident),* $(,)?) => {
+    (
+        $($(#[$attr:meta])* $test:ident),* $(,)?
+        $(; redis_only: $($(#[$redis_attr:meta])* $redis_test:ident),* $(,)?)?
+    ) => {
         /// The checks against the embedded memory backend.
         mod on_memory {
             $(
@@ -34,7 +41,7 @@ macro_rules! conformance {
                 }
             )*
         }
-        /// The same checks against a real redis-server.
+        /// The same checks against a real redis-server, and those only Redis has.
         mod on_redis {
             $(
                 $(#[$attr])*
@@ -43,6 +50,13 @@ macro_rules! conformance {
                     super::$test($crate::fixture::Fixture::redis()).await;
                 }
             )*
+            $($(
+                $(#[$redis_attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $redis_test() {
+                    super::$redis_test($crate::fixture::Fixture::redis()).await;
+                }
+            )*)?
         }
     };
 }
