@@ -21,6 +21,8 @@
 
 use std::fmt::Write as _;
 
+use lock_testkit::process::flag;
+
 /// Microseconds on the machine-wide monotonic clock (`CLOCK_MONOTONIC`, the clock of
 /// `std::time::Instant`), comparable between processes.
 ///
@@ -528,10 +530,8 @@ impl WorkerConfig {
     pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<WorkerConfig, String> {
         let args: Vec<String> = args.into_iter().collect();
         let get = |name: &str| -> Result<String, String> {
-            args.iter()
-                .position(|a| a == name)
-                .and_then(|i| args.get(i + 1))
-                .cloned()
+            flag(&args, name)
+                .map(str::to_owned)
                 .ok_or_else(|| format!("usage: lock-chaos-worker: missing {name}"))
         };
         let num = |name: &str| -> Result<u64, String> {

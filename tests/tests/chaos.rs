@@ -48,15 +48,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lock_testkit::RedisServer;
+use lock_testkit::signal::{Signal, send_signal};
+use lock_testkit::{ChildProcess, RedisServer};
 use lock_tests::chaos::{Answer, Mode, Rng, Section, WorkerConfig, key_name, now_us, store_keys};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
 use tokio::task::JoinHandle;
 
 /// The seed when `CHAOS_SEED` is not set.
@@ -157,14 +155,11 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-async fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
+/// Sends `signal` to a worker process without blocking the runtime (`kill(1)` runs aside).
+async fn signal(pid: u32, signal: Signal) {
+    tokio::task::spawn_blocking(move || send_signal(pid, signal))
         .await
-        .expect("run kill");
-    assert!(status.success(), "kill -{sig} {pid} failed");
+        .expect("send a signal");
 }
 
 /// Injects faults at random on the lock server and the workers until `until`; returns them.
@@ -204,9 +199,9 @@ async fn inject(server: &mut RedisServer, pids: &[u32], seed: u64, until: u64) -
                 let pid = pids[proc];
                 background.push(tokio::spawn(async move {
                     let start = now_us();
-                    signal(pid, "STOP").await;
+                    signal(pid, Signal::Stop).await;
                     tokio::time::sleep(ms(pause)).await;
-                    signal(pid, "CONT").await;
+                    signal(pid, Signal::Cont).await;
                     flag.store(false, Ordering::SeqCst);
                     Fault {
                         kind: Kind::StopWorker,
@@ -308,13 +303,13 @@ async fn inject(server: &mut RedisServer, pids: &[u32], seed: u64, until: u64) -
 // ---------------------------------------------------------------------------------------------
 // Worker processes
 
+/// A `lock-chaos-worker` process after `GO`. A task of its own reads its stdout all run long
+/// (a record per attempt: a full pipe would stall the worker) until the test says `STOP`.
 struct Worker {
     proc: u32,
-    child: Child,
-    stdin: ChildStdin,
-    lines: JoinHandle<Vec<String>>,
-    stderr: JoinHandle<String>,
-    ready: Option<tokio::sync::oneshot::Receiver<String>>,
+    pid: u32,
+    stop: tokio::sync::oneshot::Sender<()>,
+    run: JoinHandle<Finished>,
 }
 
 /// What a worker left behind.
@@ -326,82 +321,94 @@ struct Finished {
 }
 
 impl Worker {
-    fn spawn(cfg: &WorkerConfig) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lock-chaos-worker"))
-            .args(cfg.to_args())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lock-chaos-worker");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut stderr_pipe = child.stderr.take().expect("stderr");
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let lines = tokio::spawn(async move {
-            let mut ready_tx = Some(ready_tx);
-            let mut lines = BufReader::new(stdout).lines();
-            let mut all = Vec::new();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(tx) = ready_tx.take() {
-                    let _ = tx.send(line.clone());
-                }
-                all.push(line);
-            }
-            all
-        });
-        let stderr = tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stderr_pipe.read_to_string(&mut s).await;
-            s
-        });
+    /// Starts a worker process; it prints `READY` once connected.
+    fn spawn(cfg: &WorkerConfig) -> ChildProcess {
+        ChildProcess::spawn(env!("CARGO_BIN_EXE_lock-chaos-worker"), cfg.to_args())
+    }
+
+    /// Waits for the worker's `READY`.
+    async fn wait_ready(proc: u32, child: &mut ChildProcess) {
+        match child.next_line(READY_BOUND).await {
+            Some(line) if line == "READY" => {}
+            other => panic!(
+                "worker p{proc} did not get ready: {other:?}; stderr: {}",
+                child.stderr()
+            ),
+        }
+    }
+
+    /// Sends `GO`, and reads what the worker prints until [`stop`](Self::stop).
+    async fn go(proc: u32, mut child: ChildProcess) -> Worker {
+        let pid = child.pid().expect("worker pid");
+        child.send("GO").await;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let run = tokio::spawn(Self::drive(proc, child, stopped));
         Worker {
-            proc: cfg.proc,
-            child,
-            stdin,
-            lines,
-            stderr,
-            ready: Some(ready_rx),
+            proc,
+            pid,
+            stop,
+            run,
         }
     }
 
-    fn pid(&self) -> u32 {
-        self.child.id().expect("worker pid")
-    }
-
-    async fn wait_ready(&mut self) {
-        let rx = self.ready.take().expect("ready once");
-        match tokio::time::timeout(READY_BOUND, rx).await {
-            Ok(Ok(line)) if line == "READY" => {}
-            other => panic!("worker p{} did not get ready: {other:?}", self.proc),
-        }
-    }
-
-    async fn send(&mut self, line: &str) {
-        self.stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .expect("write to worker");
-        self.stdin.flush().await.expect("flush worker stdin");
-    }
-
-    /// Waits for the exit (bounded: a worker that hangs is killed and reported).
-    async fn finish(mut self, bound: Duration) -> Finished {
-        let status = match tokio::time::timeout(bound, self.child.wait()).await {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(format!("wait failed: {e}")),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                Err(format!("did not exit within {bound:?} of STOP (killed)"))
+    /// Reads the worker's lines until told to stop (or its output ends), sends `STOP`, and waits
+    /// for the exit (bounded: a worker that hangs is killed and reported).
+    async fn drive(
+        proc: u32,
+        mut child: ChildProcess,
+        mut stopped: tokio::sync::oneshot::Receiver<()>,
+    ) -> Finished {
+        // No bound on a silence here: the test's own schedule says when to stop.
+        let mut open = true;
+        while open {
+            tokio::select! {
+                _ = &mut stopped => break,
+                line = child.next_line(Duration::MAX) => open = line.is_some(),
             }
-        };
-        drop(self.stdin);
+        }
+        if open {
+            child.send("STOP").await;
+        }
+        let exited = tokio::time::timeout(FINISH_BOUND, async {
+            while child.next_line(Duration::MAX).await.is_some() {}
+        })
+        .await
+        .is_ok();
+        if !exited {
+            child.kill().await;
+        }
+        let out = child.finish(FINISH_BOUND).await;
         Finished {
-            proc: self.proc,
-            status,
-            lines: self.lines.await.unwrap_or_default(),
-            stderr: self.stderr.await.unwrap_or_default(),
+            proc,
+            status: if exited {
+                Ok(out.status)
+            } else {
+                Err(format!(
+                    "did not exit within {FINISH_BOUND:?} of STOP (killed)"
+                ))
+            },
+            lines: out.lines,
+            stderr: out.stderr,
+        }
+    }
+
+    /// Tells the worker to stop; [`finish`](Self::finish) then waits for it.
+    fn stop(self) -> (u32, JoinHandle<Finished>) {
+        let _ = self.stop.send(());
+        (self.proc, self.run)
+    }
+
+    /// What a stopped worker left behind (its driver failing, e.g. `STOP` not written, is
+    /// reported as its status).
+    async fn finish(proc: u32, run: JoinHandle<Finished>) -> Finished {
+        match run.await {
+            Ok(finished) => finished,
+            Err(e) => Finished {
+                proc,
+                status: Err(format!("its driver failed: {e}")),
+                lines: Vec::new(),
+                stderr: String::new(),
+            },
         }
     }
 }
@@ -1004,7 +1011,7 @@ async fn random_faults_never_give_two_holders_nor_backward_fences_nor_late_waits
     let store = RedisServer::start();
     let keys: Vec<String> = (0..cfg.keys).map(key_name).collect();
 
-    let mut workers: Vec<Worker> = (0..cfg.processes)
+    let mut children: Vec<ChildProcess> = (0..cfg.processes)
         .map(|proc| {
             Worker::spawn(&WorkerConfig {
                 lock_url: lock_server.url(),
@@ -1016,14 +1023,15 @@ async fn random_faults_never_give_two_holders_nor_backward_fences_nor_late_waits
             })
         })
         .collect();
-    for w in &mut workers {
-        w.wait_ready().await;
+    for (proc, child) in (0..).zip(&mut children) {
+        Worker::wait_ready(proc, child).await;
     }
-    let pids: Vec<u32> = workers.iter().map(Worker::pid).collect();
     let t0 = now_us();
-    for w in &mut workers {
-        w.send("GO").await;
+    let mut workers = Vec::new();
+    for (proc, child) in (0..).zip(children) {
+        workers.push(Worker::go(proc, child).await);
     }
+    let pids: Vec<u32> = workers.iter().map(|w| w.pid).collect();
     let faults = inject(
         &mut lock_server,
         &pids,
@@ -1033,12 +1041,10 @@ async fn random_faults_never_give_two_holders_nor_backward_fences_nor_late_waits
     .await;
     let quiet_start = now_us();
     tokio::time::sleep(QUIET).await;
-    for w in &mut workers {
-        w.send("STOP").await;
-    }
+    let stopping: Vec<_> = workers.into_iter().map(Worker::stop).collect();
     let mut finished = Vec::new();
-    for w in workers {
-        finished.push(w.finish(FINISH_BOUND).await);
+    for (proc, run) in stopping {
+        finished.push(Worker::finish(proc, run).await);
     }
     let elapsed = Duration::from_micros(now_us() - t0);
 
