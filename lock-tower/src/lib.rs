@@ -6,6 +6,7 @@ pub mod extract;
 mod fencing;
 mod future;
 mod hold;
+pub mod idempotency;
 mod key;
 mod layer;
 mod metrics;
@@ -22,6 +23,9 @@ pub use fencing::FencingToken;
 #[cfg(feature = "axum")]
 pub use fencing::MissingFencingToken;
 pub use future::ResponseFuture;
+pub use idempotency::{
+    IdempotencyFuture, IdempotencyLayer, IdempotencyRejection, IdempotencyService,
+};
 pub use layer::LockLayer;
 pub use metrics::{LockLayerMetrics, MetricsSnapshot};
 pub use rejection::{Rejection, problem_type};

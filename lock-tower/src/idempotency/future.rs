@@ -1,0 +1,71 @@
+//! [`IdempotencyFuture`]: the response future of [`IdempotencyService`](crate::IdempotencyService).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::Response;
+
+use super::rejection::IdempotencyRejection;
+use super::service::reject;
+use crate::body::ResponseBody;
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// The response future of [`IdempotencyService`](crate::IdempotencyService): reads the body,
+/// looks the key up, replays, rejects, or runs the request under the key's lock and stores its
+/// response. Dropping it (the client went away) releases the lock in the background and
+/// stores nothing, so a retry runs again once the lock is free.
+///
+/// ```
+/// # async fn demo() {
+/// use bytes::Bytes;
+/// use http_body_util::Full;
+/// use tower::{Layer, ServiceExt};
+///
+/// let inner = tower::service_fn(|_req: http::Request<Full<Bytes>>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("charged")))
+/// });
+/// let svc = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).layer(inner);
+/// let request = || http::Request::post("/pay").header("idempotency-key", "k").body(Full::new(Bytes::new())).unwrap();
+/// let first = svc.clone().oneshot(request()).await.unwrap();
+/// assert!(first.headers().get("idempotent-replayed").is_none());
+/// let retry = svc.oneshot(request()).await.unwrap();
+/// assert_eq!(retry.headers()["idempotent-replayed"], "true");
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct IdempotencyFuture<B, E> {
+    inner: BoxFuture<Result<Response<ResponseBody<B>>, E>>,
+}
+
+impl<B: Send + 'static, E: Send + 'static> IdempotencyFuture<B, E> {
+    pub(crate) fn new(
+        future: impl Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static,
+    ) -> Self {
+        IdempotencyFuture {
+            inner: Box::pin(future),
+        }
+    }
+
+    pub(crate) fn rejected(rejection: IdempotencyRejection) -> Self {
+        let response = reject(&rejection);
+        Self::new(std::future::ready(Ok(response)))
+    }
+}
+
+impl<B, E> Future for IdempotencyFuture<B, E> {
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl<B, E> fmt::Debug for IdempotencyFuture<B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyFuture").finish_non_exhaustive()
+    }
+}

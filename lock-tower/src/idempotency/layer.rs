@@ -1,0 +1,263 @@
+//! [`IdempotencyLayer`]: the layer and its options.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use lock_core::{DEFAULT_RESULT_TTL, Locker};
+use tower_layer::Layer;
+
+use super::service::IdempotencyService;
+use crate::extract::KeyExtractor;
+
+/// Runs each request with an `Idempotency-Key` at most once per key within the TTL, and
+/// answers every retry with the first response. See the [module docs](crate::idempotency).
+///
+/// Cheap to clone.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_tower::IdempotencyLayer;
+///
+/// let layer = IdempotencyLayer::new(lock_core::Locker::memory())
+///     .header(http::HeaderName::from_static("x-idempotency-key"))
+///     .ttl(Duration::from_secs(3600))
+///     .wait(Duration::from_secs(5))
+///     .max_body(64 * 1024)
+///     .require_key();
+/// # drop(layer);
+/// ```
+#[must_use]
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    pub(crate) shared: Arc<Config>,
+}
+
+/// The options every service of a layer shares.
+pub(crate) struct Config {
+    pub(crate) locker: Locker,
+    pub(crate) header: HeaderName,
+    pub(crate) ttl: Duration,
+    pub(crate) require_key: bool,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) scope: Option<Arc<dyn KeyExtractor>>,
+    pub(crate) max_body: usize,
+    pub(crate) key_prefix: String,
+}
+
+impl Clone for Config {
+    fn clone(&self) -> Self {
+        Config {
+            locker: self.locker.clone(),
+            header: self.header.clone(),
+            ttl: self.ttl,
+            require_key: self.require_key,
+            wait: self.wait,
+            scope: self.scope.clone(),
+            max_body: self.max_body,
+            key_prefix: self.key_prefix.clone(),
+        }
+    }
+}
+
+/// The default request body limit: 1 MiB.
+pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+impl IdempotencyLayer {
+    /// A layer keeping its records in `locker`'s backend (memory for one process, Redis for
+    /// many).
+    ///
+    /// Defaults: key from the `Idempotency-Key` header; records kept
+    /// [`DEFAULT_RESULT_TTL`] (24 h); requests without a key pass through; a duplicate of a
+    /// request still running gets 409 at once; no scope (method and path only); request
+    /// bodies up to 1 MiB.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());
+    /// # drop(layer);
+    /// ```
+    pub fn new(locker: Locker) -> Self {
+        IdempotencyLayer {
+            shared: Arc::new(Config {
+                locker,
+                header: HeaderName::from_static("idempotency-key"),
+                ttl: DEFAULT_RESULT_TTL,
+                require_key: false,
+                wait: None,
+                scope: None,
+                max_body: DEFAULT_MAX_BODY,
+                key_prefix: String::from("idempotency:"),
+            }),
+        }
+    }
+
+    fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(Arc::make_mut(&mut self.shared));
+        self
+    }
+
+    /// Takes the key from header `name` instead of `Idempotency-Key`.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory())
+    ///     .header(http::HeaderName::from_static("x-request-id"));
+    /// # drop(layer);
+    /// ```
+    pub fn header(self, name: HeaderName) -> Self {
+        self.with(|c| c.header = name)
+    }
+
+    /// Keeps records for `ttl` instead of 24 h (more than zero, at most
+    /// [`lock_core::MAX_RESULT_TTL`]; otherwise storing fails and the request answers 500).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory())
+    ///     .ttl(Duration::from_secs(7 * 24 * 3600));
+    /// # drop(layer);
+    /// ```
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|c| c.ttl = ttl)
+    }
+
+    /// Answers 400 to requests without a key instead of passing them through.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).require_key();
+    /// # drop(layer);
+    /// ```
+    pub fn require_key(self) -> Self {
+        self.with(|c| c.require_key = true)
+    }
+
+    /// A duplicate that arrives while the first request runs waits up to `wait` for it and
+    /// gets its response, instead of 409 at once (409 still when the wait runs out).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory())
+    ///     .wait(Duration::from_secs(10));
+    /// # drop(layer);
+    /// ```
+    pub fn wait(self, wait: Duration) -> Self {
+        self.with(|c| c.wait = Some(wait))
+    }
+
+    /// Scopes keys by a principal taken from each request (a tenant, a user, an API key
+    /// set by an authentication layer outside this one), so two principals' keys never meet.
+    /// A request whose extractor finds no principal is in the anonymous scope; an extractor
+    /// error answers 400 (or 500 for a misconfiguration).
+    ///
+    /// ```
+    /// use lock_tower::{IdempotencyLayer, extract::HeaderKey};
+    /// let layer = IdempotencyLayer::new(lock_core::Locker::memory())
+    ///     .scope(HeaderKey::new("x-tenant"));
+    /// # drop(layer);
+    /// ```
+    pub fn scope(self, principal: impl KeyExtractor) -> Self {
+        let principal: Arc<dyn KeyExtractor> = Arc::new(principal);
+        self.with(|c| c.scope = Some(principal))
+    }
+
+    /// Reads request bodies up to `max` bytes (default 1 MiB) to fingerprint them; larger
+    /// ones answer 413 and never reach the handler.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).max_body(4096);
+    /// # drop(layer);
+    /// ```
+    pub fn max_body(self, max: usize) -> Self {
+        self.with(|c| c.max_body = max)
+    }
+
+    /// The locker the records and locks live in.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());
+    /// assert_eq!(layer.locker().prefix(), "lock:");
+    /// ```
+    pub fn locker(&self) -> &Locker {
+        &self.shared.locker
+    }
+
+    /// The lock (and record) key the layer uses for a request: `"idempotency:"`, then the
+    /// method, the path, the principal (empty when none) and the key value, hashed
+    /// (`#sha256:...`) when long or unusual, like [`LockLayer`](crate::LockLayer)'s keys.
+    /// `None` for an empty key value.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());
+    /// assert_eq!(
+    ///     layer.record_key(&http::Method::POST, "/pay", b"", b"k1").as_deref(),
+    ///     Some("idempotency:POST /pay 0: k1"),
+    /// );
+    /// assert!(layer.record_key(&http::Method::POST, "/pay", b"", &[0xff; 5000]).unwrap().len() < 100);
+    /// ```
+    pub fn record_key(
+        &self,
+        method: &http::Method,
+        path: &str,
+        principal: &[u8],
+        key: &[u8],
+    ) -> Option<String> {
+        self.shared.record_key(method, path, principal, key)
+    }
+}
+
+impl Config {
+    pub(crate) fn record_key(
+        &self,
+        method: &http::Method,
+        path: &str,
+        principal: &[u8],
+        key: &[u8],
+    ) -> Option<String> {
+        if key.is_empty() {
+            return None;
+        }
+        // Method and path have no spaces; the principal is length-prefixed; the key is last:
+        // two different requests never make the same raw key.
+        let mut raw = Vec::with_capacity(
+            method.as_str().len() + path.len() + principal.len() + key.len() + 16,
+        );
+        raw.extend_from_slice(method.as_str().as_bytes());
+        raw.push(b' ');
+        raw.extend_from_slice(path.as_bytes());
+        raw.push(b' ');
+        raw.extend_from_slice(principal.len().to_string().as_bytes());
+        raw.push(b':');
+        raw.extend_from_slice(principal);
+        raw.push(b' ');
+        raw.extend_from_slice(key);
+        crate::key::normalize(&self.key_prefix, &raw, crate::key::DEFAULT_MAX_KEY_LEN)
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService::from_parts(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.shared, f)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("locker", &self.locker)
+            .field("header", &self.header)
+            .field("ttl", &self.ttl)
+            .field("require_key", &self.require_key)
+            .field("wait", &self.wait)
+            .field("scope", &self.scope.is_some())
+            .field("max_body", &self.max_body)
+            .finish()
+    }
+}

@@ -1,0 +1,206 @@
+//! The stored form of a response: a small versioned binary format.
+//!
+//! ```text
+//! "LTIR" | version: u8 = 1 | kind: u8
+//! kind 1 (a response):   status: u16 | headers: u16 | per header: name_len: u16, name,
+//!                        value_len: u32, value | body_len: u32 | body
+//! kind 2 (not stored):   status: u16   (the response was too large to store)
+//! ```
+//!
+//! Integers are big-endian. Decoding checks every length and every name and value, and
+//! refuses trailing bytes: garbage is an error, never a panic.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+const MAGIC: &[u8; 4] = b"LTIR";
+const VERSION: u8 = 1;
+const KIND_RESPONSE: u8 = 1;
+const KIND_TOO_LARGE: u8 = 2;
+
+/// What a record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The response, to replay.
+    Response {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// The first request ran and answered `status`, but its response was too large to store.
+    TooLarge { status: StatusCode },
+}
+
+/// Why a record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DecodeError(pub(crate) &'static str);
+
+impl Stored {
+    /// The encoded record; `None` when a header or the body does not fit the format.
+    pub(crate) fn encode(&self) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        match self {
+            Stored::Response {
+                status,
+                headers,
+                body,
+            } => {
+                out.push(KIND_RESPONSE);
+                out.extend_from_slice(&status.as_u16().to_be_bytes());
+                out.extend_from_slice(&u16::try_from(headers.len()).ok()?.to_be_bytes());
+                for (name, value) in headers {
+                    let name = name.as_str().as_bytes();
+                    out.extend_from_slice(&u16::try_from(name.len()).ok()?.to_be_bytes());
+                    out.extend_from_slice(name);
+                    let value = value.as_bytes();
+                    out.extend_from_slice(&u32::try_from(value.len()).ok()?.to_be_bytes());
+                    out.extend_from_slice(value);
+                }
+                out.extend_from_slice(&u32::try_from(body.len()).ok()?.to_be_bytes());
+                out.extend_from_slice(body);
+            }
+            Stored::TooLarge { status } => {
+                out.push(KIND_TOO_LARGE);
+                out.extend_from_slice(&status.as_u16().to_be_bytes());
+            }
+        }
+        Some(out)
+    }
+
+    /// Reads a record written by [`encode`](Self::encode).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Stored, DecodeError> {
+        let mut r = Reader(bytes);
+        if r.take(4)? != MAGIC {
+            return Err(DecodeError("not a lock-tower idempotency record"));
+        }
+        if r.u8()? != VERSION {
+            return Err(DecodeError("unknown record version"));
+        }
+        let kind = r.u8()?;
+        let status = StatusCode::from_u16(r.u16()?).map_err(|_| DecodeError("bad status"))?;
+        let stored = match kind {
+            KIND_RESPONSE => {
+                let count = r.u16()?;
+                let mut headers = HeaderMap::with_capacity(usize::from(count).min(64));
+                for _ in 0..count {
+                    let len = usize::from(r.u16()?);
+                    let name = HeaderName::from_bytes(r.take(len)?)
+                        .map_err(|_| DecodeError("bad header name"))?;
+                    let len = r.len32()?;
+                    let value = HeaderValue::from_bytes(r.take(len)?)
+                        .map_err(|_| DecodeError("bad header value"))?;
+                    headers.append(name, value);
+                }
+                let len = r.len32()?;
+                let body = Bytes::copy_from_slice(r.take(len)?);
+                Stored::Response {
+                    status,
+                    headers,
+                    body,
+                }
+            }
+            KIND_TOO_LARGE => Stored::TooLarge { status },
+            _ => return Err(DecodeError("unknown record kind")),
+        };
+        if !r.0.is_empty() {
+            return Err(DecodeError("trailing bytes"));
+        }
+        Ok(stored)
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.0.len() < n {
+            return Err(DecodeError("truncated record"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn len32(&mut self) -> Result<usize, DecodeError> {
+        let b = self.take(4)?;
+        usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .map_err(|_| DecodeError("length out of range"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Stored {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.append("set-cookie", HeaderValue::from_static("a=1"));
+        headers.append("set-cookie", HeaderValue::from_static("b=2"));
+        Stored::Response {
+            status: StatusCode::CREATED,
+            headers,
+            body: Bytes::from_static(b"{\"id\":1}\x00\xff"),
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        for stored in [
+            sample(),
+            Stored::TooLarge {
+                status: StatusCode::OK,
+            },
+        ] {
+            let bytes = stored.encode().unwrap();
+            assert_eq!(Stored::decode(&bytes).unwrap(), stored);
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_never_a_panic() {
+        let good = sample().encode().unwrap();
+        // Every truncation, every single-byte change, trailing bytes, random-ish input.
+        for len in 0..good.len() {
+            assert!(Stored::decode(&good[..len]).is_err(), "truncated at {len}");
+        }
+        for i in 0..good.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[i] ^= flip;
+                let _ = Stored::decode(&bad);
+            }
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert!(Stored::decode(&long).is_err());
+        let mut seed = 0x2545_f491_u32;
+        for n in 0..2000 {
+            let bytes: Vec<u8> = (0..n % 64)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    seed.to_be_bytes()[0]
+                })
+                .collect();
+            let _ = Stored::decode(&bytes);
+            let mut framed = b"LTIR\x01\x01".to_vec();
+            framed.extend_from_slice(&bytes);
+            let _ = Stored::decode(&framed);
+        }
+        assert!(Stored::decode(b"LTIR\x02\x01\x00\xc8").is_err());
+        assert!(Stored::decode(b"LTIR\x01\x09\x00\xc8").is_err());
+    }
+}

@@ -1,0 +1,227 @@
+//! [`IdempotencyRejection`]: why a request was answered by the idempotency layer itself.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Response, StatusCode};
+
+use crate::rejection::json_string;
+
+/// Why [`IdempotencyLayer`](crate::IdempotencyLayer) answered a request itself, with the
+/// `application/problem+json` (RFC 9457) answer it gets, like [`Rejection`](crate::Rejection)'s.
+///
+/// | rejection        | status | `Retry-After` | problem `type`                                |
+/// |------------------|--------|---------------|-----------------------------------------------|
+/// | `MissingKey`     | 400    |               | `urn:lock-tower:idempotency-key-missing`      |
+/// | `InvalidKey`     | 400    |               | `urn:lock-tower:invalid-key`                  |
+/// | `BodyUnreadable` | 400    |               | `urn:lock-tower:body-unreadable`              |
+/// | `InFlight`       | 409    | 1             | `urn:lock-tower:idempotency-in-flight`        |
+/// | `NotStored`      | 409    |               | `urn:lock-tower:idempotency-response-not-stored` |
+/// | `BodyTooLarge`   | 413    |               | `urn:lock-tower:payload-too-large`            |
+/// | `Mismatch`       | 422    |               | `urn:lock-tower:idempotency-key-reused`       |
+/// | `Unavailable`    | 503    | 1             | `urn:lock-tower:lock-unavailable`             |
+/// | `LeaseLost`      | 503    | 1             | `urn:lock-tower:lease-lost`                   |
+/// | `Misconfigured`  | 500    |               | `urn:lock-tower:misconfigured`                |
+///
+/// Bodies never contain the key, the stored response or backend error text.
+///
+/// ```
+/// use lock_tower::IdempotencyRejection;
+///
+/// let response = IdempotencyRejection::Mismatch.to_response();
+/// assert_eq!(response.status(), 422);
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// assert!(response.body().contains("urn:lock-tower:idempotency-key-reused"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdempotencyRejection {
+    /// No `Idempotency-Key` and the layer [requires one](crate::IdempotencyLayer::require_key). 400.
+    MissingKey,
+    /// The [scope](crate::IdempotencyLayer::scope) extractor refused the request. 400.
+    InvalidKey {
+        /// Why (from the extractor; shown in the body).
+        reason: Cow<'static, str>,
+    },
+    /// The request body could not be read. 400.
+    BodyUnreadable,
+    /// The first request with this key is still running (and the layer does not
+    /// [wait](crate::IdempotencyLayer::wait), or waited in vain). 409.
+    InFlight,
+    /// The first request with this key ran, but its response was too large to store: it is
+    /// not run again within the TTL, and cannot be replayed. 409.
+    NotStored {
+        /// The status the first request answered.
+        status: StatusCode,
+    },
+    /// The request body is larger than the [limit](crate::IdempotencyLayer::max_body). 413.
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The key was used before with another request (method, path or body differ). 422.
+    Mismatch,
+    /// The lock backend failed; the handler was not run, or its result could not be stored. 503.
+    Unavailable,
+    /// The lock's lease was lost while the handler ran, so its response was not stored and is
+    /// not reported as success. 503.
+    LeaseLost,
+    /// The layer cannot work as configured, or a stored record is unreadable. 500.
+    Misconfigured {
+        /// What is wrong (logged; not in the body).
+        reason: String,
+    },
+}
+
+impl IdempotencyRejection {
+    /// The HTTP status.
+    ///
+    /// ```
+    /// assert_eq!(lock_tower::IdempotencyRejection::InFlight.status(), 409);
+    /// ```
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingKey | Self::InvalidKey { .. } | Self::BodyUnreadable => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::InFlight | Self::NotStored { .. } => StatusCode::CONFLICT,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unavailable | Self::LeaseLost => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Misconfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `Retry-After` seconds, where a retry may succeed soon.
+    ///
+    /// ```
+    /// assert_eq!(lock_tower::IdempotencyRejection::InFlight.retry_after(), Some(1));
+    /// assert_eq!(lock_tower::IdempotencyRejection::Mismatch.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::InFlight | Self::Unavailable | Self::LeaseLost => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The problem `type` URI (stable; match on it in clients).
+    ///
+    /// ```
+    /// let r = lock_tower::IdempotencyRejection::MissingKey;
+    /// assert_eq!(r.problem_type(), "urn:lock-tower:idempotency-key-missing");
+    /// ```
+    pub fn problem_type(&self) -> &'static str {
+        match self {
+            Self::MissingKey => "urn:lock-tower:idempotency-key-missing",
+            Self::InvalidKey { .. } => crate::problem_type::INVALID_KEY,
+            Self::BodyUnreadable => "urn:lock-tower:body-unreadable",
+            Self::InFlight => "urn:lock-tower:idempotency-in-flight",
+            Self::NotStored { .. } => "urn:lock-tower:idempotency-response-not-stored",
+            Self::BodyTooLarge { .. } => "urn:lock-tower:payload-too-large",
+            Self::Mismatch => "urn:lock-tower:idempotency-key-reused",
+            Self::Unavailable => crate::problem_type::LOCK_UNAVAILABLE,
+            Self::LeaseLost => crate::problem_type::LEASE_LOST,
+            Self::Misconfigured { .. } => crate::problem_type::MISCONFIGURED,
+        }
+    }
+
+    /// The problem `title`.
+    ///
+    /// ```
+    /// assert_eq!(lock_tower::IdempotencyRejection::Mismatch.title(), "Idempotency key reused");
+    /// ```
+    pub fn title(&self) -> &'static str {
+        match self {
+            Self::MissingKey => "Idempotency key required",
+            Self::InvalidKey { .. } => "Invalid request scope",
+            Self::BodyUnreadable => "Request body unreadable",
+            Self::InFlight => "Request with this idempotency key in progress",
+            Self::NotStored { .. } => "Response of this idempotency key not available",
+            Self::BodyTooLarge { .. } => "Request body too large",
+            Self::Mismatch => "Idempotency key reused",
+            Self::Unavailable => "Lock service unavailable",
+            Self::LeaseLost => "Resource lock lost during the request",
+            Self::Misconfigured { .. } => "Internal server error",
+        }
+    }
+
+    /// The problem `detail`: what happened and what to do.
+    ///
+    /// ```
+    /// assert!(lock_tower::IdempotencyRejection::MissingKey.detail().contains("Idempotency-Key"));
+    /// ```
+    pub fn detail(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Self::MissingKey => {
+                "This request must carry an Idempotency-Key header, and it carries none."
+            }
+            Self::InvalidKey { reason } => {
+                return Cow::Owned(format!("The request's scope is not acceptable: {reason}."));
+            }
+            Self::BodyUnreadable => "The request body could not be read.",
+            Self::InFlight => {
+                "A request with this idempotency key is still being processed. Retry after the Retry-After delay to get its response."
+            }
+            Self::NotStored { .. } => {
+                "A request with this idempotency key was processed, but its response was too large to keep. It is not processed again; use a new key for a new request."
+            }
+            Self::BodyTooLarge { limit } => {
+                return Cow::Owned(format!(
+                    "The request body is larger than the {limit} bytes allowed."
+                ));
+            }
+            Self::Mismatch => {
+                "This idempotency key was used with a different request (method, path or body). Use a new key for a new request."
+            }
+            Self::Unavailable => {
+                "The lock service is unavailable, so the request was not run or its result not kept. Retry later."
+            }
+            Self::LeaseLost => {
+                "The lock on this key was lost while the request ran, so its result was not kept; it may have been partly applied. Check the resource before retrying."
+            }
+            Self::Misconfigured { .. } => "The server could not process this idempotent request.",
+        })
+    }
+
+    /// The problem object: `type`, `title`, `status`, `detail`.
+    ///
+    /// ```
+    /// let json = lock_tower::IdempotencyRejection::InFlight.problem_json();
+    /// assert!(json.contains(r#""status":409"#));
+    /// ```
+    pub fn problem_json(&self) -> String {
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"type\":");
+        json_string(&mut out, self.problem_type());
+        out.push_str(",\"title\":");
+        json_string(&mut out, self.title());
+        let _ = write!(out, ",\"status\":{},\"detail\":", self.status().as_u16());
+        json_string(&mut out, &self.detail());
+        out.push('}');
+        out
+    }
+
+    /// The answer: status, `Content-Type: application/problem+json`, `Cache-Control: no-store`,
+    /// `Retry-After` where it applies, and the problem body.
+    ///
+    /// ```
+    /// let response = lock_tower::IdempotencyRejection::InFlight.to_response();
+    /// assert_eq!(response.headers()["retry-after"], "1");
+    /// ```
+    pub fn to_response(&self) -> Response<String> {
+        let mut response = Response::new(self.problem_json());
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(secs) = self.retry_after() {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

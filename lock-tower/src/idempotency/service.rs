@@ -1,0 +1,445 @@
+//! [`IdempotencyService`]: the service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
+//! and the steps one idempotent request goes through.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use lock_core::{IdempotencyState, LockError, LockGuard, MAX_RESULT_LEN};
+use sha2::{Digest, Sha256};
+use tower_service::Service;
+
+use super::future::IdempotencyFuture;
+use super::layer::Config;
+use super::record::Stored;
+use super::rejection::IdempotencyRejection;
+use crate::BodyError;
+use crate::body::ResponseBody;
+use crate::key::LogKey;
+
+/// The header set on replayed responses.
+pub(crate) const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// Runs each keyed request at most once per key and replays its response; made by
+/// [`IdempotencyLayer`](crate::IdempotencyLayer). See the [module docs](crate::idempotency).
+///
+/// `poll_ready` is the inner service's; the inner service made ready is the one called.
+/// Rejections are responses; the error type is the inner service's.
+///
+/// ```
+/// use tower::Layer;
+/// let svc = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).layer(7_u8);
+/// assert_eq!(*svc.get_ref(), 7);
+/// ```
+pub struct IdempotencyService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> IdempotencyService<S> {
+    pub(crate) fn from_parts(inner: S, config: Arc<Config>) -> Self {
+        IdempotencyService { inner, config }
+    }
+
+    /// The inner service.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let svc = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).layer(7_u8);
+    /// assert_eq!(*svc.get_ref(), 7);
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let mut svc = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).layer(7_u8);
+    /// *svc.get_mut() = 8;
+    /// assert_eq!(*svc.get_ref(), 8);
+    /// ```
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, taken out.
+    ///
+    /// ```
+    /// use tower::Layer;
+    /// let svc = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).layer(7_u8);
+    /// assert_eq!(svc.into_inner(), 7);
+    /// ```
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for IdempotencyService<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqB: Body + From<Bytes> + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Into<BodyError> + Send,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BodyError> + Send,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = IdempotencyFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let config = self.config.clone();
+        let clone = self.inner.clone();
+        let mut service = std::mem::replace(&mut self.inner, clone);
+        let (mut parts, body) = request.into_parts();
+        let key = parts
+            .headers
+            .get(&config.header)
+            .map(|v| v.as_bytes().to_vec())
+            .filter(|v| !v.is_empty());
+        let Some(key) = key else {
+            if config.require_key {
+                return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
+            }
+            let future = service.call(Request::from_parts(parts, body));
+            return IdempotencyFuture::new(async move {
+                future.await.map(|r| r.map(ResponseBody::new))
+            });
+        };
+        let principal = match &config.scope {
+            None => Vec::new(),
+            Some(scope) => match scope.extract(&mut parts) {
+                Ok(p) => p.map(|p| p.as_bytes().to_vec()).unwrap_or_default(),
+                Err(e) if e.is_misconfigured() => {
+                    return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {
+                        reason: e.reason().to_owned(),
+                    });
+                }
+                Err(e) => {
+                    return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
+                        reason: e.reason().to_owned().into(),
+                    });
+                }
+            },
+        };
+        let Some(record_key) = config.record_key(&parts.method, parts.uri.path(), &principal, &key)
+        else {
+            return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
+        };
+        IdempotencyFuture::new(async move {
+            let request = match read_body(parts, body, config.max_body).await {
+                Ok(request) => request,
+                Err(rejection) => return Ok(reject(&rejection)),
+            };
+            run(&config, service, request, &record_key).await
+        })
+    }
+}
+
+/// Reads the body (bounded) and rebuilds the request around it, with its fingerprint.
+async fn read_body<ReqB>(
+    parts: http::request::Parts,
+    body: ReqB,
+    max: usize,
+) -> Result<(Request<ReqB>, String), IdempotencyRejection>
+where
+    ReqB: Body + From<Bytes>,
+    ReqB::Error: Into<BodyError>,
+{
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max as u64) {
+        return Err(IdempotencyRejection::BodyTooLarge { limit: max });
+    }
+    let bytes = match Limited::new(body, max).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err(IdempotencyRejection::BodyTooLarge { limit: max });
+        }
+        Err(_) => return Err(IdempotencyRejection::BodyUnreadable),
+    };
+    let fingerprint = fingerprint(&parts, &bytes);
+    Ok((Request::from_parts(parts, ReqB::from(bytes)), fingerprint))
+}
+
+/// `v1:` and the SHA-256 of the method, the path and query, and the body.
+fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(parts.method.as_str().as_bytes());
+    hash.update(b"\n");
+    hash.update(
+        parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .as_bytes(),
+    );
+    hash.update(b"\n");
+    hash.update(body);
+    let mut out = String::with_capacity(67);
+    out.push_str("v1:");
+    for byte in hash.finalize() {
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+/// One keyed request: replay, reject, or run under the key's lock and store.
+async fn run<S, ReqB, ResB>(
+    config: &Config,
+    mut service: S,
+    (mut request, fingerprint): (Request<ReqB>, String),
+    key: &str,
+) -> Result<Response<ResponseBody<ResB>>, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BodyError>,
+{
+    let locker = &config.locker;
+    // The common retry: one read, no lock.
+    match locker.idempotency_state(key).await {
+        Ok(IdempotencyState::Completed(record)) => {
+            return Ok(answer_from_record(
+                key,
+                &record.fingerprint,
+                &record.result,
+                &fingerprint,
+            ));
+        }
+        Ok(IdempotencyState::InFlight) if config.wait.is_none() => {
+            return Ok(reject(&IdempotencyRejection::InFlight));
+        }
+        Ok(_) => {}
+        Err(error) => return Ok(reject(&from_lock_error(key, error))),
+    }
+    let lock = match config.wait {
+        Some(wait) => locker.lock(key).wait(wait),
+        None => locker.lock(key).no_wait(),
+    };
+    let guard = match lock.await {
+        Ok(guard) => guard,
+        Err(error) => return Ok(reject(&from_lock_error(key, error))),
+    };
+    // Under the lock, ask again: the first request may have finished meanwhile.
+    match locker.idempotency_state(key).await {
+        Ok(IdempotencyState::Completed(record)) => {
+            release(guard).await;
+            return Ok(answer_from_record(
+                key,
+                &record.fingerprint,
+                &record.result,
+                &fingerprint,
+            ));
+        }
+        Ok(_) => {}
+        Err(error) => {
+            release(guard).await;
+            return Ok(reject(&from_lock_error(key, error)));
+        }
+    }
+    request.extensions_mut().insert(guard.info());
+    // If this future is dropped from here on (the client went away), the guard is dropped:
+    // the lock is released in the background (its lease as backstop) and nothing is stored.
+    let response = guard.scope(service.call(request)).await?;
+    let (parts, body) = response.into_parts();
+    if parts.status.is_server_error() {
+        // Not stored: a retry runs again.
+        release(guard).await;
+        return Ok(Response::from_parts(parts, ResponseBody::new(body)));
+    }
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            release(guard).await;
+            return Ok(reject(&IdempotencyRejection::Misconfigured {
+                reason: "the handler's response body failed".into(),
+            }));
+        }
+    };
+    let stored = Stored::Response {
+        status: parts.status,
+        headers: end_to_end(&parts.headers),
+        body: body.clone(),
+    };
+    let encoded = stored
+        .encode()
+        .filter(|bytes| bytes.len() <= MAX_RESULT_LEN)
+        .or_else(|| {
+            tracing::warn!(key = %LogKey(key), "response too large to store: later duplicates get 409 not-stored");
+            Stored::TooLarge { status: parts.status }.encode()
+        });
+    let outcome = match encoded {
+        None => Some(IdempotencyRejection::Misconfigured {
+            reason: "the response could not be encoded".into(),
+        }),
+        Some(bytes) => match guard.store_result(&fingerprint, &bytes, config.ttl).await {
+            Ok(()) => None,
+            Err(LockError::LeaseLost { .. }) => {
+                tracing::warn!(key = %LogKey(key), "lease lost before the response was stored: answering 503");
+                Some(IdempotencyRejection::LeaseLost)
+            }
+            Err(error @ LockError::Backend { .. }) => {
+                tracing::warn!(key = %LogKey(key), %error, "storing the response failed: answering 503");
+                Some(IdempotencyRejection::Unavailable)
+            }
+            Err(error) => Some(IdempotencyRejection::Misconfigured {
+                reason: error.to_string(),
+            }),
+        },
+    };
+    release(guard).await;
+    Ok(match outcome {
+        None => Response::from_parts(parts, ResponseBody::full(body)),
+        Some(rejection) => reject(&rejection),
+    })
+}
+
+async fn release(guard: LockGuard) {
+    if let Err(error) = guard.release().await {
+        tracing::debug!(%error, "idempotency lock release failed; its lease will expire");
+    }
+}
+
+/// The answer to a request finding a stored record.
+fn answer_from_record<B>(
+    key: &str,
+    stored_fingerprint: &str,
+    result: &[u8],
+    fingerprint: &str,
+) -> Response<ResponseBody<B>> {
+    if stored_fingerprint != fingerprint {
+        return reject(&IdempotencyRejection::Mismatch);
+    }
+    match Stored::decode(result) {
+        Ok(Stored::Response {
+            status,
+            headers,
+            body,
+        }) => {
+            let mut response = Response::new(ResponseBody::full(body));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+                .headers_mut()
+                .insert(REPLAYED, HeaderValue::from_static("true"));
+            response
+        }
+        Ok(Stored::TooLarge { status }) => reject(&IdempotencyRejection::NotStored { status }),
+        Err(error) => {
+            tracing::error!(key = %LogKey(key), reason = error.0, "stored idempotency record unreadable");
+            reject(&IdempotencyRejection::Misconfigured {
+                reason: format!("stored record unreadable: {}", error.0),
+            })
+        }
+    }
+}
+
+/// The headers worth storing: all but the hop-by-hop ones (RFC 9110 7.6.1) and those the
+/// `Connection` header names.
+fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    const HOP_BY_HOP: [&str; 8] = [
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+    ];
+    let named: Vec<String> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || n == "upgrade" || named.iter().any(|m| m == n) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn from_lock_error(key: &str, error: LockError) -> IdempotencyRejection {
+    match error {
+        LockError::Busy { .. } | LockError::Timeout { .. } => IdempotencyRejection::InFlight,
+        LockError::LeaseLost { .. } => IdempotencyRejection::LeaseLost,
+        LockError::Backend { .. } => {
+            tracing::warn!(key = %LogKey(key), %error, "lock backend failed: idempotent request rejected (503)");
+            IdempotencyRejection::Unavailable
+        }
+        error => IdempotencyRejection::Misconfigured {
+            reason: error.to_string(),
+        },
+    }
+}
+
+pub(crate) fn reject<B>(rejection: &IdempotencyRejection) -> Response<ResponseBody<B>> {
+    if let IdempotencyRejection::Misconfigured { reason } = rejection {
+        tracing::error!(%reason, "idempotency layer failed (500)");
+    }
+    rejection
+        .to_response()
+        .map(|json| ResponseBody::full(Bytes::from(json)))
+}
+
+impl<S: Clone> Clone for IdempotencyService<S> {
+    fn clone(&self) -> Self {
+        IdempotencyService {
+            inner: self.inner.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for IdempotencyService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyService")
+            .field("inner", &self.inner)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_not_stored() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("close, x-private"));
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        h.append("set-cookie", HeaderValue::from_static("a=1"));
+        h.append("set-cookie", HeaderValue::from_static("b=2"));
+        let kept = end_to_end(&h);
+        assert_eq!(kept.len(), 3);
+        assert!(kept.get("x-private").is_none());
+        assert_eq!(kept.get_all("set-cookie").iter().count(), 2);
+    }
+}

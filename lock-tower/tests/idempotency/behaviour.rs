@@ -1,0 +1,331 @@
+//! The layer's behaviour on the memory backend.
+
+use std::time::Duration;
+
+use lock_core::{Locker, MemoryBackend};
+use lock_tower::IdempotencyLayer;
+use lock_tower::extract::HeaderKey;
+
+use crate::common::{Call, Handler, send, serve};
+
+#[tokio::test]
+async fn sequential_retries_run_once_and_replay_byte_for_byte() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let first = send(addr, &Call::new("pay-1", "10 EUR")).await;
+    assert_eq!(first.status, 201);
+    assert!(!first.replayed());
+    assert_eq!(first.body, "charge #1 tenant - for 10 EUR");
+    let mut replays = Vec::new();
+    for _ in 0..5 {
+        replays.push(send(addr, &Call::new("pay-1", "10 EUR")).await);
+    }
+    assert_eq!(handler.calls(), 1);
+    for replay in &replays {
+        assert!(replay.replayed(), "{replay:?}");
+        assert_eq!(
+            replay, &replays[0],
+            "every replay is the same, byte for byte"
+        );
+        assert_eq!(
+            replay.without_replay(),
+            first,
+            "the replay is the first answer"
+        );
+    }
+    assert_eq!(first.header("x-charge"), Some("1"));
+    // Another key runs.
+    assert_eq!(
+        send(addr, &Call::new("pay-2", "10 EUR")).await.body,
+        "charge #2 tenant - for 10 EUR"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_run_once_others_409() {
+    let handler = Handler {
+        delay: Duration::from_millis(400),
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let answers = futures_join(addr, "dup", 8).await;
+    assert_eq!(handler.calls(), 1);
+    let ran: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
+    assert_eq!(ran.len(), 1, "{answers:?}");
+    for a in answers.iter().filter(|a| a.status != 201) {
+        assert_eq!(a.status, 409);
+        assert_eq!(a.header("retry-after"), Some("1"));
+        assert_eq!(a.problem_type(), "urn:lock-tower:idempotency-in-flight");
+    }
+    // Once finished, a retry replays.
+    let retry = send(addr, &Call::new("dup", "x")).await;
+    assert!(retry.replayed());
+    assert_eq!(retry.without_replay(), *ran[0]);
+}
+
+#[tokio::test]
+async fn concurrent_duplicates_with_wait_all_get_the_first_answer() {
+    let handler = Handler {
+        delay: Duration::from_millis(300),
+        ..Handler::default()
+    };
+    let layer = IdempotencyLayer::new(Locker::memory()).wait(Duration::from_secs(10));
+    let addr = serve(layer, handler.clone()).await;
+    let answers = futures_join(addr, "dup", 8).await;
+    assert_eq!(handler.calls(), 1);
+    let first = answers.iter().find(|a| !a.replayed()).unwrap().clone();
+    assert_eq!(first.status, 201);
+    assert_eq!(
+        answers.iter().filter(|a| a.replayed()).count(),
+        7,
+        "{answers:?}"
+    );
+    for a in &answers {
+        assert_eq!(a.without_replay(), first);
+    }
+}
+
+async fn futures_join(
+    addr: std::net::SocketAddr,
+    key: &'static str,
+    n: usize,
+) -> Vec<crate::common::Answer> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(async move { send(addr, &Call::new(key, "x")).await }))
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn changed_payload_or_path_is_422_not_a_replay() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    assert_eq!(send(addr, &Call::new("k", "10 EUR")).await.status, 201);
+    let changed = send(addr, &Call::new("k", "99 EUR")).await;
+    assert_eq!(changed.status, 422);
+    assert_eq!(
+        changed.problem_type(),
+        "urn:lock-tower:idempotency-key-reused"
+    );
+    // Another path is another scope: the same key runs there.
+    let refund = send(
+        addr,
+        &Call {
+            path: "/refunds",
+            ..Call::new("k", "10 EUR")
+        },
+    )
+    .await;
+    assert_eq!(refund.status, 201);
+    assert_eq!(handler.calls(), 2);
+    assert!(send(addr, &Call::new("k", "10 EUR")).await.replayed());
+}
+
+#[tokio::test]
+async fn no_key_passes_through_or_is_400_when_required() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let no_key = Call {
+        key: None,
+        ..Call::new("", "a")
+    };
+    assert_eq!(send(addr, &no_key).await.status, 201);
+    assert_eq!(send(addr, &no_key).await.status, 201);
+    assert_eq!(handler.calls(), 2);
+
+    let strict = Handler::default();
+    let addr = serve(
+        IdempotencyLayer::new(Locker::memory()).require_key(),
+        strict.clone(),
+    )
+    .await;
+    let answer = send(addr, &no_key).await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(
+        answer.problem_type(),
+        "urn:lock-tower:idempotency-key-missing"
+    );
+    let empty = send(
+        addr,
+        &Call {
+            key: Some(b""),
+            ..no_key
+        },
+    )
+    .await;
+    assert_eq!(empty.status, 400);
+    assert_eq!(strict.calls(), 0);
+}
+
+#[tokio::test]
+async fn bodies_over_max_body_are_413() {
+    let handler = Handler::default();
+    let addr = serve(
+        IdempotencyLayer::new(Locker::memory()).max_body(16),
+        handler.clone(),
+    )
+    .await;
+    let big = "x".repeat(17);
+    let answer = send(addr, &Call::new("k", &big)).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.problem_type(), "urn:lock-tower:payload-too-large");
+    assert_eq!(handler.calls(), 0);
+    assert_eq!(send(addr, &Call::new("k", &big[..16])).await.status, 201);
+}
+
+#[tokio::test]
+async fn server_errors_are_not_stored() {
+    let handler = Handler {
+        fail_on: vec![1],
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let failed = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(failed.status, 500);
+    let retried = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(retried.status, 201);
+    assert!(!retried.replayed());
+    assert_eq!(handler.calls(), 2);
+    assert!(send(addr, &Call::new("k", "a")).await.replayed());
+    assert_eq!(handler.calls(), 2);
+}
+
+#[tokio::test]
+async fn ttl_expiry_lets_the_key_run_again() {
+    let handler = Handler::default();
+    let layer = IdempotencyLayer::new(Locker::memory()).ttl(Duration::from_millis(500));
+    let addr = serve(layer, handler.clone()).await;
+    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
+    assert!(send(addr, &Call::new("k", "a")).await.replayed());
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let again = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(again.status, 201);
+    assert!(!again.replayed());
+    assert_eq!(handler.calls(), 2);
+}
+
+#[tokio::test]
+async fn scope_keeps_two_principals_apart() {
+    let handler = Handler::default();
+    let layer = IdempotencyLayer::new(Locker::memory()).scope(HeaderKey::new("x-tenant"));
+    let addr = serve(layer, handler.clone()).await;
+    let acme = Call {
+        tenant: Some("acme"),
+        ..Call::new("k", "a")
+    };
+    let globex = Call {
+        tenant: Some("globex"),
+        ..Call::new("k", "a")
+    };
+    let a = send(addr, &acme).await;
+    let g = send(addr, &globex).await;
+    assert_eq!((a.status, g.status), (201, 201));
+    assert_eq!(a.body, "charge #1 tenant acme for a");
+    assert_eq!(g.body, "charge #2 tenant globex for a");
+    assert_eq!(send(addr, &acme).await.without_replay(), a);
+    assert_eq!(send(addr, &globex).await.without_replay(), g);
+    assert_eq!(handler.calls(), 2);
+}
+
+#[tokio::test]
+async fn hostile_keys_are_bounded_and_still_work() {
+    let handler = Handler::default();
+    let layer = IdempotencyLayer::new(Locker::memory());
+    let addr = serve(layer.clone(), handler.clone()).await;
+    let huge = vec![b'k'; 8000];
+    let odd: &[u8] = b"\xff\xfe\x80 #sha256:\t";
+    let hash_like = format!("#sha256:{}", "0".repeat(64));
+    for (i, key) in [&huge[..], odd, hash_like.as_bytes()]
+        .into_iter()
+        .enumerate()
+    {
+        let record = layer
+            .record_key(&http::Method::POST, "/payments", b"", key)
+            .unwrap();
+        assert!(record.len() <= 256, "{} bytes", record.len());
+        assert!(!record.chars().any(char::is_control));
+        let call = Call {
+            key: Some(key),
+            ..Call::new("", "a")
+        };
+        let first = send(addr, &call).await;
+        assert_eq!(first.status, 201);
+        assert_eq!(handler.calls(), i + 1);
+        assert!(send(addr, &call).await.replayed());
+    }
+    // The hashed form of a value is not a value's own key.
+    assert_ne!(
+        layer.record_key(&http::Method::POST, "/p", b"", hash_like.as_bytes()),
+        layer.record_key(&http::Method::POST, "/p", b"", odd),
+    );
+    // A principal cannot forge another's key: the principal is length-prefixed.
+    assert_ne!(
+        layer.record_key(&http::Method::POST, "/p", b"a 1:b", b"k"),
+        layer.record_key(&http::Method::POST, "/p", b"a", b"1:b k"),
+    );
+}
+
+#[tokio::test]
+async fn too_large_responses_never_run_twice() {
+    let handler = Handler {
+        big: Some(lock_core::MAX_RESULT_LEN + 1),
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let first = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body.len(), lock_core::MAX_RESULT_LEN + 1);
+    let again = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(again.status, 409);
+    assert_eq!(
+        again.problem_type(),
+        "urn:lock-tower:idempotency-response-not-stored"
+    );
+    assert_eq!(handler.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_request_leaves_nothing_in_flight() {
+    let handler = Handler {
+        delay: Duration::from_millis(500),
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let gone =
+        tokio::time::timeout(Duration::from_millis(100), send(addr, &Call::new("k", "a"))).await;
+    assert!(gone.is_err());
+    // The server notices the closed connection, drops the request and releases the lock.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let retry = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(retry.status, 201, "{retry:?}");
+    assert_eq!(handler.calls(), 2);
+    assert!(send(addr, &Call::new("k", "a")).await.replayed());
+}
+
+#[tokio::test]
+async fn a_store_after_a_lost_lease_is_503_not_success() {
+    let backend = MemoryBackend::new();
+    let locker = Locker::builder(backend.clone()).build();
+    let layer = IdempotencyLayer::new(locker);
+    let key = layer
+        .record_key(&http::Method::POST, "/payments", b"", b"k")
+        .unwrap();
+    let handler = Handler {
+        delay: Duration::from_millis(300),
+        ..Handler::default()
+    };
+    let addr = serve(layer, handler.clone()).await;
+    let request = tokio::spawn(async move { send(addr, &Call::new("k", "a")).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(backend.force_delete(&key), "the request holds the lock");
+    let answer = request.await.unwrap();
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.problem_type(), "urn:lock-tower:lease-lost");
+    // Nothing was stored: the retry runs.
+    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
+    assert_eq!(handler.calls(), 2);
+}

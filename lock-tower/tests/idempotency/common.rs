@@ -1,0 +1,164 @@
+//! A counting handler served by axum on loopback, and a client that records whole answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lock_tower::IdempotencyLayer;
+
+/// What the handler does, chosen by the test.
+#[derive(Clone, Default)]
+pub(crate) struct Handler {
+    pub(crate) calls: Arc<AtomicUsize>,
+    pub(crate) delay: Duration,
+    /// Answer 500 on the calls whose number (1-based) is listed.
+    pub(crate) fail_on: Vec<usize>,
+    /// Answer a body of this many bytes instead of the usual one.
+    pub(crate) big: Option<usize>,
+}
+
+impl Handler {
+    pub(crate) fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+async fn charge(
+    State(h): State<Handler>,
+    headers: HeaderMap,
+    body: String,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(h.delay).await;
+    if h.fail_on.contains(&n) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "try again").into_response();
+    }
+    if let Some(len) = h.big {
+        return vec![b'x'; len].into_response();
+    }
+    let tenant = headers
+        .get("x-tenant")
+        .map_or("-", |v| v.to_str().unwrap_or("?"))
+        .to_owned();
+    (
+        StatusCode::CREATED,
+        [("x-charge", n.to_string()), ("set-cookie", "a=1".into())],
+        format!("charge #{n} tenant {tenant} for {body}"),
+    )
+        .into_response()
+}
+
+/// Serves `POST /payments` (and `/refunds`) behind `layer` on a loopback port.
+pub(crate) async fn serve(layer: IdempotencyLayer, handler: Handler) -> SocketAddr {
+    let app = Router::new()
+        .route("/payments", post(charge))
+        .route("/refunds", post(charge))
+        .layer(layer)
+        .with_state(handler);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// A whole answer: status, headers (without `date`, which hyper sets per response), body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) body: Bytes,
+}
+
+impl Answer {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| std::str::from_utf8(v).unwrap())
+    }
+
+    pub(crate) fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    /// The answer as the first one was: without the replay header.
+    pub(crate) fn without_replay(&self) -> Answer {
+        let mut a = self.clone();
+        a.headers.retain(|(n, _)| n != "idempotent-replayed");
+        a
+    }
+
+    pub(crate) fn problem_type(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let json: serde_json::Value = serde_json::from_slice(&self.body).unwrap();
+        json["type"].as_str().unwrap().to_owned()
+    }
+}
+
+pub(crate) struct Call<'a> {
+    pub(crate) path: &'a str,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) body: &'a str,
+    pub(crate) tenant: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(key: &'a str, body: &'a str) -> Self {
+        Call {
+            path: "/payments",
+            key: Some(key.as_bytes()),
+            body,
+            tenant: None,
+        }
+    }
+}
+
+pub(crate) async fn send(addr: SocketAddr, call: &Call<'_>) -> Answer {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("http://{addr}{}", call.path))
+        .body(Full::new(Bytes::copy_from_slice(call.body.as_bytes())))
+        .unwrap();
+    if let Some(key) = call.key {
+        request
+            .headers_mut()
+            .insert("idempotency-key", HeaderValue::from_bytes(key).unwrap());
+    }
+    if let Some(tenant) = call.tenant {
+        request
+            .headers_mut()
+            .insert("x-tenant", HeaderValue::from_str(tenant).unwrap());
+    }
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let mut headers: Vec<(String, Vec<u8>)> = response
+        .headers()
+        .iter()
+        .filter(|(n, _)| n.as_str() != "date")
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    headers.sort();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}

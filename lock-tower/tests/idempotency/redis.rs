@@ -1,0 +1,82 @@
+//! Two servers sharing one real redis-server: one run per key, across processes' lockers.
+
+use std::time::Duration;
+
+use lock_core::{Locker, RedisBackend};
+use lock_testkit::RedisServer;
+use lock_tower::IdempotencyLayer;
+
+use crate::common::{Call, Handler, send, serve};
+
+async fn locker(redis: &RedisServer) -> Locker {
+    let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
+    Locker::builder(backend).build()
+}
+
+#[tokio::test]
+async fn two_servers_on_one_redis_run_each_key_once() {
+    let redis = RedisServer::start();
+    let handler = Handler {
+        delay: Duration::from_millis(300),
+        ..Handler::default()
+    };
+    let a = serve(IdempotencyLayer::new(locker(&redis).await), handler.clone()).await;
+    let b = serve(
+        IdempotencyLayer::new(locker(&redis).await).wait(Duration::from_secs(10)),
+        handler.clone(),
+    )
+    .await;
+    // Sequential retries, alternating servers.
+    let first = send(a, &Call::new("seq", "1")).await;
+    assert_eq!(first.status, 201);
+    for i in 0..6 {
+        let addr = if i % 2 == 0 { b } else { a };
+        let replay = send(addr, &Call::new("seq", "1")).await;
+        assert!(replay.replayed());
+        assert_eq!(replay.without_replay(), first);
+    }
+    assert_eq!(handler.calls(), 1);
+    // Concurrent duplicates: b waits and replays, a answers 409.
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let addr = if i % 2 == 0 { a } else { b };
+            tokio::spawn(async move { send(addr, &Call::new("conc", "2")).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    assert_eq!(handler.calls(), 2);
+    let ran = answers
+        .iter()
+        .find(|x| x.status == 201 && !x.replayed())
+        .unwrap()
+        .clone();
+    for x in &answers {
+        match x.status {
+            409 => assert_eq!(x.problem_type(), "urn:lock-tower:idempotency-in-flight"),
+            _ => assert_eq!(x.without_replay(), ran),
+        }
+    }
+    let changed = send(b, &Call::new("conc", "changed")).await;
+    assert_eq!(changed.status, 422);
+}
+
+#[tokio::test]
+async fn redis_ttl_expiry_and_5xx() {
+    let redis = RedisServer::start();
+    let handler = Handler {
+        fail_on: vec![1],
+        ..Handler::default()
+    };
+    let layer = IdempotencyLayer::new(locker(&redis).await).ttl(Duration::from_secs(1));
+    let addr = serve(layer, handler.clone()).await;
+    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 500);
+    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
+    assert!(send(addr, &Call::new("k", "a")).await.replayed());
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let again = send(addr, &Call::new("k", "a")).await;
+    assert!(!again.replayed());
+    assert_eq!(handler.calls(), 3);
+}
