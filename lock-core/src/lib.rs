@@ -47,4 +47,6 @@ pub mod __private {
 
     pub use crate::global::global;
     pub use crate::macro_support::run_locked;
+    #[cfg(feature = "idempotent")]
+    pub use crate::macro_support::{Stored, run_idempotent, stored};
 }

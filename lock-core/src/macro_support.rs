@@ -42,3 +42,201 @@ where
         }
     }
 }
+
+#[cfg(feature = "idempotent")]
+pub use idempotent::{Stored, run_idempotent, stored};
+
+/// `#[distributed_lock(idempotent)]`: the body runs at most once per key within the TTL, and
+/// its first `Ok` value, stored as JSON in the key's idempotency record, answers every later
+/// call.
+#[cfg(feature = "idempotent")]
+mod idempotent {
+    use std::future::Future;
+    use std::time::Duration;
+
+    use sha2::{Digest, Sha256};
+
+    use crate::{IdempotencyRecord, IdempotencyState, LockError, LockRequest, MAX_FINGERPRINT_LEN};
+
+    /// How an idempotent function's `Ok` value is stored: as JSON, under a fingerprint naming
+    /// its type. Made by [`stored`], where the `Serialize + DeserializeOwned` bound is checked
+    /// (the generated code spans that call at `T`, so a type that cannot be stored is reported
+    /// there); [`run_idempotent`] itself has no serde bound.
+    ///
+    /// ```
+    /// let codec: lock_core::__private::Stored<u32> = lock_core::__private::stored();
+    /// # let _ = codec;
+    /// ```
+    pub struct Stored<T> {
+        encode: fn(&T) -> serde_json::Result<Vec<u8>>,
+        decode: fn(&[u8]) -> serde_json::Result<T>,
+        type_name: fn() -> &'static str,
+    }
+
+    impl<T> std::fmt::Debug for Stored<T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Stored")
+                .field("type", &(self.type_name)())
+                .finish()
+        }
+    }
+
+    /// The codec of `T`; see [`Stored`].
+    ///
+    /// ```
+    /// let codec = lock_core::__private::stored::<Vec<String>>();
+    /// # let _ = codec;
+    /// ```
+    pub fn stored<T: serde::Serialize + serde::de::DeserializeOwned>() -> Stored<T> {
+        Stored {
+            encode: |value| serde_json::to_vec(value),
+            decode: |bytes| serde_json::from_slice(bytes),
+            type_name: std::any::type_name::<T>,
+        }
+    }
+
+    impl<T> Stored<T> {
+        /// `json:<type name of T>`, or `json:sha256:<hex>` of that when the name is longer than
+        /// a fingerprint may be. Type names are what rustc prints: the same in every process
+        /// built from the same code, different for another type under the same key.
+        fn fingerprint(&self) -> String {
+            let name = (self.type_name)();
+            let fingerprint = format!("json:{name}");
+            if fingerprint.len() <= MAX_FINGERPRINT_LEN {
+                return fingerprint;
+            }
+            let digest = Sha256::digest(name.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            format!("json:sha256:{hex}")
+        }
+
+        /// The stored value, or `InvalidConfig` when the record holds something else.
+        fn replay(&self, key: &str, record: &IdempotencyRecord) -> Result<T, LockError> {
+            let ours = self.fingerprint();
+            if record.fingerprint != ours {
+                return Err(LockError::InvalidConfig {
+                    what: format!(
+                        "the idempotency record of key {key:?} holds a result of another type (fingerprint {:?}, this function returns `{}`): two idempotent functions share a key; give each its own key template (the record expires in {:?})",
+                        record.fingerprint,
+                        (self.type_name)(),
+                        record.expires_in,
+                    ),
+                });
+            }
+            (self.decode)(&record.result).map_err(|e| LockError::InvalidConfig {
+                what: format!(
+                    "the idempotency record of key {key:?} does not deserialize into `{}` ({e}): the type changed since the record was stored; it expires in {:?}",
+                    (self.type_name)(),
+                    record.expires_in,
+                ),
+            })
+        }
+    }
+
+    /// Runs `body` at most once per key within `ttl`: a stored result is returned without
+    /// running it; otherwise `body` runs under the lock `request` asks for (waiting as it is
+    /// configured) and its `Ok` value is stored before the lock is released. A call that
+    /// waited for the first one finds the result stored when it gets the lock and returns it.
+    /// An `Err` from `body` is returned and not stored: a later call runs again.
+    ///
+    /// Errors, through `convert` (`From::from` at the signature's error type):
+    /// - as [`run_locked`](super::run_locked)'s (no locker, `Busy` for a `no_wait` call while
+    ///   the first still runs, `Timeout`, `LeaseLost`...), and `Backend` from reading the record;
+    /// - [`LockError::InvalidConfig`] when the stored record is of another type (another
+    ///   fingerprint) or does not deserialize into `T`, or when the `Ok` value cannot be
+    ///   serialized; never a panic;
+    /// - the errors of [`LockGuard::store_result`](crate::LockGuard::store_result): `LeaseLost`
+    ///   (the lock was lost before the value was stored), `RecordTooLarge`, `Backend`. The
+    ///   body has run then, but its value is not reported as a success.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// use lock_core::{LockError, Locker, __private::{run_idempotent, stored}};
+    /// let locker = Locker::memory();
+    /// let ttl = lock_core::DEFAULT_RESULT_TTL;
+    /// let first: Result<u32, LockError> =
+    ///     run_idempotent(Ok(locker.lock("k")), stored(), ttl, async { Ok(7) }, From::from).await;
+    /// let again: Result<u32, LockError> =
+    ///     run_idempotent(Ok(locker.lock("k")), stored(), ttl, async { Ok(8) }, From::from).await;
+    /// assert_eq!((first.unwrap(), again.unwrap()), (7, 7));
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn run_idempotent<T, E, F>(
+        request: Result<LockRequest, LockError>,
+        stored: Stored<T>,
+        ttl: Duration,
+        body: F,
+        convert: fn(LockError) -> E,
+    ) -> impl Future<Output = Result<T, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+    {
+        // On the heap once, as in `LockRequest::run`: the future then holds a pointer, not the
+        // body beside the futures it is moved into.
+        let body = Box::pin(body);
+        async move {
+            let outcome = match request {
+                Ok(request) => once(request, &stored, ttl, body).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(output) => output,
+                Err(e) => Err(convert(e)),
+            }
+        }
+    }
+
+    async fn once<T, E, F>(
+        request: LockRequest,
+        stored: &Stored<T>,
+        ttl: Duration,
+        body: F,
+    ) -> Result<Result<T, E>, LockError>
+    where
+        F: Future<Output = Result<T, E>>,
+    {
+        let locker = request.locker().clone();
+        let key = request.key().to_owned();
+        // A replay costs this one read and takes no lock.
+        if let IdempotencyState::Completed(record) = locker.idempotency_state(&key).await? {
+            return stored.replay(&key, &record).map(Ok);
+        }
+        let guard = request.await?;
+        // Read again under the lock: a duplicate that waited for the first call finds its result.
+        if let IdempotencyState::Completed(record) = locker.idempotency_state(&key).await? {
+            let replay = stored.replay(&key, &record);
+            release(guard, &key).await;
+            return replay.map(Ok);
+        }
+        // A reentrant run inside the guard's scope: the body is dropped at once if the lease is
+        // lost (run's watch), and the guard stays ours to store the result with.
+        let output = guard.scope(locker.lock(&key).run(body)).await?;
+        let value = match output {
+            Ok(value) => value,
+            Err(e) => {
+                release(guard, &key).await;
+                return Ok(Err(e));
+            }
+        };
+        let bytes = (stored.encode)(&value).map_err(|e| LockError::InvalidConfig {
+            what: format!(
+                "the result of idempotent key {key:?} could not be stored as JSON ({e}); nothing was stored, so a retry runs the body again"
+            ),
+        })?;
+        // Dropping the guard on an error releases the lock in the background.
+        guard
+            .store_result(&stored.fingerprint(), &bytes, ttl)
+            .await?;
+        // Stored in one step that checked the lock was ours: the body ran under it from start
+        // to end (a lost lease never comes back), so a failed release changes nothing.
+        release(guard, &key).await;
+        Ok(Ok(value))
+    }
+
+    async fn release(guard: crate::LockGuard, key: &str) {
+        if let Err(e) = guard.release().await {
+            tracing::debug!(key, error = %e, "release after an idempotent call failed; the lease will expire");
+        }
+    }
+}

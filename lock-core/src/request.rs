@@ -190,6 +190,12 @@ impl LockRequest {
         &self.key
     }
 
+    /// The locker asked (for `#[distributed_lock(idempotent)]`'s state read before locking).
+    #[cfg(feature = "idempotent")]
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
+    }
+
     /// Runs `body` under the lock and releases it afterwards.
     ///
     /// If the lease is lost while the body runs, the body is dropped at once (at its next

@@ -1,5 +1,5 @@
 //! The attribute's options: `key = "..."`, `locker = <expr>`, `wait = "..."` | `no_wait`,
-//! `lease = "..."`, `fenced`, `crate = "..."`.
+//! `lease = "..."`, `fenced`, `idempotent` | `idempotent = "..."`, `crate = "..."`.
 
 use std::time::Duration;
 
@@ -11,7 +11,8 @@ use syn::{Expr, Ident, LitStr, Path, Token};
 use crate::duration;
 use crate::template::{self, Segment};
 
-const OPTIONS: &str = "`key`, `locker`, `wait`, `no_wait`, `lease`, `fenced`, `crate`";
+const OPTIONS: &str =
+    "`key`, `locker`, `wait`, `no_wait`, `lease`, `fenced`, `idempotent`, `crate`";
 
 /// The options as written, each with the token it came from (for spans).
 #[derive(Default)]
@@ -22,6 +23,8 @@ pub(crate) struct Args {
     no_wait: Option<Ident>,
     lease: Option<LitStr>,
     fenced: Option<Ident>,
+    /// `idempotent`, with its TTL when one is given.
+    idempotent: Option<(Ident, Option<LitStr>)>,
     krate: Option<LitStr>,
     /// Option names in the order written.
     order: Vec<String>,
@@ -36,6 +39,8 @@ pub(crate) struct Options {
     pub(crate) no_wait: bool,
     pub(crate) lease: Option<Duration>,
     pub(crate) fenced: bool,
+    /// `Some(None)`: idempotent with lock-core's default TTL; `Some(Some(ttl))`: with `ttl`.
+    pub(crate) idempotent: Option<Option<Duration>>,
     pub(crate) krate: Path,
 }
 
@@ -70,6 +75,14 @@ impl Parse for Args {
                 }
                 "no_wait" => set(&mut args.no_wait, &name, flag(input, &name)?)?,
                 "fenced" => set(&mut args.fenced, &name, flag(input, &name)?)?,
+                "idempotent" => {
+                    let ttl = if input.peek(Token![=]) {
+                        Some(string_value(input, &name, "\"7d\"")?)
+                    } else {
+                        None
+                    };
+                    set(&mut args.idempotent, &name, (name.clone(), ttl))?;
+                }
                 other => {
                     let hint = suggestion(other)
                         .map(|s| format!("; did you mean `{s}`?"))
@@ -149,11 +162,19 @@ fn suggestion(unknown: &str) -> Option<&'static str> {
         "fence" | "fencing" | "fencing_token" => Some("fenced"),
         "client" | "lock" | "lock_manager" => Some("locker"),
         "krate" | "path" => Some("crate"),
+        "idempotency" | "once" | "dedup" | "deduplicate" | "idempotent_ttl" => Some("idempotent"),
         _ => None,
     };
     synonym.or_else(|| {
         [
-            "key", "locker", "wait", "no_wait", "lease", "fenced", "crate",
+            "key",
+            "locker",
+            "wait",
+            "no_wait",
+            "lease",
+            "fenced",
+            "idempotent",
+            "crate",
         ]
         .into_iter()
         .find(|option| edit_distance(&lower, option) <= 2)
@@ -190,6 +211,7 @@ impl Args {
             no_wait,
             lease,
             fenced,
+            idempotent,
             krate,
             order,
         } = self;
@@ -232,6 +254,17 @@ impl Args {
                     .map_err(|m| syn::Error::new(lit.span(), m)),
             )
         });
+        // `no_wait` is allowed: a duplicate while the first call runs gets `LockError::Busy`
+        // at once (HTTP's 409 in flight), one after it gets the stored value.
+        let idempotent_value = idempotent.as_ref().map(|(_, ttl)| {
+            ttl.as_ref().and_then(|lit| {
+                errors.take(
+                    duration::parse(&lit.value())
+                        .and_then(|d| duration::check_result_ttl(d).map(|()| d))
+                        .map_err(|m| syn::Error::new(lit.span(), m)),
+                )
+            })
+        });
         let krate = match &krate {
             Some(lit) => errors.take(lit.parse::<Path>().map_err(|_| {
                 syn::Error::new(
@@ -249,6 +282,7 @@ impl Args {
             no_wait: no_wait.is_some(),
             lease: lease_value,
             fenced: fenced.is_some(),
+            idempotent: idempotent_value,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::lock_core)),
         })
     }
@@ -297,6 +331,7 @@ mod tests {
             wait = "1m30s",
             lease = "10s",
             fenced,
+            idempotent = "7d",
             crate = "my_locks"
         ))
         .unwrap();
@@ -306,6 +341,9 @@ mod tests {
         assert_eq!(o.lease, Some(Duration::from_secs(10)));
         assert!(o.fenced && !o.no_wait);
         assert!(o.krate.is_ident("my_locks"));
+        assert_eq!(o.idempotent, Some(Some(Duration::from_secs(7 * 86_400))));
+        let o = check(quote::quote!(key = "k", idempotent, no_wait)).unwrap();
+        assert_eq!(o.idempotent, Some(None));
         let o = check(quote::quote!(key = "k", no_wait,)).unwrap();
         assert!(o.no_wait && o.wait.is_none());
     }
@@ -336,6 +374,16 @@ mod tests {
             ),
             (quote::quote!(key = "k", lease = "5ms"), "out of range"),
             (quote::quote!(key = "k", wait = "2d"), "out of range"),
+            (quote::quote!(key = "k", idempotent = "0s"), "out of range"),
+            (
+                quote::quote!(key = "k", idempotent = "366d"),
+                "out of range",
+            ),
+            (
+                quote::quote!(key = "k", idempotent = 7),
+                "takes a string literal",
+            ),
+            (quote::quote!(key = "k", once), "did you mean `idempotent`?"),
             (
                 quote::quote!(key = "k", crate = "not a path"),
                 "`crate` takes the path",

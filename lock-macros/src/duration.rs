@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
-/// The bounds lock-core enforces at run time (`MIN_LEASE`, `MAX_LEASE`, `MAX_WAIT`), repeated
+/// The bounds lock-core enforces at run time (`MIN_LEASE`, `MAX_LEASE`, `MAX_WAIT`,
+/// `MAX_RESULT_TTL`), repeated
 /// here because a proc-macro cannot read its runtime crate's constants. A UI pass test asserts
 /// they still match lock-core's.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
 pub(crate) const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_RESULT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 const UNITS: &str = "ms, s, m, h, d";
 
@@ -118,6 +120,18 @@ pub(crate) fn check_lease(lease: Duration) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks an idempotent result's TTL against lock-core's bounds.
+pub(crate) fn check_result_ttl(ttl: Duration) -> Result<(), String> {
+    if ttl.is_zero() || ttl > MAX_RESULT_TTL {
+        return Err(format!(
+            "idempotent TTL of {} is out of range: lock_core keeps a result more than 0s and at most {} (MAX_RESULT_TTL); the default, `idempotent` alone, is 24h",
+            display(ttl),
+            display(MAX_RESULT_TTL),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a wait against lock-core's bound.
 pub(crate) fn check_wait(wait: Duration) -> Result<(), String> {
     if wait > MAX_WAIT {
@@ -175,6 +189,10 @@ mod tests {
         assert!(check_wait(Duration::ZERO).is_ok());
         assert!(check_wait(MAX_WAIT).is_ok());
         assert!(check_wait(MAX_WAIT + Duration::from_millis(1)).is_err());
+        assert!(check_result_ttl(Duration::from_millis(1)).is_ok());
+        assert!(check_result_ttl(MAX_RESULT_TTL).is_ok());
+        assert!(check_result_ttl(Duration::ZERO).is_err());
+        assert!(check_result_ttl(MAX_RESULT_TTL + Duration::from_millis(1)).is_err());
     }
 
     #[test]

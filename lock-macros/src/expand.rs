@@ -12,13 +12,24 @@
 //! }
 //! ```
 //!
+//! With `idempotent` (or `idempotent = "7d"`) the helper is `run_idempotent`, which also takes
+//! the codec of `T` and the TTL of the stored result:
+//!
+//! ```text
+//!     ::lock_core::__private::run_idempotent(request,
+//!         ::lock_core::__private::stored(),                 // spanned at `T`
+//!         ::lock_core::DEFAULT_RESULT_TTL,                  // or Duration::from_millis(..)
+//!         async move { .. }, From::from).await
+//! ```
+//!
 //! The Ok/Err handling lives in `run_locked`, in lock-core, as tracing-attributes hands its
 //! work to `Instrument`. Glue identifiers carry `Span::mixed_site()`: the body cannot see them
 //! and they cannot capture the user's names. Key arguments carry the key literal's span, so a
 //! parameter that is not `Display` is reported at the key; the `locker` expression keeps its
 //! own span, so a value that is not a `Locker` is reported there; the `From::from` handed to
 //! `run_locked` carries the span of `E` in the signature, so a missing `From<LockError>` is
-//! reported at `E`.
+//! reported at `E`; `stored()` carries the span of `T`, so a `T` that is not
+//! `Serialize + DeserializeOwned` is reported at `T`.
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
@@ -170,11 +181,41 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
             #block
         }
     };
+    let run = match options.idempotent {
+        None => quote_spanned! {site=>
+            #krate::__private::run_locked(#request #configure, #locked, #convert)
+        },
+        Some(ttl) => {
+            // Spanned at `T`: the `Serialize + DeserializeOwned` bound of `stored` is
+            // reported there.
+            // The crate path too: a call spanned partly at the attribute is reported there.
+            let t_span = ok_type_span(&sig.output);
+            let krate_at_t: TokenStream = krate
+                .to_token_stream()
+                .into_iter()
+                .map(|mut token| {
+                    token.set_span(t_span);
+                    token
+                })
+                .collect();
+            let stored = quote_spanned!(t_span=> #krate_at_t::__private::stored());
+            let ttl = match ttl {
+                Some(ttl) => {
+                    let ms = millis(ttl);
+                    quote_spanned!(site=> #krate::__private::Duration::from_millis(#ms))
+                }
+                None => quote_spanned!(site=> #krate::DEFAULT_RESULT_TTL),
+            };
+            quote_spanned! {site=>
+                #krate::__private::run_idempotent(#request #configure, #stored, #ttl, #locked, #convert)
+            }
+        }
+    };
     let body = quote_spanned! {site=>
         {
             #(#inner)*
             let __lock_key = #key;
-            #krate::__private::run_locked(#request #configure, #locked, #convert).await
+            #run.await
         }
     };
     quote! {
@@ -211,15 +252,29 @@ fn millis(d: std::time::Duration) -> Literal {
 
 /// The span of `E` in `Result<T, E>`, else of the whole return type.
 fn error_type_span(output: &ReturnType) -> Span {
+    result_argument_span(output, 1)
+}
+
+/// The span of `T` in `Result<T, E>`, else of the whole return type.
+fn ok_type_span(output: &ReturnType) -> Span {
+    result_argument_span(output, 0)
+}
+
+/// The span of the `n`th type argument of the return type, else of the whole return type.
+fn result_argument_span(output: &ReturnType, n: usize) -> Span {
     let ReturnType::Type(_, ty) = output else {
         return Span::call_site();
     };
     if let Type::Path(path) = &**ty
         && let Some(last) = path.path.segments.last()
         && let PathArguments::AngleBracketed(args) = &last.arguments
-        && let Some(GenericArgument::Type(error)) = args.args.iter().nth(1)
+        && let Some(GenericArgument::Type(argument)) = args
+            .args
+            .iter()
+            .filter(|a| matches!(a, GenericArgument::Type(_)))
+            .nth(n)
     {
-        return error.span();
+        return argument.span();
     }
     ty.span()
 }

@@ -85,6 +85,7 @@ mod snapshots;
 /// | `no_wait` | flag: one attempt, `LockError::Busy` when held | — |
 /// | `lease` | duration string, 10ms to 7d | the locker's (30s unless configured) |
 /// | `fenced` | flag: draw a fencing token | off |
+/// | `idempotent` | flag, or a TTL string from 1ms to 365d: at most one run per key, the first `Ok` value stored and returned to later calls | off (24h TTL when on) |
 /// | `crate` | path of lock-core as your crate names it | `::lock_core` |
 ///
 /// Every option is checked at compile time: unknown or duplicate options, bad durations,
@@ -184,6 +185,40 @@ mod snapshots;
 /// assert!(matches!(nightly_job_patiently(&locker).await, Err(AppError(LockError::Timeout { .. }))));
 /// held.release().await?;
 /// nightly_job(&locker).await?;
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+///
+/// ## `idempotent` and `idempotent = "..."`
+///
+/// The body runs at most once per key within the TTL (`idempotent` alone:
+/// `lock_core::DEFAULT_RESULT_TTL`, 24 h), in every process sharing the backend: its first `Ok`
+/// value is stored as JSON (`T: Serialize + DeserializeOwned`, a compile error at `T`
+/// otherwise) and returned to every later call with the same key, concurrent (they wait for the
+/// lock as configured, then read the stored value) or not (one read, no lock). An `Err` is not
+/// stored. A store refused because the lease was lost is `LockError::LeaseLost`, never a
+/// success; a stored record of another type, or one that no longer deserializes into `T`, is
+/// `LockError::InvalidConfig`. With `no_wait`, a duplicate while the first call runs gets
+/// `LockError::Busy`. See the crate README, "Idempotent functions".
+///
+/// ```
+/// # #[derive(Debug)] struct AppError(lock_core::LockError);
+/// # impl From<lock_core::LockError> for AppError { fn from(e: lock_core::LockError) -> Self { AppError(e) } }
+/// use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+/// use lock_core::{distributed_lock, Locker};
+///
+/// static RUNS: AtomicU32 = AtomicU32::new(0);
+///
+/// #[distributed_lock(key = "payout:{week}", locker = locker, idempotent = "7d")]
+/// async fn payout(locker: &Locker, week: u32) -> Result<(u32, u32), AppError> {
+///     Ok((week, RUNS.fetch_add(1, SeqCst) + 1))
+/// }
+///
+/// # async fn demo() -> Result<(), AppError> {
+/// let locker = Locker::memory();
+/// assert_eq!(payout(&locker, 9).await?, (9, 1));
+/// assert_eq!(payout(&locker, 9).await?, (9, 1)); // replayed: the body did not run
+/// assert_eq!(RUNS.load(SeqCst), 1);
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```

@@ -1,0 +1,266 @@
+//! `#[distributed_lock(idempotent)]` on the memory backend: the body runs at most once per key
+//! within the TTL, and every call gets the first `Ok` value; `Err` is not stored; a record of
+//! another type is a typed error; a store refused after a lost lease is not a success.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Duration;
+
+use lock_core::{
+    DEFAULT_RESULT_TTL, IdempotencyState, LockError, Locker, MemoryBackend, distributed_lock,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug)]
+enum PayError {
+    Lock(LockError),
+    Declined,
+}
+
+impl From<LockError> for PayError {
+    fn from(e: LockError) -> Self {
+        PayError::Lock(e)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Receipt {
+    order: u64,
+    /// Which run produced it: equal receipts come from one run.
+    run: u64,
+    lines: Vec<String>,
+}
+
+/// Counts runs; each run's receipt carries its number, so a replay is told from a rerun.
+#[derive(Default)]
+struct Bank {
+    runs: AtomicU64,
+}
+
+impl Bank {
+    fn run(&self, order: u64) -> Receipt {
+        let run = self.runs.fetch_add(1, SeqCst) + 1;
+        Receipt {
+            order,
+            run,
+            lines: vec![format!("charged order {order}")],
+        }
+    }
+}
+
+#[distributed_lock(key = "charge:{order}", locker = locker, wait = "30s", idempotent)]
+async fn charge(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    // Long enough for concurrent callers to pile up behind the first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(bank.run(order))
+}
+
+#[tokio::test]
+async fn sequential_calls_run_the_body_once_and_get_its_value() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = charge(&locker, 1, &bank).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(charge(&locker, 1, &bank).await.unwrap(), first);
+    }
+    assert_eq!(bank.runs.load(SeqCst), 1);
+    // Another key runs on its own.
+    assert_eq!(charge(&locker, 2, &bank).await.unwrap().run, 2);
+    // The record is there for other processes, under the default TTL.
+    let IdempotencyState::Completed(record) = locker.idempotency_state("charge:1").await.unwrap()
+    else {
+        panic!("no record stored");
+    };
+    assert!(record.expires_in <= DEFAULT_RESULT_TTL && record.expires_in > DEFAULT_RESULT_TTL / 2);
+    assert_eq!(
+        serde_json::from_slice::<Receipt>(&record.result).unwrap(),
+        first
+    );
+    assert_eq!(
+        record.fingerprint,
+        format!("json:{}", std::any::type_name::<Receipt>())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_run_the_body_once_and_all_get_its_value() {
+    const TASKS: usize = 12;
+    let (locker, bank) = (Locker::memory(), Arc::new(Bank::default()));
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (locker, bank, barrier) = (locker.clone(), bank.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            charge(&locker, 7, &bank).await.unwrap()
+        }));
+    }
+    let mut receipts = Vec::new();
+    for task in tasks {
+        receipts.push(task.await.unwrap());
+    }
+    assert_eq!(bank.runs.load(SeqCst), 1);
+    assert!(receipts.iter().all(|r| *r == receipts[0]), "{receipts:?}");
+}
+
+#[distributed_lock(key = "flaky:{order}", locker = locker, idempotent)]
+async fn flaky(locker: &Locker, order: u64, bank: &Bank, fail: bool) -> Result<Receipt, PayError> {
+    let receipt = bank.run(order);
+    if fail {
+        Err(PayError::Declined)
+    } else {
+        Ok(receipt)
+    }
+}
+
+#[tokio::test]
+async fn an_err_is_not_stored_and_the_next_call_runs_again() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    assert!(matches!(
+        flaky(&locker, 1, &bank, true).await,
+        Err(PayError::Declined)
+    ));
+    assert!(matches!(
+        flaky(&locker, 1, &bank, true).await,
+        Err(PayError::Declined)
+    ));
+    assert!(matches!(
+        locker.idempotency_state("flaky:1").await.unwrap(),
+        IdempotencyState::Absent
+    ));
+    let ok = flaky(&locker, 1, &bank, false).await.unwrap();
+    assert_eq!(ok.run, 3);
+    // Stored now: a later failure-bound call does not run.
+    assert_eq!(flaky(&locker, 1, &bank, true).await.unwrap(), ok);
+    assert_eq!(bank.runs.load(SeqCst), 3);
+}
+
+#[distributed_lock(key = "short:{order}", locker = locker, idempotent = "1s")]
+async fn short(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_record_expires_after_its_ttl_and_the_body_runs_again() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = short(&locker, 1, &bank).await.unwrap();
+    tokio::time::advance(Duration::from_millis(900)).await;
+    assert_eq!(short(&locker, 1, &bank).await.unwrap(), first);
+    tokio::time::advance(Duration::from_millis(200)).await;
+    let second = short(&locker, 1, &bank).await.unwrap();
+    assert_eq!((first.run, second.run), (1, 2));
+}
+
+#[distributed_lock(key = "shared:{order}", locker = locker, idempotent)]
+async fn as_number(locker: &Locker, order: u64) -> Result<u64, PayError> {
+    Ok(order)
+}
+
+#[distributed_lock(key = "shared:{order}", locker = locker, idempotent)]
+async fn as_text(locker: &Locker, order: u64) -> Result<String, PayError> {
+    Ok(order.to_string())
+}
+
+#[tokio::test]
+async fn a_record_of_another_type_is_a_typed_error() {
+    let locker = Locker::memory();
+    assert_eq!(as_number(&locker, 1).await.unwrap(), 1);
+    match as_text(&locker, 1).await {
+        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
+            assert!(
+                what.contains("another type") && what.contains("shared:1"),
+                "{what}"
+            )
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+    // Same fingerprint, bytes that do not deserialize (the type changed between deploys).
+    let guard = locker.lock("shared:2").await.unwrap();
+    let fingerprint = format!("json:{}", std::any::type_name::<u64>());
+    guard
+        .store_result(&fingerprint, b"\"not a number\"", DEFAULT_RESULT_TTL)
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    match as_number(&locker, 2).await {
+        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
+            assert!(what.contains("does not deserialize"), "{what}")
+        }
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    }
+}
+
+#[distributed_lock(key = "busy:{order}", locker = locker, no_wait, idempotent)]
+async fn no_wait_charge(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(bank.run(order))
+}
+
+#[tokio::test]
+async fn no_wait_duplicates_in_flight_are_busy_and_later_ones_replay() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = no_wait_charge(&locker, 1, &bank);
+    let duplicate = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        no_wait_charge(&locker, 1, &bank).await
+    };
+    let (first, duplicate) = tokio::join!(first, duplicate);
+    let first = first.unwrap();
+    assert!(
+        matches!(duplicate, Err(PayError::Lock(LockError::Busy { .. }))),
+        "{duplicate:?}"
+    );
+    assert_eq!(no_wait_charge(&locker, 1, &bank).await.unwrap(), first);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+#[distributed_lock(key = "lost:{order}", locker = locker, idempotent)]
+async fn lose_the_lock(
+    locker: &Locker,
+    backend: &MemoryBackend,
+    order: u64,
+    bank: &Bank,
+) -> Result<Receipt, PayError> {
+    // An operator's DEL while the body runs: the lock is no longer ours when it stores.
+    assert!(backend.force_delete(&format!("lost:{order}")));
+    Ok(bank.run(order))
+}
+
+#[tokio::test]
+async fn a_store_refused_after_a_lost_lease_is_not_a_success() {
+    let backend = MemoryBackend::new();
+    let locker = Locker::builder(backend.clone()).build();
+    let (bank, order) = (Bank::default(), 1);
+    let lost = lose_the_lock(&locker, &backend, order, &bank).await;
+    assert!(
+        matches!(lost, Err(PayError::Lock(LockError::LeaseLost { .. }))),
+        "{lost:?}"
+    );
+    assert!(!matches!(
+        locker.idempotency_state("lost:1").await.unwrap(),
+        IdempotencyState::Completed(_)
+    ));
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+#[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+async fn outer(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    // Reentrant: the inner call of the same key runs under this lock and stores its value,
+    // which the outer call then overwrites with the same value.
+    charge_nested(locker, order, bank).await
+}
+
+#[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+async fn charge_nested(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+#[tokio::test]
+async fn reentrant_idempotent_calls_do_not_deadlock() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = tokio::time::timeout(Duration::from_secs(5), outer(&locker, 1, &bank))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(charge_nested(&locker, 1, &bank).await.unwrap(), first);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
