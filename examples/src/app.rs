@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::checkout::Payments;
 use crate::inventory::Inventory;
 use crate::lottery::Lottery;
 use crate::store::{Store, StoreError};
@@ -99,6 +100,7 @@ pub struct Shop {
     store: Store,
     inventory: Inventory,
     lottery: Lottery,
+    payments: Payments,
     config: ShopConfig,
 }
 
@@ -115,6 +117,7 @@ impl Shop {
             inventory: Inventory::new(store.clone(), config.work),
             lottery: Lottery::new(store.clone(), locker.clone(), config.work)
                 .locking(config.locking),
+            payments: Payments::new(store.clone(), config.work),
             locker,
             store,
             config,
@@ -197,6 +200,19 @@ impl Shop {
     /// ```
     pub fn lottery(&self) -> &Lottery {
         &self.lottery
+    }
+
+    /// The simulated payment store behind `POST /checkout`.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let shop = lock_examples::Shop::memory(Default::default());
+    /// assert!(shop.payments().charges("o-1").await.unwrap().is_empty());
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub fn payments(&self) -> &Payments {
+        &self.payments
     }
 
     /// The configuration.

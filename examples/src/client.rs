@@ -11,6 +11,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::checkout::{CheckoutRequest, Payment};
 use crate::inventory::{ReserveRequest, StockView};
 use crate::lottery::{DrawView, EntryRequest};
 use crate::problem::Problem;
@@ -76,6 +77,9 @@ pub struct Reply {
     pub body: Bytes,
     /// From sending the request to having read the whole body.
     pub latency: Duration,
+    /// Whether the answer carried `Idempotent-Replayed: true` (a stored answer, replayed by
+    /// lock-tower's `IdempotencyLayer`: the handler did not run).
+    pub replayed: bool,
 }
 
 impl Reply {
@@ -87,6 +91,7 @@ impl Reply {
     ///     status: axum::http::StatusCode::CONFLICT,
     ///     body: br#"{"type":"t","title":"T","status":409}"#.to_vec().into(),
     ///     latency: Default::default(),
+    ///     replayed: false,
     /// };
     /// assert!(r.problem().unwrap().is("t"));
     /// ```
@@ -98,7 +103,7 @@ impl Reply {
     ///
     /// ```
     /// use lock_examples::client::Reply;
-    /// let r = Reply { status: axum::http::StatusCode::OK, body: b"42".to_vec().into(), latency: Default::default() };
+    /// let r = Reply { status: axum::http::StatusCode::OK, body: b"42".to_vec().into(), latency: Default::default(), replayed: false };
     /// assert_eq!(r.json::<u32>(), Some(42));
     /// ```
     pub fn json<T: DeserializeOwned>(&self) -> Option<T> {
@@ -200,6 +205,44 @@ impl ShopClient {
             .await
     }
 
+    /// `POST {base}/checkout` with `Idempotency-Key: {key}`.
+    ///
+    /// # Errors
+    /// [`ClientError`] when no HTTP answer came back.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_examples::client::ShopClient) {
+    /// let order = lock_examples::CheckoutRequest { order: "o-1".into(), user: "u".into(), amount_cents: 1999 };
+    /// let r = client.checkout("http://127.0.0.1:3000", "key-1", &order).await;
+    /// # drop(r);
+    /// # }
+    /// ```
+    pub async fn checkout(
+        &self,
+        base: &str,
+        key: &str,
+        request: &CheckoutRequest,
+    ) -> Result<Reply, ClientError> {
+        let url = format!("{base}/checkout");
+        self.send(Method::POST, &url, &[(IDEMPOTENCY_KEY, key)], Some(request))
+            .await
+    }
+
+    /// `GET {base}/payments/{order}`: every charge made for the order.
+    ///
+    /// # Errors
+    /// [`ClientError`], also when the answer is not a 200 with a list of [`Payment`]s.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_examples::client::ShopClient) {
+    /// let charges = client.payments("http://127.0.0.1:3000", "o-1").await.unwrap();
+    /// assert!(charges.len() <= 1);
+    /// # }
+    /// ```
+    pub async fn payments(&self, base: &str, order: &str) -> Result<Vec<Payment>, ClientError> {
+        self.get_json(&format!("{base}/payments/{order}")).await
+    }
+
     /// `GET {base}/inventory/{sku}`.
     ///
     /// # Errors
@@ -281,6 +324,10 @@ impl ShopClient {
                         source,
                     })?;
             let status = response.status();
+            let replayed = response
+                .headers()
+                .get("idempotent-replayed")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
             let body = response
                 .into_body()
                 .collect()
@@ -294,6 +341,7 @@ impl ShopClient {
                 status,
                 body,
                 latency: started.elapsed(),
+                replayed,
             })
         };
         tokio::time::timeout(REQUEST_TIMEOUT, exchange)

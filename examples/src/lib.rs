@@ -2,9 +2,11 @@
 //!
 //! - [`Shop`] is one axum app: `POST /inventory/{sku}/reserve` (the stock decrement is a
 //!   read-modify-write on purpose, serialized per SKU by lock-tower's `LockLayer` keyed by the
-//!   `sku` path parameter), `POST /lottery/{draw}/entries` (one draw per user, `Idempotency-Key`
-//!   retries answered consistently, a prize pool never over-awarded: `#[distributed_lock]` on
-//!   the [`Lottery`] methods), and `GET /inventory/{sku}`, `GET /lottery/{draw}`.
+//!   `sku` path parameter), `POST /lottery/{draw}/entries` (one draw per user and a prize pool
+//!   never over-awarded: `#[distributed_lock]` on the [`Lottery`] methods; `Idempotency-Key`
+//!   retries replayed by lock-tower's `IdempotencyLayer`), `POST /checkout` (a simulated
+//!   payment charged at most once per `Idempotency-Key`, by `IdempotencyLayer`), and
+//!   `GET /inventory/{sku}`, `GET /lottery/{draw}`, `GET /payments/{order}`.
 //! - State lives in the same backend as the locks: in this process ([`Store::memory`] with
 //!   [`lock_core::Locker::memory`]) or in Redis ([`Shop::redis`]).
 //! - [`demo::run`] is the `flash-sale` binary's engine: it starts the service (in process, or
@@ -32,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod checkout;
 pub mod client;
 pub mod cluster;
 pub mod demo;
@@ -42,6 +45,7 @@ pub mod routes;
 pub mod store;
 
 pub use app::{RunningServer, SetupError, Shop, ShopConfig};
+pub use checkout::{CheckoutRequest, Payment, Payments};
 pub use inventory::{Inventory, Reservation, ReserveError, ReserveRequest, StockView};
 pub use lottery::{DrawView, Entry, EntryAnswer, EntryRequest, Lottery, LotteryError};
 pub use store::{Store, StoreError};

@@ -1,11 +1,14 @@
-//! The lottery: one draw per user per draw, answered idempotently, from a pool that is never
-//! over-awarded.
+//! The lottery: one draw per user per draw, from a pool that is never over-awarded.
+//!
+//! Retries of one entry (same `Idempotency-Key`) never reach this module: lock-tower's
+//! `IdempotencyLayer` on `POST /lottery/{draw}/entries` (see [`routes`](crate::routes)) runs the
+//! first and replays its stored response to the others. What stays here is the business rule
+//! that no idempotency key can express: a user draws once, whatever key it sends.
 //!
 //! Two locks, each taken by `#[distributed_lock]` on a method, always in the same order (so
 //! they cannot deadlock), each waiting up to 5 s for a concurrent holder:
-//! - `lottery:{draw}:user:{user}` around a whole entry: the user's earlier entry and the answer
-//!   stored for the `Idempotency-Key` are checked and written under it, so a client's retries
-//!   (even concurrent ones) get the first answer again and a user never draws twice;
+//! - `lottery:{draw}:user:{user}` around a whole entry: the user's earlier entry is checked and
+//!   written under it, so a user never draws twice, even under two keys at once;
 //! - `lottery:{draw}:pool` around awarding a prize: the awarded counter is a read-modify-write.
 //!
 //! State under the store's namespace:
@@ -17,7 +20,6 @@
 //! | `lottery:{draw}:winners`                 | ledger: `prize:user` per prize awarded        |
 //! | `lottery:{draw}:entries`                 | ledger: one user name per draw performed      |
 //! | `lottery:{draw}:entry:{user}`            | the user's entry (JSON)                       |
-//! | `lottery:{draw}:answer:{user}:{key}`     | the answer given for an `Idempotency-Key`     |
 
 use std::time::Duration;
 
@@ -59,7 +61,7 @@ pub struct Entry {
     pub prize: Option<u32>,
 }
 
-/// What `POST /lottery/{draw}/entries` answers; stored per `Idempotency-Key` and replayed.
+/// What an entry came to: `POST /lottery/{draw}/entries` answers 201 or 409 from it.
 ///
 /// ```
 /// use lock_examples::{Entry, EntryAnswer};
@@ -148,11 +150,10 @@ pub enum LotteryError {
 /// use lock_examples::{EntryAnswer, Lottery, Store};
 /// let lottery = Lottery::new(Store::memory(""), lock_core::Locker::memory(), std::time::Duration::ZERO);
 /// lottery.seed("spring", 3).await.unwrap();
-/// let first = lottery.enter("spring", "dave", "key-1").await.unwrap();
-/// let retry = lottery.enter("spring", "dave", "key-1").await.unwrap();
-/// assert_eq!(first, retry);
-/// let again = lottery.enter("spring", "dave", "key-2").await.unwrap();
-/// assert!(matches!(again, EntryAnswer::AlreadyEntered(_)));
+/// let first = lottery.enter("spring", "dave").await.unwrap();
+/// assert!(matches!(first, EntryAnswer::Entered(_)));
+/// let again = lottery.enter("spring", "dave").await.unwrap();
+/// assert!(matches!(again, EntryAnswer::AlreadyEntered(e) if &e == first.entry()));
 /// # }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
 /// ```
@@ -216,9 +217,9 @@ impl Lottery {
             .await
     }
 
-    /// Enters `user` in `draw`, once: the first call draws; a retry with the same
-    /// `idempotency_key` gets the same answer again; a call with another key gets
-    /// [`EntryAnswer::AlreadyEntered`].
+    /// Enters `user` in `draw`, once: the first call draws; every later call gets
+    /// [`EntryAnswer::AlreadyEntered`] with the first entry. (Replaying the first *answer* to a
+    /// retry is the route's `IdempotencyLayer`'s job.)
     ///
     /// # Errors
     /// [`LotteryError::UnknownDraw`], lock errors (a lock still busy after 5 s), store errors.
@@ -226,50 +227,31 @@ impl Lottery {
     /// ```
     /// # async fn demo() {
     /// let l = lock_examples::Lottery::new(lock_examples::Store::memory(""), lock_core::Locker::memory(), std::time::Duration::ZERO);
-    /// assert!(l.enter("closed", "erin", "k").await.is_err());
+    /// assert!(l.enter("closed", "erin").await.is_err());
     /// # }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
-    pub async fn enter(
-        &self,
-        draw: &str,
-        user: &str,
-        idempotency_key: &str,
-    ) -> Result<EntryAnswer, LotteryError> {
+    pub async fn enter(&self, draw: &str, user: &str) -> Result<EntryAnswer, LotteryError> {
         if self.locking {
-            self.enter_locked(draw, user, idempotency_key).await
+            self.enter_locked(draw, user).await
         } else {
-            self.enter_unlocked(draw, user, idempotency_key).await
+            self.enter_unlocked(draw, user).await
         }
     }
 
-    /// One entry under the user's lock: retries of it (even concurrent ones, on other
-    /// processes) wait here, then find the stored answer.
+    /// One entry under the user's lock: two entries of one user (even under different keys, on
+    /// other processes) take turns here, and the second finds the first's entry.
     #[distributed_lock(key = "lottery:{draw}:user:{user}", locker = self.locker, wait = "5s")]
-    async fn enter_locked(
-        &self,
-        draw: &str,
-        user: &str,
-        idempotency_key: &str,
-    ) -> Result<EntryAnswer, LotteryError> {
-        self.enter_unlocked(draw, user, idempotency_key).await
+    async fn enter_locked(&self, draw: &str, user: &str) -> Result<EntryAnswer, LotteryError> {
+        self.enter_unlocked(draw, user).await
     }
 
     /// The entry itself; serialized per (draw, user) by `enter_locked`.
-    async fn enter_unlocked(
-        &self,
-        draw: &str,
-        user: &str,
-        idempotency_key: &str,
-    ) -> Result<EntryAnswer, LotteryError> {
+    async fn enter_unlocked(&self, draw: &str, user: &str) -> Result<EntryAnswer, LotteryError> {
         let prizes = self.prizes(draw).await?;
-        let answer_key = key(draw, &format!("answer:{user}:{idempotency_key}"));
-        if let Some(answer) = self.store.get_json::<EntryAnswer>(&answer_key).await? {
-            return Ok(answer);
-        }
         let entry_key = key(draw, &format!("entry:{user}"));
-        let answer = match self.store.get_json::<Entry>(&entry_key).await? {
-            Some(entry) => EntryAnswer::AlreadyEntered(entry),
+        match self.store.get_json::<Entry>(&entry_key).await? {
+            Some(entry) => Ok(EntryAnswer::AlreadyEntered(entry)),
             None => {
                 self.work().await;
                 let wins = random_percent()? < WIN_PERCENT;
@@ -286,11 +268,9 @@ impl Lottery {
                 };
                 self.store.set_json(&entry_key, &entry).await?;
                 self.store.push(&key(draw, "entries"), user).await?;
-                EntryAnswer::Entered(entry)
+                Ok(EntryAnswer::Entered(entry))
             }
-        };
-        self.store.set_json(&answer_key, &answer).await?;
-        Ok(answer)
+        }
     }
 
     /// Takes the next prize from the pool for `user`, or `None` when it is empty.

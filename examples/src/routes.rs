@@ -7,11 +7,12 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, any_service, get, post};
-use lock_tower::LockLayer;
 use lock_tower::extract::PathParam;
+use lock_tower::{IdempotencyLayer, LockLayer};
 use tower::ServiceExt;
 
 use crate::app::Shop;
+use crate::checkout::{CheckoutRequest, MAX_AMOUNT_CENTS};
 use crate::inventory::{MAX_QUANTITY, ReserveError, ReserveRequest};
 use crate::lottery::{EntryAnswer, EntryRequest, LotteryError};
 use crate::problem::{ALREADY_ENTERED, Problem, SOLD_OUT};
@@ -19,7 +20,8 @@ use crate::problem::{ALREADY_ENTERED, Problem, SOLD_OUT};
 /// The reservation route.
 const RESERVE: &str = "/inventory/{sku}/reserve";
 
-/// The header that carries a client's idempotency key on `POST /lottery/{draw}/entries`.
+/// The header that carries a client's idempotency key on `POST /lottery/{draw}/entries` and
+/// `POST /checkout`.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The longest SKU, draw or user name accepted.
@@ -34,7 +36,10 @@ impl Shop {
     ///   SKU; waits for the lock, or answers a lock-busy 409 at once with `Prefer: wait=0`;
     /// - `GET /inventory/{sku}`;
     /// - `POST /lottery/{draw}/entries`, body `{"user": "..."}`, header `Idempotency-Key`;
-    /// - `GET /lottery/{draw}`.
+    /// - `GET /lottery/{draw}`;
+    /// - `POST /checkout`, body `{"order", "user", "amount_cents"}`, header `Idempotency-Key`:
+    ///   charges the order once per key;
+    /// - `GET /payments/{order}`: every charge made for the order.
     ///
     /// ```
     /// let app = lock_examples::Shop::memory(Default::default()).router();
@@ -44,8 +49,10 @@ impl Shop {
         Router::new()
             .route(RESERVE, self.reserve_route())
             .route("/inventory/{sku}", get(stock))
-            .route("/lottery/{draw}/entries", post(enter))
+            .route("/lottery/{draw}/entries", self.idempotent(post(enter)))
             .route("/lottery/{draw}", get(draw))
+            .route("/checkout", self.idempotent(post(checkout)))
+            .route("/payments/{order}", get(payments))
             .with_state(self.clone())
     }
 
@@ -75,6 +82,25 @@ impl Shop {
             route.oneshot(request)
         });
         any_service(by_preference)
+    }
+
+    /// `route` behind lock-tower's [`IdempotencyLayer`]: the first request with an
+    /// `Idempotency-Key` runs under the key's lock and its response is stored; every retry
+    /// with that key (and the same method, path and body) gets the stored response byte for
+    /// byte, with `Idempotent-Replayed: true`, and the handler does not run again. A retry
+    /// sent while the first still runs waits for it (up to
+    /// [`inventory_wait`](crate::ShopConfig::inventory_wait)), then gets the same replay. Records
+    /// live next to the locks (memory, or Redis across processes) for 24 h.
+    ///
+    /// The handlers still insist on a well-formed key themselves: without one the layer lets
+    /// the request through, and the handler answers 400.
+    fn idempotent(&self, route: MethodRouter<Shop>) -> MethodRouter<Shop> {
+        if !self.config().locking {
+            return route;
+        }
+        route.route_layer(
+            IdempotencyLayer::new(self.locker().clone()).wait(self.config().inventory_wait),
+        )
     }
 
     /// The SKU lock: one `inventory:{sku}` lock per SKU, across every process on the backend.
@@ -173,10 +199,10 @@ async fn enter(
     body: Result<Json<EntryRequest>, JsonRejection>,
 ) -> Result<Response, Problem> {
     check_id("draw", &draw)?;
-    let key = idempotency_key(&headers)?;
+    idempotency_key(&headers)?;
     let Json(request) = body.map_err(|e| Problem::invalid(e.body_text()))?;
     check_id("user", &request.user)?;
-    match shop.lottery().enter(&draw, &request.user, key).await {
+    match shop.lottery().enter(&draw, &request.user).await {
         Ok(EntryAnswer::Entered(entry)) => Ok((StatusCode::CREATED, Json(entry)).into_response()),
         Ok(EntryAnswer::AlreadyEntered(entry)) => {
             let mut problem = Problem::new(
@@ -213,6 +239,39 @@ async fn draw(State(shop): State<Shop>, Path(draw): Path<String>) -> Result<Resp
     match shop.lottery().view(&draw).await {
         Ok(Some(view)) => Ok(Json(view).into_response()),
         Ok(None) => Err(Problem::not_found(format!("no draw {draw:?} is open"))),
+        Err(e) => Err(Problem::unavailable(e.to_string())),
+    }
+}
+
+/// `POST /checkout`: charges the order (a new payment on every run of this handler; the route's
+/// `IdempotencyLayer` makes sure it runs once per `Idempotency-Key`).
+async fn checkout(
+    State(shop): State<Shop>,
+    headers: HeaderMap,
+    body: Result<Json<CheckoutRequest>, JsonRejection>,
+) -> Result<Response, Problem> {
+    idempotency_key(&headers)?;
+    let Json(request) = body.map_err(|e| Problem::invalid(e.body_text()))?;
+    check_id("order", &request.order)?;
+    check_id("user", &request.user)?;
+    if request.amount_cents == 0 || request.amount_cents > MAX_AMOUNT_CENTS {
+        return Err(Problem::invalid(format!(
+            "amount_cents must be from 1 to {MAX_AMOUNT_CENTS}"
+        )));
+    }
+    match shop.payments().charge(&request).await {
+        Ok(payment) => Ok((StatusCode::CREATED, Json(payment)).into_response()),
+        Err(e) => Err(Problem::unavailable(e.to_string())),
+    }
+}
+
+async fn payments(
+    State(shop): State<Shop>,
+    Path(order): Path<String>,
+) -> Result<Response, Problem> {
+    check_id("order", &order)?;
+    match shop.payments().charges(&order).await {
+        Ok(charges) => Ok(Json(charges).into_response()),
         Err(e) => Err(Problem::unavailable(e.to_string())),
     }
 }

@@ -255,6 +255,65 @@ impl Store {
         }
     }
 
+    /// Removes every key under the namespace (state, and in Redis also the locks' and the
+    /// idempotency records' keys, which live under `{namespace}lock:`), and returns how many
+    /// were removed: what the demo does when it is done, so that a run leaves nothing behind
+    /// in a user's Redis. Redis is walked with `SCAN` (never `KEYS`) and cleared with `UNLINK`,
+    /// a batch at a time.
+    ///
+    /// # Errors
+    /// [`StoreError::Redis`] on a Redis failure.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let store = lock_examples::Store::memory("run-1:");
+    /// store.set("a", "1").await.unwrap();
+    /// store.push("b", "x").await.unwrap();
+    /// assert_eq!(store.clear().await.unwrap(), 2);
+    /// assert_eq!(store.get("a").await.unwrap(), None);
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    pub async fn clear(&self) -> Result<u64, StoreError> {
+        match &self.kind {
+            Kind::Memory(memory) => {
+                let mut memory = lock(memory);
+                let ns: &str = &self.namespace;
+                let before = memory.values.len() + memory.lists.len();
+                memory.values.retain(|k, _| !k.starts_with(ns));
+                memory.lists.retain(|k, _| !k.starts_with(ns));
+                Ok((before - memory.values.len() - memory.lists.len()) as u64)
+            }
+            Kind::Redis(connection) => {
+                let mut connection = connection.clone();
+                let pattern = format!("{}*", glob_escape(&self.namespace));
+                let mut cursor: u64 = 0;
+                let mut removed = 0;
+                loop {
+                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(&pattern)
+                        .arg("COUNT")
+                        .arg(500)
+                        .query_async(&mut connection)
+                        .await?;
+                    if !keys.is_empty() {
+                        let n: u64 = redis::cmd("UNLINK")
+                            .arg(&keys)
+                            .query_async(&mut connection)
+                            .await?;
+                        removed += n;
+                    }
+                    if next == 0 {
+                        return Ok(removed);
+                    }
+                    cursor = next;
+                }
+            }
+        }
+    }
+
     /// Reads an integer (`None` when absent).
     pub(crate) async fn get_i64(&self, key: &str) -> Result<Option<i64>, StoreError> {
         match self.get(key).await? {
@@ -294,6 +353,18 @@ impl Store {
         })?;
         self.set(key, &text).await
     }
+}
+
+/// `text` with Redis glob characters escaped, for `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn lock(memory: &Mutex<Memory>) -> std::sync::MutexGuard<'_, Memory> {

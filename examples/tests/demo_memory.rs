@@ -41,6 +41,14 @@ async fn seed_scenario_on_memory_holds_every_invariant() {
     assert_eq!(lottery.already_entered, 12, "{table}");
     assert!(lottery.awarded <= 4, "{table}");
     assert!(table.contains("oversold = 0"), "{table}");
+    let checkout = &report.checkout;
+    assert_eq!(
+        (checkout.requests, checkout.keys, checkout.handler_runs),
+        (40, 10, 10),
+        "{table}"
+    );
+    assert_eq!((checkout.replays, checkout.identical), (30, 30), "{table}");
+    assert_eq!(checkout.charged_twice, 0, "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -59,6 +67,9 @@ async fn without_the_lock_the_same_scenario_oversells_on_memory() {
     assert!(report.oversold() > 0, "{table}");
     assert!(waiting.sold as i64 > waiting.stock, "{table}");
     assert!(waiting.successes > 10, "{table}");
+    // Without IdempotencyLayer every retry charges the order again.
+    assert_eq!(report.checkout.handler_runs, 40, "{table}");
+    assert_eq!(report.checkout.replays, 0, "{table}");
     assert!(!report.passed(), "{table}");
     assert!(table.contains("FAIL"), "{table}");
 }

@@ -16,7 +16,7 @@ fn config(redis: &RedisServer) -> DemoConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seed_scenario_across_three_processes_on_redis_holds_every_invariant() {
     let redis = RedisServer::start();
-    let report = demo::run(&config(&redis)).await.unwrap();
+    let report = demo::run(&config(&redis).keep_data(true)).await.unwrap();
     let mut table = Vec::new();
     report.write_table(&mut table).unwrap();
     let table = String::from_utf8(table).unwrap();
@@ -55,6 +55,42 @@ async fn seed_scenario_across_three_processes_on_redis_holds_every_invariant() {
         .await
         .unwrap();
     assert_eq!(entries, 12);
+    let charges: u64 = conn.llen(format!("{ns}payments:r1-order-0")).await.unwrap();
+    assert_eq!(charges, 1);
+}
+
+/// Every key a run wrote (state, ledgers, locks' fencing counters, idempotency records) is
+/// gone when the demo returns: a run against a user's Redis leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_demo_leaves_no_key_behind_in_redis() {
+    let redis = RedisServer::start();
+    let report = demo::run(&config(&redis)).await.unwrap();
+    let mut table = Vec::new();
+    report.write_table(&mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(report.passed(), "{table}");
+    assert!(report.cleaned_keys.unwrap_or(0) > 0, "{table}");
+
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut left: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        left.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    assert!(left.is_empty(), "{} keys left behind: {left:?}", left.len());
+    assert!(table.contains("cleanup: removed the run's"), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

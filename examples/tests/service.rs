@@ -169,3 +169,37 @@ async fn bad_requests_are_problem_json_400s_and_unknown_things_404s() {
     assert_eq!(client.stock(&base, "sku-3").await.unwrap().stock, 5);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkout_charges_once_per_idempotency_key_and_replays_the_first_answer() {
+    let (shop, server, base) = start().await;
+    let client = ShopClient::new();
+    let order = lock_examples::CheckoutRequest {
+        order: "o-1".into(),
+        user: "alice".into(),
+        amount_cents: 1999,
+    };
+
+    let first = client.checkout(&base, "pay-1", &order).await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.replayed);
+    let retry = client.checkout(&base, "pay-1", &order).await.unwrap();
+    assert!(retry.replayed);
+    assert_eq!((retry.status, &retry.body), (first.status, &first.body));
+    assert_eq!(shop.payments().charges("o-1").await.unwrap().len(), 1);
+
+    // Same key, another payload: refused, nothing charged.
+    let changed = lock_examples::CheckoutRequest {
+        amount_cents: 1,
+        ..order.clone()
+    };
+    let refused = client.checkout(&base, "pay-1", &changed).await.unwrap();
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Another key is another payment.
+    let other = client.checkout(&base, "pay-2", &order).await.unwrap();
+    assert_eq!(other.status, StatusCode::CREATED);
+    assert_ne!(other.body, first.body);
+    let charges = client.payments(&base, "o-1").await.unwrap();
+    assert_eq!(charges.len(), 2);
+    server.stop().await;
+}

@@ -21,7 +21,7 @@ use std::time::Duration;
 use lock_core::Locker;
 use tokio::net::TcpListener;
 
-pub use report::{Check, InventoryPhase, LotteryPhase, Report, percentile};
+pub use report::{Check, CheckoutPhase, InventoryPhase, LotteryPhase, Report, percentile};
 
 use crate::app::{RunningServer, SetupError, Shop, ShopConfig};
 use crate::cluster::{ClusterError, ServerOptions, ServerProcess};
@@ -50,12 +50,16 @@ pub struct Scenario {
     pub prizes: u32,
     /// Retries each lottery user sends together with its first request (same key), as a client
     /// whose timeout fired would; one more late retry and one entry under a new key follow.
+    /// Checkout clients retry the same way.
     pub concurrent_retries: usize,
+    /// Orders paid per round through `POST /checkout`, each under its own `Idempotency-Key`.
+    pub checkouts: usize,
 }
 
 impl Scenario {
     /// 10 items, 20 waiting buyers; 10 items, 10 buyers x 5 attempts with `no_wait`; a draw
-    /// of 12 users for 4 prizes, each user retrying twice at once and once later.
+    /// of 12 users for 4 prizes, each user retrying twice at once and once later; 10 orders
+    /// paid at checkout, each request retried the same way.
     pub const SEED: Scenario = Scenario {
         stock: 10,
         buyers: 20,
@@ -64,6 +68,7 @@ impl Scenario {
         users: 12,
         prizes: 4,
         concurrent_retries: 2,
+        checkouts: 10,
     };
 }
 
@@ -93,6 +98,9 @@ pub struct DemoConfig {
     pub progress: bool,
     /// The sizes.
     pub scenario: Scenario,
+    /// Keep the run's keys in Redis when done (default `false`: the demo removes everything it
+    /// wrote under its namespace, locks and idempotency records included).
+    pub keep_data: bool,
 }
 
 impl DemoConfig {
@@ -111,6 +119,7 @@ impl DemoConfig {
             work: Duration::from_millis(20),
             progress: true,
             scenario: Scenario::SEED,
+            keep_data: false,
         }
     }
 
@@ -173,6 +182,17 @@ impl DemoConfig {
         self
     }
 
+    /// Sets [`keep_data`](Self::keep_data).
+    ///
+    /// ```
+    /// assert!(lock_examples::demo::DemoConfig::fast().keep_data(true).keep_data);
+    /// ```
+    #[must_use]
+    pub fn keep_data(mut self, on: bool) -> Self {
+        self.keep_data = on;
+        self
+    }
+
     /// Sets [`progress`](Self::progress).
     ///
     /// ```
@@ -205,7 +225,8 @@ pub enum DemoError {
 
 /// Runs the demo: starts the service (in this process, or `processes` children sharing
 /// Redis), runs the scenario `rounds` times, reads the state back through the service's GET
-/// routes, stops the servers and returns the report.
+/// routes, stops the servers, removes every key of the run (unless
+/// [`keep_data`](DemoConfig::keep_data)) and returns the report.
 ///
 /// # Errors
 /// [`DemoError`] when the demo cannot run; broken invariants are reported, not errors.
@@ -239,7 +260,20 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let servers = Servers::start(&shop, config, &namespace).await?;
     let report = scenario::drive(&shop, &servers.base_urls(), config, &namespace).await;
     servers.stop().await;
-    report
+    if config.keep_data {
+        return report;
+    }
+    // Runs against a user's Redis leave nothing behind: state, ledgers, fencing counters and
+    // idempotency records all live under this run's namespace.
+    let cleared = shop.store().clear().await;
+    let mut report = report?;
+    match cleared {
+        Ok(n) => report.cleaned_keys = Some(n),
+        Err(e) => report
+            .notes
+            .push(format!("cleanup of {namespace}* failed: {e}")),
+    }
+    Ok(report)
 }
 
 /// The servers of one run.

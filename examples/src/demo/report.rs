@@ -81,6 +81,44 @@ pub struct LotteryPhase {
     pub latencies: Vec<Duration>,
 }
 
+/// Counts for the checkout round(s): payments behind `IdempotencyLayer`, every request retried.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct CheckoutPhase {
+    /// Orders per round, for the label.
+    pub label: String,
+    /// Distinct `Idempotency-Key`s (one per order).
+    pub keys: u64,
+    /// HTTP requests sent.
+    pub requests: u64,
+    /// Charges in the payments ledgers: how many times the handler ran.
+    pub handler_runs: u64,
+    /// Answers marked `Idempotent-Replayed: true`.
+    pub replays: u64,
+    /// Retries (answers beyond the first per key) identical, status and body, to the first.
+    pub identical: u64,
+    /// Orders charged more than once.
+    pub charged_twice: u64,
+    /// Transport errors and unexpected statuses.
+    pub errors: u64,
+    /// Client-side latency of every request.
+    pub latencies: Vec<Duration>,
+}
+
+impl CheckoutPhase {
+    /// Requests beyond the first per key: the retries.
+    ///
+    /// ```
+    /// let mut p = lock_examples::demo::CheckoutPhase::default();
+    /// p.requests = 40;
+    /// p.keys = 10;
+    /// assert_eq!(p.retries(), 30);
+    /// ```
+    pub fn retries(&self) -> u64 {
+        self.requests.saturating_sub(self.keys)
+    }
+}
+
 /// One invariant and whether it held.
 #[derive(Debug, Clone)]
 pub struct Check {
@@ -112,10 +150,14 @@ pub struct Report {
     pub inventory: Vec<InventoryPhase>,
     /// The lottery.
     pub lottery: LotteryPhase,
+    /// The checkout.
+    pub checkout: CheckoutPhase,
     /// Retries each lottery user sent together with its first request.
     pub lottery_concurrent_retries: usize,
     /// Problems met on the way (first few transport errors, unexpected answers).
     pub notes: Vec<String>,
+    /// Keys removed from the backend after the run (`None`: kept, or the cleanup failed).
+    pub cleaned_keys: Option<u64>,
 }
 
 impl Report {
@@ -145,6 +187,7 @@ impl Report {
         let oversold = self.oversold();
         let errors: u64 = inv.iter().map(|p| p.errors).sum::<u64>() + self.lottery.errors;
         let lot = &self.lottery;
+        let pay = &self.checkout;
         vec![
             Check {
                 name: "stock never below zero".into(),
@@ -194,6 +237,24 @@ impl Report {
                 detail: format!(
                     "{} prizes in the winners ledgers of {} in the pools; counters say {}; {} winners told",
                     lot.awarded, lot.prizes, lot.award_counter, lot.winners
+                ),
+            },
+            Check {
+                name: "each payment charged once".into(),
+                ok: pay.handler_runs == pay.keys && pay.charged_twice == 0,
+                detail: format!(
+                    "{} handler runs for {} Idempotency-Keys; {} orders charged twice",
+                    pay.handler_runs, pay.keys, pay.charged_twice
+                ),
+            },
+            Check {
+                name: "retries answered by replay".into(),
+                ok: pay.replays == pay.retries() && pay.identical == pay.retries(),
+                detail: format!(
+                    "{} of {} retries replayed, {} identical to the first answer",
+                    pay.replays,
+                    pay.retries(),
+                    pay.identical
                 ),
             },
         ]
@@ -321,6 +382,38 @@ impl Report {
             self.lottery_concurrent_retries
         )?;
         writeln!(out)?;
+        let c = &self.checkout;
+        let checkout = vec![vec![
+            format!("pay ({})", c.label),
+            c.requests.to_string(),
+            c.keys.to_string(),
+            c.handler_runs.to_string(),
+            c.replays.to_string(),
+            c.identical.to_string(),
+            c.charged_twice.to_string(),
+            ms(percentile(&c.latencies, 50)),
+            ms(percentile(&c.latencies, 99)),
+        ]];
+        table(
+            out,
+            &[
+                "checkout",
+                "requests",
+                "keys",
+                "handler runs",
+                "replays",
+                "same answer",
+                "charged twice",
+                "p50",
+                "p99",
+            ],
+            &checkout,
+        )?;
+        writeln!(
+            out,
+            "  POST /checkout behind IdempotencyLayer, each request retried like the lottery's; handler runs: charges in the payments ledger"
+        )?;
+        writeln!(out)?;
         let checks = self.checks();
         writeln!(out, "invariants")?;
         for check in &checks {
@@ -334,6 +427,13 @@ impl Report {
         }
         for note in &self.notes {
             writeln!(out, "  note: {note}")?;
+        }
+        if let (Some(n), "redis") = (self.cleaned_keys, self.backend) {
+            writeln!(
+                out,
+                "  cleanup: removed the run's {n} keys ({}*) from Redis",
+                self.namespace
+            )?;
         }
         writeln!(out)?;
         let broken = checks.iter().filter(|c| !c.ok).count();

@@ -10,8 +10,9 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::progress::Progress;
-use super::{DemoConfig, DemoError, InventoryPhase, LotteryPhase, Report};
+use super::{CheckoutPhase, DemoConfig, DemoError, InventoryPhase, LotteryPhase, Report};
 use crate::app::Shop;
+use crate::checkout::{CheckoutRequest, Payment};
 use crate::client::{Reply, ShopClient};
 use crate::inventory::{Reservation, ReserveRequest};
 use crate::lottery::Entry;
@@ -69,7 +70,7 @@ pub(super) async fn drive(
     namespace: &str,
 ) -> Result<Report, DemoError> {
     let s = &config.scenario;
-    let per_round = (s.buyers + s.optimistic_buyers + s.users) as u64;
+    let per_round = (s.buyers + s.optimistic_buyers + s.users + s.checkouts) as u64;
     let (progress, drawing) =
         Progress::start(per_round * u64::from(config.rounds), config.progress);
     let client = ShopClient::new();
@@ -88,6 +89,10 @@ pub(super) async fn drive(
     let mut lottery = LotteryPhase {
         label: format!("{} users", s.users),
         ..LotteryPhase::default()
+    };
+    let mut checkout = CheckoutPhase {
+        label: format!("{} orders", s.checkouts),
+        ..CheckoutPhase::default()
     };
     let mut notes = Vec::new();
     for round in 1..=config.rounds {
@@ -148,6 +153,18 @@ pub(super) async fn drive(
         lottery.awarded += view.winners.len() as u64;
         lottery.award_counter += u64::from(view.awarded);
         lottery.over_awarded += u64::from(view.over_awarded());
+
+        progress.phase(format!("{tag}: checkout, {} orders retrying", s.checkouts));
+        checkout_round(
+            &client,
+            bases,
+            round,
+            config,
+            &progress,
+            &mut checkout,
+            &mut notes,
+        )
+        .await?;
     }
     drawing.finish();
     notes.truncate(MAX_NOTES);
@@ -160,8 +177,10 @@ pub(super) async fn drive(
         namespace: namespace.to_owned(),
         inventory: vec![waiting, eager],
         lottery,
+        checkout,
         lottery_concurrent_retries: s.concurrent_retries,
         notes,
+        cleaned_keys: None,
     })
 }
 
@@ -428,6 +447,121 @@ fn score_user(run: UserRun, phase: &mut LotteryPhase, notes: &mut Vec<String>) {
             notes.push(e);
         }
     }
+}
+
+/// `checkouts` clients pay their orders at once; each sends its request together with
+/// `concurrent_retries` copies (same `Idempotency-Key`, spread over the servers), then one late
+/// retry. Every answer per key must be the first one, and the payments ledger must hold one
+/// charge per order: the handler ran once per key, every retry was a replay.
+async fn checkout_round(
+    client: &ShopClient,
+    bases: &[String],
+    round: u32,
+    config: &DemoConfig,
+    progress: &Progress,
+    phase: &mut CheckoutPhase,
+    notes: &mut Vec<String>,
+) -> Result<(), DemoError> {
+    let count = config.scenario.checkouts;
+    let together = config.scenario.concurrent_retries + 1;
+    let start = Arc::new(Barrier::new(count));
+    let mut tasks = JoinSet::new();
+    for i in 0..count {
+        let client = client.clone();
+        let bases = bases.to_vec();
+        let start = Arc::clone(&start);
+        let progress = progress.clone();
+        let request = CheckoutRequest {
+            order: format!("r{round}-order-{i}"),
+            user: format!("buyer-{i}"),
+            amount_cents: 1999 + i as u64,
+        };
+        let key = format!("r{round}-checkout-{i}");
+        tasks.spawn(async move {
+            start.wait().await;
+            let mut first = JoinSet::new();
+            for j in 0..together {
+                let client = client.clone();
+                let base = bases[(i + j) % bases.len()].clone();
+                let (key, request) = (key.clone(), request.clone());
+                first.spawn(async move {
+                    client
+                        .checkout(&base, &key, &request)
+                        .await
+                        .map_err(|e| e.to_string())
+                });
+            }
+            let mut answers = Vec::with_capacity(together + 1);
+            while let Some(joined) = first.join_next().await {
+                answers.push(joined.map_err(|e| e.to_string()).and_then(|r| r));
+            }
+            let base = &bases[(i + together) % bases.len()];
+            answers.push(
+                client
+                    .checkout(base, &key, &request)
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
+            progress.tick();
+            (request.order, answers)
+        });
+    }
+    let mut orders = Vec::with_capacity(count);
+    while let Some(joined) = tasks.join_next().await {
+        let (order, answers) = match joined {
+            Ok(done) => done,
+            Err(e) => {
+                phase.errors += 1;
+                notes.push(format!("a checkout task failed: {e}"));
+                continue;
+            }
+        };
+        phase.keys += 1;
+        phase.requests += answers.len() as u64;
+        let mut replies = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match answer {
+                Ok(reply) => {
+                    phase.latencies.push(reply.latency);
+                    phase.replays += u64::from(reply.replayed);
+                    replies.push(reply);
+                }
+                Err(e) => {
+                    phase.errors += 1;
+                    notes.push(e);
+                }
+            }
+        }
+        // The first answer is the one the handler gave (not replayed); the others must match it.
+        let first = replies.iter().position(|r| !r.replayed).unwrap_or_default();
+        if let Some(reference) = replies.get(first) {
+            if reference.status != StatusCode::CREATED || reference.json::<Payment>().is_none() {
+                phase.errors += 1;
+                notes.push(format!(
+                    "checkout: first answer {} {}",
+                    reference.status,
+                    String::from_utf8_lossy(&reference.body)
+                ));
+            }
+            phase.identical += replies
+                .iter()
+                .enumerate()
+                .filter(|(k, r)| {
+                    *k != first && r.status == reference.status && r.body == reference.body
+                })
+                .count() as u64;
+        }
+        orders.push(order);
+    }
+    for order in orders {
+        let charges = client
+            .payments(&bases[0], &order)
+            .await
+            .map_err(|e| DemoError::State(e.to_string()))?;
+        phase.handler_runs += charges.len() as u64;
+        phase.charged_twice += u64::from(charges.len() > 1);
+    }
+    Ok(())
 }
 
 /// A pause of `work` +- 50 % (`work` counted as at least 2 ms) before an optimistic buyer tries again.
