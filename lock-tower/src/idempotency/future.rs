@@ -15,8 +15,9 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// The response future of [`IdempotencyService`](crate::IdempotencyService): reads the body,
 /// looks the key up, replays, rejects, or runs the request under the key's lock and stores its
-/// response. Dropping it (the client went away) releases the lock in the background and
-/// stores nothing, so a retry runs again once the lock is free.
+/// response. Once the lock is taken the handler runs in a task of its own: dropping this
+/// future (the client went away) does not cancel it; its response is stored and replayed to
+/// the retry, so the handler still runs at most once.
 ///
 /// ```
 /// # async fn demo() {

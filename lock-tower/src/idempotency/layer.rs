@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
-use lock_core::{DEFAULT_RESULT_TTL, Locker};
+use lock_core::{DEFAULT_RESULT_TTL, Locker, MAX_RESULT_TTL};
 use tower_layer::Layer;
 
 use super::service::IdempotencyService;
@@ -108,8 +108,11 @@ impl IdempotencyLayer {
         self.with(|c| c.header = name)
     }
 
-    /// Keeps records for `ttl` instead of 24 h (more than zero, at most
-    /// [`lock_core::MAX_RESULT_TTL`]; otherwise storing fails and the request answers 500).
+    /// Keeps records for `ttl` instead of 24 h: more than zero, at most
+    /// [`lock_core::MAX_RESULT_TTL`]. A TTL out of that range does not panic (a builder value
+    /// never fails on a request path); it is logged and every request carrying a key answers
+    /// 500 `misconfigured` before its handler runs, since its response could not be stored.
+    /// Requests without a key pass through as usual.
     ///
     /// ```
     /// use std::time::Duration;
@@ -118,7 +121,11 @@ impl IdempotencyLayer {
     /// # drop(layer);
     /// ```
     pub fn ttl(self, ttl: Duration) -> Self {
-        self.with(|c| c.ttl = ttl)
+        let layer = self.with(|c| c.ttl = ttl);
+        if let Err(reason) = layer.shared.check_ttl() {
+            tracing::error!(%reason, "IdempotencyLayer misconfigured: keyed requests will answer 500");
+        }
+        layer
     }
 
     /// Answers 400 to requests without a key instead of passing them through.
@@ -206,6 +213,18 @@ impl IdempotencyLayer {
 }
 
 impl Config {
+    /// `Err` (why) when the TTL cannot be stored: every keyed request then answers 500
+    /// before its handler runs.
+    pub(crate) fn check_ttl(&self) -> Result<(), String> {
+        if self.ttl.is_zero() || self.ttl > MAX_RESULT_TTL {
+            return Err(format!(
+                "IdempotencyLayer::ttl({:?}) is out of range: use more than zero and at most {MAX_RESULT_TTL:?}",
+                self.ttl
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn record_key(
         &self,
         method: &http::Method,

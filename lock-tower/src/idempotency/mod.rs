@@ -30,12 +30,22 @@
 //!   [`wait`](IdempotencyLayer::wait), wait for it and replay its answer;
 //! - otherwise the request takes the key's lock, looks again (another may have finished), runs
 //!   the handler, and stores its response with [`lock_core::LockGuard::store_result`] (only
-//!   while the lock is ours: a lost lease answers 503, not the handler's success). 5xx answers
-//!   are not stored, so a retry runs again. A response too large to store
-//!   ([`lock_core::MAX_RESULT_LEN`]) is answered to its client and recorded as "ran, not
-//!   stored": duplicates within the TTL get 409 `idempotency-response-not-stored`, never a
-//!   second run. A client that goes away drops the request: the lock is released (its lease
-//!   as backstop) and nothing is stored.
+//!   while the lock is ours: a lost lease answers 503, not the handler's success). 5xx, 401,
+//!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
+//!   so a retry runs again; other 4xx answers are the handler's and are replayed. A response
+//!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
+//!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
+//!   `idempotency-response-not-stored`, never a second run.
+//! - once the lock is taken, the handler, the reading and storing of its response and the
+//!   release run in a task of their own (`tokio::spawn`): a client that goes away (or a
+//!   timeout layer above that gives up) drops only the wait for that task, so the handler
+//!   runs to its end, its response is stored, and the retry replays it (or gets 409 while it
+//!   still runs, or with `wait` waits for it). Hence the bounds: the inner service, its
+//!   future, its error and both body types are `Send + 'static`, as axum's and hyper's are,
+//!   and the layer runs inside a Tokio runtime.
+//!
+//! A [`ttl`](IdempotencyLayer::ttl) out of range never panics: every request carrying a key
+//! answers 500 `misconfigured` before its handler runs.
 //!
 //! Requests without the header pass through ([`require_key`](IdempotencyLayer::require_key):
 //! 400). Every rejection is an [`IdempotencyRejection`] answered as `application/problem+json`.

@@ -84,8 +84,8 @@ impl<S> IdempotencyService<S> {
 impl<S, ReqB, ResB> Service<Request<ReqB>> for IdempotencyService<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     ReqB: Body + From<Bytes> + Send + 'static,
     ReqB::Data: Send,
     ReqB::Error: Into<BodyError> + Send,
@@ -119,6 +119,10 @@ where
                 future.await.map(|r| r.map(ResponseBody::new))
             });
         };
+        if let Err(reason) = config.check_ttl() {
+            // Before the handler: a result that cannot be stored must not be produced.
+            return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured { reason });
+        }
         let principal = match &config.scope {
             None => Vec::new(),
             Some(scope) => match scope.extract(&mut parts) {
@@ -144,7 +148,7 @@ where
                 Ok(request) => request,
                 Err(rejection) => return Ok(reject(&rejection)),
             };
-            run(&config, service, request, &record_key).await
+            run(config, service, request, record_key).await
         })
     }
 }
@@ -203,22 +207,25 @@ fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
 
 /// One keyed request: replay, reject, or run under the key's lock and store.
 async fn run<S, ReqB, ResB>(
-    config: &Config,
-    mut service: S,
-    (mut request, fingerprint): (Request<ReqB>, String),
-    key: &str,
+    config: Arc<Config>,
+    service: S,
+    (request, fingerprint): (Request<ReqB>, String),
+    key: String,
 ) -> Result<Response<ResponseBody<ResB>>, S::Error>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: Body<Data = Bytes>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BodyError>,
 {
     let locker = &config.locker;
     // The common retry: one read, no lock.
-    match locker.idempotency_state(key).await {
+    match locker.idempotency_state(&key).await {
         Ok(IdempotencyState::Completed(record)) => {
             return Ok(answer_from_record(
-                key,
+                &key,
                 &record.fingerprint,
                 &record.result,
                 &fingerprint,
@@ -228,22 +235,22 @@ where
             return Ok(reject(&IdempotencyRejection::InFlight));
         }
         Ok(_) => {}
-        Err(error) => return Ok(reject(&from_lock_error(key, error))),
+        Err(error) => return Ok(reject(&from_lock_error(&key, error))),
     }
     let lock = match config.wait {
-        Some(wait) => locker.lock(key).wait(wait),
-        None => locker.lock(key).no_wait(),
+        Some(wait) => locker.lock(&key).wait(wait),
+        None => locker.lock(&key).no_wait(),
     };
     let guard = match lock.await {
         Ok(guard) => guard,
-        Err(error) => return Ok(reject(&from_lock_error(key, error))),
+        Err(error) => return Ok(reject(&from_lock_error(&key, error))),
     };
     // Under the lock, ask again: the first request may have finished meanwhile.
-    match locker.idempotency_state(key).await {
+    match locker.idempotency_state(&key).await {
         Ok(IdempotencyState::Completed(record)) => {
             release(guard).await;
             return Ok(answer_from_record(
-                key,
+                &key,
                 &record.fingerprint,
                 &record.result,
                 &fingerprint,
@@ -252,32 +259,79 @@ where
         Ok(_) => {}
         Err(error) => {
             release(guard).await;
-            return Ok(reject(&from_lock_error(key, error)));
+            return Ok(reject(&from_lock_error(&key, error)));
         }
     }
+    // From here on the work runs in its own task: if this future is dropped (the client
+    // went away, a timeout layer above gave up), the handler still runs to its end, its
+    // response is stored and the lock released, so a retry replays it (or gets 409 while it
+    // runs) instead of running the handler a second time.
+    let task = tokio::spawn(complete(
+        config.clone(),
+        service,
+        request,
+        guard,
+        key,
+        fingerprint,
+    ));
+    match task.await {
+        Ok(outcome) => outcome,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => Ok(reject(&IdempotencyRejection::Unavailable)),
+    }
+}
+
+/// Runs the handler under `guard`, stores its response, releases the lock.
+async fn complete<S, ReqB, ResB>(
+    config: Arc<Config>,
+    mut service: S,
+    mut request: Request<ReqB>,
+    guard: LockGuard,
+    key: String,
+    fingerprint: String,
+) -> Result<Response<ResponseBody<ResB>>, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BodyError>,
+{
+    let key = key.as_str();
     request.extensions_mut().insert(guard.info());
-    // If this future is dropped from here on (the client went away), the guard is dropped:
-    // the lock is released in the background (its lease as backstop) and nothing is stored.
-    let response = guard.scope(service.call(request)).await?;
+    let response = match guard.scope(service.call(request)).await {
+        Ok(response) => response,
+        Err(error) => {
+            release(guard).await;
+            return Err(error);
+        }
+    };
     let (parts, body) = response.into_parts();
-    if parts.status.is_server_error() {
+    if !storable(parts.status) {
         // Not stored: a retry runs again.
         release(guard).await;
         return Ok(Response::from_parts(parts, ResponseBody::new(body)));
     }
-    let body = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => {
-            release(guard).await;
-            return Ok(reject(&IdempotencyRejection::Misconfigured {
-                reason: "the handler's response body failed".into(),
-            }));
+    let (stored, answer) = match body.collect().await {
+        Ok(collected) => {
+            let body = collected.to_bytes();
+            let stored = Stored::Response {
+                status: parts.status,
+                headers: end_to_end(&parts.headers),
+                body: body.clone(),
+            };
+            (stored, Ok(body))
         }
-    };
-    let stored = Stored::Response {
-        status: parts.status,
-        headers: end_to_end(&parts.headers),
-        body: body.clone(),
+        Err(_) => {
+            // The handler ran: record that, so a retry does not run it again.
+            tracing::warn!(key = %LogKey(key), "the handler's response body failed: later duplicates get 409 not-stored");
+            (
+                Stored::TooLarge {
+                    status: parts.status,
+                },
+                Err(IdempotencyRejection::Misconfigured {
+                    reason: "the handler's response body failed".into(),
+                }),
+            )
+        }
     };
     let encoded = stored
         .encode()
@@ -306,10 +360,18 @@ where
         },
     };
     release(guard).await;
-    Ok(match outcome {
-        None => Response::from_parts(parts, ResponseBody::full(body)),
-        Some(rejection) => reject(&rejection),
+    Ok(match (outcome, answer) {
+        (None, Ok(body)) => Response::from_parts(parts, ResponseBody::full(body)),
+        (Some(rejection), _) | (None, Err(rejection)) => reject(&rejection),
     })
+}
+
+/// Whether a response is stored and replayed: not 5xx (a retry runs again), and not the
+/// 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
+/// often from an authentication layer inside this one), 408 (request timeout) and 429 (rate
+/// limited). Other 4xx answers are the handler's verdict on the request and are replayed.
+fn storable(status: http::StatusCode) -> bool {
+    !status.is_server_error() && !matches!(status.as_u16(), 401 | 408 | 429)
 }
 
 async fn release(guard: LockGuard) {

@@ -289,7 +289,7 @@ async fn too_large_responses_never_run_twice() {
 }
 
 #[tokio::test]
-async fn a_client_gone_mid_request_leaves_nothing_in_flight() {
+async fn a_client_gone_mid_request_does_not_make_the_retry_run_again() {
     let handler = Handler {
         delay: Duration::from_millis(500),
         ..Handler::default()
@@ -298,12 +298,105 @@ async fn a_client_gone_mid_request_leaves_nothing_in_flight() {
     let gone =
         tokio::time::timeout(Duration::from_millis(100), send(addr, &Call::new("k", "a"))).await;
     assert!(gone.is_err());
-    // The server notices the closed connection, drops the request and releases the lock.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server notices the closed connection and drops the request; the handler runs on.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let during = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(during.status, 409, "{during:?}");
+    assert_eq!(
+        during.problem_type(),
+        "urn:lock-tower:idempotency-in-flight"
+    );
+    // Once it finished, its response was stored: the retry replays it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let retry = send(addr, &Call::new("k", "a")).await;
-    assert_eq!(retry.status, 201, "{retry:?}");
-    assert_eq!(handler.calls(), 2);
+    assert!(retry.replayed(), "{retry:?}");
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.body, "charge #1 tenant - for a");
+    assert_eq!(
+        handler.calls(),
+        1,
+        "at most once, though the first client left"
+    );
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_request_then_a_waiting_retry_gets_the_first_answer() {
+    let handler = Handler {
+        delay: Duration::from_millis(400),
+        ..Handler::default()
+    };
+    let layer = IdempotencyLayer::new(Locker::memory()).wait(Duration::from_secs(5));
+    let addr = serve(layer, handler.clone()).await;
+    let gone =
+        tokio::time::timeout(Duration::from_millis(100), send(addr, &Call::new("k", "a"))).await;
+    assert!(gone.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let retry = send(addr, &Call::new("k", "a")).await;
+    assert!(retry.replayed(), "{retry:?}");
+    assert_eq!(retry.body, "charge #1 tenant - for a");
+    assert_eq!(handler.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_ttl_out_of_range_answers_500_without_running_the_handler() {
+    for ttl in [
+        Duration::ZERO,
+        lock_core::MAX_RESULT_TTL + Duration::from_secs(1),
+    ] {
+        let handler = Handler::default();
+        let layer = IdempotencyLayer::new(Locker::memory()).ttl(ttl);
+        let addr = serve(layer, handler.clone()).await;
+        for _ in 0..2 {
+            let answer = send(addr, &Call::new("k", "a")).await;
+            assert_eq!(answer.status, 500, "{answer:?}");
+            assert_eq!(answer.problem_type(), "urn:lock-tower:misconfigured");
+        }
+        assert_eq!(handler.calls(), 0, "ttl {ttl:?}: the handler never runs");
+    }
+}
+
+#[tokio::test]
+async fn a_response_body_that_fails_is_recorded_and_not_run_again() {
+    let handler = Handler {
+        broken_body: true,
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let first = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(first.status, 500, "{first:?}");
+    let retry = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(retry.status, 409, "{retry:?}");
+    assert_eq!(
+        retry.problem_type(),
+        "urn:lock-tower:idempotency-response-not-stored"
+    );
+    assert_eq!(handler.calls(), 1);
+}
+
+#[tokio::test]
+async fn answers_401_408_429_are_not_stored() {
+    for status in [401, 408, 429] {
+        let handler = Handler {
+            status: Some(status),
+            ..Handler::default()
+        };
+        let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+        for _ in 0..2 {
+            let answer = send(addr, &Call::new("k", "a")).await;
+            assert_eq!(answer.status, status);
+            assert!(!answer.replayed());
+        }
+        assert_eq!(handler.calls(), 2, "{status} is not stored: the retry runs");
+    }
+    // Another 4xx from the handler is its answer, stored and replayed.
+    let handler = Handler {
+        status: Some(404),
+        ..Handler::default()
+    };
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 404);
     assert!(send(addr, &Call::new("k", "a")).await.replayed());
+    assert_eq!(handler.calls(), 1);
 }
 
 #[tokio::test]

@@ -26,6 +26,25 @@ pub(crate) struct Handler {
     pub(crate) fail_on: Vec<usize>,
     /// Answer a body of this many bytes instead of the usual one.
     pub(crate) big: Option<usize>,
+    /// Answer this status (with a small body) instead of 201.
+    pub(crate) status: Option<u16>,
+    /// Answer 200 with a body that fails while it is read.
+    pub(crate) broken_body: bool,
+}
+
+/// A response body whose first frame is an error.
+struct BrokenBody;
+
+impl http_body::Body for BrokenBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(Some(Err(std::io::Error::other("broken body"))))
+    }
 }
 
 impl Handler {
@@ -44,6 +63,12 @@ async fn charge(
     tokio::time::sleep(h.delay).await;
     if h.fail_on.contains(&n) {
         return (StatusCode::INTERNAL_SERVER_ERROR, "try again").into_response();
+    }
+    if let Some(status) = h.status {
+        return (StatusCode::from_u16(status).unwrap(), "status").into_response();
+    }
+    if h.broken_body {
+        return axum::response::Response::new(axum::body::Body::new(BrokenBody));
     }
     if let Some(len) = h.big {
         return vec![b'x'; len].into_response();
