@@ -58,6 +58,11 @@ mod idempotent {
 
     use crate::{IdempotencyRecord, IdempotencyState, LockError, LockRequest, MAX_FINGERPRINT_LEN};
 
+    /// The result stored when the body ran but its value could not be stored (over
+    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN), or not serializable as JSON): not JSON, so
+    /// it never collides with a stored value.
+    const NOT_STORED: &[u8] = b"\0ran, result not stored";
+
     /// How an idempotent function's `Ok` value is stored: as JSON, under a fingerprint naming
     /// its type. Made by [`stored`], where the `Serialize + DeserializeOwned` bound is checked
     /// (the generated code spans that call at `T`, so a type that cannot be stored is reported
@@ -110,7 +115,8 @@ mod idempotent {
             format!("json:sha256:{hex}")
         }
 
-        /// The stored value, or `InvalidConfig` when the record holds something else.
+        /// The stored value, or `InvalidConfig` when the record holds something else or the
+        /// "ran, result not stored" marker.
         fn replay(&self, key: &str, record: &IdempotencyRecord) -> Result<T, LockError> {
             let ours = self.fingerprint();
             if record.fingerprint != ours {
@@ -119,6 +125,14 @@ mod idempotent {
                         "the idempotency record of key {key:?} holds a result of another type (fingerprint {:?}, this function returns `{}`): two idempotent functions share a key; give each its own key template (the record expires in {:?})",
                         record.fingerprint,
                         (self.type_name)(),
+                        record.expires_in,
+                    ),
+                });
+            }
+            if record.result == NOT_STORED {
+                return Err(LockError::InvalidConfig {
+                    what: format!(
+                        "the body of idempotent key {key:?} ran but its result was not stored (larger than MAX_RESULT_LEN, or not JSON): it does not run again until the record expires in {:?}",
                         record.expires_in,
                     ),
                 });
@@ -148,6 +162,20 @@ mod idempotent {
     /// - the errors of [`LockGuard::store_result`](crate::LockGuard::store_result): `LeaseLost`
     ///   (the lock was lost before the value was stored), `RecordTooLarge`, `Backend`. The
     ///   body has run then, but its value is not reported as a success.
+    ///
+    /// A body that ran but whose `Ok` value cannot be stored (`RecordTooLarge`: over
+    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN); `InvalidConfig`: not serializable as JSON)
+    /// returns that error, and a "ran, result not stored" marker is stored in its place:
+    /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
+    /// stored") and the body does not run again.
+    ///
+    /// Cancellation: `body` usually borrows the function's parameters (`&self`, references),
+    /// so it is not `'static` and cannot be spawned; it runs inside the caller's future.
+    /// Dropping that future while the body runs (a `select!`, a timeout, a dropped request)
+    /// cancels the body where it stands: nothing is stored, the lock is released, and the
+    /// next call runs the body again. At most once holds for calls that run to their end;
+    /// callers that may be cancelled mid-body must make the body's effects idempotent
+    /// themselves, or spawn the call (with owned arguments) so it cannot be cancelled.
     ///
     /// ```
     /// # async fn demo() {
@@ -219,15 +247,28 @@ mod idempotent {
                 return Ok(Err(e));
             }
         };
-        let bytes = (stored.encode)(&value).map_err(|e| LockError::InvalidConfig {
-            what: format!(
-                "the result of idempotent key {key:?} could not be stored as JSON ({e}); nothing was stored, so a retry runs the body again"
-            ),
-        })?;
-        // Dropping the guard on an error releases the lock in the background.
-        guard
-            .store_result(&stored.fingerprint(), &bytes, ttl)
-            .await?;
+        let fingerprint = stored.fingerprint();
+        let not_storable = match (stored.encode)(&value) {
+            Ok(bytes) => match guard.store_result(&fingerprint, &bytes, ttl).await {
+                Ok(()) => None,
+                Err(e @ LockError::RecordTooLarge { .. }) => Some(e),
+                // Dropping the guard on an error releases the lock in the background.
+                Err(e) => return Err(e),
+            },
+            Err(e) => Some(LockError::InvalidConfig {
+                what: format!(
+                    "the result of idempotent key {key:?} could not be stored as JSON ({e}); the body ran, so later calls get an error (result not stored) until the record expires"
+                ),
+            }),
+        };
+        if let Some(error) = not_storable {
+            // The body ran: record that, so a later call does not run it again.
+            if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
+                tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; a later call runs the body again");
+            }
+            release(guard, &key).await;
+            return Err(error);
+        }
         // Stored in one step that checked the lock was ours: the body ran under it from start
         // to end (a lost lease never comes back), so a failed release changes nothing.
         release(guard, &key).await;

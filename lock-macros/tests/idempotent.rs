@@ -264,3 +264,78 @@ async fn reentrant_idempotent_calls_do_not_deadlock() {
     assert_eq!(charge_nested(&locker, 1, &bank).await.unwrap(), first);
     assert_eq!(bank.runs.load(SeqCst), 1);
 }
+
+#[distributed_lock(key = "huge:{order}", locker = locker, idempotent)]
+async fn huge(locker: &Locker, order: u64, bank: &Bank) -> Result<String, PayError> {
+    let receipt = bank.run(order);
+    Ok("x".repeat(lock_core::MAX_RESULT_LEN + receipt.run as usize))
+}
+
+#[tokio::test]
+async fn a_result_too_large_to_store_is_recorded_and_the_body_does_not_run_again() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = huge(&locker, 1, &bank).await;
+    assert!(
+        matches!(first, Err(PayError::Lock(LockError::RecordTooLarge { .. }))),
+        "{first:?}"
+    );
+    for _ in 0..2 {
+        let again = huge(&locker, 1, &bank).await;
+        match again {
+            Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
+                assert!(what.contains("not stored"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(bank.runs.load(SeqCst), 1, "the body ran once");
+}
+
+#[distributed_lock(key = "unencodable:{order}", locker = locker, idempotent)]
+async fn unencodable(
+    locker: &Locker,
+    order: u64,
+    bank: &Bank,
+) -> Result<std::collections::BTreeMap<Vec<u8>, u64>, PayError> {
+    let receipt = bank.run(order);
+    // JSON map keys must be strings: this value does not serialize.
+    Ok([(vec![1_u8], receipt.run)].into_iter().collect())
+}
+
+#[tokio::test]
+async fn a_result_that_is_not_json_is_recorded_and_the_body_does_not_run_again() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = unencodable(&locker, 1, &bank).await;
+    assert!(
+        matches!(first, Err(PayError::Lock(LockError::InvalidConfig { .. }))),
+        "{first:?}"
+    );
+    let again = unencodable(&locker, 1, &bank).await;
+    match again {
+        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
+            assert!(what.contains("not stored"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(bank.runs.load(SeqCst), 1, "the body ran once");
+}
+
+#[tokio::test]
+async fn a_call_cancelled_mid_body_stores_nothing_and_the_next_call_runs_again() {
+    // Documented: the body borrows its parameters, so it cannot be spawned and runs inside the
+    // caller's future; dropping that future mid-body cancels the body, stores nothing and
+    // releases the lock, and the next call runs the body again.
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(10), charge(&locker, 9, &bank)).await;
+    assert!(cancelled.is_err());
+    let bank_runs_after_cancel = bank.runs.load(SeqCst);
+    assert_eq!(
+        bank_runs_after_cancel, 0,
+        "cancelled before the body's effect"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let next = charge(&locker, 9, &bank).await.unwrap();
+    assert_eq!(next.run, 1, "the next call ran the body");
+    assert_eq!(charge(&locker, 9, &bank).await.unwrap(), next);
+}
