@@ -282,15 +282,12 @@ impl Rejection {
     /// assert!(json.starts_with(r#"{"type":"urn:lock-tower:missing-key","#));
     /// ```
     pub fn problem_json(&self) -> String {
-        let mut out = String::with_capacity(256);
-        out.push_str("{\"type\":");
-        json_string(&mut out, self.problem_type());
-        out.push_str(",\"title\":");
-        json_string(&mut out, self.title());
-        let _ = write!(out, ",\"status\":{},\"detail\":", self.status().as_u16());
-        json_string(&mut out, &self.detail());
-        out.push('}');
-        out
+        problem_json(
+            self.problem_type(),
+            self.title(),
+            self.status(),
+            &self.detail(),
+        )
     }
 
     /// The default answer: status, `Content-Type: application/problem+json`,
@@ -330,6 +327,25 @@ impl From<KeyRejection> for Rejection {
 }
 
 /// Appends `s` as a JSON string literal.
+/// An RFC 9457 problem object: `type`, `title`, `status`, `detail`, shared by every rejection
+/// of the crate's layers.
+pub(crate) fn problem_json(
+    problem_type: &str,
+    title: &str,
+    status: StatusCode,
+    detail: &str,
+) -> String {
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"type\":");
+    json_string(&mut out, problem_type);
+    out.push_str(",\"title\":");
+    json_string(&mut out, title);
+    let _ = write!(out, ",\"status\":{},\"detail\":", status.as_u16());
+    json_string(&mut out, detail);
+    out.push('}');
+    out
+}
+
 pub(crate) fn json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {

@@ -1,12 +1,11 @@
 //! [`IdempotencyRejection`]: why a request was answered by the idempotency layer itself.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Response, StatusCode};
 
-use crate::rejection::json_string;
+use crate::rejection::problem_json;
 
 /// Why [`IdempotencyLayer`](crate::IdempotencyLayer) answered a request itself, with the
 /// `application/problem+json` (RFC 9457) answer it gets, like [`Rejection`](crate::Rejection)'s.
@@ -192,15 +191,12 @@ impl IdempotencyRejection {
     /// assert!(json.contains(r#""status":409"#));
     /// ```
     pub fn problem_json(&self) -> String {
-        let mut out = String::with_capacity(256);
-        out.push_str("{\"type\":");
-        json_string(&mut out, self.problem_type());
-        out.push_str(",\"title\":");
-        json_string(&mut out, self.title());
-        let _ = write!(out, ",\"status\":{},\"detail\":", self.status().as_u16());
-        json_string(&mut out, &self.detail());
-        out.push('}');
-        out
+        problem_json(
+            self.problem_type(),
+            self.title(),
+            self.status(),
+            &self.detail(),
+        )
     }
 
     /// The answer: status, `Content-Type: application/problem+json`, `Cache-Control: no-store`,
