@@ -4,11 +4,22 @@
 //!
 //! ```text
 //! lock-http-server --url redis://127.0.0.1:PORT/ [--work-us N] [--no-lock]
+//!                  [--lease-ms N] [--hold-ms N] [--wait-ms N]
 //! stdout, once serving:  listening 127.0.0.1:<port>
 //! POST /counter/{key}      under LockLayer(PathParam "key", prefix "counter:", wait 2 s, fenced)
 //! POST /counter-now/{key}  under LockLayer(same lock names, reject_when_busy, fenced)
 //! GET  /metrics            both layers' counters: `locked=N busy=N timeout=N unavailable=N lease_lost=N other=N`
+//! POST /pay                under IdempotencyLayer(wait --wait-ms, default 10 s), for
+//!                          `tests/idempotency_http.rs`
 //! ```
+//!
+//! `POST /pay` (key from `Idempotency-Key`) counts its runs in Redis, where every process sees
+//! them: `INCR pay:<key>:runs` when it starts (the test's "handler started" marker), then it
+//! holds for `--hold-ms` (default 0; a long hold lets a test kill the process mid-handler),
+//! then `INCR pay:<key>:done` and answers 201 with `x-run: <run>` and `x-served-by: <pid>` and
+//! a body naming the request body, the key, the run, the process and the time, so two runs
+//! never give the same answer. `--lease-ms` sets the locker's lease (default lock-core's 30 s;
+//! the watchdog renews it while the process lives).
 //!
 //! Both POST routes take the same lock (`counter:<key>`), so a waiting request and a rejecting
 //! one contend with each other. The handler is a deliberately non-atomic critical section on
@@ -39,11 +50,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
-use lock_core::Locker;
+use lock_core::{Locker, RedisBackend};
 use lock_tower::extract::PathParam;
-use lock_tower::{FencingToken, LockLayer, LockLayerMetrics};
+use lock_tower::{FencingToken, IdempotencyLayer, LockLayer, LockLayerMetrics};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use tokio::io::AsyncReadExt;
@@ -55,12 +66,25 @@ struct Args {
     url: String,
     work: Duration,
     locked: bool,
+    lease: Option<Duration>,
+    hold: Duration,
+    wait: Duration,
+}
+
+fn millis(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<Duration, String> {
+    args.next()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{flag} needs a number of milliseconds"))
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut url = None;
     let mut work = Duration::from_micros(2000);
     let mut locked = true;
+    let mut lease = None;
+    let mut hold = Duration::ZERO;
+    let mut wait = Duration::from_secs(10);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -73,13 +97,19 @@ fn parse_args() -> Result<Args, String> {
                 work = Duration::from_micros(us);
             }
             "--no-lock" => locked = false,
+            "--lease-ms" => lease = Some(millis(&mut args, "--lease-ms")?),
+            "--hold-ms" => hold = millis(&mut args, "--hold-ms")?,
+            "--wait-ms" => wait = millis(&mut args, "--wait-ms")?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     Ok(Args {
-        url: url.ok_or("usage: lock-http-server --url URL [--work-us N] [--no-lock]")?,
+        url: url.ok_or("usage: lock-http-server --url URL [--work-us N] [--no-lock] [--lease-ms N] [--hold-ms N] [--wait-ms N]")?,
         work,
         locked,
+        lease,
+        hold,
+        wait,
     })
 }
 
@@ -88,6 +118,7 @@ struct App {
     check_fence: Script,
     work: Duration,
     locked: bool,
+    hold: Duration,
     metrics: Vec<LockLayerMetrics>,
 }
 
@@ -154,6 +185,38 @@ async fn bump(
     Ok(token)
 }
 
+/// `POST /pay` behind `IdempotencyLayer`: counts its runs per key in Redis, holds, answers 201
+/// with an answer no other run gives.
+async fn pay(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<(StatusCode, [(&'static str, String); 2], String), Failure> {
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mut conn = app.conn.clone();
+    let run: i64 = conn
+        .incr(format!("pay:{key}:runs"), 1)
+        .await
+        .map_err(|e| redis_failure("INCR runs", &e))?;
+    tokio::time::sleep(app.hold).await;
+    let _: i64 = conn
+        .incr(format!("pay:{key}:done"), 1)
+        .await
+        .map_err(|e| redis_failure("INCR done", &e))?;
+    let pid = std::process::id();
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    Ok((
+        StatusCode::CREATED,
+        [("x-run", run.to_string()), ("x-served-by", pid.to_string())],
+        format!("paid {body:?} key={key} run={run} pid={pid} at={at}"),
+    ))
+}
+
 async fn metrics(State(app): State<Arc<App>>) -> String {
     let (mut locked, mut busy, mut timeout, mut unavailable, mut lease_lost, mut other) =
         (0, 0, 0, 0, 0, 0);
@@ -185,9 +248,14 @@ async fn main() -> ExitCode {
 
 async fn serve() -> Result<(), String> {
     let args = parse_args()?;
-    let locker = Locker::redis(&args.url)
-        .await
-        .map_err(|e| format!("lock backend: {e}"))?;
+    let locker = match args.lease {
+        None => Locker::redis(&args.url).await,
+        Some(lease) => RedisBackend::connect(&args.url)
+            .await
+            .map(|backend| Locker::builder(backend).lease(lease).build()),
+    }
+    .map_err(|e| format!("lock backend: {e}"))?;
+    let idempotent = IdempotencyLayer::new(locker.clone()).wait(args.wait);
     let conn = redis::Client::open(args.url.as_str())
         .map_err(|e| format!("redis url: {e}"))?
         .get_multiplexed_async_connection()
@@ -206,6 +274,7 @@ async fn serve() -> Result<(), String> {
         check_fence: Script::new(CHECK_FENCE),
         work: args.work,
         locked: args.locked,
+        hold: args.hold,
         metrics: vec![waiting.metrics(), rejecting.metrics()],
     });
     let router = if args.locked {
@@ -215,7 +284,10 @@ async fn serve() -> Result<(), String> {
     } else {
         Router::new().route("/counter/{key}", post(bump))
     };
-    let router = router.route("/metrics", get(metrics)).with_state(app);
+    let router = router
+        .route("/metrics", get(metrics))
+        .route("/pay", post(pay).layer(idempotent))
+        .with_state(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("bind: {e}"))?;
