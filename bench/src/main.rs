@@ -3,7 +3,7 @@
 //! the same run, and writes a Markdown report plus an SVG of handoff latencies.
 //!
 //! ```text
-//! cargo run --release -p lock-bench --bin lock-bench -- [--quick] [--out BENCHMARKS.md] [--redis-url URL]
+//! cargo run --release -p lock-bench --bin lock-bench -- [--quick] [--out BENCHMARKS.md] [--redis-url URL] [--only SECTION]
 //! ```
 //!
 //! Without `--redis-url` (or `REDIS_URL`) it starts its own `redis-server` on a free loopback
@@ -30,12 +30,14 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type Result<T> = std::result::Result<T, BoxError>;
 
 const USAGE: &str = "\
-usage: lock-bench [--quick] [--out PATH] [--redis-url URL]
+usage: lock-bench [--quick] [--out PATH] [--redis-url URL] [--only SECTION]
 
   --quick          a few seconds per run, for CI (the figures are not meaningful)
   --out PATH       where to write the Markdown report (default: BENCHMARKS.md at the workspace
                    root); the handoff plot goes next to it as <stem>-handoff.svg
   --redis-url URL  benchmark this Redis instead of starting one (also: REDIS_URL)
+  --only SECTION   run one section and print its table rows on stdout, no report written
+                   (a partial run); sections: idempotency
 ";
 
 /// Command-line options of the report binary.
@@ -44,6 +46,8 @@ pub(crate) struct Options {
     pub(crate) quick: bool,
     pub(crate) out: PathBuf,
     pub(crate) redis_url: Option<String>,
+    /// Run this section only (`--only`), printing its rows instead of writing the report.
+    pub(crate) only: Option<String>,
 }
 
 /// The options, or the message to print above the usage (empty for `--help`).
@@ -52,6 +56,7 @@ fn parse_options(args: &[String]) -> std::result::Result<Options, String> {
         quick: false,
         out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../BENCHMARKS.md")),
         redis_url: std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()),
+        only: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -60,6 +65,14 @@ fn parse_options(args: &[String]) -> std::result::Result<Options, String> {
             "--out" => o.out = it.next().ok_or("--out needs a path")?.into(),
             "--redis-url" => {
                 o.redis_url = Some(it.next().ok_or("--redis-url needs a URL")?.clone())
+            }
+            "--only" => {
+                let section = it.next().ok_or("--only needs a section")?;
+                if !scenarios::SECTIONS.split(' ').any(|s| s == section) {
+                    let known = scenarios::SECTIONS;
+                    return Err(format!("unknown section `{section}` (known: {known})"));
+                }
+                o.only = Some(section.clone());
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),

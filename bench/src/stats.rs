@@ -151,6 +151,28 @@ impl CommandStats {
         CommandStats(delta.collect())
     }
 
+    /// Both deltas added up.
+    pub(crate) fn plus(&self, other: &CommandStats) -> CommandStats {
+        let mut sum = self.0.clone();
+        for (name, (calls, usec)) in &other.0 {
+            let entry = sum.entry(name.clone()).or_default();
+            *entry = (entry.0 + calls, entry.1 + usec);
+        }
+        CommandStats(sum)
+    }
+
+    /// The names of the commands that ran, separated by spaces.
+    pub(crate) fn names(&self) -> String {
+        let mut names: Vec<&str> = self
+            .0
+            .iter()
+            .filter(|c| c.1.0 > 0)
+            .map(|c| c.0.as_str())
+            .collect();
+        names.sort_unstable();
+        names.join(" ")
+    }
+
     pub(crate) fn calls(&self, name: &str) -> u64 {
         self.0.get(name).map_or(0, |c| c.0)
     }

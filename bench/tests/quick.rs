@@ -26,6 +26,8 @@ const ROWS: &[&str] = &[
     "Layer overhead per request (memory, distinct keys)",
     "Layer overhead per request (memory, one hot key)",
     "Layer overhead per request (Redis, distinct keys)",
+    "Idempotency: replayed request, layer overhead (memory)",
+    "Idempotency: replayed request (Redis)",
 ];
 
 fn scratch_dir(name: &str) -> PathBuf {

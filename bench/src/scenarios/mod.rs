@@ -2,6 +2,7 @@
 
 mod handoff;
 mod hot;
+mod idempotency;
 mod latency;
 mod layer;
 mod throughput;
@@ -20,6 +21,7 @@ use crate::{Options, Result, progress};
 
 pub(crate) use handoff::{Handoff, HandoffFloors};
 pub(crate) use hot::HotFigures;
+pub(crate) use idempotency::Idempotency;
 pub(crate) use latency::{Memory, Uncontended};
 pub(crate) use layer::Layer;
 pub(crate) use throughput::ManyKeys;
@@ -175,6 +177,10 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     // Sanity: commandstats must be readable, the call-count figures depend on it.
     CommandStats::fetch(&mut stats_conn).await?;
 
+    if let Some(section) = &options.only {
+        return run_only(section, &plan, &target).await;
+    }
+
     progress("latency: PING, SET, uncontended lock + release (Redis)");
     let uncontended = latency::redis_latencies(&plan, &target).await?;
     progress("latency: uncontended lock + release (memory)");
@@ -192,6 +198,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let watchdog = watchdog::watchdog(&plan, &target, &mut stats_conn).await?;
     progress("layer overhead");
     let layer = layer::layer(&plan, &target).await?;
+    progress("idempotency replay");
+    let idempotency = idempotency::idempotency(&plan, &target).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -206,10 +214,32 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         hot,
         watchdog,
         layer,
+        idempotency,
         elapsed,
     };
     report::write(&results, &options.out)
 }
+
+/// `--only SECTION`: measures that section alone and prints its table rows on stdout (a
+/// partial run: the report is not written).
+async fn run_only(section: &str, plan: &Plan, target: &Target) -> Result<()> {
+    match section {
+        "idempotency" => {
+            progress("idempotency replay");
+            let figures = idempotency::idempotency(plan, target).await?;
+            let rows = report::idempotency_rows(&figures);
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(rows.as_bytes())?;
+            stdout.flush()?;
+            Ok(())
+        }
+        other => Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
+    }
+}
+
+/// The sections `--only` can run.
+pub(crate) const SECTIONS: &str = "idempotency";
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {
