@@ -64,6 +64,17 @@ impl RedisBackend {
     /// behind it with its error for a moment ([`RECENT_FAILURE`]) instead of each running the
     /// check again in turn (against a stalled server, the last of N would wait N timeouts).
     async fn check_prefix(&self, prefix: &str) -> Result<(), LockError> {
+        // The hot path (every acquire): the first prefix that passed, compared without a lock.
+        if self
+            .inner
+            .permissions
+            .first_passed
+            .get()
+            .map(String::as_str)
+            == Some(prefix)
+        {
+            return Ok(());
+        }
         let entry = self.inner.permissions.entry(prefix);
         if entry.passed.initialized() {
             return Ok(());
@@ -78,8 +89,9 @@ impl RedisBackend {
                     *entry.failed.lock() = Some((Instant::now(), e.clone()));
                 })
             })
-            .await
-            .map(|_| ())
+            .await?;
+        let _ = self.inner.permissions.first_passed.set(prefix.to_owned());
+        Ok(())
     }
 
     async fn probe(&self, prefix: &str) -> Result<(), LockError> {
@@ -179,6 +191,9 @@ const RECENT_FAILURE: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(super) struct Permissions {
     checked: Mutex<HashMap<String, Arc<PrefixCheck>>>,
+    /// The first prefix whose check passed (most backends serve one prefix): its acquires skip
+    /// the map and its lock.
+    first_passed: std::sync::OnceLock<String>,
 }
 
 #[derive(Default)]
