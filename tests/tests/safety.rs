@@ -15,9 +15,27 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lock_core::LockError;
+use lock_core::{LockError, LockGuard};
 use lock_testkit::{RedisServer, eventually};
 use support::{locker, until_no_subscriptions};
+
+/// `k` held by a fresh locker with a 30 s lease; the server restarts without persistence and
+/// another locker takes `k`: the first guard (still believing it holds) and the second.
+async fn held_then_taken_after_a_restart(server: &mut RedisServer) -> (LockGuard, LockGuard) {
+    let a = locker(server, Duration::from_secs(2)).await;
+    let guard = a
+        .lock("k")
+        .lease(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    server.restart();
+    let b = locker(server, Duration::from_secs(2)).await;
+    let other = b
+        .try_lock("k")
+        .await
+        .expect("the emptied server gives k to b");
+    (guard, other)
+}
 
 /// A restart without persistence empties the server; another owner takes the key; the first
 /// holder's release goes out on a dropped connection, is retried on a new one, and the script
@@ -25,18 +43,7 @@ use support::{locker, until_no_subscriptions};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_retried_after_a_restart_reports_the_lock_lost() {
     let mut server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(2)).await;
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(30))
-        .await
-        .expect("acquire");
-    server.restart();
-    let b = locker(&server, Duration::from_secs(2)).await;
-    let other = b
-        .try_lock("k")
-        .await
-        .expect("the emptied server gives k to b");
+    let (guard, other) = held_then_taken_after_a_restart(&mut server).await;
     let released = guard.release().await;
     assert!(
         matches!(released, Err(LockError::LeaseLost { .. })),
@@ -541,18 +548,7 @@ async fn a_watcher_closed_again_and_again_backs_off() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_restart_right_after_the_first_lock_is_seen_at_once() {
     let mut server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(2)).await;
-    let guard = a
-        .lock("k")
-        .lease(Duration::from_secs(30))
-        .await
-        .expect("acquire");
-    server.restart();
-    let b = locker(&server, Duration::from_secs(2)).await;
-    let other = b
-        .try_lock("k")
-        .await
-        .expect("the emptied server gives k to b");
+    let (guard, other) = held_then_taken_after_a_restart(&mut server).await;
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("told of the loss within 3 s (the next renewal is 10 s away)");
