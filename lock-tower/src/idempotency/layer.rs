@@ -44,6 +44,7 @@ pub(crate) struct Config {
     pub(crate) scope: Option<Arc<dyn KeyExtractor>>,
     pub(crate) max_body: usize,
     pub(crate) key_prefix: String,
+    pub(crate) detach: bool,
 }
 
 impl Clone for Config {
@@ -57,6 +58,7 @@ impl Clone for Config {
             scope: self.scope.clone(),
             max_body: self.max_body,
             key_prefix: self.key_prefix.clone(),
+            detach: self.detach,
         }
     }
 }
@@ -88,6 +90,7 @@ impl IdempotencyLayer {
                 scope: None,
                 max_body: DEFAULT_MAX_BODY,
                 key_prefix: String::from("idempotency:"),
+                detach: false,
             }),
         }
     }
@@ -176,6 +179,26 @@ impl IdempotencyLayer {
     /// ```
     pub fn max_body(self, max: usize) -> Self {
         self.with(|c| c.max_body = max)
+    }
+
+    /// Runs the handler (with the storing of its response and the release) in a task of its
+    /// own, so that a client that goes away, or a timeout layer above that gives up, no longer
+    /// stops it: it runs to its end, its response is stored, and the retry replays it instead
+    /// of running the handler again.
+    ///
+    /// Off by default, because it changes what cancelling a request means for every layer
+    /// above: a [`LockLayer`](crate::LockLayer) or a timeout outside this layer stops its work
+    /// by dropping the request, and a detached handler outlives that drop (a `LockLayer`
+    /// outside would release its key while the handler still runs). Use it when nothing above
+    /// relies on cancelling the handler. Without it, a request dropped mid-handler cancels the
+    /// handler, stores nothing, and releases the key's lock: the retry runs the handler again.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).detach_handler();
+    /// # drop(layer);
+    /// ```
+    pub fn detach_handler(self) -> Self {
+        self.with(|c| c.detach = true)
     }
 
     /// The locker the records and locks live in.

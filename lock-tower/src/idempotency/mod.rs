@@ -36,13 +36,15 @@
 //!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
 //!   `idempotency-response-not-stored`, never a second run.
-//! - once the lock is taken, the handler, the reading and storing of its response and the
-//!   release run in a task of their own (`tokio::spawn`): a client that goes away (or a
-//!   timeout layer above that gives up) drops only the wait for that task, so the handler
-//!   runs to its end, its response is stored, and the retry replays it (or gets 409 while it
-//!   still runs, or with `wait` waits for it). Hence the bounds: the inner service, its
-//!   future, its error and both body types are `Send + 'static`, as axum's and hyper's are,
-//!   and the layer runs inside a Tokio runtime.
+//! - a request dropped mid-handler (the client went away, a timeout layer above gave up)
+//!   cancels the handler, stores nothing and releases the key's lock, so layers above keep
+//!   their meaning (a `LockLayer` outside never sees its handler outlive its lock); the retry
+//!   runs the handler again. With [`detach_handler`](IdempotencyLayer::detach_handler), the
+//!   handler, the storing of its response and the release run in a task of their own
+//!   (`tokio::spawn`): the handler runs to its end, its response is stored, and the retry
+//!   replays it (or gets 409 while it still runs, or with `wait` waits for it). Hence the
+//!   bounds: the inner service, its future, its error and both body types are
+//!   `Send + 'static`, as axum's and hyper's are, and the layer runs inside a Tokio runtime.
 //!
 //! A [`ttl`](IdempotencyLayer::ttl) out of range never panics: every request carrying a key
 //! answers 500 `misconfigured` before its handler runs.

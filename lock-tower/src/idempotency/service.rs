@@ -262,10 +262,16 @@ where
             return Ok(reject(&from_lock_error(&key, error)));
         }
     }
-    // From here on the work runs in its own task: if this future is dropped (the client
-    // went away, a timeout layer above gave up), the handler still runs to its end, its
-    // response is stored and the lock released, so a retry replays it (or gets 409 while it
-    // runs) instead of running the handler a second time.
+    if !config.detach {
+        // Dropped mid-handler, this future cancels the handler as every layer above expects
+        // (a LockLayer outside must never see its handler outlive its lock); the guard's drop
+        // releases the key's lock and nothing is stored.
+        return complete(config.clone(), service, request, guard, key, fingerprint).await;
+    }
+    // Detached: the work runs in its own task. If this future is dropped (the client went
+    // away, a timeout layer above gave up), the handler still runs to its end, its response
+    // is stored and the lock released, so a retry replays it (or gets 409 while it runs)
+    // instead of running the handler a second time.
     let task = tokio::spawn(complete(
         config.clone(),
         service,

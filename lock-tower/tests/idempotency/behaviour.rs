@@ -1,5 +1,6 @@
 //! The layer's behaviour on the memory backend.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{Locker, MemoryBackend};
@@ -294,7 +295,8 @@ async fn a_client_gone_mid_request_does_not_make_the_retry_run_again() {
         delay: Duration::from_millis(500),
         ..Handler::default()
     };
-    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let layer = IdempotencyLayer::new(Locker::memory()).detach_handler();
+    let addr = serve(layer, handler.clone()).await;
     let gone =
         tokio::time::timeout(Duration::from_millis(100), send(addr, &Call::new("k", "a"))).await;
     assert!(gone.is_err());
@@ -325,7 +327,9 @@ async fn a_client_gone_mid_request_then_a_waiting_retry_gets_the_first_answer() 
         delay: Duration::from_millis(400),
         ..Handler::default()
     };
-    let layer = IdempotencyLayer::new(Locker::memory()).wait(Duration::from_secs(5));
+    let layer = IdempotencyLayer::new(Locker::memory())
+        .wait(Duration::from_secs(5))
+        .detach_handler();
     let addr = serve(layer, handler.clone()).await;
     let gone =
         tokio::time::timeout(Duration::from_millis(100), send(addr, &Call::new("k", "a"))).await;
@@ -421,4 +425,62 @@ async fn a_store_after_a_lost_lease_is_503_not_success() {
     // Nothing was stored: the retry runs.
     assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
     assert_eq!(handler.calls(), 2);
+}
+
+/// A LockLayer outside the idempotency layer serializes requests for one resource, whatever
+/// their idempotency keys. A request dropped mid-handler (the client went away) must cancel
+/// its handler with it: a handler outliving the drop would run beside the next request the
+/// LockLayer lets in.
+#[tokio::test]
+async fn a_lock_layer_outside_keeps_handlers_apart_when_a_request_is_dropped() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt as _;
+
+    let locker = Locker::memory();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (in_flight, most) = (in_flight.clone(), most.clone());
+        move || async move {
+            /// Leaves the count when the handler ends, cancelled or not.
+            struct Running(Arc<AtomicUsize>);
+            impl Drop for Running {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            let _running = Running(in_flight);
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            "paid"
+        }
+    };
+    let app = axum::Router::new()
+        .route("/pay", axum::routing::post(handler))
+        .layer(IdempotencyLayer::new(locker.clone()))
+        .layer(lock_tower::LockLayer::new(
+            locker,
+            HeaderKey::new("x-resource"),
+        ));
+    let request = |key: &str| {
+        http::Request::post("/pay")
+            .header("x-resource", "order-1")
+            .header("idempotency-key", key)
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(50), app.clone().oneshot(request("a"))).await;
+    assert!(
+        dropped.is_err(),
+        "the first request was dropped mid-handler"
+    );
+    let second = app.oneshot(request("b")).await.unwrap();
+    assert_eq!(second.status(), 200);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two handlers ran at once under one LockLayer key"
+    );
 }
