@@ -26,3 +26,27 @@ pub async fn eventually(what: &str, bound: Duration, mut check: impl AsyncFnMut(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Polls `check` every 10 ms until it returns `Ok`, and returns that value: like
+/// [`eventually`], for the kit's own waits, whose panic says why the condition was still
+/// false the last time (which node, which state).
+///
+/// # Panics
+/// When it still returns `Err` after `bound` (the message says `what` and the last error).
+pub(crate) async fn eventually_ok<T>(
+    what: &str,
+    bound: Duration,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(why) => assert!(
+                start.elapsed() < bound,
+                "{what}: not true within {bound:?}; the last check said: {why}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -5,6 +5,10 @@
 //!   temporary directories, killed on drop) that a test can stop, restart, pause and resume,
 //!   with async helpers to read and poke Redis directly in assertions.
 //!
+//! - [`cluster`]: a local Redis Cluster ([`cluster::RedisCluster`], 3 primaries and 3 replicas
+//!   by default) with failover and slot-migration helpers, and the key-to-slot function.
+//! - [`sentinel`]: a primary, its replicas and the sentinels watching it
+//!   ([`sentinel::RedisSentinelSet`]), with failover and crash helpers.
 //! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
 //! - [`process`]: child processes driven by lines on stdin and stdout ([`ChildProcess`]), and
 //!   the child's side of that protocol ([`process::say`]).
@@ -23,19 +27,25 @@
 //! server panics with that command. The kit is unpublished (`publish = false`) and used as a
 //! dev-dependency (a dependency of lock-tests and lock-bench, whose binaries use it too).
 //!
-//! ## Layout, and where the scale-out pieces go
+//! ## Layout
 //!
-//! One module per kind of process the tests run. A standalone server is [`server`]; Redis
-//! Cluster and Sentinel set-ups go beside it as `cluster` and `sentinel` modules, each a set of
-//! [`RedisServer`]s started through [`server::RedisServerBuilder`] (free ports, temporary
-//! directories and readiness come from there), with their own topology helpers.
+//! One module per kind of process set the tests run. A standalone server is [`server`]; the
+//! scale-out set-ups sit beside it, each a set of [`RedisServer`]s started through
+//! [`server::RedisServerBuilder`] (free ports, temporary directories, readiness, faults come
+//! from there) with its own topology helpers: [`cluster`] (nodes started with
+//! `--cluster-enabled yes`, joined with `redis-cli --cluster create`) and [`sentinel`]
+//! (sentinels are `redis-server <config> --sentinel`, through
+//! [`RedisServerBuilder::sentinel`](server::RedisServerBuilder::sentinel)). Their waits are
+//! bounded and say, when they give up, what was still wrong.
 
 #![forbid(unsafe_code)]
 
 pub mod acl;
+pub mod cluster;
 mod eventually;
 mod ports;
 pub mod process;
+pub mod sentinel;
 pub mod server;
 pub mod signal;
 mod tempdir;

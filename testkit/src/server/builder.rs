@@ -5,6 +5,7 @@
     reason = "a test harness that cannot do its job fails the test using it, loudly and with the cause"
 )]
 
+use std::fs;
 use std::path::PathBuf;
 
 use super::binary::{find_redis_server, missing_message};
@@ -28,6 +29,8 @@ pub struct RedisServerBuilder {
     binary: Option<PathBuf>,
     args: Vec<String>,
     unixsocket: bool,
+    config: Option<String>,
+    sentinel: bool,
 }
 
 impl RedisServerBuilder {
@@ -91,6 +94,40 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Starts the server with a config file holding `text`: written as `redis.conf` in the
+    /// server's directory and given as the first argument (before the harness's own options,
+    /// which override it). The server may rewrite it (`CONFIG REWRITE`, sentinel state); a
+    /// [`restart`](RedisServer::restart) reads the rewritten file.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let server = lock_testkit::RedisServer::builder().config("maxclients 77\n").start();
+    /// let v: Vec<String> = server.query(redis::cmd("CONFIG").arg("GET").arg("maxclients").clone()).await;
+    /// assert_eq!(v[1], "77");
+    /// # }
+    /// ```
+    pub fn config(mut self, text: impl Into<String>) -> Self {
+        self.config = Some(text.into());
+        self
+    }
+
+    /// Runs the process as a Redis Sentinel (`--sentinel`). Sentinel needs a config file it can
+    /// rewrite: give its `sentinel monitor ...` lines with [`config`](Self::config) (an empty
+    /// config is written when none is given). Readiness is the sentinel's `Sentinel ID is` log
+    /// line instead of `Ready to accept connections`. See [`crate::sentinel`] for a whole set.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let sentinel = lock_testkit::RedisServer::builder().sentinel().start();
+    /// let masters: Vec<redis::Value> = sentinel.query(redis::cmd("SENTINEL").arg("MASTERS").clone()).await;
+    /// assert!(masters.is_empty());
+    /// # }
+    /// ```
+    pub fn sentinel(mut self) -> Self {
+        self.sentinel = true;
+        self
+    }
+
     /// Uses this `redis-server` binary instead of looking for one. A path that is not a file
     /// makes [`start`](Self::start) panic with the install command.
     ///
@@ -128,6 +165,17 @@ impl RedisServerBuilder {
         let dir = TempDir::new();
         let password = requirepass(&self.args);
         let unixsocket = self.unixsocket.then(|| dir.path().join("redis.sock"));
+        let config_text = match (self.config, self.sentinel) {
+            (Some(text), _) => Some(text),
+            (None, true) => Some(String::new()),
+            (None, false) => None,
+        };
+        let config = config_text.map(|text| {
+            let path = dir.path().join("redis.conf");
+            fs::write(&path, text)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            path
+        });
         let mut server = RedisServer {
             binary,
             args: self.args,
@@ -135,6 +183,8 @@ impl RedisServerBuilder {
             dir,
             unixsocket,
             password,
+            config,
+            sentinel: self.sentinel,
             child: None,
             paused: false,
         };

@@ -80,6 +80,27 @@ impl RedisServer {
         }
     }
 
+    /// Like [`query`](Self::query), returning the error instead of panicking: for polling a
+    /// server that may be down, paused, or refusing (a cluster node during a failover).
+    ///
+    /// # Errors
+    /// The connection or command error, or a reply that does not convert.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let server = lock_testkit::RedisServer::start();
+    /// let n: Result<i64, _> = server.try_query(redis::cmd("DBSIZE")).await;
+    /// assert_eq!(n.ok(), Some(0));
+    /// # }
+    /// ```
+    pub async fn try_query<T: redis::FromRedisValue>(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<T, redis::RedisError> {
+        let mut conn = self.try_client().await?;
+        cmd.query_async(&mut conn).await
+    }
+
     /// `GET key`.
     ///
     /// ```

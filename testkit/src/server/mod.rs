@@ -78,6 +78,10 @@ pub struct RedisServer {
     dir: TempDir,
     unixsocket: Option<PathBuf>,
     password: Option<String>,
+    /// The config file given as the first argument (written by [`RedisServerBuilder::config`]).
+    config: Option<PathBuf>,
+    /// Started with `--sentinel` (readiness is judged on the sentinel's own log line).
+    sentinel: bool,
     child: Option<Child>,
     paused: bool,
 }
@@ -359,6 +363,10 @@ impl RedisServer {
         let stderr = fs::File::create(dir.join("stderr.log"))
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.join("stderr.log").display()));
         let mut cmd = Command::new(&self.binary);
+        // A config file must be the first argument; sentinel rewrites it (it lives in `dir`).
+        if let Some(config) = &self.config {
+            cmd.arg(config);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1"])
@@ -375,8 +383,11 @@ impl RedisServer {
                 .arg(sock)
                 .args(["--unixsocketperm", "700"]);
         }
-        cmd.args(&self.args)
-            .stdin(Stdio::null())
+        cmd.args(&self.args);
+        if self.sentinel {
+            cmd.arg("--sentinel");
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
         let child = cmd.spawn().unwrap_or_else(|e| {
@@ -409,9 +420,15 @@ impl RedisServer {
                     self.port, self.args
                 );
             }
+            // A sentinel never logs "Ready to accept connections"; it logs its id once running.
+            let ready_line = if self.sentinel {
+                "Sentinel ID is"
+            } else {
+                "Ready to accept connections"
+            };
             if answers_ping(self.port)
                 && fs::read_to_string(self.dir.path().join("redis.log"))
-                    .is_ok_and(|l| l.contains("Ready to accept connections"))
+                    .is_ok_and(|l| l.contains(ready_line))
             {
                 return Ok(());
             }
