@@ -128,10 +128,14 @@ impl RedisServer {
     /// ```
     pub fn start_cluster_node() -> Self {
         Self::start_with([
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
+            "--cluster-enabled".to_owned(),
+            "yes".to_owned(),
+            "--cluster-config-file".to_owned(),
+            "nodes.conf".to_owned(),
+            // Its own bus port: the default, port + 10000, is refused above port 55535 (about
+            // a fifth of the range the kernel picks free ports from) and may be taken.
+            "--cluster-port".to_owned(),
+            crate::ports::free_port().to_string(),
         ])
     }
 
