@@ -8,8 +8,9 @@
 //!   OBSERVE `1` only; 0 otherwise), to split the handoff into delivery and wake-up. The
 //!   observer is a second subscriber in this process, so the main measurement runs without it.
 //! - `--child hot DESIGN KEY TASKS ID_BASE`: TASKS tasks that lock, record, release, in a loop
-//!   from `go` to `stop`; then writes `records <n>` and one `<t> <task id>` line per
-//!   acquisition. `calls` answers `calls <lock-core's backend calls so far>`.
+//!   from `go` to `stop`; then writes `records <n>` and one `<t> <task id> <waited ns>` line
+//!   per acquisition. `calls` answers `calls <backend calls> <local hand-offs>` (lock-core's
+//!   counts so far; 0 0 for the peers).
 //! - `--child raw CHANNEL`: the notified-handoff floor without a lock: on `go`, `started <t>`,
 //!   wait for a message on CHANNEL, one PING, `acquired <t> <woke>`.
 //!
@@ -41,8 +42,9 @@ const LINE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The lease of the cross-process scenarios, on both sides.
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
 
-/// One lock acquisition in the hot-key scenario: when (shared clock) and by which task.
-pub(crate) type Record = (u64, u32);
+/// One lock acquisition in the hot-key scenario: when (shared clock), by which task, and how
+/// long that task had waited for it (ns, from just before its lock call).
+pub(crate) type Record = (u64, u32, u64);
 
 /// Entry point of child mode.
 pub(crate) fn main(args: &[String]) -> Result<()> {
@@ -211,14 +213,15 @@ async fn child_hot(design: &Design, hot: HotTasks, input: &mut Input) -> Result<
             ("go", Some(h)) => hot = Some(h.go()),
             ("calls", h) => {
                 hot = h;
-                say(&format!("calls {}", design.backend_calls().unwrap_or(0)));
+                let [calls, local] = design.our_counts().unwrap_or_default();
+                say(&format!("calls {calls} {local}"));
             }
             (_, Some(h)) => say(&match h.stop().await {
                 Ok(records) => {
                     let mut out = format!("records {}", records.len());
                     records
                         .iter()
-                        .for_each(|(t, id)| out.push_str(&format!("\n{t} {id}")));
+                        .for_each(|(t, id, w)| out.push_str(&format!("\n{t} {id} {w}")));
                     out
                 }
                 Err(e) => format!("error {e}"),
@@ -248,12 +251,13 @@ impl HotTasks {
             set.spawn(async move {
                 go.wait_for(|v| *v).await?;
                 loop {
+                    let asked = shared_now_ns();
                     let held = design.lock(&key, Duration::from_secs(60)).await?;
                     let t = shared_now_ns();
                     records
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .push((t, id));
+                        .push((t, id, t.saturating_sub(asked)));
                     design.release(held).await?;
                 }
             });
@@ -314,10 +318,12 @@ impl ChildProc {
         Ok(numbers.ok_or_else(|| format!("child said {line:?}, expected `{word}<n>...`"))?)
     }
 
-    /// The child design's count of backend calls so far (lock-core only; 0 for the peers).
-    pub(crate) async fn backend_calls(&mut self) -> Result<u64> {
+    /// The child design's counts of backend calls and local hand-offs so far (lock-core
+    /// only; 0 for the peers).
+    pub(crate) async fn our_counts(&mut self) -> Result<[u64; 2]> {
         self.send("calls").await;
-        Ok(self.recv_tagged("calls ").await?[0])
+        let counts = self.recv_tagged("calls ").await?;
+        Ok([counts[0], counts.get(1).copied().unwrap_or(0)])
     }
 
     /// Stops the hot-key tasks and reads their records.
@@ -327,10 +333,10 @@ impl ChildProc {
         let mut records = Vec::new();
         for _ in 0..n {
             let line = self.0.line().await;
-            let (t, id) = line
-                .split_once(' ')
-                .ok_or_else(|| format!("bad record {line:?}"))?;
-            records.push((t.parse()?, id.parse()?));
+            let mut fields = line.split(' ').map(str::parse::<u64>);
+            let mut next = || fields.next().ok_or_else(|| format!("bad record {line:?}"));
+            let (t, id, waited) = (next()??, next()??, next()??);
+            records.push((t, u32::try_from(id)?, waited));
         }
         Ok(records)
     }

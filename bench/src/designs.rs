@@ -95,10 +95,11 @@ impl Design {
         })
     }
 
-    /// lock-core's count of calls to Redis (`LockerStats::backend_calls`); `None` for the peers.
-    pub(crate) fn backend_calls(&self) -> Option<u64> {
+    /// lock-core's counts of calls to Redis and of local hand-offs (`LockerStats`
+    /// `backend_calls`, `local_handoffs`); `None` for the peers.
+    pub(crate) fn our_counts(&self) -> Option<[u64; 2]> {
         match self {
-            Design::Ours(l) => Some(l.stats().backend_calls),
+            Design::Ours(l) => Some([l.stats().backend_calls, l.stats().local_handoffs]),
             Design::Seed(..) | Design::Rslock(..) => None,
         }
     }
@@ -159,11 +160,18 @@ impl Design {
     }
 }
 
-/// A lock-core `Locker` on `target` with this lease, its watchdog on or off.
-pub(crate) async fn ours(target: &Target, lease: Duration, watchdog: bool) -> Result<Locker> {
+/// lock-core's defaults of local hand-off, set explicitly so the figures name what they ran.
+pub(crate) const LOCAL_TURNS: u32 = 64;
+pub(crate) const LOCAL_HOLD: Duration = Duration::from_millis(50);
+
+/// A lock-core `Locker` on `target` with this lease (watchdog on), local hand-off on or off.
+pub(crate) async fn ours(target: &Target, lease: Duration, local_handoff: bool) -> Result<Locker> {
     let backend = RedisBackend::connect(&target.url).await?;
-    let builder = Locker::builder(backend).lease(lease).watchdog(watchdog);
-    Ok(builder.try_build()?)
+    let builder = Locker::builder(backend).lease(lease);
+    let builder = builder
+        .local_handoff(local_handoff)
+        .local_turns(LOCAL_TURNS);
+    Ok(builder.local_hold(LOCAL_HOLD).try_build()?)
 }
 
 /// 128 random bits as hex, as lock-core draws its tokens.

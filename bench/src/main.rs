@@ -36,8 +36,9 @@ usage: lock-bench [--quick] [--out PATH] [--redis-url URL] [--only SECTION]
   --out PATH       where to write the Markdown report (default: BENCHMARKS.md at the workspace
                    root); the handoff plot goes next to it as <stem>-handoff.svg
   --redis-url URL  benchmark this Redis instead of starting one (also: REDIS_URL)
-  --only SECTION   run one section and print its table rows on stdout, no report written
-                   (a partial run); sections: idempotency
+  --only SECTION   run one section and print its table rows and a note naming the run on
+                   stdout, no report written (a partial run); sections: latency throughput
+                   handoff hot watchdog layer idempotency
 ";
 
 /// Command-line options of the report binary.

@@ -14,14 +14,20 @@ const ROWS: &[&str] = &[
     "Many keys in parallel, 16 tasks (lock cycles/s)",
     "Many keys in parallel, 64 tasks (lock cycles/s)",
     "Many keys in parallel, 256 tasks (lock cycles/s)",
+    "Redis server time per uncontended lock cycle (commandstats usec)",
     "Contended handoff across 2 processes (latency)",
+    "Handoff: the waiter's own part (notification reached B → B's acquire returned)",
     "Handoff: speed-up over the polling designs (p50)",
     "Hot key, 1 waiter, 1 process",
     "Hot key, 10 waiters, 1 process",
+    "Hot key, 10 waiters, 1 process: local hand-off on / off",
     "Hot key, 100 waiters, 1 process",
+    "Hot key, 100 waiters, 1 process: local hand-off on / off",
     "Hot key, 1 waiter, 2 processes",
     "Hot key, 10 waiters, 2 processes",
+    "Hot key, 10 waiters, 2 processes: wait of a waiter in the other process",
     "Hot key, 100 waiters, 2 processes",
+    "Hot key, 100 waiters, 2 processes: wait of a waiter in the other process",
     "Watchdog: 1,000 held locks, renewal traffic",
     "Layer overhead per request (memory, distinct keys)",
     "Layer overhead per request (memory, one hot key)",
@@ -89,6 +95,28 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
         "ours, seed and rslock curves"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_partial_run_prints_its_rows_and_the_note() {
+    let run = bench()
+        .args(["--quick", "--only", "watchdog"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.starts_with("| Watchdog: 1,000 held locks"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("**partial run** (`lock-bench --only watchdog`"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::{Op, Plan};
 use crate::Result;
 use crate::designs::{self, Design, Kind};
 use crate::server::Target;
-use crate::stats::{CommandStats, Latencies};
+use crate::stats::Latencies;
 
 /// The lease of the uncontended scenarios (long enough never to matter).
 const LEASE: Duration = Duration::from_secs(30);
@@ -27,18 +27,12 @@ pub(crate) struct Uncontended {
     /// Ours, the two halves of the cycle measured apart.
     pub(crate) ours_acquire: Latencies,
     pub(crate) ours_release: Latencies,
-    /// Ours with `.watchdog(false)`: what the watchdog's bookkeeping costs per cycle.
-    pub(crate) ours_no_watchdog: Latencies,
-    /// Server-side µs (`INFO commandstats` usec): per PING, per SET, per acquire of ours and per
-    /// release of ours (every command each one ran, script-internal ones included).
-    pub(crate) server_us: [f64; 4],
 }
 
 /// Uncontended figures on the memory backend.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Memory {
     pub(crate) lock_release: Latencies,
-    pub(crate) no_watchdog: Latencies,
     pub(crate) acquire: Latencies,
     pub(crate) release: Latencies,
 }
@@ -79,8 +73,6 @@ pub(crate) async fn redis_latencies(plan: &Plan, target: &Target) -> Result<Unco
     for kind in Kind::ALL {
         ops.push(Op::Cycle(Design::connect(kind, target, LEASE).await?));
     }
-    let no_watchdog = designs::ours(target, LEASE, false).await?;
-    ops.push(Op::Cycle(Design::Ours(no_watchdog)));
     let ours = designs::ours(target, LEASE, true).await?;
     let keys = keys("uc");
     let mut samples = vec![Latencies::default(); ops.len()];
@@ -102,40 +94,12 @@ pub(crate) async fn redis_latencies(plan: &Plan, target: &Target) -> Result<Unco
         let out = (round > 0).then_some((&mut acquire, &mut release));
         halves(&ours, &keys, n, Some(WAIT), out).await?;
     }
-    // Server-side cost per call (commandstats usec) of each step alone, between snapshots:
-    // PINGs, SETs, our acquires (of distinct keys, held), then their releases.
-    let n = per_round.max(100);
-    let mut info = conn.clone();
-    let mut snapshots = vec![CommandStats::fetch(&mut info).await?];
-    for op in &ops[..2] {
-        for key in keys.iter().cycle().take(n) {
-            op.once(key).await?;
-        }
-        snapshots.push(CommandStats::fetch(&mut info).await?);
-    }
-    let mut guards = Vec::with_capacity(n);
-    for i in 0..n {
-        guards.push(ours.lock(format!("srv:{i}")).wait(WAIT).await?);
-    }
-    snapshots.push(CommandStats::fetch(&mut info).await?);
-    for g in guards {
-        g.release().await?;
-    }
-    snapshots.push(CommandStats::fetch(&mut info).await?);
-    let step = |i: usize| snapshots[i + 1].since(&snapshots[i]);
     let mut samples = samples.into_iter();
     let mut next = || samples.next().unwrap_or_default();
     Ok(Uncontended {
-        server_us: [
-            step(0).usec_per_call("ping"),
-            step(1).usec_per_call("set"),
-            step(2).total_usec() as f64 / n as f64,
-            step(3).total_usec() as f64 / n as f64,
-        ],
         ping: next(),
         set: next(),
         lock_release: Kind::ALL.map(|k| (k, next())).to_vec(),
-        ours_no_watchdog: next(),
         ours_acquire: acquire,
         ours_release: release,
     })
@@ -143,30 +107,23 @@ pub(crate) async fn redis_latencies(plan: &Plan, target: &Target) -> Result<Unco
 
 pub(crate) async fn memory_latencies(plan: &Plan) -> Result<Memory> {
     let keys = keys("mem");
-    let mut cycles = Vec::new();
-    for watchdog in [true, false] {
-        let builder = Locker::builder(MemoryBackend::new()).lease(LEASE);
-        let locker = builder.watchdog(watchdog).try_build()?;
-        let mut samples = Latencies::default();
-        for (n, keep) in [(plan.memory_n / 10, false), (plan.memory_n, true)] {
-            for key in keys.iter().cycle().take(n) {
-                let t = Instant::now();
-                locker.lock(key).await?.release().await?;
-                if keep {
-                    samples.record_since(t);
-                }
+    let locker = Locker::builder(MemoryBackend::new()).lease(LEASE).build();
+    let mut lock_release = Latencies::default();
+    for (n, keep) in [(plan.memory_n / 10, false), (plan.memory_n, true)] {
+        for key in keys.iter().cycle().take(n) {
+            let t = Instant::now();
+            locker.lock(key).await?.release().await?;
+            if keep {
+                lock_release.record_since(t);
             }
         }
-        cycles.push(samples);
     }
     // The halves, with the default (watchdog on).
     let (mut acquire, mut release) = (Latencies::default(), Latencies::default());
     let out = Some((&mut acquire, &mut release));
     halves(&Locker::memory(), &keys, plan.memory_n / 4, None, out).await?;
-    let mut cycles = cycles.into_iter();
     Ok(Memory {
-        lock_release: cycles.next().unwrap_or_default(),
-        no_watchdog: cycles.next().unwrap_or_default(),
+        lock_release,
         acquire,
         release,
     })

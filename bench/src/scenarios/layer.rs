@@ -1,7 +1,8 @@
 //! Layer overhead: lock-tower's `LockLayer` around an echo service versus the bare echo
 //! service, one request at a time, the key taken from a header. Overhead = p50 layered − p50
-//! bare. On the memory backend (the goal) for distinct keys and for one hot key, and on Redis
-//! for distinct keys (where the overhead is the lock's two round trips).
+//! bare. On the memory backend for distinct keys and for one hot key, and on Redis for distinct
+//! keys, in interleaved rounds with PING and with the same locker's bare lock + release on the
+//! same keys (what the layer adds to the lock's own two round trips).
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use lock_tower::LockLayer;
 use lock_tower::extract::HeaderKey;
 use tower::{Layer as _, Service, ServiceExt};
 
-use super::Plan;
+use super::{Op, Plan};
 use crate::Result;
 use crate::server::Target;
 use crate::stats::{CommandStats, Latencies};
@@ -20,6 +21,7 @@ use crate::stats::{CommandStats, Latencies};
 const HEADER: &str = "x-lock-key";
 /// Distinct keys cycled through (more than the memory backend keeps before sweeping).
 const DISTINCT: usize = 4096;
+const WAIT: Duration = Duration::from_secs(5);
 
 /// Layer overhead figures.
 #[derive(Debug, Clone, Default)]
@@ -28,6 +30,9 @@ pub(crate) struct Layer {
     pub(crate) memory_distinct: Latencies,
     pub(crate) memory_hot: Latencies,
     pub(crate) redis_distinct: Latencies,
+    /// PING and the same locker's lock + release on the same keys, in the same rounds.
+    pub(crate) redis_ping: Latencies,
+    pub(crate) redis_cycle: Latencies,
     /// Requests (round trips) Redis received per layered request, by command (commandstats).
     pub(crate) redis_requests: String,
 }
@@ -45,6 +50,20 @@ where
     S::Error: std::error::Error + Send + Sync + 'static,
 {
     let mut out = Latencies::default();
+    time_into(svc, keys, n, &mut out).await?;
+    Ok(out)
+}
+
+async fn time_into<S>(
+    svc: &mut S,
+    keys: &[HeaderValue],
+    n: usize,
+    out: &mut Latencies,
+) -> Result<()>
+where
+    S: Service<Request<String>>,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
     for key in keys.iter().cycle().take(n) {
         let req = request(key);
         let t = Instant::now();
@@ -52,7 +71,7 @@ where
         let _response = svc.call(req).await?;
         out.record_since(t);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn echo()
@@ -79,29 +98,45 @@ pub(crate) async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
         .map(|i| HeaderValue::from_str(&format!("order:{i}")))
         .collect::<std::result::Result<_, _>>()?;
     let hot = [HeaderValue::from_static("order:hot")];
-    let layer = |locker: Locker| {
-        LockLayer::new(locker, HeaderKey::new(HEADER)).wait(Duration::from_secs(5))
-    };
+    let layer = |locker: Locker| LockLayer::new(locker, HeaderKey::new(HEADER)).wait(WAIT);
 
     let bare = measure(echo(), &distinct, n).await?;
     let memory = Locker::builder(MemoryBackend::new()).build();
     let memory_distinct = measure(layer(memory.clone()).layer(echo()), &distinct, n).await?;
     let memory_hot = measure(layer(memory).layer(echo()), &hot, n).await?;
     let redis = Locker::builder(RedisBackend::connect(&target.url).await?).build();
-    let redis_n = plan.latency_n.min(n);
-    let mut svc = layer(redis).layer(echo());
-    time_requests(&mut svc, &distinct, redis_n / 10).await?;
+    let mut svc = layer(redis.clone()).layer(echo());
+    let ping = Op::Ping(target.manager().await?);
+    let per = (plan.latency_n / plan.rounds).max(1);
+    time_requests(&mut svc, &distinct, plan.warmup).await?;
     let mut stats = target.manager().await?;
-    let before = CommandStats::fetch(&mut stats).await?;
-    let redis_distinct = time_requests(&mut svc, &distinct, redis_n).await?;
-    let redis = CommandStats::fetch(&mut stats).await?.since(&before);
-    let per = u64::try_from(redis_n).unwrap_or(u64::MAX);
-    let redis_requests = redis.breakdown(per, crate::stats::OUR_REQUESTS);
+    let mut commands = CommandStats::default();
+    let [mut redis_distinct, mut redis_ping, mut redis_cycle] =
+        [(); 3].map(|()| Latencies::default());
+    for round in 0..plan.rounds {
+        let keys = &distinct[(round * per) % DISTINCT..];
+        let before = CommandStats::fetch(&mut stats).await?;
+        time_into(&mut svc, keys, per, &mut redis_distinct).await?;
+        commands = commands.plus(&CommandStats::fetch(&mut stats).await?.since(&before));
+        for key in keys.iter().cycle().take(per) {
+            let key = key.to_str()?;
+            let t = Instant::now();
+            redis.lock(key).wait(WAIT).await?.release().await?;
+            redis_cycle.record_since(t);
+            let t = Instant::now();
+            ping.once("").await?;
+            redis_ping.record_since(t);
+        }
+    }
+    let per = u64::try_from(per * plan.rounds).unwrap_or(u64::MAX);
+    let redis_requests = commands.breakdown(per, crate::stats::OUR_REQUESTS);
     Ok(Layer {
         bare,
         memory_distinct,
         memory_hot,
         redis_distinct,
+        redis_ping,
+        redis_cycle,
         redis_requests,
     })
 }

@@ -24,7 +24,7 @@ pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
 pub(crate) use latency::{Memory, Uncontended};
 pub(crate) use layer::Layer;
-pub(crate) use throughput::ManyKeys;
+pub(crate) use throughput::Throughput;
 pub(crate) use watchdog::Watchdog;
 
 /// Sample counts and durations of one run.
@@ -178,28 +178,16 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     CommandStats::fetch(&mut stats_conn).await?;
 
     if let Some(section) = &options.only {
-        return run_only(section, &plan, &target).await;
+        return run_only(section, &plan, &target, &machine).await;
     }
 
-    progress("latency: PING, SET, uncontended lock + release (Redis)");
-    let uncontended = latency::redis_latencies(&plan, &target).await?;
-    progress("latency: uncontended lock + release (memory)");
-    let memory = latency::memory_latencies(&plan).await?;
-    progress("throughput: many keys in parallel");
-    let many = throughput::many_keys(&plan, &target).await?;
-    progress("handoff across two processes");
-    let (ours_handoff, handoff_floors) = handoff::ours_and_floors(&plan, &target).await?;
-    let seed = handoff::peer(&plan, &target, Kind::Seed, plan.handoff_n[1]).await?;
-    let rslock = handoff::peer(&plan, &target, Kind::Rslock, plan.handoff_n[2]).await?;
-    let handoffs = [ours_handoff, seed, rslock];
-    progress("hot key with waiters");
-    let hot = hot::hot_keys(&plan, &target, &mut stats_conn).await?;
-    progress("watchdog cost");
-    let watchdog = watchdog::watchdog(&plan, &target, &mut stats_conn).await?;
-    progress("layer overhead");
-    let layer = layer::layer(&plan, &target).await?;
-    progress("idempotency replay");
-    let idempotency = idempotency::idempotency(&plan, &target).await?;
+    let uncontended = latency(&plan, &target).await?;
+    let many = throughput(&plan, &target).await?;
+    let (handoffs, handoff_floors) = handoffs(&plan, &target).await?;
+    let hot = hot(&plan, &target).await?;
+    let watchdog = watchdog(&plan, &target).await?;
+    let layer = layer(&plan, &target).await?;
+    let idempotency = idempotency(&plan, &target).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -207,7 +195,6 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         machine,
         plan,
         uncontended,
-        memory,
         many,
         handoffs,
         handoff_floors,
@@ -220,26 +207,108 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     report::write(&results, &options.out)
 }
 
-/// `--only SECTION`: measures that section alone and prints its table rows on stdout (a
-/// partial run: the report is not written).
-async fn run_only(section: &str, plan: &Plan, target: &Target) -> Result<()> {
-    match section {
-        "idempotency" => {
-            progress("idempotency replay");
-            let figures = idempotency::idempotency(plan, target).await?;
-            let rows = report::idempotency_rows(&figures);
-            use std::io::Write as _;
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(rows.as_bytes())?;
-            stdout.flush()?;
-            Ok(())
+// One function per section, shared by the full run and `--only`.
+
+async fn latency(plan: &Plan, target: &Target) -> Result<(Uncontended, Memory)> {
+    progress("latency: PING, SET, uncontended lock + release (Redis)");
+    let redis = latency::redis_latencies(plan, target).await?;
+    progress("latency: uncontended lock + release (memory)");
+    Ok((redis, latency::memory_latencies(plan).await?))
+}
+
+async fn throughput(plan: &Plan, target: &Target) -> Result<Throughput> {
+    progress("throughput: many keys in parallel");
+    throughput::many_keys(plan, target).await
+}
+
+async fn handoffs(plan: &Plan, target: &Target) -> Result<([Handoff; 3], HandoffFloors)> {
+    progress("handoff across two processes");
+    let (ours, floors) = handoff::ours_and_floors(plan, target).await?;
+    let seed = handoff::peer(plan, target, Kind::Seed, plan.handoff_n[1]).await?;
+    let rslock = handoff::peer(plan, target, Kind::Rslock, plan.handoff_n[2]).await?;
+    Ok(([ours, seed, rslock], floors))
+}
+
+async fn hot(plan: &Plan, target: &Target) -> Result<Vec<HotFigures>> {
+    progress("hot key with waiters");
+    hot::hot_keys(plan, target, &mut target.manager().await?).await
+}
+
+async fn watchdog(plan: &Plan, target: &Target) -> Result<Watchdog> {
+    progress("watchdog cost");
+    watchdog::watchdog(plan, target, &mut target.manager().await?).await
+}
+
+async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
+    progress("layer overhead");
+    layer::layer(plan, target).await
+}
+
+async fn idempotency(plan: &Plan, target: &Target) -> Result<Idempotency> {
+    progress("idempotency replay");
+    idempotency::idempotency(plan, target).await
+}
+
+/// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a
+/// note saying where they come from (a partial run: the report is not written).
+async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine) -> Result<()> {
+    let (rows, floors) = match section {
+        "latency" => {
+            let (u, m) = latency(plan, target).await?;
+            (report::latency_rows(&u, &m), "PING, SET")
         }
-        other => Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
-    }
+        "throughput" => {
+            let t = throughput(plan, target).await?;
+            (report::many_rows(&t), "redis-benchmark SET, redis-rs SET")
+        }
+        "handoff" => {
+            let (h, f) = handoffs(plan, target).await?;
+            let floors = "PING, the notification floor";
+            (report::handoff_rows(&h, &f), floors)
+        }
+        "hot" => {
+            let h = hot(plan, target).await?;
+            (
+                report::hot_rows(&h),
+                "the same scenarios without local hand-off",
+            )
+        }
+        "watchdog" => {
+            let w = watchdog(plan, target).await?;
+            (report::watchdog_row(&w), "none")
+        }
+        "layer" => {
+            let l = layer(plan, target).await?;
+            (
+                report::layer_rows(&l),
+                "bare service, PING, bare lock + release",
+            )
+        }
+        "idempotency" => {
+            let i = idempotency(plan, target).await?;
+            (report::idempotency_rows(&i), "bare service, PING")
+        }
+        other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
+    };
+    let n = rows.lines().count();
+    let mode = if plan.quick { "quick" } else { "full" };
+    let (version, tree, date) = (&machine.redis_version, &machine.tree, &machine.date);
+    let note = format!(
+        "\nThe {n} *{section}* rows come from a **partial run** (`lock-bench --only {section}`, \
+         {mode}-mode sample counts, its own redis-server {version}, same machine) on {date} at \
+         {tree}; every other row is from the full run dated above. Their floors ({floors}) were \
+         measured in that partial run.\n"
+    );
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(rows.as_bytes())?;
+    stdout.write_all(note.as_bytes())?;
+    stdout.flush()?;
+    Ok(())
 }
 
 /// The sections `--only` can run.
-pub(crate) const SECTIONS: &str = "idempotency";
+pub(crate) const SECTIONS: &str = "latency throughput handoff hot watchdog layer idempotency";
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {

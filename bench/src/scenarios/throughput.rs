@@ -1,6 +1,7 @@
 //! Many keys in parallel: `c` tasks, each locking and releasing its own keys in a loop, against
 //! `redis-benchmark` SET at the same concurrency (and redis-rs SET with `c` tasks on one
-//! connection, the same-client floor).
+//! connection, the same-client floor); Redis's CPU per cycle over the same windows; and Redis
+//! server time per uncontended cycle of each design (`INFO commandstats`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,9 +9,12 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use redis::aio::ConnectionManager;
+
 use super::{Op, Plan};
-use crate::designs::{self, Design, Kind};
+use crate::designs::{Design, Kind};
 use crate::server::Target;
+use crate::stats::{CYCLE_REQUESTS, CommandStats};
 use crate::{Result, progress};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -26,14 +30,42 @@ pub(crate) struct ManyKeys {
     /// redis-rs SET/s with `tasks` tasks on one `ConnectionManager`.
     pub(crate) redisrs_set: f64,
     /// Lock + release cycles/s per design, in `Kind::ALL` order.
-    pub(crate) cycles: Vec<(Kind, f64)>,
-    /// Ours with `.watchdog(false)`.
-    pub(crate) ours_no_watchdog: f64,
+    pub(crate) cycles: [f64; 3],
+    /// Redis CPU (`INFO cpu`, user + sys) per cycle in µs, per design, over the same windows.
+    pub(crate) cpu_us: [f64; 3],
+}
+
+/// The many-keys section.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Throughput {
+    pub(crate) levels: Vec<ManyKeys>,
+    /// Redis server time per uncontended lock cycle (commandstats usec of the commands the
+    /// client sent, see [`CYCLE_REQUESTS`]), per design in `Kind::ALL` order.
+    pub(crate) server_us: [f64; 3],
+    /// Cycles each design ran for `server_us` (on fresh keys).
+    pub(crate) server_n: usize,
+}
+
+/// Redis's CPU time so far (`used_cpu_sys` + `used_cpu_user`), in seconds.
+async fn redis_cpu(conn: &mut ConnectionManager) -> Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| {
+        let v = info
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'));
+        v.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_sys") + field("used_cpu_user"))
 }
 
 /// Runs `op` in a loop on `tasks` tasks, each over its own keys; operations per second after
-/// `warm`.
-async fn throughput(op: &Op, tasks: usize, warm: Duration, run: Duration) -> Result<f64> {
+/// `warm`, and Redis's CPU µs per operation over the same time.
+async fn throughput(
+    op: &Op,
+    tasks: usize,
+    (warm, run): (Duration, Duration),
+    info: &mut ConnectionManager,
+) -> Result<(f64, f64)> {
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut set = JoinSet::new();
@@ -52,14 +84,17 @@ async fn throughput(op: &Op, tasks: usize, warm: Duration, run: Duration) -> Res
         });
     }
     tokio::time::sleep(warm).await;
+    let cpu0 = redis_cpu(info).await?;
     let (c0, t0) = (count.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(run).await;
     let (c1, elapsed) = (count.load(Ordering::Relaxed), t0.elapsed());
+    let cpu = redis_cpu(info).await? - cpu0;
     stop.store(true, Ordering::Relaxed);
     while let Some(joined) = set.join_next().await {
         joined??;
     }
-    Ok((c1 - c0) as f64 / elapsed.as_secs_f64())
+    let ops = (c1 - c0).max(1) as f64;
+    Ok((ops / elapsed.as_secs_f64(), cpu * 1e6 / ops))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -71,38 +106,73 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Vec<ManyKeys>> {
+/// Redis server time per uncontended lock cycle of each design, on fresh keys, in
+/// interleaved rounds: the commandstats usec of the commands the clients sent.
+async fn server_time(
+    plan: &Plan,
+    designs: &[Op],
+    info: &mut ConnectionManager,
+) -> Result<[f64; 3]> {
+    let run = format!("{:08x}", getrandom::u32().unwrap_or(0));
+    let per_round = (plan.latency_n / plan.rounds).max(1);
+    let mut usec = [0u64; 3];
+    for round in 0..plan.rounds {
+        for (d, (op, usec)) in designs.iter().zip(usec.iter_mut()).enumerate() {
+            let before = CommandStats::fetch(info).await?;
+            for i in 0..per_round {
+                op.once(&format!("st:{run}:{d}:{round}:{i}")).await?;
+            }
+            *usec += CommandStats::fetch(info)
+                .await?
+                .since(&before)
+                .usec(CYCLE_REQUESTS);
+        }
+    }
+    Ok(usec.map(|u| u as f64 / (per_round * plan.rounds) as f64))
+}
+
+pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput> {
     let mut contenders = vec![Op::Set(target.manager().await?)];
     for kind in Kind::ALL {
         contenders.push(Op::Cycle(Design::connect(kind, target, LEASE).await?));
     }
-    let no_watchdog = designs::ours(target, LEASE, false).await?;
-    contenders.push(Op::Cycle(Design::Ours(no_watchdog)));
+    let mut info = target.manager().await?;
+    progress("  server time per uncontended cycle (commandstats)");
+    let server_us = server_time(plan, &contenders[1..], &mut info).await?;
     let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
-    let mut out = Vec::new();
+    let mut levels = Vec::new();
     for &tasks in &plan.concurrency {
         progress(&format!("  {tasks} tasks"));
         let requests = (plan.benchmark_requests)(tasks);
         // redis-benchmark before and after the passes; the mean of the two.
         let first = target.redis_benchmark_set(tasks, requests / 2).await?;
-        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+        let mut rates = vec![(Vec::new(), Vec::new()); contenders.len()];
         // Every contender runs once per pass, in turn, so a burst of background load hits all
         // of them alike; the figure is the median pass.
         for _ in 0..plan.throughput_passes {
-            for (op, rates) in contenders.iter().zip(rates.iter_mut()) {
-                rates.push(throughput(op, tasks, plan.throughput_warm, window).await?);
+            for (op, (rates, cpu)) in contenders.iter().zip(rates.iter_mut()) {
+                let times = (plan.throughput_warm, window);
+                let (rate, cpu_us) = throughput(op, tasks, times, &mut info).await?;
+                rates.push(rate);
+                cpu.push(cpu_us);
             }
         }
         let second = target.redis_benchmark_set(tasks, requests / 2).await?;
-        let mut medians = rates.into_iter().map(median);
-        let mut next = || medians.next().unwrap_or(0.0);
-        out.push(ManyKeys {
+        let medians: Vec<(f64, f64)> = rates
+            .into_iter()
+            .map(|(r, c)| (median(r), median(c)))
+            .collect();
+        levels.push(ManyKeys {
             tasks,
             redis_benchmark: first.zip(second).map(|(a, b)| (a + b) / 2.0),
-            redisrs_set: next(),
-            cycles: Kind::ALL.map(|k| (k, next())).to_vec(),
-            ours_no_watchdog: next(),
+            redisrs_set: medians[0].0,
+            cycles: [1, 2, 3].map(|i| medians[i].0),
+            cpu_us: [1, 2, 3].map(|i| medians[i].1),
         });
     }
-    Ok(out)
+    Ok(Throughput {
+        levels,
+        server_us,
+        server_n: (plan.latency_n / plan.rounds).max(1) * plan.rounds,
+    })
 }
