@@ -313,7 +313,7 @@ pub(crate) fn layer_rows(l: &Layer) -> String {
     let x = ratio(redis.p50(), ping);
     let _ = writeln!(
         s,
-        "| Layer overhead per request (Redis, distinct keys) | layered {}; the same locker's lock + release p50 {} (same rounds) | n/a | n/a | 2 round trips; PING p50 {} (same rounds) | {x:.2}× PING (lock + release alone {:.2}×; the layer adds {:+.1} µs) | p50 ≤ {LAYER_REDIS_X_PING}× PING | {} |",
+        "| Layer overhead per request (Redis, distinct keys) | layered {}; the same locker's lock + release p50 {} (interleaved) | n/a | n/a | 2 round trips; PING p50 {} (interleaved) | {x:.2}× PING (lock + release alone {:.2}×; the layer adds {:+.1} µs) | p50 ≤ {LAYER_REDIS_X_PING}× PING | {} |",
         redis.summary(),
         fmt_ns(cycle),
         fmt_ns(ping),
@@ -460,10 +460,10 @@ fn method(r: &Results) -> String {
   record; the slack covers the layer's hashing and the script's work, while a second round
   trip would be ≥ 2×). Requests and commands per replay are `INFO commandstats` deltas around
   the replay rounds only (*cmds* includes calls inside the script).
-- **Layer on Redis**: the same `LockLayer` on a Redis `Locker`, in {rounds} interleaved rounds:
-  layered requests on distinct keys, then the same locker's bare lock + release on the same
-  keys, and a PING after each, so the three p50s are comparable; the goal is the layered p50
-  over the PING p50.
+- **Layer on Redis**: the same `LockLayer` on a Redis `Locker`, key after key: a layered
+  request on a distinct key, the same locker's bare lock + release on that key, a PING, so
+  the three p50s are comparable; the goal is the layered p50 over the PING p50. Requests per
+  layered request: `INFO commandstats` around the warm-up requests.
 - Speed claims live here, never in tests; CI only runs `--quick` to keep the harness alive (quick
   figures are not meaningful).
 ",

@@ -1,8 +1,8 @@
 //! Layer overhead: lock-tower's `LockLayer` around an echo service versus the bare echo
 //! service, one request at a time, the key taken from a header. Overhead = p50 layered − p50
 //! bare. On the memory backend for distinct keys and for one hot key, and on Redis for distinct
-//! keys, in interleaved rounds with PING and with the same locker's bare lock + release on the
-//! same keys (what the layer adds to the lock's own two round trips).
+//! keys, interleaved key by key with the same locker's bare lock + release on the same key and
+//! a PING (what the layer adds to the lock's own two round trips).
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -107,29 +107,31 @@ pub(crate) async fn layer(plan: &Plan, target: &Target) -> Result<Layer> {
     let redis = Locker::builder(RedisBackend::connect(&target.url).await?).build();
     let mut svc = layer(redis.clone()).layer(echo());
     let ping = Op::Ping(target.manager().await?);
-    let per = (plan.latency_n / plan.rounds).max(1);
-    time_requests(&mut svc, &distinct, plan.warmup).await?;
+    let n = plan.latency_n;
+    // The warm-up, between two commandstats snapshots: the requests a layered request sends.
     let mut stats = target.manager().await?;
-    let mut commands = CommandStats::default();
+    let before = CommandStats::fetch(&mut stats).await?;
+    time_requests(&mut svc, &distinct, plan.warmup).await?;
+    let commands = CommandStats::fetch(&mut stats).await?.since(&before);
+    let per = u64::try_from(plan.warmup).unwrap_or(u64::MAX);
+    let redis_requests = commands.breakdown(per, crate::stats::OUR_REQUESTS);
+    // Then, key after key: a layered request, the same locker's lock + release, a PING.
     let [mut redis_distinct, mut redis_ping, mut redis_cycle] =
         [(); 3].map(|()| Latencies::default());
-    for round in 0..plan.rounds {
-        let keys = &distinct[(round * per) % DISTINCT..];
-        let before = CommandStats::fetch(&mut stats).await?;
-        time_into(&mut svc, keys, per, &mut redis_distinct).await?;
-        commands = commands.plus(&CommandStats::fetch(&mut stats).await?.since(&before));
-        for key in keys.iter().cycle().take(per) {
-            let key = key.to_str()?;
-            let t = Instant::now();
-            redis.lock(key).wait(WAIT).await?.release().await?;
-            redis_cycle.record_since(t);
-            let t = Instant::now();
-            ping.once("").await?;
-            redis_ping.record_since(t);
-        }
+    for key in distinct.iter().cycle().skip(plan.warmup).take(n) {
+        time_into(&mut svc, std::slice::from_ref(key), 1, &mut redis_distinct).await?;
+        let t = Instant::now();
+        redis
+            .lock(key.to_str()?)
+            .wait(WAIT)
+            .await?
+            .release()
+            .await?;
+        redis_cycle.record_since(t);
+        let t = Instant::now();
+        ping.once("").await?;
+        redis_ping.record_since(t);
     }
-    let per = u64::try_from(per * plan.rounds).unwrap_or(u64::MAX);
-    let redis_requests = commands.breakdown(per, crate::stats::OUR_REQUESTS);
     Ok(Layer {
         bare,
         memory_distinct,
