@@ -45,35 +45,65 @@ const DISPLAY_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey(Arc<KeyNames>);
 
+/// Every name a lock cycle needs, in one allocation: `buf` is `NAME:queueNAME:released`, the
+/// user's key a slice of `NAME` (the hash tag of a plain key, the tail of a hashed one).
 #[derive(Debug)]
 pub(crate) struct KeyNames {
-    user: String,
-    name: String,
+    buf: String,
+    /// `NAME` is `buf[..name_len]`.
+    name_len: usize,
+    /// The user's key is `buf[user_start..user_start + user_len]`.
+    user_start: usize,
+    user_len: usize,
 }
+
+const QUEUE_SUFFIX: &str = ":queue";
+const CHANNEL_SUFFIX: &str = ":released";
 
 impl LockKey {
     pub(crate) fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
         validate_key(user)?;
-        let name = if user.contains(['{', '}']) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let hashed = user.contains(['{', '}']);
+        // prefix, braces, user, and for a hashed key '#' and 16 hex digits.
+        let name_len = prefix.len() + 2 + user.len() + if hashed { 17 } else { 0 };
+        let mut buf =
+            String::with_capacity(2 * name_len + QUEUE_SUFFIX.len() + CHANNEL_SUFFIX.len());
+        buf.push_str(prefix);
+        buf.push('{');
+        let user_start = if hashed {
             let digest = Sha256::digest(user.as_bytes());
-            let mut tag = String::with_capacity(17);
-            tag.push('#');
+            buf.push('#');
             for byte in &digest[..8] {
-                tag.push_str(&format!("{byte:02x}"));
+                buf.push(char::from(HEX[usize::from(byte >> 4)]));
+                buf.push(char::from(HEX[usize::from(byte & 0x0f)]));
             }
-            format!("{prefix}{{{tag}}}{user}")
+            buf.push('}');
+            let start = buf.len();
+            buf.push_str(user);
+            start
         } else {
-            format!("{prefix}{{{user}}}")
+            let start = buf.len();
+            buf.push_str(user);
+            buf.push('}');
+            start
         };
+        debug_assert_eq!(buf.len(), name_len);
+        buf.push_str(QUEUE_SUFFIX);
+        buf.extend_from_within(..name_len);
+        buf.push_str(CHANNEL_SUFFIX);
         Ok(LockKey(Arc::new(KeyNames {
-            user: user.to_owned(),
-            name,
+            buf,
+            name_len,
+            user_start,
+            user_len: user.len(),
         })))
     }
 
     /// The key as the user gave it.
     pub(crate) fn user(&self) -> &str {
-        &self.0.user
+        let n = &self.0;
+        &n.buf[n.user_start..n.user_start + n.user_len]
     }
 
     /// The key as the user gave it, made safe for messages and logs (see [`display_key`]).
@@ -83,35 +113,47 @@ impl LockKey {
 
     /// The backend name of the lock itself (`P{T}S`); the other names add a suffix to it.
     pub(crate) fn name(&self) -> &str {
-        &self.0.name
+        &self.0.buf[..self.0.name_len]
     }
 
     /// The backend name of the fencing counter.
     pub(crate) fn fence(&self) -> String {
-        format!("{}:fence", self.0.name)
+        format!("{}:fence", self.name())
     }
 
     /// The idempotency record stored for this key (a hash: `fingerprint`, `result`; with a TTL).
     pub(crate) fn result(&self) -> String {
-        format!("{}:result", self.0.name)
+        format!("{}:result", self.name())
     }
 
     #[cfg(any(feature = "redis", test))]
     /// The release notification channel.
     pub(crate) fn channel(&self) -> String {
-        format!("{}:released", self.0.name)
+        self.channel_name().to_owned()
+    }
+
+    #[cfg(any(feature = "redis", test))]
+    /// The release notification channel, borrowed.
+    pub(crate) fn channel_name(&self) -> &str {
+        &self.0.buf[self.0.name_len + QUEUE_SUFFIX.len()..]
     }
 
     #[cfg(feature = "redis")]
     /// The queue of waiter tickets (oldest first) a release hands the lock to.
     pub(crate) fn queue(&self) -> String {
-        format!("{}:queue", self.0.name)
+        self.queue_name().to_owned()
+    }
+
+    #[cfg(any(feature = "redis", test))]
+    /// The queue of waiter tickets, borrowed.
+    pub(crate) fn queue_name(&self) -> &str {
+        &self.0.buf[..self.0.name_len + QUEUE_SUFFIX.len()]
     }
 
     #[cfg(feature = "redis")]
     /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
     pub(crate) fn waiters(&self) -> String {
-        format!("{}:waiters", self.0.name)
+        format!("{}:waiters", self.name())
     }
 }
 
@@ -188,6 +230,9 @@ mod tests {
         assert_eq!(k.fence(), "lock:{order:42}:fence");
         assert_eq!(k.channel(), "lock:{order:42}:released");
         assert_eq!(k.result(), "lock:{order:42}:result");
+        assert_eq!(k.queue_name(), "lock:{order:42}:queue");
+        assert_eq!(k.channel_name(), "lock:{order:42}:released");
+        assert_eq!(k.user(), "order:42");
     }
 
     #[test]
@@ -198,6 +243,15 @@ mod tests {
         assert_eq!(tag_end, "lock:{#".len() + 16);
         assert!(k.name().ends_with("a}b{c"));
         assert!(k.fence().starts_with(&k.name()[..=tag_end]));
+        assert_eq!(k.user(), "a}b{c");
+        assert_eq!(k.queue_name(), format!("{}:queue", k.name()));
+        assert_eq!(k.channel_name(), format!("{}:released", k.name()));
+        let empty_prefix = LockKey::new("", "é{x").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(empty_prefix.user(), "é{x");
+        assert_eq!(
+            empty_prefix.channel_name(),
+            format!("{}:released", empty_prefix.name())
+        );
     }
 
     #[test]

@@ -35,13 +35,53 @@ impl Token {
     }
 }
 
+/// How many tokens' worth of operating-system random bytes one system call fetches.
+const BATCH: usize = 16;
+
+/// Random bytes fetched from the operating system ahead of use, per thread, with the process
+/// that fetched them: bytes are handed out once each, and never in another process.
+struct Reserve {
+    bytes: [u8; 16 * BATCH],
+    /// Bytes before `next` were handed out already.
+    next: usize,
+    pid: u32,
+}
+
+thread_local! {
+    static RESERVE: std::cell::RefCell<Reserve> = const {
+        std::cell::RefCell::new(Reserve { bytes: [0; 16 * BATCH], next: 16 * BATCH, pid: 0 })
+    };
+}
+
 /// 128 bits from the operating system (`getrandom(2)` on Linux), fresh in every process: the
-/// kernel's generator is not copied by `fork`, unlike any userspace generator's state.
+/// kernel's generator is not copied by `fork`, unlike any userspace generator's state. The bytes
+/// are fetched `BATCH` tokens at a time (one system call, not one per lock) and kept per thread
+/// with the id of the process that fetched them; a forked child (a new process id) never uses
+/// its parent's reserve, it fetches its own, so parent and child never draw the same token.
 fn os_random() -> [u8; 16] {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_ok() {
+    let pid = std::process::id();
+    let reserved = RESERVE.with(|cell| {
+        let r = &mut *cell.borrow_mut();
+        if r.pid != pid || r.next >= r.bytes.len() {
+            if getrandom::fill(&mut r.bytes).is_err() {
+                r.next = r.bytes.len();
+                return None;
+            }
+            r.next = 0;
+            r.pid = pid;
+        }
+        let mut bytes = [0u8; 16];
+        let taken = &mut r.bytes[r.next..r.next + 16];
+        bytes.copy_from_slice(taken);
+        // Handed out once: wiped from the reserve.
+        taken.fill(0);
+        r.next += 16;
+        Some(bytes)
+    });
+    if let Some(bytes) = reserved {
         return bytes;
     }
+    let mut bytes = [0u8; 16];
     // The OS refused (no such call in a sandbox): the userspace generator, made distinct per
     // process by the process id, so a parent and its forked child still draw different tokens.
     let drawn: [u8; 16] = rand::random();
@@ -71,6 +111,15 @@ mod tests {
             assert_eq!(a.as_str().len(), 32);
             assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
             assert_eq!(format!("{a:?}"), "Token(<redacted>)");
+        }
+        // Across several reserves (and threads), no token comes twice.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..(3 * BATCH + 1) {
+            assert!(seen.insert(Token::new(true)));
+        }
+        let other = std::thread::spawn(|| (0..BATCH).map(|_| Token::new(true)).collect::<Vec<_>>());
+        for t in other.join().unwrap_or_default() {
+            assert!(seen.insert(t));
         }
     }
 }

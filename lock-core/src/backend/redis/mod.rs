@@ -32,11 +32,24 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/acquire.lua")
     ))
 });
+// The release's common path (release.lua) comes before any function definition; one script
+// per kind of pub/sub (PUBLISH here, SPUBLISH in RELEASE_SHARDED).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("scripts/release.lua"),
         include_str!("scripts/fence.lua"),
         include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release.lua")
+        include_str!("scripts/release_handover.lua"),
+        "return release_handover('0')\n"
+    ))
+});
+static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/release.lua"),
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release_handover.lua"),
+        "return release_handover('1')\n"
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
@@ -139,6 +152,29 @@ impl RedisBackend {
             Err(e) if retriable(&e) => {
                 tracing::debug!(error = %e, operation, "Redis connection lost; retrying once on a new one");
                 call.invoke_async::<Value>(&mut conn)
+                    .await
+                    .map_err(|e| LockError::backend(operation, key, e))
+            }
+            Err(e) => Err(LockError::backend(operation, key, e)),
+        }
+    }
+
+    /// Sends `cmd`, an `EVALSHA` of `script` built in one command buffer (a
+    /// `ScriptInvocation` copies every key and argument into a vector of its own first), loading
+    /// the script after `NOSCRIPT`; retried once as [`invoke`](Self::invoke) is.
+    async fn evalsha(
+        &self,
+        script: &Script,
+        cmd: &redis::Cmd,
+        operation: &'static str,
+        key: Option<&str>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.inner.conn.clone();
+        match evalsha_once(&mut conn, script, cmd).await {
+            Ok(v) => Ok(v),
+            Err(e) if retriable(&e) => {
+                tracing::debug!(error = %e, operation, "Redis connection lost; retrying once on a new one");
+                evalsha_once(&mut conn, script, cmd)
                     .await
                     .map_err(|e| LockError::backend(operation, key, e))
             }
@@ -251,26 +287,31 @@ impl RedisBackend {
     }
 
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        let channel = key.channel();
-        let mut call = RELEASE.prepare_invoke();
-        call.key(key.name())
-            .key(key.fence())
-            .key(key.queue())
-            .key(key.waiters())
-            .arg(token.as_str())
-            .arg(&channel)
-            .arg(if self.inner.sharded { "1" } else { "0" });
-        let reply = self.invoke(&call, "release", Some(key.user())).await?;
+        let channel = key.channel_name();
+        let script = if self.inner.sharded {
+            &*RELEASE_SHARDED
+        } else {
+            &*RELEASE
+        };
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(2)
+            .arg(key.name())
+            .arg(key.queue_name())
+            .arg(token.as_str());
+        let reply = self
+            .evalsha(script, &cmd, "release", Some(key.user()))
+            .await?;
         match reply {
             Value::Int(1) => {
-                self.inner.subscriber.deliver(&channel, b"released");
+                self.inner.subscriber.deliver(channel, b"released");
                 Ok(true)
             }
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::BulkString(message)] => {
                     // This process's waiters learn at once, without waiting for the message
                     // to come back through the subscriber (which delivers it again: harmless).
-                    self.inner.subscriber.deliver(&channel, message);
+                    self.inner.subscriber.deliver(channel, message);
                     Ok(true)
                 }
                 _ => Err(LockError::protocol(
@@ -373,6 +414,22 @@ impl RedisBackend {
 
     pub(crate) fn notifications_healthy(&self) -> bool {
         self.inner.subscriber.healthy()
+    }
+}
+
+/// One `EVALSHA` (see [`RedisBackend::evalsha`]); after `NOSCRIPT` (a restarted or flushed
+/// server) the script is loaded and the call sent again.
+async fn evalsha_once(
+    conn: &mut ConnectionManager,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async::<Value>(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            cmd.query_async::<Value>(conn).await
+        }
+        answer => answer,
     }
 }
 

@@ -1,23 +1,30 @@
--- Release a lock if, and only if, it is still ours; then hand it to the oldest live queued
--- waiter or announce that it is free (hand_over, from handoff.lua).
+-- Release a lock if, and only if, it is still ours; then, when waiters queue for it, hand it to
+-- the oldest live one or announce that it is free (hand_over, from handoff.lua).
+--
+-- Every process that waits on another process's release has a ticket in the queue (the head of
+-- its local queue in the default mode, each waiter in fair mode), so a release that finds the
+-- queue empty has nobody to tell and publishes nothing: the common release is GET, DEL and
+-- LINDEX, near a bare compare-and-delete. (The releasing process tells its own waiters itself.)
+--
+-- This file comes first in the script, before fence.lua, handoff.lua and
+-- release_handover.lua: the common release returns before any function is created (each
+-- `local function` costs a closure on every call that reaches it). For the same reason the
+-- script gets only what that release reads, two keys and one argument (every element becomes
+-- a Lua string): the other names of the lock are its name plus a suffix (key.rs), built in
+-- the hand-over branch only, all in the lock's hash slot.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the fencing counter key (drawn from when the next waiter asked for a fence)
--- KEYS[3]  the queue (list of waiter tickets, oldest first; usually absent)
--- KEYS[4]  the waiters (hash: ticket -> entry, see handoff.lua)
+-- KEYS[2]  the queue (list of waiter tickets, oldest first; usually absent)
 -- ARGV[1]  the owner token
--- ARGV[2]  the release channel (same hash slot as KEYS[1])
--- ARGV[3]  '1' to publish with SPUBLISH (sharded pub/sub, Redis 7+), '0' for PUBLISH
 --
--- Returns 1 when the lock was ours and is now free ('released' was published), {1, message}
+-- Returns 1 when the lock was ours and is now free (nobody queued, or 'released' was published
+-- to the queue's dead tickets' waiters), {1, message}
 -- when it was ours and is now handed over or announced to a waiter (message as published),
 -- 0 when it was not ours (expired or taken).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local message = hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
-if message == 'released' then
+if not redis.call('LINDEX', KEYS[2], 0) then
   return 1
 end
-return {1, message}
