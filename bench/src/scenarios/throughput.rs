@@ -44,6 +44,8 @@ pub(crate) struct Throughput {
     pub(crate) server_us: [f64; 3],
     /// Cycles each design ran for `server_us` (on fresh keys).
     pub(crate) server_n: usize,
+    /// Every command Redis ran per cycle, by name (in-script calls included), per design.
+    pub(crate) server_calls: [String; 3],
 }
 
 /// Redis's CPU time so far (`used_cpu_sys` + `used_cpu_user`), in seconds.
@@ -112,23 +114,25 @@ async fn server_time(
     plan: &Plan,
     designs: &[Op],
     info: &mut ConnectionManager,
-) -> Result<[f64; 3]> {
+) -> Result<([f64; 3], [String; 3])> {
     let run = format!("{:08x}", getrandom::u32().unwrap_or(0));
     let per_round = (plan.latency_n / plan.rounds).max(1);
-    let mut usec = [0u64; 3];
+    let mut deltas = [(); 3].map(|()| CommandStats::default());
     for round in 0..plan.rounds {
-        for (d, (op, usec)) in designs.iter().zip(usec.iter_mut()).enumerate() {
+        for (d, (op, delta)) in designs.iter().zip(deltas.iter_mut()).enumerate() {
             let before = CommandStats::fetch(info).await?;
             for i in 0..per_round {
                 op.once(&format!("st:{run}:{d}:{round}:{i}")).await?;
             }
-            *usec += CommandStats::fetch(info)
-                .await?
-                .since(&before)
-                .usec(CYCLE_REQUESTS);
+            *delta = delta.plus(&CommandStats::fetch(info).await?.since(&before));
         }
     }
-    Ok(usec.map(|u| u as f64 / (per_round * plan.rounds) as f64))
+    let n = per_round * plan.rounds;
+    let usec = deltas
+        .each_ref()
+        .map(|d| d.usec(CYCLE_REQUESTS) as f64 / n as f64);
+    let n = u64::try_from(n).unwrap_or(u64::MAX);
+    Ok((usec, deltas.map(|d| d.breakdown(n, &d.names()))))
 }
 
 pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput> {
@@ -138,7 +142,7 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput
     }
     let mut info = target.manager().await?;
     progress("  server time per uncontended cycle (commandstats)");
-    let server_us = server_time(plan, &contenders[1..], &mut info).await?;
+    let (server_us, server_calls) = server_time(plan, &contenders[1..], &mut info).await?;
     let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
     let mut levels = Vec::new();
     for &tasks in &plan.concurrency {
@@ -174,5 +178,6 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput
         levels,
         server_us,
         server_n: (plan.latency_n / plan.rounds).max(1) * plan.rounds,
+        server_calls,
     })
 }
