@@ -6,9 +6,9 @@
 //! B reads the shared clock as soon as its acquire returns (`t1`). The sample is `t1 - t0`: A's
 //! release, the wake-up of B (notification or poll), and B's successful acquire.
 //!
-//! Ours is measured in chunks interleaved with its two floors (a PING after the same idle, and
-//! the notified handoff without a lock), so a burst of load on this shared machine hits all
-//! three alike.
+//! Ours is measured in chunks interleaved with its floors (the notified handoff without a lock,
+//! the goal's floor, and back-to-back PINGs), so a burst of load on this shared machine hits
+//! all of them alike.
 
 use std::time::{Duration, Instant};
 
@@ -46,12 +46,8 @@ pub(crate) struct Handoff {
 /// The floors measured beside ours.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HandoffFloors {
-    /// PING from process A after the same random idle as the holder's (a handoff starts from
-    /// idle processes; a PING in a tight loop does not).
-    pub(crate) idle_ping: Latencies,
-    /// Back-to-back PINGs from process A, in bursts between the chunks: the round trip the
-    /// handoff's goal is a ratio to, measured at the same times as the handoffs (the machine's
-    /// round trip drifts over a run).
+    /// Back-to-back PINGs from process A, in bursts between the chunks (context: the round
+    /// trip at the same times as the handoffs; it drifts over a run).
     pub(crate) hot_ping: Latencies,
     /// SPUBLISH in A → a redis-rs subscriber in B wakes → one round trip; no lock at all.
     pub(crate) notified: Latencies,
@@ -159,14 +155,10 @@ impl Run {
     }
 }
 
-/// `n` PINGs from this process, each after the holder's random idle (`Some(plan)`), or back to
-/// back after 5 not kept (from idle).
-async fn pings(idle: Option<&Plan>, ping: &Op, n: usize, out: &mut Latencies) -> Result<()> {
-    let warm = if idle.is_some() { 0 } else { 5 };
+/// `n` back-to-back PINGs from this process, after 5 not kept (from idle).
+async fn pings(ping: &Op, n: usize, out: &mut Latencies) -> Result<()> {
+    let warm = 5;
     for i in 0..n + warm {
-        if let Some(plan) = idle {
-            tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
-        }
         let t = Instant::now();
         ping.once("").await?;
         if i >= warm {
@@ -183,8 +175,7 @@ pub(crate) async fn ours_and_floors(
 ) -> Result<(Handoff, HandoffFloors)> {
     let n = plan.handoff_n[0];
     crate::progress(&format!(
-        "  ours ({n} samples), interleaved with its floors (idle PING, notified handoff without a lock, {} each)",
-        n / 2
+        "  ours ({n} samples), interleaved with its floors (notified handoff without a lock, PING)"
     ));
     let mut ours = Run::lock(target, Kind::Ours, false).await?;
     let mut raw = Run::publish(target).await?;
@@ -192,19 +183,11 @@ pub(crate) async fn ours_and_floors(
     let mut floors = HandoffFloors::default();
     ours.run(plan, plan.handoff_warm, true).await?;
     raw.run(plan, plan.handoff_warm, true).await?;
-    pings(
-        Some(plan),
-        &ping,
-        plan.handoff_warm,
-        &mut Latencies::default(),
-    )
-    .await?;
     for chunk in 0..CHUNKS {
         let share = |total: usize| total * (chunk + 1) / CHUNKS - total * chunk / CHUNKS;
         ours.run(plan, share(n), false).await?;
-        raw.run(plan, share(n / 2), false).await?;
-        pings(Some(plan), &ping, share(n / 2), &mut floors.idle_ping).await?;
-        pings(None, &ping, share(n), &mut floors.hot_ping).await?;
+        raw.run(plan, share(n), false).await?;
+        pings(&ping, share(n), &mut floors.hot_ping).await?;
     }
     let raw = raw.finish().await?;
     (floors.notified, floors.woken) = (raw.latencies, raw.delivery);

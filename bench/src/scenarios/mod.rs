@@ -293,9 +293,14 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
     let n = rows.lines().count();
     let mode = if plan.quick { "quick" } else { "full" };
     let (version, tree, date) = (&machine.redis_version, &machine.tree, &machine.date);
+    let whose = if target.started.is_some() {
+        "its own"
+    } else {
+        "the given"
+    };
     let note = format!(
         "\nThe {n} *{section}* rows come from a **partial run** (`lock-bench --only {section}`, \
-         {mode}-mode sample counts, its own redis-server {version}, same machine) on {date} at \
+         {mode}-mode sample counts, {whose} redis-server {version}, same machine) on {date} at \
          {tree}; every other row is from the full run dated above. Their floors ({floors}) were \
          measured in that partial run.\n"
     );
