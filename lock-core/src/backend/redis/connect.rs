@@ -133,6 +133,7 @@ impl RedisBackendBuilder {
                 maxmemory_policy,
                 permissions: Permissions::default(),
                 watcher,
+                batches: Default::default(),
             }),
         })
     }

@@ -12,6 +12,7 @@ use crate::token::Token;
 use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, Value};
 
+mod batch;
 mod connect;
 mod eviction;
 mod idempotency;
@@ -50,6 +51,27 @@ static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/handoff.lua"),
         include_str!("scripts/release_handover.lua"),
         "return release_handover('1')\n"
+    ))
+});
+// Batches (batch.rs): many plain acquires, or many releases, in one call.
+static ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire_many.lua")));
+static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/release_many.lua"),
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release_many_handover.lua"),
+        "return release_many_handover('0')\n"
+    ))
+});
+static RELEASE_MANY_SHARDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/release_many.lua"),
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release_many_handover.lua"),
+        "return release_many_handover('1')\n"
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
@@ -112,6 +134,8 @@ struct Inner {
     permissions: permissions::Permissions,
     /// Hears of dropped connections, for the watchdog.
     watcher: watcher::Watcher,
+    /// Plain acquires and releases waiting to go out together (never on a cluster node).
+    batches: batch::Batches,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -246,6 +270,29 @@ impl RedisBackend {
         token: &Token,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
+        // Sent at once while few acquires are in flight, else in the next batch (batch.rs);
+        // never batched on a cluster node (a batch's keys would span slots).
+        let slot = if self.inner.cluster {
+            None
+        } else {
+            match batch::enter(self, batch::Kind::Acquire, key, token, lease) {
+                batch::Turn::Direct(slot) => Some(slot),
+                batch::Turn::Queued(answer) => {
+                    let reply = batch::queued(answer, batch::Kind::Acquire, key).await?;
+                    return match int_pair(&reply) {
+                        Some((1, _)) => Ok(Attempt::Acquired { fence: None }),
+                        Some((0, pttl)) => Ok(Attempt::Busy {
+                            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+                        }),
+                        _ => Err(LockError::protocol(
+                            "acquire",
+                            key.user(),
+                            format!("the acquire batch answered {reply:?}"),
+                        )),
+                    };
+                }
+            }
+        };
         let mut pipe = redis::pipe();
         pipe.cmd("SET")
             .arg(key.name())
@@ -267,6 +314,7 @@ impl RedisBackend {
             }
             Err(e) => return Err(LockError::backend("acquire", key.user(), e)),
         };
+        drop(slot);
         match reply.as_slice() {
             [Value::Nil, _] => Ok(Attempt::Acquired { fence: None }),
             [Value::BulkString(old), _] if old.as_slice() == token.as_str().as_bytes() => {
@@ -287,6 +335,38 @@ impl RedisBackend {
     }
 
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
+        if self.inner.cluster {
+            return self.release_one(key, token).await;
+        }
+        let reply = match batch::enter(self, batch::Kind::Release, key, token, Duration::ZERO) {
+            batch::Turn::Direct(slot) => {
+                let answer = self.release_one(key, token).await;
+                drop(slot);
+                return answer;
+            }
+            batch::Turn::Queued(answer) => batch::queued(answer, batch::Kind::Release, key).await?,
+        };
+        let channel = key.channel_name();
+        match reply {
+            Value::Int(1) => {
+                self.inner.subscriber.deliver(channel, b"released");
+                Ok(true)
+            }
+            Value::BulkString(message) => {
+                self.inner.subscriber.deliver(channel, &message);
+                Ok(true)
+            }
+            Value::Int(0) => Ok(false),
+            other => Err(LockError::protocol(
+                "release",
+                key.user(),
+                format!("release script answered {other:?}"),
+            )),
+        }
+    }
+
+    /// One release, alone in its call.
+    async fn release_one(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
         let channel = key.channel_name();
         let script = if self.inner.sharded {
             &*RELEASE_SHARDED

@@ -1,0 +1,33 @@
+-- Release many locks in one call (a batch of releases, see batch.rs): for each key the same
+-- step as release.lua, in order: deleted if, and only if, it still holds its token, then handed
+-- to the oldest live queued waiter or announced (hand_over) when waiters queue for it.
+--
+-- As in release.lua, this file comes first, before fence.lua, handoff.lua and
+-- release_many_handover.lua: when no key has a queue the script returns before any function is
+-- created. Keys with a queue are handed over after the loop, each right after its own delete
+-- as far as any other client can tell (the script is atomic).
+--
+-- KEYS[2i-1]  the i-th lock key
+-- KEYS[2i]    the i-th queue
+-- ARGV[i]     the i-th owner token
+--
+-- Returns an array with one entry per key: 1 when it was ours and is now free (nobody queued,
+-- or 'released' was published), the message as published when it was ours and is now handed
+-- over or announced to a waiter, 0 when it was not ours.
+local out, queued = {}, nil
+for i, token in ipairs(ARGV) do
+  local lock = KEYS[2 * i - 1]
+  if redis.call('GET', lock) ~= token then
+    out[i] = 0
+  else
+    redis.call('DEL', lock)
+    out[i] = 1
+    if redis.call('LINDEX', KEYS[2 * i], 0) then
+      queued = queued or {}
+      queued[#queued + 1] = i
+    end
+  end
+end
+if not queued then
+  return out
+end

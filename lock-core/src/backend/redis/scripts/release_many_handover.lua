@@ -1,0 +1,14 @@
+-- The end of release_many.lua, after fence.lua and handoff.lua: the keys in `queued` were ours,
+-- are deleted, and waiters queue for them. The script's last line, added in Rust, calls
+-- `release_many_handover('1')` (SPUBLISH) or `release_many_handover('0')` (PUBLISH).
+local function release_many_handover(sharded)
+  for _, i in ipairs(queued) do
+    local lock = KEYS[2 * i - 1]
+    local message = hand_over(lock, lock .. ':fence', KEYS[2 * i], lock .. ':waiters',
+      lock .. ':released', sharded)
+    if message ~= 'released' then
+      out[i] = message
+    end
+  end
+  return out
+end

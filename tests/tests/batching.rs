@@ -1,0 +1,269 @@
+//! Group commit in the Redis backend (lock-core's backend/redis/batch.rs): plain acquires and
+//! releases asked for while others are in flight go out together, as one script call over
+//! many keys. Per key nothing may change: these tests drive many concurrent requests through
+//! one backend (so batches form) and check each key's outcome, against real redis-server.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed expectation fails the test"
+)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockError, Locker, RedisBackend};
+use lock_testkit::{RedisServer, eventually};
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+
+const LEASE: Duration = Duration::from_secs(30);
+const TASKS: usize = 64;
+
+async fn locker(server: &RedisServer) -> Locker {
+    let backend = RedisBackend::builder(&server.url())
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect");
+    Locker::builder(backend).lease(LEASE).build()
+}
+
+/// How many EVALSHA calls the server has run so far.
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = server
+        .query(redis::cmd("INFO").arg("commandstats").clone())
+        .await;
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Many callers lock one key at the same moment: exactly one wins, whether their requests
+/// went out alone or several in one batch; the others find it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acquires_of_one_key_let_exactly_one_win() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    for round in 0..5 {
+        let start = Arc::new(Barrier::new(TASKS));
+        let mut set = JoinSet::new();
+        for _ in 0..TASKS {
+            let (locker, start) = (locker.clone(), start.clone());
+            set.spawn(async move {
+                start.wait().await;
+                let got = locker.lock("b:same").wait(Duration::from_millis(300)).await;
+                if let Ok(guard) = &got {
+                    // Held past every other caller's wait.
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    assert!(guard.is_held());
+                }
+                got
+            });
+        }
+        let mut guards = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            match joined.unwrap() {
+                Ok(g) => guards.push(g),
+                Err(LockError::Timeout { .. }) => {}
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+        }
+        assert_eq!(guards.len(), 1, "round {round}: winners");
+        for g in guards {
+            g.release().await.unwrap();
+        }
+    }
+}
+
+/// A batch over free keys and keys held by another locker: exactly the free ones are taken,
+/// the held ones keep their owner (whose releases still succeed), and batches did form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_takes_the_free_keys_and_leaves_the_held_ones() {
+    let server = RedisServer::start();
+    let ours = locker(&server).await;
+    let other = locker(&server).await;
+    let mut theirs = Vec::new();
+    for i in (0..TASKS).step_by(4) {
+        theirs.push(other.lock(format!("b:k{i}")).await.unwrap());
+    }
+    // Free keys only: no waiting, so every script call is a batch (a lone acquire is SET).
+    let before = evalsha_calls(&server).await;
+    let mut set = JoinSet::new();
+    for i in 0..TASKS {
+        let ours = ours.clone();
+        set.spawn(async move { ours.lock(format!("b:f{i}")).wait(LEASE).await.unwrap() });
+    }
+    let free: Vec<_> = set.join_all().await;
+    assert!(
+        evalsha_calls(&server).await > before,
+        "no batch formed for {TASKS} concurrent acquires"
+    );
+    drop(free);
+    eventually(
+        "the free keys released",
+        Duration::from_secs(2),
+        async || server.dbsize().await == i64::try_from(TASKS / 4).unwrap(),
+    )
+    .await;
+    let start = Arc::new(Barrier::new(TASKS));
+    let mut set = JoinSet::new();
+    for i in 0..TASKS {
+        let (ours, start) = (ours.clone(), start.clone());
+        set.spawn(async move {
+            start.wait().await;
+            let got = ours
+                .lock(format!("b:k{i}"))
+                .wait(Duration::from_millis(200))
+                .await;
+            (i, got)
+        });
+    }
+    let mut mine = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined.unwrap() {
+            (i, Ok(g)) => {
+                assert_ne!(i % 4, 0, "b:k{i} is held by the other locker");
+                mine.push(g);
+            }
+            (i, Err(LockError::Timeout { .. })) => assert_eq!(i % 4, 0, "b:k{i} was free"),
+            (i, Err(e)) => panic!("b:k{i}: {e:?}"),
+        }
+    }
+    assert_eq!(mine.len(), TASKS - TASKS / 4);
+    // Released concurrently (in batches too): every release was ours.
+    let mut releases = JoinSet::new();
+    for g in mine {
+        releases.spawn(async move { g.release().await });
+    }
+    while let Some(joined) = releases.join_next().await {
+        joined.unwrap().unwrap();
+    }
+    for g in theirs {
+        g.release().await.unwrap();
+    }
+    assert_eq!(server.dbsize().await, 0);
+}
+
+/// Releases in one batch hand a lock to a waiter of another process at once, as a lone
+/// release does (no second round trip, no wait for the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_release_hands_the_lock_to_a_queued_waiter() {
+    let server = RedisServer::start();
+    let ours = locker(&server).await;
+    let other = locker(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..TASKS {
+        guards.push(ours.lock(format!("b:h{i}")).await.unwrap());
+    }
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .lock("b:h7")
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    });
+    // Let the waiter queue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let start = Arc::new(Barrier::new(TASKS));
+    let mut releases = JoinSet::new();
+    for g in guards {
+        let start = start.clone();
+        releases.spawn(async move {
+            start.wait().await;
+            g.release().await
+        });
+    }
+    while let Some(joined) = releases.join_next().await {
+        joined.unwrap().unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not handed the lock promptly")
+        .unwrap();
+}
+
+/// Callers that give up while their acquires wait for a batch leave no lock behind: a lock
+/// taken for nobody is released at once, not left for its 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_callers_leave_no_lock_behind() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    for round in 0..10 {
+        let mut set = JoinSet::new();
+        for i in 0..TASKS {
+            let locker = locker.clone();
+            set.spawn(async move {
+                let _ = locker
+                    .lock(format!("b:d{i}"))
+                    .wait(Duration::from_secs(5))
+                    .await;
+            });
+        }
+        // Cancelled at various points: before sending, queued, in flight, answered.
+        tokio::time::sleep(Duration::from_micros(200 * round)).await;
+        set.abort_all();
+        while set.join_next().await.is_some() {}
+    }
+    eventually("every lock released", Duration::from_secs(5), async || {
+        server.dbsize().await == 0
+    })
+    .await;
+}
+
+/// Connections dropped while batches are in flight: every acquire that reports success
+/// really holds its lock (its release finds it ours), every other outcome is a typed error,
+/// and nothing stays locked afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_mid_batch_never_fake_a_lock() {
+    let server = RedisServer::start();
+    let locker = locker(&server).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut set = JoinSet::new();
+    for t in 0..TASKS {
+        let (locker, stop) = (locker.clone(), stop.clone());
+        set.spawn(async move {
+            let (mut ok, mut failed) = (0u32, 0u32);
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                let key = format!("b:c{t}:{}", i % 4);
+                match locker.lock(&key).wait(Duration::from_secs(1)).await {
+                    Ok(g) => match g.release().await {
+                        Ok(()) => ok += 1,
+                        // The answer of a release that went through was lost with the
+                        // connection: never reported as a clean release.
+                        Err(LockError::LeaseLost { .. } | LockError::Backend { .. }) => {
+                            failed += 1;
+                        }
+                        Err(e) => panic!("release of {key}: {e:?}"),
+                    },
+                    Err(LockError::Backend { .. } | LockError::Timeout { .. }) => failed += 1,
+                    Err(e) => panic!("acquire of {key}: {e:?}"),
+                }
+            }
+            (ok, failed)
+        });
+    }
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        server.client_kill_all().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    while let Some(joined) = set.join_next().await {
+        let (ok, _) = joined.unwrap();
+        total += ok;
+    }
+    assert!(total > 0);
+    eventually("every lock released", Duration::from_secs(5), async || {
+        server.dbsize().await == 0
+    })
+    .await;
+}
