@@ -53,9 +53,8 @@ static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
         "return release_handover('1')\n"
     ))
 });
-// Batches (batch.rs): many plain acquires, or many releases, in one call.
-static ACQUIRE_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire_many.lua")));
+// Batches of releases (batch.rs): many in one call. (A batch of acquires is a pipeline of
+// native commands.)
 static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/release_many.lua"),
@@ -275,15 +274,20 @@ impl RedisBackend {
         let slot = if self.inner.cluster {
             None
         } else {
-            match batch::enter(self, batch::Kind::Acquire, key, token, lease) {
+            match batch::enter(self, batch::Kind::Acquire, key, token, lease, true) {
                 batch::Turn::Direct(slot) => Some(slot),
                 batch::Turn::Queued(answer) => {
                     let reply = batch::queued(answer, batch::Kind::Acquire, key).await?;
-                    return match int_pair(&reply) {
-                        Some((1, _)) => Ok(Attempt::Acquired { fence: None }),
-                        Some((0, pttl)) => Ok(Attempt::Busy {
-                            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    let pair = match &reply {
+                        Value::Array(pair) => pair.as_slice(),
+                        _ => &[],
+                    };
+                    return match pair {
+                        [Value::Int(1)] => Ok(Attempt::Acquired { fence: None }),
+                        [Value::Int(0), Value::Int(pttl)] => Ok(Attempt::Busy {
+                            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
                         }),
+                        [Value::Int(0)] => Ok(Attempt::Busy { remaining: None }),
                         _ => Err(LockError::protocol(
                             "acquire",
                             key.user(),
@@ -338,7 +342,14 @@ impl RedisBackend {
         if self.inner.cluster {
             return self.release_one(key, token).await;
         }
-        let reply = match batch::enter(self, batch::Kind::Release, key, token, Duration::ZERO) {
+        let reply = match batch::enter(
+            self,
+            batch::Kind::Release,
+            key,
+            token,
+            Duration::ZERO,
+            false,
+        ) {
             batch::Turn::Direct(slot) => {
                 let answer = self.release_one(key, token).await;
                 drop(slot);
