@@ -2,19 +2,21 @@
 //! the acquisition stands ([`Phase`]), its local validity deadline (lease minus [`drift`]),
 //! loss, extension and release in the backend.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::LockError;
-use crate::backend::Renewal;
+use crate::backend::{Kept, Renewal};
 use crate::background;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+use crate::sync::Mutex;
 use crate::token::Token;
+use crate::wait::PassOn;
 
 /// Where one acquisition stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,8 +54,14 @@ pub(crate) struct Held {
     pub(crate) waited: bool,
     /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
     /// `extend`), so two renewals with different leases never race: the later PEXPIRE could
-    /// otherwise shorten the lease behind the other's back.
+    /// otherwise shorten the lease behind the other's back. Shared with the successors of a
+    /// local hand-off (one lease in the backend).
     pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+    /// The current holder of this lease, shared by every acquisition a local hand-off passed
+    /// it through (same token, same lease in the backend; empty until the first hand-off):
+    /// what is learnt about the lease by an earlier holder (a renewal in flight, a loss) is
+    /// forwarded to it, whichever holders in between are gone.
+    current: Arc<Mutex<Weak<Held>>>,
 }
 
 /// The drift allowance subtracted from every lease: 1 % plus 2 ms.
@@ -120,7 +128,69 @@ impl Held {
             },
             waited,
             renewing: Arc::new(tokio::sync::Mutex::new(())),
+            current: Arc::default(),
         })
+    }
+
+    /// Local hand-off: passes this lock (token, lease in the backend, validity deadline) to
+    /// another task of the same locker, which asked for `lease` (the watchdog renews with it
+    /// from now on) and `max_hold`. This acquisition ends (released) and the lease's news goes
+    /// to the new one. `None` when this one was no longer held: nothing is passed.
+    pub(crate) fn pass_to(
+        self: &Arc<Self>,
+        lease: Duration,
+        max_hold: Option<Duration>,
+    ) -> Option<Arc<Held>> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
+        let now = Instant::now();
+        let (state, _) = watch::channel(HoldState {
+            valid_until: self.snapshot().valid_until,
+            phase: Phase::Held,
+        });
+        let next = Arc::new(Held {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key: self.key.clone(),
+            token: self.token.clone(),
+            fence: None,
+            locker: self.locker.clone(),
+            lease_ms: AtomicU64::new(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
+            state,
+            renew_until: max_hold.map(|m| now + m),
+            acquired_at: now,
+            first_renewal: now,
+            waited: true,
+            renewing: self.renewing.clone(),
+            current: self.current.clone(),
+        });
+        // From here a renewal answer or a loss that reaches this acquisition (or an earlier
+        // holder of the lease) reaches `next` too; then this one ends. Had it been lost just
+        // before, nothing is passed (`next`, known to nobody yet, ends quietly: this runs
+        // under the wait queues' lock).
+        *self.current.lock() = Arc::downgrade(&next);
+        // Ends this acquisition only when it is passed: one lost meanwhile stays lost (its
+        // release must say so, and release in the backend), one past its deadline is left to
+        // the usual release (marking it lost here would take the wait queues' lock again).
+        let mut passed = false;
+        self.state.send_if_modified(|s| {
+            if s.phase == Phase::Held && now < s.valid_until {
+                s.phase = Phase::Released;
+                passed = true;
+            }
+            passed
+        });
+        if !passed {
+            next.state.send_modify(|s| s.phase = Phase::Lost);
+            return None;
+        }
+        Some(next)
+    }
+
+    /// The holder the lease was passed to since this acquisition, if any is alive.
+    fn successor(&self) -> Option<Arc<Held>> {
+        self.current
+            .lock()
+            .upgrade()
+            .filter(|current| current.id != self.id)
     }
 
     pub(crate) fn lease(&self) -> Duration {
@@ -163,6 +233,13 @@ impl Held {
 
     /// A renewal sent at `sent_at` succeeded.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        if let Some(current) = self.successor() {
+            current.apply_renewal(sent_at, lease);
+        }
+        self.apply_renewal(sent_at, lease);
+    }
+
+    fn apply_renewal(&self, sent_at: Instant, lease: Duration) {
         self.state.send_if_modified(|s| {
             if s.phase != Phase::Held {
                 return false;
@@ -177,8 +254,16 @@ impl Held {
         });
     }
 
-    /// The lease is gone. Idempotent; a released lock is never marked lost.
+    /// The lease is gone. Idempotent; a released lock is never marked lost (a lock passed on
+    /// by a local hand-off tells its successor instead).
     pub(crate) fn mark_lost(&self, why: &str) {
+        if let Some(current) = self.successor() {
+            current.apply_loss(why);
+        }
+        self.apply_loss(why);
+    }
+
+    fn apply_loss(&self, why: &str) {
         let changed = self.state.send_if_modified(|s| {
             if s.phase == Phase::Held {
                 s.phase = Phase::Lost;
@@ -190,11 +275,12 @@ impl Held {
         if changed {
             tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
             self.locker.watchdog.remove(self.id);
+            self.locker.queues.holder_lost(self);
         }
     }
 
     /// Marks the lock released; returns the phase it was in.
-    fn mark_released(&self) -> Phase {
+    pub(crate) fn mark_released(&self) -> Phase {
         let mut before = Phase::Released;
         self.state.send_modify(|s| {
             before = s.phase;
@@ -262,6 +348,15 @@ impl Held {
     /// finished in the background.
     pub(crate) async fn release(self: &Arc<Self>) -> Result<(), LockError> {
         let valid = self.is_held();
+        if valid && self.locker.config.local.on {
+            match self.pass_on().await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.locker.queues.holder_left(self);
+        }
         self.locker.watchdog.remove(self.id);
         let before = self.mark_released();
         if before == Phase::Released {
@@ -285,12 +380,83 @@ impl Held {
         }
     }
 
+    /// Local hand-off: `Ok(true)` when the lock was passed to a waiting task of this locker
+    /// (this acquisition has ended), `Ok(false)` when it must be released in the backend.
+    /// Past the bounds of local turns the backend is asked first whether a waiter of another
+    /// process queues: if one does, the lock is released to it here (`Ok(true)` too).
+    async fn pass_on(self: &Arc<Self>) -> Result<bool, LockError> {
+        let queues = &self.locker.queues;
+        match queues.pass_on(&self.locker, self, false) {
+            PassOn::Passed => return Ok(true),
+            PassOn::Release => return Ok(false),
+            PassOn::AskBackend => {}
+        }
+        // Until the backend answered, the lock stays ours and renewed: if this future is
+        // dropped meanwhile, the guard's release finishes in the background as usual.
+        // Serialized with the watchdog's renewals: one in flight as this call gives the lock
+        // away would find it gone and report a loss that is in fact this release.
+        let serial = self.renewing.lock().await;
+        queues.asking_backend(&self.key);
+        let answer = self
+            .locker
+            .call()
+            .keep_if_alone(&self.key, &self.token)
+            .await;
+        drop(serial);
+        match answer {
+            Ok(Kept::Alone) => match queues.pass_on(&self.locker, self, true) {
+                PassOn::Passed => Ok(true),
+                PassOn::Release | PassOn::AskBackend => {
+                    queues.holder_left(self);
+                    Ok(false)
+                }
+            },
+            Ok(Kept::Released) => {
+                queues.holder_left(self);
+                self.locker.watchdog.remove(self.id);
+                let before = self.mark_released();
+                queues.wake_local(&self.key);
+                if before == Phase::Held {
+                    Ok(true)
+                } else {
+                    Err(self.lease_lost())
+                }
+            }
+            Ok(Kept::NotOurs) => {
+                queues.holder_left(self);
+                self.locker.watchdog.remove(self.id);
+                self.mark_released();
+                queues.wake_local(&self.key);
+                Err(self.lease_lost())
+            }
+            Err(e) => {
+                // Unknown: give it back the usual way (the release checks the token).
+                tracing::debug!(key = %self.key.display(), error = %e, "asking for waiters of other processes failed; releasing");
+                queues.holder_left(self);
+                Ok(false)
+            }
+        }
+    }
+
     /// Stops renewal and releases in the background (drop of a guard).
     pub(crate) fn release_in_background(self: &Arc<Self>) {
-        self.locker.watchdog.remove(self.id);
         if self.snapshot().phase == Phase::Released {
+            self.locker.watchdog.remove(self.id);
             return;
         }
+        // A local hand-off needs no I/O: done here, at once.
+        if self.locker.config.local.on
+            && self.is_held()
+            && matches!(
+                self.locker.queues.pass_on(&self.locker, self, false),
+                PassOn::Passed
+            )
+        {
+            return;
+        }
+        // Not renewed from now on: this lock is on its way out (or, past the bounds of local
+        // turns, to a task that renews it from the moment it has it).
+        self.locker.watchdog.remove(self.id);
         let held = self.clone();
         let releasing = background::spawn(async move {
             if let Err(e) = held.release().await {
@@ -298,6 +464,7 @@ impl Held {
             }
         });
         if releasing.is_none() {
+            self.locker.queues.holder_left(self);
             self.mark_released();
             tracing::debug!(key = %self.key.display(), "lock guard dropped outside a tokio runtime; the lease will expire");
         }

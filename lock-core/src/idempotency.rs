@@ -208,6 +208,10 @@ impl LockGuard {
         if !self.is_held() {
             return Err(held.lease_lost());
         }
+        // While the write is in flight the lock is not passed to another task of this locker
+        // (local hand-off, same token): a store cancelled half-way could otherwise land under
+        // the next holder, after it found no record.
+        let _serial = held.renewing.lock().await;
         let ours = held
             .locker
             .call()

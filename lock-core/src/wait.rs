@@ -2,6 +2,12 @@
 //! only the head contends in the backend, where it keeps a ticket in the key's queue so that a
 //! release can hand it the lock directly.
 //!
+//! Local hand-off (lock cohorting): while a task of this locker holds the key, the head does not
+//! contend in the backend at all; the holder's release passes the lock (its token and lease in
+//! the backend) straight to the head, for at most `local_turns` turns in a row and `local_hold`
+//! from the backend acquisition. Past either bound the holder asks the backend whether a waiter
+//! of another process queues: if one does the lock goes to it, otherwise the turns start again.
+//!
 //! The head hears through the queue's inbox: a handover or release message (one subscription per
 //! locker and key, made when the queue forms and dropped [`LINGER`] after it empties, so a burst
 //! of contention subscribes once), a release through this locker; and it tries again when the
@@ -9,15 +15,17 @@
 //! out, is dropped or whose task is aborted leaves the queue in its `Drop`, handing the turn on.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use std::time::Duration;
 
 use tokio::sync::{Notify, OnceCell};
+use tokio::time::Instant;
 
 use crate::backend::Inbox;
 use crate::background;
+use crate::held::Held;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
@@ -40,12 +48,62 @@ struct Queue {
     /// Bumped whenever the queue empties or is joined: a pending removal of an emptied queue
     /// goes ahead only if nothing happened since.
     generation: u64,
+    /// The acquisition of this locker that holds the key and may pass it to the head.
+    holder: Option<Cohort>,
+    /// A lock passed to the head and not taken yet: the waiter's id and the lock.
+    handed: Option<(u64, Arc<Held>)>,
+}
+
+/// This locker's holder of a key, and how long the key has stayed in the locker.
+#[derive(Debug, Clone)]
+struct Cohort {
+    /// The holder's acquisition ([`Held::id`]).
+    held: u64,
+    /// The holder itself: a head waiting for it to pass the lock watches its validity deadline
+    /// (a holder that stops renewing, without a watchdog, past its `max_hold` or hung, loses
+    /// its lease in the backend without anyone marking it lost).
+    lock: Weak<Held>,
+    /// Local hand-offs since the lock was taken in the backend (or since the backend was last
+    /// asked for waiters of other processes).
+    turns: u32,
+    since: Instant,
 }
 
 #[derive(Debug)]
 struct Waiter {
     id: u64,
     turn: Arc<Notify>,
+    /// What the waiter asked for, when it may receive a lock by local hand-off.
+    receives: Option<Receives>,
+}
+
+/// The lease and `max_hold` of a waiter that may take a lock passed by local hand-off.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Receives {
+    pub(crate) lease: Duration,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+/// What a releasing holder does with its lock (see [`WaitQueues::pass_on`]).
+#[derive(Debug)]
+pub(crate) enum PassOn {
+    /// Passed to the head of the local queue: nothing to do in the backend.
+    Passed,
+    /// A bound of local turns was reached: ask the backend whether another process waits.
+    AskBackend,
+    /// Release it in the backend.
+    Release,
+}
+
+/// What a waiter of the local queue learnt while waiting for a local hand-off.
+#[derive(Debug)]
+pub(crate) enum Local {
+    /// The lock, passed by this locker's holder.
+    Handed(Arc<Held>),
+    /// No task of this locker holds the key (any more): contend in the backend.
+    NotHeldHere,
+    /// The deadline passed.
+    TimedOut,
 }
 
 impl WaitQueues {
@@ -53,11 +111,112 @@ impl WaitQueues {
         self.by_key.lock()
     }
 
-    /// Whether any local waiter queues for `key`.
-    pub(crate) fn has_waiters(&self, key: &LockKey) -> bool {
+    /// Whether any local waiter queues for `key`, or a task of this locker holds it and may
+    /// pass it on: a new request then queues here without trying the backend.
+    pub(crate) fn busy_here(&self, key: &LockKey) -> bool {
         self.map()
             .get(key.name())
-            .is_some_and(|q| !q.waiters.is_empty())
+            .is_some_and(|q| !q.waiters.is_empty() || q.holder.is_some())
+    }
+
+    /// An acquisition of `key` by this locker: when a local queue exists for the key, the new
+    /// holder is noted there, and may pass the lock to the queue (`giver`).
+    pub(crate) fn note_holder(&self, held: &Arc<Held>, giver: bool) {
+        if let Some(q) = self.map().get_mut(held.key.name()) {
+            q.holder = giver.then(|| Cohort {
+                held: held.id,
+                lock: Arc::downgrade(held),
+                turns: 0,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    /// The holder `held` lost its lock: the head must contend in the backend again.
+    pub(crate) fn holder_lost(&self, held: &Held) {
+        if let Some(q) = self.map().get_mut(held.key.name())
+            && q.holder.as_ref().is_some_and(|c| c.held == held.id)
+        {
+            q.holder = None;
+            q.inbox.wake();
+        }
+    }
+
+    /// The holder `held` is releasing: passes the lock to the local queue's head when the
+    /// head may take it and the bounds allow (see the module docs), else says what to do.
+    /// `asked` when the backend just answered that no other process waits: the bounds start
+    /// again.
+    pub(crate) fn pass_on(
+        &self,
+        inner: &Arc<LockerInner>,
+        held: &Arc<Held>,
+        asked: bool,
+    ) -> PassOn {
+        let mut map = self.map();
+        let Some(q) = map.get_mut(held.key.name()) else {
+            return PassOn::Release;
+        };
+        let Some(mut cohort) = q.holder.clone().filter(|c| c.held == held.id) else {
+            return PassOn::Release;
+        };
+        let head = q.waiters.front().and_then(|w| Some((w.id, w.receives?)));
+        let Some((head, receives)) = head.filter(|_| q.handed.is_none()) else {
+            q.holder = None;
+            return PassOn::Release;
+        };
+        let local = inner.config.local;
+        if held.renewing.try_lock().is_err() {
+            // A lease change or a result store is in flight for this lock: let the caller
+            // wait for it (the backend is asked, which waits), never pass the lock under it.
+            return PassOn::AskBackend;
+        }
+        // The backend is asked (one round trip) before the first local turn of a run (a fair
+        // waiter may queue there already), whenever a fair waiter announced itself since, while
+        // such announcements could be missed (no confirmed subscription), and at the bounds.
+        let heard = q.subscribed.get() == Some(&true) && inner.backend.notifications_healthy();
+        if asked {
+            cohort.turns = 0;
+            cohort.since = Instant::now();
+        } else if cohort.turns == 0
+            || !heard
+            || q.inbox.fair_waiting()
+            || cohort.turns >= local.turns
+            || cohort.since.elapsed() >= local.hold
+        {
+            return PassOn::AskBackend;
+        }
+        let Some(next) = held.pass_to(receives.lease, receives.max_hold) else {
+            q.holder = None;
+            return PassOn::Release;
+        };
+        inner.watchdog.transfer(inner, held.id, &next);
+        q.holder = Some(Cohort {
+            held: next.id,
+            lock: Arc::downgrade(&next),
+            turns: cohort.turns + 1,
+            since: cohort.since,
+        });
+        q.handed = Some((head, next));
+        q.inbox.wake();
+        inner.local_handoffs.fetch_add(1, Ordering::Relaxed);
+        PassOn::Passed
+    }
+
+    /// The backend is about to be asked whether anyone queues for `key`: fair waiters that
+    /// announced themselves before are in its answer.
+    pub(crate) fn asking_backend(&self, key: &LockKey) {
+        if let Some(q) = self.map().get(key.name()) {
+            q.inbox.clear_fair_waiting();
+        }
+    }
+
+    /// The holder `held` gave the lock back to the backend (or lost it): no longer a holder.
+    pub(crate) fn holder_left(&self, held: &Held) {
+        if let Some(q) = self.map().get_mut(held.key.name())
+            && q.holder.as_ref().is_some_and(|c| c.held == held.id)
+        {
+            q.holder = None;
+        }
     }
 
     /// How many keys have local waiters.
@@ -80,8 +239,14 @@ impl WaitQueues {
         }
     }
 
-    /// Joins the queue of `key` at its tail.
-    pub(crate) fn join(&self, locker: &Arc<LockerInner>, key: &LockKey) -> Ticket {
+    /// Joins the queue of `key` at its tail; `receives` when the waiter may take a lock passed
+    /// by local hand-off.
+    pub(crate) fn join(
+        &self,
+        locker: &Arc<LockerInner>,
+        key: &LockKey,
+        receives: Option<Receives>,
+    ) -> Ticket {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
         let turn = Arc::new(Notify::new());
@@ -91,11 +256,14 @@ impl WaitQueues {
             inbox: Arc::new(Inbox::default()),
             subscribed: Arc::new(OnceCell::new()),
             generation: 0,
+            holder: None,
+            handed: None,
         });
         q.generation += 1;
         q.waiters.push_back(Waiter {
             id,
             turn: turn.clone(),
+            receives,
         });
         Ticket {
             locker: locker.clone(),
@@ -152,6 +320,64 @@ impl Ticket {
     pub(crate) fn inbox(&self) -> Arc<Inbox> {
         self.inbox.clone()
     }
+
+    /// A lock passed to this waiter by local hand-off, taken out. One lost on the way (its
+    /// lease ran out before the waiter came for it) is let go, and `None` returned.
+    pub(crate) fn take_handed(&self) -> Option<Arc<Held>> {
+        let held = {
+            let mut map = self.locker.queues.map();
+            let q = map.get_mut(self.key.name())?;
+            match &q.handed {
+                Some((id, _)) if *id == self.id => q.handed.take().map(|(_, held)| held),
+                _ => None,
+            }
+        }?;
+        if held.is_held() {
+            return Some(held);
+        }
+        held.release_in_background();
+        None
+    }
+
+    /// As the head: while a task of this locker holds the key, waits for it to pass the lock
+    /// here, without contending in the backend.
+    pub(crate) async fn wait_local(&self, deadline: Instant) -> Local {
+        loop {
+            let notified = self.inbox.notified();
+            if let Some(held) = self.take_handed() {
+                return Local::Handed(held);
+            }
+            let holder = self
+                .locker
+                .queues
+                .map()
+                .get(self.key.name())
+                .and_then(|q| q.holder.as_ref().map(|c| c.lock.clone()));
+            let Some(holder) = holder.and_then(|h| h.upgrade()) else {
+                return Local::NotHeldHere;
+            };
+            let until = holder.snapshot().valid_until;
+            let holder = Arc::downgrade(&holder);
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until) => {
+                    // Its lease may have run out with nobody renewing it: the check marks it lost
+                    // (which takes it off the queue's note); one no longer held is let go here.
+                    if let Some(holder) = holder.upgrade()
+                        && !holder.is_held()
+                    {
+                        self.locker.queues.holder_left(&holder);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    return match self.take_handed() {
+                        Some(held) => Local::Handed(held),
+                        None => Local::TimedOut,
+                    };
+                }
+            }
+        }
+    }
 }
 
 impl Drop for Ticket {
@@ -165,15 +391,26 @@ impl Drop for Ticket {
             return;
         };
         q.waiters.remove(pos);
+        // A lock passed here and never taken (the waiter timed out or was dropped as it came)
+        // goes on to the next waiter, or back to the backend.
+        let unclaimed = match &q.handed {
+            Some((id, _)) if *id == self.id => q.handed.take().map(|(_, held)| held),
+            _ => None,
+        };
         if pos == 0
             && let Some(next) = q.waiters.front_mut()
         {
             next.turn.notify_one();
         }
-        if q.waiters.is_empty() {
+        let emptied = q.waiters.is_empty().then(|| {
             q.generation += 1;
-            let generation = q.generation;
-            drop(map);
+            q.generation
+        });
+        drop(map);
+        if let Some(held) = unclaimed {
+            held.release_in_background();
+        }
+        if let Some(generation) = emptied {
             let (locker, key) = (self.locker.clone(), self.key.clone());
             let lingering = background::spawn(async move {
                 tokio::time::sleep(LINGER).await;

@@ -73,7 +73,10 @@ impl Watchdog {
 
     /// Starts renewing `held` (and the scheduler, the first time).
     pub(crate) fn add(&self, inner: &Arc<LockerInner>, held: &Arc<Held>) {
-        let renew_at = held.first_renewal;
+        self.add_at(inner, held, held.first_renewal);
+    }
+
+    fn add_at(&self, inner: &Arc<LockerInner>, held: &Arc<Held>, renew_at: Instant) {
         let must_wake = {
             let mut table = self.entries();
             table.insert(
@@ -105,6 +108,14 @@ impl Watchdog {
         if must_wake {
             self.wake.notify_one();
         }
+    }
+
+    /// A local hand-off passed the lock of entry `from` on to `to` (same token, same lease in
+    /// the backend): `to` is renewed when `from` would have been (at once if `from` had no
+    /// entry: it may have been between a renewal and its answer, or not renewed at all).
+    pub(crate) fn transfer(&self, inner: &Arc<LockerInner>, from: u64, to: &Arc<Held>) {
+        let renew_at = self.entries().remove(&from).map(|e| e.renew_at);
+        self.add_at(inner, to, renew_at.unwrap_or(to.first_renewal));
     }
 
     /// Stops renewing a lock. Takes effect before the next tick: a released lock is never renewed.

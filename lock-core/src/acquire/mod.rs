@@ -11,8 +11,10 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::guard::LockGuard;
+use crate::held::Held;
 use crate::key::LockKey;
 use crate::locker::{LockerInner, MAX_LEASE, validate_lease, validate_wait};
+use crate::wait::{Local, Receives};
 
 mod once;
 mod queued;
@@ -66,6 +68,7 @@ struct Spec {
     fenced: bool,
     watchdog: bool,
     max_hold: Option<Duration>,
+    fair: bool,
 }
 
 /// Acquires the lock on `key` for real (the caller checked it is not held by the current
@@ -85,6 +88,7 @@ pub(crate) async fn acquire_owned(
         fenced: options.fenced,
         watchdog: options.watchdog.unwrap_or(inner.config.watchdog),
         max_hold: options.max_hold,
+        fair: options.fair,
     };
     validate_lease(spec.lease)?;
     validate_wait(spec.wait)?;
@@ -121,8 +125,10 @@ pub(crate) async fn acquire_owned(
 }
 
 /// Acquires `key`: one attempt; then, when waiting is allowed, a place in the local queue and,
-/// as its head, a place in the backend's queue, where a release hands the lock over directly;
-/// the head also tries again when the holder's lease runs out or a plain release is announced.
+/// as its head: while a task of this locker holds the key, a wait for it to pass the lock here
+/// (local hand-off); otherwise a place in the backend's queue, where a release hands the lock
+/// over directly; the head also tries again when the holder's lease runs out or a plain
+/// release is announced.
 async fn acquire(
     inner: &Arc<LockerInner>,
     key: &LockKey,
@@ -130,24 +136,46 @@ async fn acquire(
     start: Instant,
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
-    // Nobody queues here: contend at once (the uncontended path is this one round trip).
-    if spec.wait.is_zero() || !inner.queues.has_waiters(key) {
+    // Nobody queues or holds it here: contend at once (the uncontended path is this one round
+    // trip).
+    if spec.wait.is_zero() || !inner.queues.busy_here(key) {
         match attempt(inner, key, spec, false).await? {
             outcome if spec.wait.is_zero() => return outcome.or_busy(key),
             Outcome::Acquired(guard) => return Ok(guard),
             Outcome::Busy(_) => {}
         }
     }
-    let ticket = inner.queues.join(inner, key);
+    // A lock passed by local hand-off keeps the lease its giver had in the backend: only a
+    // request the watchdog renews for may take one, and only one without a fence (every holder
+    // of a fenced lock gets a new token from the backend).
+    let receives = (inner.config.local.on && spec.watchdog && !spec.fenced).then_some(Receives {
+        lease: spec.lease,
+        max_hold: spec.max_hold,
+    });
+    let ticket = inner.queues.join(inner, key, receives);
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
         .map_err(|_| timed_out(key, start))?;
-    // Subscribed before the next attempt, so a release after it cannot go unnoticed.
+    // Subscribed before the next attempt, so a release after it cannot go unnoticed; and
+    // before a local hand-off, which needs to hear of fair waiters joining the backend's queue.
     tokio::time::timeout_at(deadline, ticket.subscribe())
         .await
         .map_err(|_| timed_out(key, start))?;
+    if receives.is_some() {
+        match ticket.wait_local(deadline).await {
+            Local::Handed(held) => return Ok(received(held)),
+            Local::TimedOut => return Err(timed_out(key, start)),
+            Local::NotHeldHere => {}
+        }
+    }
     let mut queued = QueuedWaiter::new(inner, key, spec, ticket.inbox(), false);
-    queued.wait(deadline, start, false).await
+    queued.wait(deadline, start, false, Some(&ticket)).await
+}
+
+/// The guard of a lock passed by local hand-off (already renewed by the watchdog).
+fn received(held: Arc<Held>) -> LockGuard {
+    tracing::trace!(key = %held.key.display(), "lock passed on within the locker");
+    LockGuard::owned(held)
 }
 
 /// The wait for `key`, begun at `start`, is over.

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::{Outcome, Spec};
 use crate::LockError;
-use crate::backend::Attempt;
+use crate::backend::{Attempt, AttemptOptions};
 use crate::guard::LockGuard;
 use crate::held::{Acquisition, Held};
 use crate::key::LockKey;
@@ -32,7 +32,16 @@ pub(super) async fn attempt(
     };
     let answer = inner
         .call()
-        .acquire(key, &token, spec.lease, spec.fenced, None)
+        .acquire(
+            key,
+            &token,
+            spec.lease,
+            AttemptOptions {
+                fenced: spec.fenced,
+                ticket: None,
+                remaining: spec.wait.is_zero(),
+            },
+        )
         .await?;
     in_flight.token = None;
     drop(in_flight);
@@ -49,7 +58,7 @@ pub(super) async fn attempt(
                 max_hold: spec.max_hold,
                 waited,
             };
-            Ok(guard_for(inner, acquisition, spec.watchdog)
+            Ok(guard_for(inner, acquisition, spec.watchdog, spec.fair)
                 .map_or(Outcome::Busy(None), Outcome::Acquired))
         }
         Attempt::Busy { remaining } => Ok(Outcome::Busy(remaining)),
@@ -63,6 +72,7 @@ pub(super) fn guard_for(
     inner: &Arc<LockerInner>,
     acquisition: Acquisition,
     watchdog: bool,
+    fair: bool,
 ) -> Option<LockGuard> {
     let held = Held::new(inner.clone(), acquisition);
     if !held.is_held() {
@@ -72,6 +82,9 @@ pub(super) fn guard_for(
     }
     if watchdog {
         inner.watchdog.add(inner, &held);
+    }
+    if inner.config.local.on {
+        inner.queues.note_holder(&held, !fair);
     }
     tracing::trace!(key = %held.key.display(), fence = held.fence, "lock acquired");
     Some(LockGuard::owned(held))

@@ -12,13 +12,14 @@ use tokio::time::Instant;
 use super::once::{InFlight, guard_for};
 use super::{Outcome, Spec, timed_out};
 use crate::LockError;
-use crate::backend::{Attempt, Grant, Inbox, QueueTicket};
+use crate::backend::{Attempt, AttemptOptions, Grant, Inbox, QueueTicket};
 use crate::background;
 use crate::guard::LockGuard;
 use crate::held::Acquisition;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::token::Token;
+use crate::wait::Ticket;
 
 /// Backoff bounds while release notifications are unavailable.
 const DEGRADED_MIN: Duration = Duration::from_millis(5);
@@ -56,7 +57,7 @@ pub(super) async fn acquire_fair(
     tokio::time::timeout_at(deadline, inner.backend.subscribe(key, &inbox))
         .await
         .map_err(|_| timed_out(key, start))?;
-    queued.wait(deadline, start, true).await
+    queued.wait(deadline, start, true, None).await
 }
 
 /// A waiter with a ticket in the backend's queue of its key. Each attempt refreshes the ticket
@@ -163,8 +164,11 @@ impl QueuedWaiter {
                 &self.key,
                 &self.token,
                 self.spec.lease,
-                self.spec.fenced,
-                Some(&self.ticket),
+                AttemptOptions {
+                    fenced: self.spec.fenced,
+                    ticket: Some(&self.ticket),
+                    remaining: true,
+                },
             )
             .await;
         let answer = match answer {
@@ -182,7 +186,7 @@ impl QueuedWaiter {
         match answer {
             Attempt::Acquired { fence } => {
                 let acquisition = self.acquisition(self.token.clone(), fence, sent_at, waited);
-                match guard_for(&self.inner, acquisition, self.spec.watchdog) {
+                match guard_for(&self.inner, acquisition, self.spec.watchdog, self.spec.fair) {
                     Some(guard) => {
                         self.acquired = true;
                         Ok(Outcome::Acquired(guard))
@@ -269,7 +273,7 @@ impl QueuedWaiter {
     }
 
     fn settle(&mut self, acquisition: Acquisition) -> Option<LockGuard> {
-        let guard = guard_for(&self.inner, acquisition, self.spec.watchdog);
+        let guard = guard_for(&self.inner, acquisition, self.spec.watchdog, self.spec.fair);
         if guard.is_some() {
             self.acquired = true;
             self.inner.handovers.fetch_add(1, Ordering::Relaxed);
@@ -282,11 +286,14 @@ impl QueuedWaiter {
     /// Waits for the lock until `deadline`: attempts (which refresh the ticket), handovers,
     /// release messages, the holder's lease running out. `first` when no attempt was made yet:
     /// a backend that fails the very first attempt fails the request at once.
+    /// `local`: the head's place in the locker's local queue, where a lock passed by local
+    /// hand-off may come too.
     pub(super) async fn wait(
         &mut self,
         deadline: Instant,
         start: Instant,
         first: bool,
+        local: Option<&Ticket>,
     ) -> Result<LockGuard, LockError> {
         let key = self.key.clone();
         let timeout =
@@ -299,6 +306,9 @@ impl QueuedWaiter {
         loop {
             if let Some(guard) = self.inbox.take_grant().and_then(|g| self.take_over(g)) {
                 return Ok(guard);
+            }
+            if let Some(held) = local.and_then(Ticket::take_handed) {
+                return Ok(super::received(held));
             }
             let answer = self.attempt(waited).await;
             let answer = if waited {

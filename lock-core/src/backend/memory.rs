@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use std::collections::VecDeque;
 
-use super::{Attempt, Inbox, Listeners, QueueTicket, Renewal};
+use super::{Attempt, Inbox, Kept, Listeners, QueueTicket, Renewal};
 use crate::idempotency::{IdempotencyRecord, IdempotencyState};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
@@ -227,7 +227,15 @@ impl MemoryBackend {
                     let q = t.queues.entry(key.name().to_owned()).or_default();
                     match q.iter_mut().find(|q| q.ticket == ticket.id) {
                         Some(place) => *place = entry,
-                        None => q.push_back(entry),
+                        None => {
+                            q.push_back(entry);
+                            if ticket.strict {
+                                // As in Redis: a fair waiter says it queues (local hand-off
+                                // gives the lock back at its next release).
+                                let says = format!("fair:{}", ticket.id);
+                                t.listeners.wake(key.name(), says.as_bytes());
+                            }
+                        }
                     }
                 }
                 return Attempt::Busy {
@@ -258,6 +266,23 @@ impl MemoryBackend {
             }
             _ => false,
         }
+    }
+
+    /// Keeps the lock when nobody queues for it (a local hand-off may go on), else releases it
+    /// as [`release`](Self::release) does, to the oldest live waiter.
+    pub(crate) fn keep_if_alone(&self, key: &LockKey, token: &Token) -> Kept {
+        let now = Instant::now();
+        let mut t = self.table();
+        match t.locks.get(key.name()) {
+            Some(e) if e.token == *token && e.expires > now => {}
+            _ => return Kept::NotOurs,
+        }
+        if t.queue_head(key.name(), now, None).is_none() {
+            return Kept::Alone;
+        }
+        t.locks.remove(key.name());
+        t.hand_over(key, now);
+        Kept::Released
     }
 
     pub(crate) fn leave_queue(&self, key: &LockKey, ticket: &str, token: &Token) {

@@ -59,6 +59,34 @@ impl From<RedisBackend> for Backend {
     }
 }
 
+/// What an acquire attempt asks of the backend besides the lock itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttemptOptions<'a> {
+    /// Draw a fencing token with the lock.
+    pub(crate) fenced: bool,
+    /// A place in the key's cross-process queue, taken when the lock is held.
+    pub(crate) ticket: Option<&'a QueueTicket>,
+    /// Report how long a holder's lease still runs when the lock is busy (a request that does
+    /// not wait tells its caller; one that waits learns it from its queued attempts, so the
+    /// Redis backend saves a command).
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(dead_code, reason = "read by the Redis backend")
+    )]
+    pub(crate) remaining: bool,
+}
+
+/// The answer to [`BackendKind::keep_if_alone`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Still ours, and nobody of another process queues for it.
+    Alone,
+    /// Someone queued: the lock was released to them (handed over or announced).
+    Released,
+    /// It was no longer ours.
+    NotOurs,
+}
+
 /// The answer to one acquire attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -104,13 +132,14 @@ impl BackendKind {
         key: &LockKey,
         token: &Token,
         lease: Duration,
-        fenced: bool,
-        ticket: Option<&QueueTicket>,
+        options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.acquire(key, token, lease, fenced, ticket)),
+            BackendKind::Memory(m) => {
+                Ok(m.acquire(key, token, lease, options.fenced, options.ticket))
+            }
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.acquire(key, token, lease, fenced, ticket).await,
+            BackendKind::Redis(r) => r.acquire(key, token, lease, options).await,
         }
     }
 
@@ -152,6 +181,21 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.release(key, token)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.release(key, token).await,
+        }
+    }
+
+    /// At the bound of a local hand-off's turns: keeps the lock held by `token` when no waiter
+    /// queues for it in the backend (the hand-off goes on), else releases it to the oldest
+    /// live waiter.
+    pub(crate) async fn keep_if_alone(
+        &self,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<Kept, LockError> {
+        match self {
+            BackendKind::Memory(m) => Ok(m.keep_if_alone(key, token)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.keep_if_alone(key, token).await,
         }
     }
 

@@ -27,15 +27,21 @@ pub(crate) enum Announcement<'a> {
     Turn(&'a str),
     /// The lock now belongs to this ticket.
     Granted(&'a str, Grant),
+    /// A fair waiter (this ticket) joined the queue: the lock is not to be passed between the
+    /// tasks of a process (local hand-off) ahead of it.
+    FairWaiting(&'a str),
 }
 
 impl<'a> Announcement<'a> {
-    /// Reads a release message: `released`, `<ticket>` or `<ticket>:<generation>:<fence>`
-    /// (fence 0 = not fenced). Anything else counts as a plain release.
+    /// Reads a release message: `released`, `<ticket>`, `<ticket>:<generation>:<fence>`
+    /// (fence 0 = not fenced) or `fair:<ticket>`. Anything else counts as a plain release.
     pub(crate) fn parse(payload: &'a [u8]) -> Self {
         let Ok(text) = std::str::from_utf8(payload) else {
             return Announcement::Released;
         };
+        if let Some(ticket) = text.strip_prefix("fair:") {
+            return Announcement::FairWaiting(ticket);
+        }
         if !text.starts_with('t') {
             return Announcement::Released;
         }
@@ -65,6 +71,8 @@ impl<'a> Announcement<'a> {
 pub(crate) struct Inbox {
     notify: Notify,
     state: Mutex<InboxState>,
+    /// A fair waiter of another queue joined the backend's queue since this was last cleared.
+    fair_waiting: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -102,6 +110,17 @@ impl Inbox {
         let notified = std::pin::pin!(self.notify.notified());
         // Polling once takes a kept permit; otherwise the future registers and is dropped.
         let _ = notified.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    }
+
+    /// Whether a fair waiter announced itself (see [`Announcement::FairWaiting`]).
+    pub(crate) fn fair_waiting(&self) -> bool {
+        self.fair_waiting.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Forgets announced fair waiters (the backend's queue was just read).
+    pub(crate) fn clear_fair_waiting(&self) {
+        self.fair_waiting
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// A handover received for the expected ticket, taken out.
@@ -194,6 +213,12 @@ impl Listeners {
                     .filter(|l| l.expects(ticket) || !l.expects_any())
                 {
                     l.wake();
+                }
+            }
+            Announcement::FairWaiting(ticket) => {
+                for l in list.iter().filter(|l| !l.expects(ticket)) {
+                    l.fair_waiting
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
             }
             Announcement::Turn(_) | Announcement::Released => {

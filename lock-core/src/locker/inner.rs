@@ -25,6 +25,8 @@ pub(crate) struct LockerInner {
     pub(crate) calls: AtomicU64,
     /// Locks received from a release that handed them over.
     pub(crate) handovers: AtomicU64,
+    /// Locks passed between tasks of this locker without the backend.
+    pub(crate) local_handoffs: AtomicU64,
 }
 
 impl LockerInner {
@@ -63,6 +65,49 @@ pub(crate) struct Config {
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
+    pub(crate) local: LocalHandoff,
     /// A builder value was out of range: every lock attempt reports it.
     pub(crate) error: Option<LockError>,
+}
+
+/// The local hand-off settings (see `LockerBuilder::local_handoff`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalHandoff {
+    pub(crate) on: bool,
+    /// Local turns in a row before the lock goes back to the backend.
+    pub(crate) turns: u32,
+    /// How long the locker may keep a lock through local turns, from its backend acquisition.
+    pub(crate) hold: Duration,
+}
+
+/// The most local turns in a row [`LocalHandoff::turns`] may allow.
+const MAX_LOCAL_TURNS: u32 = 100_000;
+
+impl Default for LocalHandoff {
+    fn default() -> Self {
+        LocalHandoff {
+            on: true,
+            turns: 64,
+            hold: Duration::from_millis(50),
+        }
+    }
+}
+
+impl LocalHandoff {
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
+        if self.turns == 0 || self.turns > MAX_LOCAL_TURNS {
+            return Err(LockError::config(format!(
+                "local_turns {} is out of range: use 1 to {MAX_LOCAL_TURNS} (or local_handoff(false))",
+                self.turns
+            )));
+        }
+        if self.hold.is_zero() || self.hold > crate::locker::MAX_LEASE {
+            return Err(LockError::config(format!(
+                "local_hold {:?} is out of range: use above zero and at most {:?} (or local_handoff(false))",
+                self.hold,
+                crate::locker::MAX_LEASE
+            )));
+        }
+        Ok(())
+    }
 }

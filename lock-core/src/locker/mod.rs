@@ -13,7 +13,7 @@ use crate::watchdog::Watchdog;
 
 mod inner;
 
-pub(crate) use inner::{Config, LockerInner};
+pub(crate) use inner::{Config, LocalHandoff, LockerInner};
 
 /// The lease used when none is configured.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -79,6 +79,9 @@ pub struct LockerStats {
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).
     pub handovers: u64,
+    /// Locks passed from one task of this locker to the next waiting for the same key without
+    /// going through the backend (local hand-off; see [`LockerBuilder::local_handoff`]).
+    pub local_handoffs: u64,
     /// Whether the backend may evict lock keys under memory pressure: `Some(true)` when the
     /// Redis server's `maxmemory-policy` is anything but `noeviction` (a lock evicted while
     /// held can be taken by another owner), `Some(false)` for `noeviction` and the memory
@@ -146,6 +149,7 @@ impl Locker {
             lease: DEFAULT_LEASE,
             wait: DEFAULT_WAIT,
             watchdog: true,
+            local: LocalHandoff::default(),
         }
     }
 
@@ -230,6 +234,7 @@ impl Locker {
             waiters: self.inner.queues.waiters(),
             backend_calls: self.inner.calls.load(Ordering::Relaxed),
             handovers: self.inner.handovers.load(Ordering::Relaxed),
+            local_handoffs: self.inner.local_handoffs.load(Ordering::Relaxed),
             eviction_risk: self.inner.backend.eviction_risk(),
         }
     }
@@ -256,6 +261,7 @@ pub struct LockerBuilder {
     lease: Duration,
     wait: Duration,
     watchdog: bool,
+    local: LocalHandoff,
 }
 
 impl LockerBuilder {
@@ -307,6 +313,60 @@ impl LockerBuilder {
         self
     }
 
+    /// Whether a lock released while another task of this locker waits for the same key is
+    /// passed to that task directly, without a round trip to the backend (default `true`).
+    ///
+    /// This is lock cohorting (Dice, Marathe and Shavit, PPoPP 2012): on a hot key, the locker
+    /// that holds the lock in the backend lets its own waiters take their turns in memory, at
+    /// memory speed, and gives the lock back to the backend, where waiters of other processes
+    /// queue, as soon as one of them asks for it, after [`local_turns`](Self::local_turns)
+    /// local turns, or after [`local_hold`](Self::local_hold), whichever comes first. The
+    /// lock passed on keeps its lease in the backend (the watchdog renews it as before) and
+    /// its loss detection.
+    ///
+    /// Requests that take no part: `.fenced()` ones (each holder gets a new fencing token
+    /// from the backend), `.fair()` ones (strict FIFO across processes), and those without the
+    /// watchdog (the lease they would inherit is not theirs to keep).
+    ///
+    /// ```
+    /// // Every turn through the backend, as between processes.
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).local_handoff(false).build();
+    /// # drop(l);
+    /// ```
+    pub fn local_handoff(mut self, on: bool) -> Self {
+        self.local.on = on;
+        self
+    }
+
+    /// How many times in a row a lock may be passed between tasks of this locker before it
+    /// goes back to the backend, where waiters of other processes get their turn (default
+    /// 64; from 1 to 100 000). See [`local_handoff`](Self::local_handoff).
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new()).local_turns(8).build();
+    /// # drop(l);
+    /// ```
+    pub fn local_turns(mut self, turns: u32) -> Self {
+        self.local.turns = turns;
+        self
+    }
+
+    /// How long this locker may keep a lock by passing it between its own tasks before it
+    /// goes back to the backend (default 50 ms, counted from when the lock was taken in the
+    /// backend; at most [`MAX_LEASE`]). See [`local_handoff`](Self::local_handoff).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new())
+    ///     .local_hold(Duration::from_millis(10))
+    ///     .build();
+    /// # drop(l);
+    /// ```
+    pub fn local_hold(mut self, hold: Duration) -> Self {
+        self.local.hold = hold;
+        self
+    }
+
     /// Builds the locker; an out-of-range value is reported by each lock attempt.
     ///
     /// ```
@@ -318,6 +378,7 @@ impl LockerBuilder {
         let error = validate_prefix(&self.prefix)
             .and_then(|()| validate_lease(self.lease))
             .and_then(|()| validate_wait(self.wait))
+            .and_then(|()| self.local.validate())
             .err();
         Locker {
             inner: Arc::new(LockerInner {
@@ -328,12 +389,14 @@ impl LockerBuilder {
                     lease: self.lease,
                     wait: self.wait,
                     watchdog: self.watchdog,
+                    local: self.local,
                     error,
                 },
                 watchdog: Watchdog::default(),
                 queues: WaitQueues::default(),
                 calls: AtomicU64::new(0),
                 handovers: AtomicU64::new(0),
+                local_handoffs: AtomicU64::new(0),
             }),
         }
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DEFAULT_LEASE, LockError, LockGuard, Locker, current_lock};
 
-use crate::fixture::{Fixture, SOON, Stored, assert_busy, soon};
+use crate::fixture::{Fixture, SOON, Store, Stored, assert_busy, soon};
 
 // ---------------------------------------------------------------------------------------------
 // One holder at a time
@@ -399,7 +399,7 @@ async fn stress_counter_ends_exact(fx: Fixture) {
 async fn stress_leaves_no_lock_behind(fx: Fixture) {
     stress(&fx).await;
     assert!(fx.stored("stress").await.is_none_or(|s| s.token.is_none()));
-    if let Fixture::Memory(_) = fx {
+    if let Store::Memory(_) = fx.store() {
         assert!(fx.is_empty().await, "a lock was left behind");
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_core::{LockGuard, Locker, current_fence, current_lock};
 
-use crate::fixture::{Fixture, SOON, has_hex_run, lock_name, soon};
+use crate::fixture::{Fixture, SOON, Store, has_hex_run, lock_name, soon};
 
 // ---------------------------------------------------------------------------------------------
 // Fences rise
@@ -154,9 +154,9 @@ async fn each_key_has_its_own_fence_counter(fx: Fixture) {
     fence_of(&a, KEY).await;
     fence_of(&a, KEY).await;
     let other = a.lock("fenced-other").fenced().await.expect("acquire");
-    match &fx {
-        Fixture::Memory(_) => assert_eq!(other.fence(), Some(1), "each key has its own counter"),
-        Fixture::Redis(server) => {
+    match fx.store() {
+        Store::Memory(_) => assert_eq!(other.fence(), Some(1), "each key has its own counter"),
+        Store::Redis(server) => {
             let counter = format!("{}:fence", lock_name("lock:", "fenced-other"));
             assert_eq!(
                 server.get(&counter).await,

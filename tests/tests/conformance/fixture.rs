@@ -19,25 +19,52 @@ use sha2::{Digest, Sha256};
 /// A hang guard for things expected to happen "soon": generous, never a speed claim.
 pub(crate) const SOON: Duration = Duration::from_secs(10);
 
-/// The backend under test.
-pub(crate) enum Fixture {
+/// The backend under test, and whether the lockers built on it pass a lock between their own
+/// tasks (local hand-off, on by default; every check also runs with it off).
+pub(crate) struct Fixture {
+    store: Store,
+    local_handoff: bool,
+}
+
+/// Where the locks live.
+pub(crate) enum Store {
     Memory(MemoryBackend),
     Redis(RedisServer),
 }
 
 impl Fixture {
     pub(crate) fn memory() -> Self {
-        Fixture::Memory(MemoryBackend::new())
+        Fixture {
+            store: Store::Memory(MemoryBackend::new()),
+            local_handoff: true,
+        }
     }
 
     pub(crate) fn redis() -> Self {
-        Fixture::Redis(RedisServer::start())
+        Fixture {
+            store: Store::Redis(RedisServer::start()),
+            local_handoff: true,
+        }
+    }
+
+    /// The same backend, with local hand-off turned off in every locker built on it.
+    pub(crate) fn without_local_handoff(self) -> Self {
+        Fixture {
+            local_handoff: false,
+            ..self
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
     }
 
     pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Fixture::Memory(_) => "memory",
-            Fixture::Redis(_) => "redis",
+        match (&self.store, self.local_handoff) {
+            (Store::Memory(_), true) => "memory",
+            (Store::Memory(_), false) => "memory (local hand-off off)",
+            (Store::Redis(_), true) => "redis",
+            (Store::Redis(_), false) => "redis (local hand-off off)",
         }
     }
 
@@ -46,17 +73,17 @@ impl Fixture {
     /// # Panics
     /// On the memory backend: the check was listed for both backends by mistake.
     pub(crate) fn server(&self) -> &RedisServer {
-        match self {
-            Fixture::Redis(server) => server,
-            Fixture::Memory(_) => panic!("a Redis-only check ran on the memory backend"),
+        match &self.store {
+            Store::Redis(server) => server,
+            Store::Memory(_) => panic!("a Redis-only check ran on the memory backend"),
         }
     }
 
     /// A new handle on the same store: lockers built on it contend like separate processes.
     pub(crate) async fn backend(&self) -> Backend {
-        match self {
-            Fixture::Memory(m) => Backend::from(m.clone()),
-            Fixture::Redis(s) => RedisBackend::connect(&s.url())
+        match &self.store {
+            Store::Memory(m) => Backend::from(m.clone()),
+            Store::Redis(s) => RedisBackend::connect(&s.url())
                 .await
                 .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
                 .into(),
@@ -64,7 +91,7 @@ impl Fixture {
     }
 
     pub(crate) async fn builder(&self) -> LockerBuilder {
-        Locker::builder(self.backend().await)
+        Locker::builder(self.backend().await).local_handoff(self.local_handoff)
     }
 
     pub(crate) async fn locker(&self) -> Locker {
@@ -74,7 +101,7 @@ impl Fixture {
     /// What the backend stores for `key` (default prefix), read without lock-core: the token and
     /// the PTTL. `None` for the memory backend, whose tokens cannot be read from outside.
     pub(crate) async fn stored(&self, key: &str) -> Option<Stored> {
-        let Fixture::Redis(server) = self else {
+        let Store::Redis(server) = &self.store else {
             return None;
         };
         let name = lock_name("lock:", key);
@@ -85,9 +112,9 @@ impl Fixture {
 
     /// How many waiters queue for `key` (default prefix) in the backend.
     pub(crate) async fn queued(&self, key: &str) -> usize {
-        match self {
-            Fixture::Memory(m) => m.queued(key),
-            Fixture::Redis(s) => {
+        match &self.store {
+            Store::Memory(m) => m.queued(key),
+            Store::Redis(s) => {
                 let len: i64 = s
                     .query(
                         redis::cmd("HLEN")
@@ -115,26 +142,26 @@ impl Fixture {
 
     /// Deletes the lock whoever holds it, as an operator's DEL would.
     pub(crate) async fn force_delete(&self, key: &str) {
-        let deleted = match self {
-            Fixture::Memory(m) => m.force_delete(key),
-            Fixture::Redis(s) => s.del(&lock_name("lock:", key)).await == 1,
+        let deleted = match &self.store {
+            Store::Memory(m) => m.force_delete(key),
+            Store::Redis(s) => s.del(&lock_name("lock:", key)).await == 1,
         };
         assert!(deleted, "{}: no lock to delete for {key:?}", self.name());
     }
 
     /// Whether the backend holds nothing at all (no lock, no counter, nothing).
     pub(crate) async fn is_empty(&self) -> bool {
-        match self {
-            Fixture::Memory(m) => m.is_empty(),
-            Fixture::Redis(s) => s.dbsize().await == 0,
+        match &self.store {
+            Store::Memory(m) => m.is_empty(),
+            Store::Redis(s) => s.dbsize().await == 0,
         }
     }
 
     /// A shared counter for the read-modify-write stress: in Redis (GET/SET) or in memory.
     pub(crate) async fn counter(&self, name: &str) -> Counter {
-        match self {
-            Fixture::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
-            Fixture::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
+        match &self.store {
+            Store::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
+            Store::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
         }
     }
 }

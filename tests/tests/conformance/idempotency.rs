@@ -9,7 +9,9 @@ use lock_core::{
 };
 use lock_testkit::{RedisServer, eventually};
 
-use crate::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, lock_name, soon};
+use crate::fixture::{
+    Fixture, SOON, Store, assert_invalid_config, assert_invalid_key, lock_name, soon,
+};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -36,9 +38,9 @@ fn completed(state: IdempotencyState) -> IdempotencyRecord {
 /// Whether the backend holds a record for `key` (default prefix), read without lock-core on
 /// Redis (the memory backend is asked through the state, which is all it shows).
 async fn record_written(fx: &Fixture, locker: &Locker, key: &str) -> bool {
-    match fx {
-        Fixture::Redis(server) => server.exists(&record_name("lock:", key)).await,
-        Fixture::Memory(_) => matches!(state(locker, key).await, IdempotencyState::Completed(_)),
+    match fx.store() {
+        Store::Redis(server) => server.exists(&record_name("lock:", key)).await,
+        Store::Memory(_) => matches!(state(locker, key).await, IdempotencyState::Completed(_)),
     }
 }
 
@@ -118,7 +120,7 @@ async fn record_expires_after_its_ttl(fx: Fixture) {
     guard.release().await.expect("release");
     let record = completed(state(&locker, "short").await);
     assert!(record.expires_in <= ttl, "{:?}", record.expires_in);
-    if let Fixture::Redis(server) = &fx {
+    if let Store::Redis(server) = fx.store() {
         let pttl = server.pttl(&record_name("lock:", "short")).await;
         assert!(pttl > 0 && pttl <= 300, "the record's PTTL is {pttl}");
     }
@@ -297,9 +299,9 @@ async fn bad_input_is_a_typed_error(fx: Fixture) {
 async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
     let plain = fx.locker().await;
     let shop = fx.builder().await.prefix("shop:").build();
-    let node = match &fx {
-        Fixture::Redis(_) => Some(RedisServer::start_cluster_node()),
-        Fixture::Memory(_) => None,
+    let node = match fx.store() {
+        Store::Redis(_) => Some(RedisServer::start_cluster_node()),
+        Store::Memory(_) => None,
     };
     let keys = ["order:42", "a}b{c", "{order:42}", "ключ 🔒\n\0"];
     for key in keys {
@@ -309,7 +311,7 @@ async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
                 .store_result(prefix, key.as_bytes(), TTL)
                 .await
                 .unwrap_or_else(|e| panic!("{key:?}: {e}"));
-            if let (Fixture::Redis(server), Some(node)) = (&fx, &node) {
+            if let (Store::Redis(server), Some(node)) = (fx.store(), &node) {
                 let lock = lock_name(prefix, key);
                 let record = record_name(prefix, key);
                 let kind: String = server.query(redis::cmd("TYPE").arg(&record).clone()).await;
@@ -356,7 +358,7 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
     done.release().await.expect("release");
     // Warm: the prefix's permission check and the script load are behind us.
     state(&locker, "one:absent").await;
-    if let Fixture::Redis(server) = &fx {
+    if let Store::Redis(server) = fx.store() {
         server.reset_stats().await;
     }
     let calls = locker.stats().backend_calls;
@@ -368,7 +370,7 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
         3,
         "one backend call per state"
     );
-    if let Fixture::Redis(server) = &fx {
+    if let Store::Redis(server) = fx.store() {
         let stats = server.commandstats().await;
         println!("3 idempotency_state calls: {stats:?}");
         assert_eq!(stats.get("evalsha"), Some(&3), "{stats:?}");

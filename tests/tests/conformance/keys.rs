@@ -11,7 +11,7 @@ use lock_core::{
 use lock_testkit::RedisServer;
 
 use crate::fixture::{
-    Fixture, assert_busy, assert_invalid_config, assert_invalid_key, has_hex_run, lock_name,
+    Fixture, Store, assert_busy, assert_invalid_config, assert_invalid_key, has_hex_run, lock_name,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -312,9 +312,9 @@ async fn odd_keys_start_their_own_fence_counter(fx: Fixture) {
     let a = fx.locker().await;
     for key in &odd_keys() {
         let (guard, first) = lock_fenced(&a, key).await;
-        match &fx {
-            Fixture::Memory(_) => assert_eq!(first, 1, "{key:?}"),
-            Fixture::Redis(server) => {
+        match fx.store() {
+            Store::Memory(_) => assert_eq!(first, 1, "{key:?}"),
+            Store::Redis(server) => {
                 let fence = format!("{}:fence", lock_name("lock:", key));
                 assert_eq!(server.get(&fence).await, Some(first.to_string()), "{key:?}");
             }
@@ -350,9 +350,9 @@ async fn released_odd_keys_leave_only_their_fence_counters(fx: Fixture) {
         let (guard, _) = lock_fenced(&a, key).await;
         guard.release().await.expect("release");
     }
-    match &fx {
-        Fixture::Memory(_) => assert!(fx.is_empty().await, "a lock was left behind"),
-        Fixture::Redis(server) => {
+    match fx.store() {
+        Store::Memory(_) => assert!(fx.is_empty().await, "a lock was left behind"),
+        Store::Redis(server) => {
             let mut expected: Vec<String> = keys
                 .iter()
                 .map(|k| format!("{}:fence", lock_name("lock:", k)))

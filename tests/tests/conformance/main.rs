@@ -1,6 +1,7 @@
 //! The conformance suite: one set of properties, generic over the backend, each run against
 //! the memory backend and a real redis-server (`<property>::on_memory::*`,
-//! `<property>::on_redis::*`), plus the checks that only make sense on Redis (`redis_only::*`:
+//! `<property>::on_redis::*`), and again on both with local hand-off turned off
+//! (`<property>::without_local_handoff::*`), plus the checks that only make sense on Redis (`redis_only::*`:
 //! URLs, ACL, connection failures, several OS processes).
 //!
 //! One module per area: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`],
@@ -57,6 +58,33 @@ macro_rules! conformance {
                     super::$redis_test($crate::fixture::Fixture::redis()).await;
                 }
             )*)?
+        }
+        /// The checks again with local hand-off turned off, on both backends.
+        mod without_local_handoff {
+            mod on_memory {
+                $(
+                    $(#[$attr])*
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $test() {
+                        super::super::$test(
+                            $crate::fixture::Fixture::memory().without_local_handoff(),
+                        )
+                        .await;
+                    }
+                )*
+            }
+            mod on_redis {
+                $(
+                    $(#[$attr])*
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $test() {
+                        super::super::$test(
+                            $crate::fixture::Fixture::redis().without_local_handoff(),
+                        )
+                        .await;
+                    }
+                )*
+            }
         }
     };
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use lock_core::{LockError, LockGuard, Locker};
 use lock_testkit::eventually;
 
-use crate::fixture::{Fixture, SOON};
+use crate::fixture::{Fixture, SOON, Store};
 
 // ---------------------------------------------------------------------------------------------
 // Bounded waits
@@ -192,9 +192,9 @@ async fn queued_waiter_gets_the_released_lock(fx: Fixture) {
 async fn handed_over_lock_carries_the_next_fence(fx: Fixture) {
     let h = handover(&fx, false).await;
     let first = h.first.expect("fenced");
-    match &fx {
-        Fixture::Memory(_) => assert_eq!(h.waiter.fence(), Some(first + 1)),
-        Fixture::Redis(_) => assert!(h.waiter.fence() > Some(first), "{:?}", h.waiter.fence()),
+    match fx.store() {
+        Store::Memory(_) => assert_eq!(h.waiter.fence(), Some(first + 1)),
+        Store::Redis(_) => assert!(h.waiter.fence() > Some(first), "{:?}", h.waiter.fence()),
     }
 }
 

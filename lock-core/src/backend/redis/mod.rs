@@ -5,7 +5,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use super::{Attempt, Inbox, QueueTicket, Renewal};
+use super::{Attempt, AttemptOptions, Inbox, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -13,6 +13,7 @@ use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, Value};
 
 mod batch;
+mod cohort;
 mod connect;
 mod eviction;
 mod idempotency;
@@ -210,14 +211,18 @@ impl RedisBackend {
         key: &LockKey,
         token: &Token,
         lease: Duration,
-        fenced: bool,
-        ticket: Option<&QueueTicket>,
+        options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
+        let AttemptOptions {
+            fenced,
+            ticket,
+            remaining,
+        } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
         self.check_permissions_of(key).await?;
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
-            return self.acquire_plain(key, token, lease).await;
+            return self.acquire_plain(key, token, lease, remaining).await;
         }
         let mut call = match ticket {
             None => ACQUIRE.prepare_invoke(),
@@ -240,7 +245,9 @@ impl RedisBackend {
                 .arg(ttl)
                 .arg(ticket.generation)
                 .arg(millis(ticket.handover_lease))
-                .arg(if ticket.strict { "1" } else { "0" });
+                .arg(if ticket.strict { "1" } else { "0" })
+                .arg(key.channel())
+                .arg(if self.inner.sharded { "1" } else { "0" });
         }
         let reply = self.invoke(&call, "acquire", Some(key.user())).await?;
         match int_pair(&reply) {
@@ -259,22 +266,23 @@ impl RedisBackend {
         }
     }
 
-    /// The common case without a script: `SET key token NX PX lease GET` and `PTTL key` in one
-    /// round trip (Redis 7+). Still one atomic acquire; the old value tells a retry that the
-    /// lock is its own already, and `PTTL` how long a holder's lease runs. Native commands cost
-    /// the server a tenth of a script call.
+    /// The common case without a script: `SET key token NX PX lease GET` (Redis 7+), followed
+    /// in the same round trip by `PTTL key` when the caller wants to know how long a holder's
+    /// lease runs. Still one atomic acquire; the old value tells a retry that the lock is its
+    /// own already. Native commands cost the server a tenth of a script call.
     async fn acquire_plain(
         &self,
         key: &LockKey,
         token: &Token,
         lease: Duration,
+        remaining: bool,
     ) -> Result<Attempt, LockError> {
         // Sent at once while few acquires are in flight, else in the next batch (batch.rs);
         // never batched on a cluster node (a batch's keys would span slots).
         let slot = if self.inner.cluster {
             None
         } else {
-            match batch::enter(self, batch::Kind::Acquire, key, token, lease, true) {
+            match batch::enter(self, batch::Kind::Acquire, key, token, lease, remaining) {
                 batch::Turn::Direct(slot) => Some(slot),
                 batch::Turn::Queued(answer) => {
                     let reply = batch::queued(answer, batch::Kind::Acquire, key).await?;
@@ -297,22 +305,29 @@ impl RedisBackend {
                 }
             }
         };
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(key.name())
+        let mut set = redis::cmd("SET");
+        set.arg(key.name())
             .arg(token.as_str())
             .arg("NX")
             .arg("PX")
             .arg(millis(lease))
-            .arg("GET")
-            .cmd("PTTL")
-            .arg(key.name());
+            .arg("GET");
+        // A lone SET goes out as one command, not as a pipeline of one.
+        let pipe = remaining.then(|| {
+            let mut pipe = redis::pipe();
+            pipe.add_command(set.clone()).cmd("PTTL").arg(key.name());
+            pipe
+        });
         let mut conn = self.inner.conn.clone();
-        let reply: Vec<Value> = match pipe.query_async(&mut conn).await {
+        let mut send = async || match &pipe {
+            Some(pipe) => pipe.query_async::<Vec<Value>>(&mut conn).await,
+            None => set.query_async::<Value>(&mut conn).await.map(|v| vec![v]),
+        };
+        let reply: Vec<Value> = match send().await {
             Ok(v) => v,
             Err(e) if retriable(&e) => {
                 tracing::debug!(error = %e, "Redis connection lost; retrying once on a new one");
-                pipe.query_async(&mut conn)
+                send()
                     .await
                     .map_err(|e| LockError::backend("acquire", key.user(), e))?
             }
@@ -320,8 +335,8 @@ impl RedisBackend {
         };
         drop(slot);
         match reply.as_slice() {
-            [Value::Nil, _] => Ok(Attempt::Acquired { fence: None }),
-            [Value::BulkString(old), _] if old.as_slice() == token.as_str().as_bytes() => {
+            [Value::Nil, ..] => Ok(Attempt::Acquired { fence: None }),
+            [Value::BulkString(old), ..] if old.as_slice() == token.as_str().as_bytes() => {
                 Ok(Attempt::Acquired { fence: None })
             }
             [
@@ -330,6 +345,9 @@ impl RedisBackend {
             ] => Ok(Attempt::Busy {
                 remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
             }),
+            [Value::BulkString(_) | Value::SimpleString(_)] if !remaining => {
+                Ok(Attempt::Busy { remaining: None })
+            }
             _ => Err(LockError::protocol(
                 "acquire",
                 key.user(),

@@ -13,6 +13,12 @@
 -- ARGV[6]  this attempt's generation (a handover names it)
 -- ARGV[7]  the lease a handover sets, in milliseconds
 -- ARGV[8]  '1' fair: take a free lock only at the queue's head; '0': whatever the place
+-- ARGV[9]  the release channel (same hash slot as KEYS[1])
+-- ARGV[10] '1' to publish with SPUBLISH (sharded pub/sub, Redis 7+), '0' for PUBLISH
+--
+-- A fair waiter that joins the queue says so on the lock's channel ('fair:<ticket>'): a
+-- process passing the lock between its own tasks (local hand-off) gives it back to the queue
+-- at its next release instead.
 --
 -- Running it twice with one token is safe (a retry after a dropped connection, or a handover
 -- whose message has not arrived yet, finds the lock holding the token: acquired, lease reset).
@@ -77,6 +83,14 @@ if ttl > 0 then
   local entry = (now + ttl) .. '|' .. ARGV[6] .. '|' .. ARGV[7] .. '|' .. ARGV[3] .. '|' .. ARGV[1]
   if redis.call('HSET', KEYS[4], ARGV[4], entry) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[4])
+    if ARGV[8] == '1' then
+      -- pcall: a refused publish must not fail a script whose writes are done.
+      if ARGV[10] == '1' then
+        redis.pcall('SPUBLISH', ARGV[9], 'fair:' .. ARGV[4])
+      else
+        redis.pcall('PUBLISH', ARGV[9], 'fair:' .. ARGV[4])
+      end
+    end
   end
   -- Abandoned queues disappear on their own.
   redis.call('PEXPIRE', KEYS[3], ttl * 2)

@@ -1,0 +1,533 @@
+//! Local hand-off (lock cohorting, issue 15): a lock released while another task of the same
+//! locker waits for its key is passed to that task without the backend, within bounds that let
+//! waiters of other lockers (other processes) in. Each property runs on the memory backend and
+//! on a real redis-server; a second locker on the same backend stands for another process.
+//!
+//! What must hold: mutual exclusion across local hand-offs and across lockers; the lock passed
+//! on keeps its lease (the watchdog renews it) and its loss detection; a waiter of another
+//! locker is served after at most `local_turns` local turns (or `local_hold`); fenced requests
+//! never share a fence; `local_handoff(false)` turns it off.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed expectation fails the test"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_core::{Backend, LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use lock_testkit::{RedisServer, eventually};
+use tokio::task::JoinSet;
+
+/// A hang guard, never a speed claim.
+const SOON: Duration = Duration::from_secs(10);
+
+enum Store {
+    Memory(MemoryBackend),
+    Redis(RedisServer),
+}
+
+impl Store {
+    fn memory() -> Self {
+        Store::Memory(MemoryBackend::new())
+    }
+
+    fn redis() -> Self {
+        Store::Redis(RedisServer::start())
+    }
+
+    /// A locker of its own on the shared store (another process, as far as locks go).
+    async fn builder(&self) -> LockerBuilder {
+        let backend: Backend = match self {
+            Store::Memory(m) => m.clone().into(),
+            Store::Redis(s) => RedisBackend::connect(&s.url()).await.unwrap().into(),
+        };
+        Locker::builder(backend).wait(SOON)
+    }
+
+    /// How many waiters queue for `key` in the backend (default prefix).
+    async fn queued(&self, key: &str) -> usize {
+        match self {
+            Store::Memory(m) => m.queued(key),
+            Store::Redis(s) => {
+                let waiters: i64 = s
+                    .query(
+                        redis::cmd("HLEN")
+                            .arg(format!("lock:{{{key}}}:waiters"))
+                            .clone(),
+                    )
+                    .await;
+                usize::try_from(waiters).unwrap_or(0)
+            }
+        }
+    }
+
+    async fn delete(&self, key: &str) {
+        match self {
+            Store::Memory(m) => assert!(m.force_delete(key)),
+            Store::Redis(s) => {
+                // The default prefix and the key's hash tag, as lock-core names it.
+                assert_eq!(s.del(&format!("lock:{{{key}}}")).await, 1);
+            }
+        }
+    }
+}
+
+/// Runs each property on both backends.
+macro_rules! on_both {
+    ($($test:ident),* $(,)?) => {
+        mod on_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Store::memory()).await;
+                }
+            )*
+        }
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Store::redis()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    waiters_of_one_locker_take_their_turns_without_the_backend,
+    no_two_holders_across_local_handoffs_and_lockers,
+    a_waiter_of_another_locker_is_served_within_the_local_turns,
+    a_waiter_of_another_locker_is_served_within_the_local_hold,
+    fenced_requests_never_take_a_passed_lock,
+    a_passed_lock_keeps_its_lease_and_its_loss_detection,
+    turned_off_every_turn_goes_through_the_backend,
+    out_of_range_bounds_are_refused,
+    a_local_waiter_is_not_stuck_behind_a_holder_whose_lease_ran_out,
+    a_fair_waiter_is_not_overtaken_by_local_turns,
+    a_fair_waiter_ends_a_run_of_local_turns,
+    a_fair_waiter_is_not_overtaken_when_local_handoff_is_off,
+);
+
+/// Holds `key` in one task while `n` tasks of the same locker queue for it, then releases:
+/// each waiter takes the lock in turn and releases it. Returns how many got it.
+async fn chain(locker: &Locker, key: &str, n: usize) -> usize {
+    let first = locker.lock(key).await.unwrap();
+    let got = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for _ in 0..n {
+        let (locker, key, got) = (locker.clone(), key.to_owned(), got.clone());
+        tasks.spawn(async move {
+            let guard = locker.lock(&key).await.unwrap();
+            got.fetch_add(1, Ordering::SeqCst);
+            guard.release().await.unwrap();
+        });
+    }
+    eventually("every waiter queued", SOON, async || {
+        locker.stats().waiters == n
+    })
+    .await;
+    first.release().await.unwrap();
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    usize::try_from(got.load(Ordering::SeqCst)).unwrap()
+}
+
+async fn waiters_of_one_locker_take_their_turns_without_the_backend(store: Store) {
+    let locker = store.builder().await.build();
+    let before = locker.stats();
+    assert_eq!(chain(&locker, "hot", 10).await, 10);
+    let after = locker.stats();
+    // The first holder took the lock before anyone queued here, when the locker keeps no note
+    // of holders (the uncontended path does no bookkeeping): it releases in the backend, which
+    // hands the lock to the first waiter (queued there). From then on every turn is local.
+    assert_eq!(after.handovers - before.handovers, 1, "{after:?}");
+    assert_eq!(after.local_handoffs - before.local_handoffs, 9, "{after:?}");
+    // Backend calls: the first acquire, each waiter's first attempt (up to 10, before the queue
+    // formed), the first waiter's place in the backend's queue (and its leave), the first
+    // release, the renewal a handed-over lock gets at once, the last release: none for the
+    // nine local turns.
+    let calls = after.backend_calls - before.backend_calls;
+    assert!(
+        calls <= 17,
+        "{calls} backend calls for 9 local turns: {after:?}"
+    );
+}
+
+async fn no_two_holders_across_local_handoffs_and_lockers(store: Store) {
+    let inside = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut tasks = JoinSet::new();
+    for _ in 0..2 {
+        let locker = store.builder().await.local_turns(3).build();
+        for _ in 0..8 {
+            let (locker, inside, count) = (locker.clone(), inside.clone(), count.clone());
+            tasks.spawn(async move {
+                for _ in 0..25 {
+                    let guard = locker.lock("counter").await.unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    // A read-modify-write with a yield in the middle: lost updates show.
+                    let seen = count.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    count.store(seen + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+                locker.stats().local_handoffs
+            });
+        }
+    }
+    let mut local = 0;
+    while let Some(done) = tasks.join_next().await {
+        local = local.max(done.unwrap());
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2 * 8 * 25);
+    assert!(
+        local > 0,
+        "no local hand-off happened: the test proves nothing"
+    );
+}
+
+/// Keeps `key` busy in `tasks` tasks of `locker` (lock, yield, release, in a loop) until
+/// `stop`; counts acquisitions in `taken`.
+fn keep_busy(
+    locker: &Locker,
+    key: &str,
+    tasks: usize,
+    stop: &Arc<AtomicBool>,
+    taken: &Arc<AtomicU64>,
+) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for _ in 0..tasks {
+        let (locker, key, stop, taken) =
+            (locker.clone(), key.to_owned(), stop.clone(), taken.clone());
+        set.spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = locker.lock(&key).await.unwrap();
+                taken.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                guard.release().await.unwrap();
+            }
+        });
+    }
+    set
+}
+
+/// Busy-loops `hot` in `hog`'s tasks, then has `other` wait for the key: returns how many
+/// acquisitions of `hog` happened between `other` asking and `other` getting the lock.
+async fn turns_before_the_other_gets_in(hog: &Locker, other: &Locker) -> u64 {
+    let (stop, taken) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut busy = keep_busy(hog, "hot", 6, &stop, &taken);
+    eventually("the hog passes the lock locally", SOON, async || {
+        hog.stats().local_handoffs > 10
+    })
+    .await;
+    let asked = taken.load(Ordering::SeqCst);
+    let guard = other
+        .lock("hot")
+        .await
+        .expect("the other locker gets its turn");
+    let between = taken.load(Ordering::SeqCst) - asked;
+    stop.store(true, Ordering::SeqCst);
+    guard.release().await.unwrap();
+    while let Some(done) = busy.join_next().await {
+        done.unwrap();
+    }
+    between
+}
+
+async fn a_waiter_of_another_locker_is_served_within_the_local_turns(store: Store) {
+    // A long hold bound: only the turns bound can let the other locker in.
+    let hog = store
+        .builder()
+        .await
+        .local_turns(4)
+        .local_hold(Duration::from_secs(600))
+        .build();
+    let other = store.builder().await.build();
+    let between = turns_before_the_other_gets_in(&hog, &other).await;
+    // The other locker's first attempt and its place in the backend's queue take a few turns
+    // of the hog (each at memory speed); once it queues, at most 4 local turns pass before
+    // the hog asks the backend and gives the lock to it. Without the bound it would wait for
+    // its whole wait (10 s) while the hog takes turns by the hundred thousand.
+    assert!(
+        between < 2_000,
+        "{between} turns of the hog before the other got in"
+    );
+}
+
+async fn a_waiter_of_another_locker_is_served_within_the_local_hold(store: Store) {
+    // Turns bound out of reach: only the time bound can let the other locker in.
+    let hog = store
+        .builder()
+        .await
+        .local_turns(100_000)
+        .local_hold(Duration::from_millis(20))
+        .build();
+    let other = store.builder().await.build();
+    let started = std::time::Instant::now();
+    let between = turns_before_the_other_gets_in(&hog, &other).await;
+    assert!(
+        started.elapsed() < SOON / 2,
+        "{between} turns and {:?} before the other got in",
+        started.elapsed()
+    );
+}
+
+async fn fenced_requests_never_take_a_passed_lock(store: Store) {
+    let locker = store.builder().await.build();
+    let first = locker.lock("fenced").fenced().await.unwrap();
+    let mut fences = vec![first.fence().unwrap()];
+    let mut tasks = JoinSet::new();
+    for _ in 0..5 {
+        let locker = locker.clone();
+        tasks.spawn(async move {
+            let guard = locker.lock("fenced").fenced().await.unwrap();
+            let fence = guard.fence().unwrap();
+            guard.release().await.unwrap();
+            fence
+        });
+    }
+    eventually("every waiter queued", SOON, async || {
+        locker.stats().waiters == 5
+    })
+    .await;
+    first.release().await.unwrap();
+    while let Some(done) = tasks.join_next().await {
+        fences.push(done.unwrap());
+    }
+    let mut sorted = fences.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        6,
+        "every holder has a fence of its own: {fences:?}"
+    );
+    assert_eq!(locker.stats().local_handoffs, 0);
+}
+
+async fn a_passed_lock_keeps_its_lease_and_its_loss_detection(store: Store) {
+    let lease = Duration::from_millis(600);
+    let locker = store.builder().await.lease(lease).build();
+    let first = locker.lock("kept").await.unwrap();
+    // The first waiter gets the lock from the backend (nobody queued when it was taken), and
+    // passes it to the second.
+    let first_waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker.lock("kept").await.unwrap();
+            guard.release().await.unwrap();
+        })
+    };
+    eventually("the first waiter queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("kept").await.unwrap() })
+    };
+    eventually("both waiters queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    first.release().await.unwrap();
+    first_waiter.await.unwrap();
+    let passed = waiter.await.unwrap();
+    assert_eq!(locker.stats().local_handoffs, 1);
+    // Held over several leases: the watchdog renews the passed lock.
+    tokio::time::sleep(lease * 3).await;
+    assert!(passed.is_held());
+    let intruder = store.builder().await.build();
+    assert!(matches!(
+        intruder.try_lock("kept").await,
+        Err(LockError::Busy { .. })
+    ));
+    // Deleted behind its back: the new holder is told.
+    store.delete("kept").await;
+    tokio::time::timeout(SOON, passed.lost())
+        .await
+        .expect("the loss of a passed lock is detected");
+    assert!(matches!(
+        passed.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+async fn turned_off_every_turn_goes_through_the_backend(store: Store) {
+    let locker = store.builder().await.local_handoff(false).build();
+    assert_eq!(chain(&locker, "cold", 5).await, 5);
+    assert_eq!(locker.stats().local_handoffs, 0);
+}
+
+async fn out_of_range_bounds_are_refused(store: Store) {
+    for builder in [
+        store.builder().await.local_turns(0),
+        store.builder().await.local_turns(100_001),
+        store.builder().await.local_hold(Duration::ZERO),
+    ] {
+        assert!(matches!(
+            builder.try_build(),
+            Err(LockError::InvalidConfig { .. })
+        ));
+    }
+}
+
+/// Review: a holder noted as giver whose lease runs out without anyone marking it lost (no
+/// watchdog; a hung task keeps its guard) must not keep the local head in `wait_local` until its
+/// wait ends: the lock is free in the backend once the lease expires.
+async fn a_local_waiter_is_not_stuck_behind_a_holder_whose_lease_ran_out(store: Store) {
+    let locker = store.builder().await.build();
+    let first = locker.lock("hung").await.unwrap();
+    // Queues while `first` holds: it takes the lock from the backend with a queue here, so it
+    // is noted as the key's holder (a giver), then hangs with its guard and no watchdog.
+    let hung = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker
+                .lock("hung")
+                .watchdog(false)
+                .lease(Duration::from_millis(400))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(guard);
+        })
+    };
+    eventually("the hung task queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    first.release().await.unwrap();
+    eventually("the hung task holds", SOON, async || {
+        locker.stats().waiters == 0
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let got = locker.lock("hung").wait(Duration::from_secs(4)).await;
+    hung.abort();
+    let got = got.unwrap_or_else(|e| {
+        panic!(
+            "the lease ran out after 400 ms, yet the waiter got {e:?} after {:?}",
+            started.elapsed()
+        )
+    });
+    assert!(got.is_held());
+}
+
+/// Review: a `.fair()` request queued before a default one of the same locker is served first
+/// ("first-come, first-served across processes"), also when the holder could pass the lock on
+/// locally.
+/// Strict FIFO for `.fair()` across processes, with local hand-off on in the other locker
+/// (only the turns bound, far off, could otherwise let the fair one in) and off.
+async fn a_fair_waiter_is_not_overtaken_by_local_turns(store: Store) {
+    let locker = store
+        .builder()
+        .await
+        .local_hold(Duration::from_secs(600))
+        .build();
+    fair_before_late(&store, &locker).await;
+}
+
+/// A fair waiter that queues while another locker is in the middle of a run of local turns
+/// (after it last asked the backend) announces itself: the run ends at the next release, long
+/// before the bounds (set out of reach here) would end it.
+async fn a_fair_waiter_ends_a_run_of_local_turns(store: Store) {
+    let hog = store
+        .builder()
+        .await
+        .local_turns(100_000)
+        .local_hold(Duration::from_secs(600))
+        .build();
+    let (stop, taken) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut busy = keep_busy(&hog, "hot", 6, &stop, &taken);
+    eventually("the hog passes the lock locally", SOON, async || {
+        hog.stats().local_handoffs > 10
+    })
+    .await;
+    let fair = store.builder().await.build();
+    let asked = taken.load(Ordering::SeqCst);
+    let guard = fair
+        .lock("hot")
+        .fair()
+        .await
+        .expect("the fair waiter gets in");
+    let between = taken.load(Ordering::SeqCst) - asked;
+    stop.store(true, Ordering::SeqCst);
+    guard.release().await.unwrap();
+    while let Some(done) = busy.join_next().await {
+        done.unwrap();
+    }
+    // The turns the hog takes while the fair request's first attempt, its place in the queue
+    // and its announcement travel; without the announcement, up to 100,000.
+    assert!(
+        between < 5_000,
+        "{between} turns of the hog before the fair waiter got in"
+    );
+}
+
+async fn a_fair_waiter_is_not_overtaken_when_local_handoff_is_off(store: Store) {
+    let locker = store.builder().await.local_handoff(false).build();
+    fair_before_late(&store, &locker).await;
+}
+
+/// `locker` holds the key (through a waiter that got it from the backend, so that the locker
+/// notes it as its holder); a fair request of another locker queues, then a plain request of
+/// `locker`: the fair one must get the lock first.
+async fn fair_before_late(store: &Store, locker: &Locker) {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let first = locker.lock("fifo").await.unwrap();
+    // `second` queues here and gets the lock from the backend.
+    let (go, gate) = tokio::sync::oneshot::channel::<()>();
+    let second = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker.lock("fifo").await.unwrap();
+            gate.await.unwrap();
+            guard.release().await.unwrap();
+        })
+    };
+    eventually("second queued", SOON, async || locker.stats().waiters == 1).await;
+    first.release().await.unwrap();
+    eventually("second holds", SOON, async || locker.stats().waiters == 0).await;
+    let fair = {
+        let (locker, order) = (store.builder().await.build(), order.clone());
+        tokio::spawn(async move {
+            let guard = locker.lock("fifo").fair().await.unwrap();
+            order.lock().unwrap().push("fair");
+            guard.release().await.unwrap();
+        })
+    };
+    // The fair request takes its place in the backend's queue first.
+    eventually("the fair request queued", SOON, async || {
+        store.queued("fifo").await == 1
+    })
+    .await;
+    let late = {
+        let (locker, order) = (locker.clone(), order.clone());
+        tokio::spawn(async move {
+            let guard = locker.lock("fifo").await.unwrap();
+            order.lock().unwrap().push("late");
+            guard.release().await.unwrap();
+        })
+    };
+    eventually("late queued", SOON, async || locker.stats().waiters == 1).await;
+    go.send(()).unwrap();
+    second.await.unwrap();
+    fair.await.unwrap();
+    late.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), ["fair", "late"]);
+}
