@@ -244,9 +244,12 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
                 &*super::RELEASE_MANY
             };
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash()).arg(2 * batch.len());
+            cmd.arg(script.get_hash()).arg(4 * batch.len());
             for r in &batch {
-                cmd.arg(r.key.name()).arg(r.key.queue_name());
+                cmd.arg(r.key.name())
+                    .arg(r.key.queue_name())
+                    .arg(r.key.fence())
+                    .arg(r.key.waiters());
             }
             for r in &batch {
                 cmd.arg(r.token.as_str());

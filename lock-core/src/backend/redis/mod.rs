@@ -404,9 +404,11 @@ impl RedisBackend {
         };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash())
-            .arg(2)
+            .arg(4)
             .arg(key.name())
             .arg(key.queue_name())
+            .arg(key.fence())
+            .arg(key.waiters())
             .arg(token.as_str());
         let reply = self
             .evalsha(script, &cmd, "release", Some(key.user()))

@@ -8,13 +8,15 @@
 --
 -- This file comes first in the script, before fence.lua, handoff.lua and
 -- release_handover.lua: the common release returns before any function is created (each
--- `local function` costs a closure on every call that reaches it). For the same reason the
--- script gets only what that release reads, two keys and one argument (every element becomes
--- a Lua string): the other names of the lock are its name plus a suffix (key.rs), built in
--- the hand-over branch only, all in the lock's hash slot.
+-- `local function` costs a closure on every call that reaches it). It takes one argument; the
+-- keys are all declared, as Redis requires of a script (the hand-over branch writes the
+-- fencing counter and the waiters hash); the channel, not a key, is the lock's name plus
+-- ':released' (key.rs), built in the hand-over branch only.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the queue (list of waiter tickets, oldest first; usually absent)
+-- KEYS[3]  the fencing counter (drawn from when the next waiter asked for a fence)
+-- KEYS[4]  the waiters (hash: ticket -> entry, see handoff.lua)
 -- ARGV[1]  the owner token
 --
 -- Returns 1 when the lock was ours and is now free (nobody queued, or 'released' was published

@@ -7,8 +7,10 @@
 -- created. Keys with a queue are handed over after the loop, each right after its own delete
 -- as far as any other client can tell (the script is atomic).
 --
--- KEYS[2i-1]  the i-th lock key
--- KEYS[2i]    the i-th queue
+-- KEYS[4i-3]  the i-th lock key
+-- KEYS[4i-2]  the i-th queue
+-- KEYS[4i-1]  the i-th fencing counter
+-- KEYS[4i]    the i-th waiters hash
 -- ARGV[i]     the i-th owner token
 --
 -- Returns an array with one entry per key: 1 when it was ours and is now free (nobody queued,
@@ -16,13 +18,13 @@
 -- over or announced to a waiter, 0 when it was not ours.
 local out, queued = {}, nil
 for i, token in ipairs(ARGV) do
-  local lock = KEYS[2 * i - 1]
+  local lock = KEYS[4 * i - 3]
   if redis.call('GET', lock) ~= token then
     out[i] = 0
   else
     redis.call('DEL', lock)
     out[i] = 1
-    if redis.call('LINDEX', KEYS[2 * i], 0) then
+    if redis.call('LINDEX', KEYS[4 * i - 2], 0) then
       queued = queued or {}
       queued[#queued + 1] = i
     end

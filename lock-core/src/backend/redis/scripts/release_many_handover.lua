@@ -3,8 +3,8 @@
 -- `release_many_handover('1')` (SPUBLISH) or `release_many_handover('0')` (PUBLISH).
 local function release_many_handover(sharded)
   for _, i in ipairs(queued) do
-    local lock = KEYS[2 * i - 1]
-    local message = hand_over(lock, lock .. ':fence', KEYS[2 * i], lock .. ':waiters',
+    local lock = KEYS[4 * i - 3]
+    local message = hand_over(lock, KEYS[4 * i - 1], KEYS[4 * i - 2], KEYS[4 * i],
       lock .. ':released', sharded)
     if message ~= 'released' then
       out[i] = message
