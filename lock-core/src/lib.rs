@@ -22,6 +22,8 @@ mod watchdog;
 pub use backend::{Backend, MemoryBackend};
 #[cfg(feature = "redis")]
 pub use backend::{RedisBackend, RedisBackendBuilder};
+#[cfg(feature = "cluster")]
+pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
 pub use error::{BoxError, LockError};
 pub use global::{clear_global, global, set_global};
 pub use guard::{LockGuard, LockInfo};

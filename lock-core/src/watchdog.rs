@@ -14,9 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::backend::{Renewal, join_all};
 use crate::held::{Held, Phase};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
@@ -204,6 +208,45 @@ impl Watchdog {
             return Some(Instant::now() + Duration::from_millis(10));
         }
         let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
+        let groups = inner.backend.renewal_groups(&items);
+        if groups.len() <= 1 {
+            let lost = self.renew_group(inner, &due, &items).await;
+            drop(serials);
+            for held in lost {
+                held.mark_lost("renewal found the lock no longer ours");
+            }
+            return Some(Instant::now());
+        }
+        // Several shards (a cluster): one call each, concurrently, each group's answers applied
+        // as they come, so a stalled shard delays no other shard's renewals.
+        let mut serials: Vec<_> = serials.into_iter().map(Some).collect();
+        let calls = groups
+            .iter()
+            .map(|group| {
+                let due: Vec<Arc<Held>> = group.iter().map(|&i| due[i].clone()).collect();
+                let items: Vec<Renewal> = group.iter().map(|&i| items[i].clone()).collect();
+                let serials: Vec<_> = group.iter().filter_map(|&i| serials[i].take()).collect();
+                Box::pin(async move {
+                    let lost = self.renew_group(inner, &due, &items).await;
+                    drop(serials);
+                    for held in lost {
+                        held.mark_lost("renewal found the lock no longer ours");
+                    }
+                }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
+            })
+            .collect();
+        join_all(calls).await;
+        Some(Instant::now())
+    }
+
+    /// Renews one group of due locks in one backend call and applies the answers; returns the
+    /// locks found lost (to be marked so once their renewal serials are released).
+    async fn renew_group(
+        &self,
+        inner: &LockerInner,
+        due: &[Arc<Held>],
+        items: &[Renewal],
+    ) -> Vec<Arc<Held>> {
         // Wait as long as any of them can still be saved; each lock's own deadline marks it
         // lost on time regardless (see `Held::lost`).
         let bound = due
@@ -214,13 +257,13 @@ impl Watchdog {
             .max(Duration::from_millis(1));
         let sent = Instant::now();
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let answer = tokio::time::timeout(bound, inner.call().renew(&items)).await;
+        let answer = tokio::time::timeout(bound, inner.call().renew(items)).await;
         let mut lost = Vec::new();
         {
             let mut entries = self.entries();
             match answer {
                 Ok(Ok(answers)) => {
-                    for ((held, item), ok) in due.iter().zip(&items).zip(answers) {
+                    for ((held, item), ok) in due.iter().zip(items).zip(answers) {
                         if ok {
                             held.renewed(sent, item.lease);
                             if let Some(e) = entries.get_mut(&held.id) {
@@ -239,7 +282,7 @@ impl Watchdog {
                     };
                     tracing::warn!(locks = due.len(), error = %why, "lock renewal failed; retrying while the leases are valid");
                     let failed_at = Instant::now();
-                    for held in &due {
+                    for held in due {
                         if let Some(e) = entries.get_mut(&held.id) {
                             e.renew_at = failed_at
                                 + (held.lease() / 15)
@@ -249,11 +292,7 @@ impl Watchdog {
                 }
             }
         }
-        drop(serials);
-        for held in lost {
-            held.mark_lost("renewal found the lock no longer ours");
-        }
-        Some(Instant::now())
+        lost
     }
 }
 

@@ -5,7 +5,10 @@
 //! token, owner-checked release and renewal, a lease on every lock, a release notification for
 //! waiters, and an optional fencing counter.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::LockError;
@@ -13,11 +16,15 @@ use crate::idempotency::IdempotencyState;
 use crate::key::LockKey;
 use crate::token::Token;
 
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
 pub(crate) mod memory;
 mod notify;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
+#[cfg(feature = "cluster")]
+pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
 pub use memory::MemoryBackend;
 pub(crate) use notify::{Grant, Inbox, Listeners};
 #[cfg(feature = "redis")]
@@ -25,7 +32,8 @@ pub use redis::{RedisBackend, RedisBackendBuilder};
 
 /// A lock backend, as taken by [`Locker::builder`](crate::Locker::builder).
 ///
-/// Made from a [`MemoryBackend`] or a [`RedisBackend`] with `.into()` (the builder does it).
+/// Made from a [`MemoryBackend`], a [`RedisBackend`] or a `RedisClusterBackend` with `.into()`
+/// (the builder does it).
 ///
 /// ```
 /// use lock_core::{Backend, Locker, MemoryBackend};
@@ -56,6 +64,14 @@ impl From<MemoryBackend> for Backend {
 impl From<RedisBackend> for Backend {
     fn from(b: RedisBackend) -> Self {
         Backend(BackendKind::Redis(b))
+    }
+}
+
+/// A cluster is the Redis backend over a cluster connection: the same calls, routed by slot.
+#[cfg(feature = "cluster")]
+impl From<RedisClusterBackend> for Backend {
+    fn from(b: RedisClusterBackend) -> Self {
+        Backend(BackendKind::Redis(b.backend))
     }
 }
 
@@ -199,6 +215,17 @@ impl BackendKind {
         }
     }
 
+    /// The renewal items grouped by what serves them (a cluster's shards): one
+    /// [`renew`](Self::renew) call per group, the groups independent. One group of all the
+    /// items but on a cluster.
+    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Vec<Vec<usize>> {
+        match self {
+            BackendKind::Memory(_) => vec![(0..items.len()).collect()],
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.renewal_groups(items),
+        }
+    }
+
     /// One answer per item, in order: `true` when still ours and the lease was reset.
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         match self {
@@ -285,5 +312,51 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.reconnects(),
         }
+    }
+}
+
+/// Runs `futures` concurrently; their outputs in order.
+pub(crate) async fn join_all<'a, T>(
+    futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
+) -> Vec<T> {
+    let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(fut) = slot {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *output = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn join_all_keeps_order() {
+        let futures: Vec<Pin<Box<dyn Future<Output = u32> + Send>>> = vec![
+            Box::pin(async {
+                tokio::task::yield_now().await;
+                1
+            }),
+            Box::pin(async { 2 }),
+        ];
+        assert_eq!(join_all(futures).await, vec![1, 2]);
     }
 }

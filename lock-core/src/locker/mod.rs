@@ -132,6 +132,34 @@ impl Locker {
         Ok(Self::builder(backend).build())
     }
 
+    /// A locker on a Redis Cluster (Redis 7+), with default options: `urls` are some of its
+    /// nodes (one that answers is enough). Locks are spread over the shards by key; see
+    /// [`RedisClusterBackend`](crate::RedisClusterBackend).
+    ///
+    /// Checks at once that the Redis user may run everything the lock needs on the default
+    /// prefix's keys and channels (on the shard of the check's hash slot: give every node the
+    /// same ACL rule).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for bad URLs or a missing Redis permission,
+    /// [`LockError::Backend`] when no node can be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::redis_cluster(&[
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .await?;
+    /// # drop(locker); Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    pub async fn redis_cluster(urls: &[&str]) -> Result<Self, LockError> {
+        let backend = crate::RedisClusterBackend::connect(urls).await?;
+        backend.check_permissions(DEFAULT_PREFIX).await?;
+        Ok(Self::builder(backend).build())
+    }
+
     /// A builder for a locker on `backend`.
     ///
     /// ```

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ProtocolVersion};
 
+use super::conn::Conn;
 use super::eviction::{maxmemory_policy, warn_if_evicting};
 use super::permissions::Permissions;
 use super::server::server_info;
@@ -108,9 +109,11 @@ impl RedisBackendBuilder {
             ))
         })?;
         let config = manager_config(self.connect_timeout, self.response_timeout);
-        let mut conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| LockError::backend("connect", None, e))?;
+        let mut conn = Conn::Single(
+            ConnectionManager::new_with_config(client.clone(), config)
+                .await
+                .map_err(|e| LockError::backend("connect", None, e))?,
+        );
         let server = server_info(&mut conn).await?;
         let sharded = server.major >= 7;
         let maxmemory_policy = maxmemory_policy(&mut conn).await;
@@ -134,9 +137,53 @@ impl RedisBackendBuilder {
                 permissions: Permissions::default(),
                 watcher,
                 batches: Default::default(),
+                #[cfg(feature = "cluster")]
+                topology: None,
             }),
         })
     }
+}
+
+/// Connects a cluster backend: the Redis backend over a cluster connection, its slot map read,
+/// sharded pub/sub required (Redis 7+), no group commit (a batch's keys span slots).
+#[cfg(feature = "cluster")]
+pub(crate) async fn connect_cluster(
+    settings: crate::backend::cluster::ClusterSettings,
+) -> Result<RedisBackend, LockError> {
+    use crate::backend::cluster::{ClusterConn, Topology};
+    let client = settings.client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)?;
+    let conn = client
+        .get_async_connection()
+        .await
+        .map_err(|e| LockError::backend("connect", None, e))?;
+    let mut conn = ClusterConn::new(conn);
+    let topology = Topology::default();
+    topology.refresh(&mut conn).await;
+    let mut conn = Conn::Cluster(conn);
+    // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
+    // and the policy should be the same on every node (the docs say so).
+    let server = server_info(&mut conn).await?;
+    if server.major < 7 {
+        return Err(LockError::config(
+            "the Redis Cluster backend needs Redis 7 or later (sharded pub/sub)",
+        ));
+    }
+    let maxmemory_policy = maxmemory_policy(&mut conn).await;
+    warn_if_evicting(maxmemory_policy.as_deref());
+    Ok(RedisBackend {
+        inner: Arc::new(Inner {
+            conn,
+            sharded: true,
+            cluster: true,
+            set_nx_get: true,
+            subscriber: Subscriber::cluster(settings.clone()),
+            maxmemory_policy,
+            permissions: Permissions::default(),
+            watcher: Watcher::cluster(settings),
+            batches: Default::default(),
+            topology: Some(topology),
+        }),
+    })
 }
 
 fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {

@@ -1,12 +1,12 @@
 //! The server's `maxmemory-policy`: read at connect, and whether it may evict lock keys.
 
-use redis::aio::ConnectionManager;
+use super::conn::Conn;
 
 use super::RedisBackend;
 
 /// `CONFIG GET maxmemory-policy`, else `INFO memory`; `None` when both are refused (both need
 /// `@dangerous` permissions) or answer nothing readable.
-pub(super) async fn maxmemory_policy(conn: &mut ConnectionManager) -> Option<String> {
+pub(super) async fn maxmemory_policy(conn: &mut Conn) -> Option<String> {
     // A map in RESP3, a flat array in RESP2: read as pairs either way.
     let config: Result<Vec<(String, String)>, _> = redis::cmd("CONFIG")
         .arg("GET")

@@ -1,6 +1,7 @@
 //! The Redis backend: one Redis server through redis-rs's `ConnectionManager`. A cluster-mode
-//! node that serves every slot itself works too (renewals then go one lock name per call);
-//! several shards need the cluster backend, which does not exist yet.
+//! node that serves every slot itself works too (renewals then go one lock name per call).
+//! The cluster backend (`backend::cluster`) is this backend over a cluster connection
+//! (`conn::Conn`): the same scripts, calls and reply parsing.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -9,21 +10,24 @@ use super::{Attempt, AttemptOptions, Inbox, Renewal};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
-use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, Value};
 
 mod batch;
 mod cohort;
-mod connect;
+mod conn;
+pub(crate) mod connect;
 mod eviction;
 mod idempotency;
 mod permissions;
 mod server;
+#[cfg(feature = "cluster")]
+mod shards;
 mod subscriber;
 mod watcher;
 
 pub use connect::RedisBackendBuilder;
 
+use conn::Conn;
 use subscriber::Subscriber;
 
 // The fencing code (fence.lua) is prepended to every script that may draw a token, and the
@@ -120,7 +124,7 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Conn,
     sharded: bool,
     /// A cluster-mode node refuses one script call over keys of several slots: renewals are
     /// then sent per lock name.
@@ -136,6 +140,9 @@ struct Inner {
     watcher: watcher::Watcher,
     /// Plain acquires and releases waiting to go out together (never on a cluster node).
     batches: batch::Batches,
+    /// The cluster's slot map (cluster backend only), to group renewals by shard.
+    #[cfg(feature = "cluster")]
+    topology: Option<crate::backend::cluster::Topology>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -470,9 +477,27 @@ impl RedisBackend {
         Ok(())
     }
 
+    /// The renewal items grouped by the shard that serves them (one group but on a cluster):
+    /// the watchdog sends one call per group, the groups concurrently.
+    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Vec<Vec<usize>> {
+        #[cfg(feature = "cluster")]
+        if let Some(topology) = &self.inner.topology {
+            return topology.group(
+                items
+                    .iter()
+                    .map(|r| crate::backend::cluster::key_slot(r.key.name().as_bytes())),
+            );
+        }
+        vec![(0..items.len()).collect()]
+    }
+
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         if !self.inner.cluster || items.len() <= 1 {
             return self.renew_batch(items).await;
+        }
+        #[cfg(feature = "cluster")]
+        if self.inner.topology.is_some() {
+            return self.renew_shard(items).await;
         }
         // One lock name per call on a cluster node (its keys share one slot by construction).
         let mut answers = Vec::with_capacity(items.len());
@@ -491,28 +516,7 @@ impl RedisBackend {
                 .arg(millis(r.lease));
         }
         let reply = self.invoke(&call, "renew", first).await?;
-        let answers = match &reply {
-            Value::Array(v) if v.len() == items.len() => v,
-            _ => {
-                return Err(LockError::protocol(
-                    "renew",
-                    first,
-                    format!("renew script answered {reply:?} for {} locks", items.len()),
-                ));
-            }
-        };
-        answers
-            .iter()
-            .map(|a| match a {
-                Value::Int(1) => Ok(true),
-                Value::Int(0) => Ok(false),
-                other => Err(LockError::protocol(
-                    "renew",
-                    first,
-                    format!("renew script answered {other:?} for one lock"),
-                )),
-            })
-            .collect()
+        renew_answers(&reply, items.len(), first)
     }
 
     pub(crate) async fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) -> bool {
@@ -528,10 +532,36 @@ impl RedisBackend {
     }
 }
 
+/// The answers of one renew script call over `n` locks: `true` when still ours.
+fn renew_answers(reply: &Value, n: usize, first: Option<&str>) -> Result<Vec<bool>, LockError> {
+    let answers = match reply {
+        Value::Array(v) if v.len() == n => v,
+        _ => {
+            return Err(LockError::protocol(
+                "renew",
+                first,
+                format!("renew script answered {reply:?} for {n} locks"),
+            ));
+        }
+    };
+    answers
+        .iter()
+        .map(|a| match a {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(LockError::protocol(
+                "renew",
+                first,
+                format!("renew script answered {other:?} for one lock"),
+            )),
+        })
+        .collect()
+}
+
 /// One `EVALSHA` (see [`RedisBackend::evalsha`]); after `NOSCRIPT` (a restarted or flushed
 /// server) the script is loaded and the call sent again.
 async fn evalsha_once(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     script: &Script,
     cmd: &redis::Cmd,
 ) -> redis::RedisResult<Value> {

@@ -1,8 +1,8 @@
 //! What `connect` learns of the server: its major version and whether it runs in cluster
 //! mode, from `HELLO` or, on older servers, `INFO`.
 
+use super::conn::Conn;
 use redis::Value;
-use redis::aio::ConnectionManager;
 
 use super::permissions::{ACL_HINT, is_noperm};
 use crate::LockError;
@@ -15,7 +15,7 @@ pub(super) struct ServerInfo {
 
 /// Version and mode from `HELLO` (no protocol argument: it answers in the current protocol,
 /// and needs no `@dangerous` permission; Redis 6.2+), else from `INFO` (older servers).
-pub(super) async fn server_info(conn: &mut ConnectionManager) -> Result<ServerInfo, LockError> {
+pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError> {
     let hello_error = match redis::cmd("HELLO").query_async::<Value>(conn).await {
         Ok(reply) => {
             if let Some(version) = hello_field(&reply, "version") {

@@ -26,7 +26,7 @@ const RECOVERY_MAX: Duration = Duration::from_secs(1);
 
 pub(super) struct Subscriber {
     /// `None` when the server is too old for RESP3 pushes: waiters then always retry on timers.
-    client: Option<Client>,
+    source: Option<Source>,
     shared: Arc<Shared>,
     /// The connection task's inbox; replaced when the task has ended (its runtime shut down).
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
@@ -48,6 +48,16 @@ impl Shared {
     }
 }
 
+/// Where the subscriber connects.
+enum Source {
+    Single(Client),
+    /// A cluster: one cluster connection, each channel subscribed (`SSUBSCRIBE`) on the node
+    /// that owns its slot; redis-rs resubscribes them after a node reconnects or a slot map
+    /// refresh, and `run` after the server dropped one (a slot moved away).
+    #[cfg(feature = "cluster")]
+    Cluster(crate::backend::cluster::ClusterSettings),
+}
+
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
     Unsubscribe(String),
@@ -63,7 +73,7 @@ impl Subscriber {
     ) -> Result<Self, LockError> {
         let client = super::connect::resp3_client(client, resp3, "connect subscriber")?;
         Ok(Subscriber {
-            client,
+            source: client.map(Source::Single),
             shared: Arc::new(Shared {
                 sharded,
                 healthy: AtomicBool::new(resp3),
@@ -74,6 +84,23 @@ impl Subscriber {
             connect_timeout,
             response_timeout,
         })
+    }
+
+    /// The subscriber of a cluster backend (sharded pub/sub).
+    #[cfg(feature = "cluster")]
+    pub(super) fn cluster(settings: crate::backend::cluster::ClusterSettings) -> Self {
+        Subscriber {
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            source: Some(Source::Cluster(settings)),
+            shared: Arc::new(Shared {
+                sharded: true,
+                healthy: AtomicBool::new(true),
+                listeners: Mutex::default(),
+            }),
+            commands: Mutex::default(),
+            connecting: AsyncMutex::new(()),
+        }
     }
 
     pub(super) fn healthy(&self) -> bool {
@@ -125,7 +152,7 @@ impl Subscriber {
     }
 
     async fn commands(&self) -> Option<mpsc::UnboundedSender<Command>> {
-        let client = self.client.as_ref()?;
+        let source = self.source.as_ref()?;
         if let Some(tx) = self.live_sender() {
             return Some(tx);
         }
@@ -143,18 +170,38 @@ impl Subscriber {
             }
             Ok::<(), mpsc::error::SendError<PushInfo>>(())
         };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            .set_number_of_retries(1)
-            .set_push_sender(on_push);
-        match ConnectionManager::new_with_config(client.clone(), config).await {
-            Ok(conn) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                // A new connection subscribes whatever is registered already (channels whose
-                // subscription failed while there was no connection).
-                let resync = self.shared.listeners().len() > 0;
-                tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
+        let (tx, rx) = mpsc::unbounded_channel();
+        // A new connection subscribes whatever is registered already (channels whose
+        // subscription failed while there was no connection).
+        let resync = self.shared.listeners().len() > 0;
+        let connected = match source {
+            Source::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(1)
+                    .set_push_sender(on_push);
+                ConnectionManager::new_with_config(client.clone(), config)
+                    .await
+                    .map(|conn| {
+                        tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
+                    })
+                    .map_err(|e| e.to_string())
+            }
+            #[cfg(feature = "cluster")]
+            Source::Cluster(settings) => match settings.client(Some(on_push)) {
+                Ok(client) => client
+                    .get_async_connection()
+                    .await
+                    .map(|conn| {
+                        tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
+                    })
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        match connected {
+            Ok(()) => {
                 self.shared.healthy.store(true, Ordering::Release);
                 *self.commands.lock() = Some(tx.clone());
                 Some(tx)
@@ -168,8 +215,63 @@ impl Subscriber {
     }
 }
 
-async fn run(
-    mut conn: ConnectionManager,
+/// What `run` needs of a subscriber connection.
+trait SubConn: Send + 'static {
+    /// Sends one (un)subscribe command for one channel; `false` when it failed.
+    fn send(
+        &mut self,
+        command: &'static str,
+        channel: &str,
+    ) -> impl std::future::Future<Output = bool> + Send;
+    /// Whether the connection answers (before recovery resubscribes).
+    fn ping(&mut self) -> impl std::future::Future<Output = bool> + Send;
+}
+
+impl SubConn for ConnectionManager {
+    async fn send(&mut self, command: &'static str, channel: &str) -> bool {
+        logged(
+            command,
+            redis::cmd(command).arg(channel).exec_async(self).await,
+        )
+    }
+
+    async fn ping(&mut self) -> bool {
+        redis::cmd("PING").exec_async(self).await.is_ok()
+    }
+}
+
+/// On a cluster connection, `SSUBSCRIBE`/`SUNSUBSCRIBE` through redis-rs's own methods: routed
+/// to the channel's slot and tracked for its automatic resubscription.
+#[cfg(feature = "cluster")]
+impl SubConn for redis::cluster_async::ClusterConnection {
+    async fn send(&mut self, command: &'static str, channel: &str) -> bool {
+        let answer = if command == "SSUBSCRIBE" {
+            self.ssubscribe(channel).await
+        } else {
+            self.sunsubscribe(channel).await
+        };
+        logged(command, answer)
+    }
+
+    /// There is no one node to ask (a PING goes to every primary): the resubscriptions that
+    /// follow are the check.
+    async fn ping(&mut self) -> bool {
+        true
+    }
+}
+
+fn logged(command: &str, answer: redis::RedisResult<()>) -> bool {
+    match answer {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, command, "subscription command failed");
+            false
+        }
+    }
+}
+
+async fn run<C: SubConn>(
+    mut conn: C,
     mut commands: mpsc::UnboundedReceiver<Command>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
     shared: Arc<Shared>,
@@ -197,14 +299,14 @@ async fn run(
                 None => return,
                 Some(Command::Subscribe(channel, reply)) => {
                     unsent_unsubscribes.remove(&channel);
-                    let ok = backoff.is_none() && send(&mut conn, sub, &channel).await;
+                    let ok = backoff.is_none() && conn.send(sub, &channel).await;
                     if !ok {
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
                     }
                     let _ = reply.send(ok);
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    if backoff.is_some() || !send(&mut conn, unsub, &channel).await {
+                    if backoff.is_some() || !conn.send(unsub, &channel).await {
                         unsent_unsubscribes.insert(channel);
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
                     }
@@ -219,15 +321,30 @@ async fn run(
                     PushKind::Disconnection => {
                         backoff.get_or_insert_with(|| mark_unhealthy(&shared));
                     }
+                    // The server dropped a sharded subscription by itself (its slot moved to
+                    // another node, or the node became a replica), or confirms our own
+                    // unsubscribe: subscribed again, on the slot's current owner, while
+                    // someone listens (redis-rs forgets a channel the server dropped).
+                    PushKind::SUnsubscribe if backoff.is_none() => {
+                        if let [channel, ..] = push.data.as_slice()
+                            && let Some(channel) = bytes(channel)
+                        {
+                            let channel = String::from_utf8_lossy(channel).into_owned();
+                            let listened = shared.listeners().channels().any(|c| c == channel);
+                            if listened && !conn.send(sub, &channel).await {
+                                backoff.get_or_insert_with(|| mark_unhealthy(&shared));
+                            }
+                        }
+                    }
                     _ => {}
                 },
             },
             () = recovery => {
                 let channels: Vec<String> =
                     shared.listeners().channels().map(str::to_owned).collect();
-                let mut ok = redis::cmd("PING").exec_async(&mut conn).await.is_ok();
+                let mut ok = conn.ping().await;
                 for channel in &channels {
-                    ok = ok && send(&mut conn, sub, channel).await;
+                    ok = ok && conn.send(sub, channel).await;
                 }
                 let stale: Vec<String> = unsent_unsubscribes
                     .iter()
@@ -235,7 +352,7 @@ async fn run(
                     .cloned()
                     .collect();
                 for channel in &stale {
-                    ok = ok && send(&mut conn, unsub, channel).await;
+                    ok = ok && conn.send(unsub, channel).await;
                 }
                 if ok {
                     unsent_unsubscribes.clear();
@@ -271,16 +388,6 @@ fn mark_unhealthy(shared: &Shared) -> Duration {
     tracing::warn!("lock notification connection lost; waiters retry on timers until it is back");
     shared.listeners().wake_all();
     RECOVERY_MIN
-}
-
-async fn send(conn: &mut ConnectionManager, command: &str, channel: &str) -> bool {
-    match redis::cmd(command).arg(channel).exec_async(conn).await {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::debug!(error = %e, command, "subscription command failed");
-            false
-        }
-    }
 }
 
 fn bytes(v: &Value) -> Option<&[u8]> {

@@ -34,7 +34,7 @@ impl RedisBackend {
 /// its next regular renewal. Its task starts with the backend and runs for the backend's life.
 pub(super) struct Watcher {
     /// `None` before Redis 6 (no RESP3).
-    client: Option<Client>,
+    source: Option<Source>,
     epoch: watch::Sender<u64>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     connect_timeout: Duration,
@@ -44,7 +44,29 @@ pub(super) struct Watcher {
     _listening: Option<watch::Receiver<u64>>,
 }
 
+/// What the watcher listens to.
+enum Source {
+    Single(Client),
+    /// Every node of a cluster, through one idle cluster connection.
+    #[cfg(feature = "cluster")]
+    Cluster(crate::backend::cluster::ClusterSettings),
+}
+
 impl Watcher {
+    /// The watcher of a cluster backend: a drop of any node's connection counts.
+    #[cfg(feature = "cluster")]
+    pub(super) fn cluster(settings: crate::backend::cluster::ClusterSettings) -> Self {
+        let mut watcher = Watcher {
+            connect_timeout: settings.connect_timeout,
+            source: Some(Source::Cluster(settings)),
+            epoch: watch::Sender::new(0),
+            task: Mutex::default(),
+            _listening: None,
+        };
+        watcher._listening = watcher.subscribe();
+        watcher
+    }
+
     pub(super) fn new(
         client: &Client,
         resp3: bool,
@@ -52,7 +74,7 @@ impl Watcher {
     ) -> Result<Self, LockError> {
         let client = resp3_client(client, resp3, "connect watcher")?;
         let mut watcher = Watcher {
-            client,
+            source: client.map(Source::Single),
             epoch: watch::Sender::new(0),
             task: Mutex::default(),
             connect_timeout,
@@ -63,7 +85,7 @@ impl Watcher {
     }
 
     fn subscribe(&self) -> Option<watch::Receiver<u64>> {
-        let client = self.client.as_ref()?;
+        let source = self.source.as_ref()?;
         // Subscribed before the task starts: it ends as soon as nobody listens.
         let receiver = self.epoch.subscribe();
         let mut task = self.task.lock();
@@ -71,11 +93,17 @@ impl Watcher {
             .as_ref()
             .is_none_or(tokio::task::JoinHandle::is_finished)
         {
-            *task = Some(background::spawn(watch_connection(
-                client.clone(),
-                self.epoch.clone(),
-                self.connect_timeout,
-            ))?);
+            *task = Some(match source {
+                Source::Single(client) => background::spawn(watch_connection(
+                    client.clone(),
+                    self.epoch.clone(),
+                    self.connect_timeout,
+                ))?,
+                #[cfg(feature = "cluster")]
+                Source::Cluster(settings) => {
+                    background::spawn(watch_cluster(settings.clone(), self.epoch.clone()))?
+                }
+            });
         }
         Some(receiver)
     }
@@ -139,6 +167,52 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
                 }
                 delay = (delay * 2).min(WATCH_RETRY_MAX);
             }
+        }
+    }
+}
+
+/// The watcher's task on a cluster: one idle cluster connection (to every node) whose
+/// dropped node connections bump `epoch` (redis-rs reconnects the node by itself and tells
+/// nothing when it is back: the watchdog's checks that follow find out); the first connect
+/// bumps it too, as on one server.
+#[cfg(feature = "cluster")]
+async fn watch_cluster(
+    settings: crate::backend::cluster::ClusterSettings,
+    epoch: watch::Sender<u64>,
+) {
+    let (push_tx, mut pushes) = mpsc::unbounded_channel();
+    let Ok(client) = settings.client(Some(push_tx)) else {
+        return;
+    };
+    let mut delay = WATCH_RETRY_MIN;
+    let _conn = loop {
+        tokio::select! {
+            () = epoch.closed() => return,
+            connected = client.get_async_connection() => match connected {
+                Ok(conn) => break conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cluster connection watcher cannot connect; retrying");
+                    tokio::select! {
+                        () = epoch.closed() => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(WATCH_RETRY_MAX);
+                }
+            },
+        }
+    };
+    epoch.send_modify(|n| *n = n.wrapping_add(1));
+    loop {
+        tokio::select! {
+            () = epoch.closed() => return,
+            push = pushes.recv() => match push {
+                None => return,
+                Some(push) if push.kind == PushKind::Disconnection => {
+                    tracing::debug!("a cluster node's connection was lost; checking the held locks");
+                    epoch.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Some(_) => {}
+            },
         }
     }
 }

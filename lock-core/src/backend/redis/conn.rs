@@ -1,0 +1,47 @@
+//! The command connection of a Redis backend: one server's auto-reconnecting
+//! `ConnectionManager`, or (the cluster backend) a cluster connection. Both are a redis-rs
+//! `ConnectionLike`, so every script call, pipeline and reply parser of the backend is shared.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+#[cfg(feature = "cluster")]
+use crate::backend::cluster::ClusterConn;
+
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(ClusterConn),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}

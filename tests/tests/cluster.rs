@@ -1,0 +1,237 @@
+//! The Redis Cluster backend on a real local cluster (3 primaries, 3 replicas, started by the
+//! test kit): many keys over every shard from several tasks and two lockers (no overlap, no lost
+//! update), a primary killed (its locks fail fast with a typed error, the other shards keep
+//! working, the same locker serves new locks after the failover), and resharding while a lock
+//! is held and a waiter queues (the half-way ASK state included).
+
+#![allow(
+    clippy::panic,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a test file: its helpers assert by panicking"
+)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lock_core::{LockError, Locker, RedisClusterBackend};
+use lock_testkit::cluster::{RedisCluster, key_slot};
+
+const SOON: Duration = Duration::from_secs(20);
+
+fn urls(cluster: &RedisCluster) -> Vec<String> {
+    cluster.urls()
+}
+
+async fn locker(cluster: &RedisCluster) -> Locker {
+    let urls = urls(cluster);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Locker::redis_cluster(&urls)
+        .await
+        .expect("connect to the cluster")
+}
+
+/// Keys whose locks live on every primary (the default prefix's lock names hash by the key).
+async fn keys_on_every_shard(cluster: &RedisCluster, n: usize) -> Vec<String> {
+    let keys: Vec<String> = (0..n).map(|i| format!("spread-{i}")).collect();
+    let mut shards = HashSet::new();
+    for k in &keys {
+        shards.insert(cluster.primary_for_key(&format!("lock:{{{k}}}")).await);
+    }
+    assert_eq!(shards.len(), 3, "the keys cover all 3 shards");
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_keys_on_every_shard_from_two_lockers_never_overlap_nor_lose_an_update() {
+    let cluster = RedisCluster::start().await;
+    let keys = Arc::new(keys_on_every_shard(&cluster, 12).await);
+    let lockers = [locker(&cluster).await, locker(&cluster).await];
+    let rounds = 20;
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let locker = lockers[t % 2].clone();
+        let keys = keys.clone();
+        let mut conn = cluster.client().await;
+        tasks.push(tokio::spawn(async move {
+            for r in 0..rounds {
+                let key = &keys[(t + r) % keys.len()];
+                let guard = locker
+                    .lock(key.as_str())
+                    .lease(Duration::from_secs(5))
+                    .wait(SOON)
+                    .await
+                    .unwrap_or_else(|e| panic!("lock {key}: {e}"));
+                // A deliberately non-atomic increment, beside the lock in its hash slot.
+                let counter = format!("count:{{{key}}}");
+                let v: Option<u64> = redis::cmd("GET")
+                    .arg(&counter)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let () = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let mut conn = cluster.client().await;
+    let mut total = 0;
+    for key in keys.iter() {
+        let v: Option<u64> = redis::cmd("GET")
+            .arg(format!("count:{{{key}}}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += v.unwrap_or(0);
+    }
+    assert_eq!(total, 8 * rounds as u64, "no increment lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_primary_fails_its_locks_fast_others_work_and_the_locker_recovers() {
+    let mut cluster = RedisCluster::builder()
+        .node_timeout(Duration::from_millis(1000))
+        .start()
+        .await;
+    let urls = urls(&cluster);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisClusterBackend::builder(&urls)
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let locker = Locker::builder(backend).build();
+    let keys = keys_on_every_shard(&cluster, 12).await;
+    let victim = cluster
+        .primary_for_key(&format!("lock:{{{}}}", keys[0]))
+        .await;
+    let mut on_victim = Vec::new();
+    let mut elsewhere = Vec::new();
+    for k in &keys {
+        if cluster.primary_for_key(&format!("lock:{{{k}}}")).await == victim {
+            on_victim.push(k.clone());
+        } else {
+            elsewhere.push(k.clone());
+        }
+    }
+    // Every shard answers before the kill (the connections are up).
+    for k in &keys {
+        drop(locker.lock(k.as_str()).await.expect("lock before the kill"));
+    }
+    cluster.kill_node(victim);
+    let started = Instant::now();
+    match locker.lock(on_victim[0].as_str()).await {
+        Err(LockError::Backend { .. }) => {}
+        other => panic!("a lock on the dead primary: expected a Backend error, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed fast, not after {:?}",
+        started.elapsed()
+    );
+    for k in &elsewhere {
+        let guard = locker
+            .lock(k.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("a lock on a live shard ({k}): {e}"));
+        guard.release().await.expect("release");
+    }
+    cluster.wait_for_failover(victim).await;
+    // The same locker, no restart: the lock on the failed-over shard is served again (its
+    // slot map is refreshed by the first redirection; a request or two may still fail).
+    let deadline = Instant::now() + SOON;
+    let guard = loop {
+        match locker.lock(on_victim[0].as_str()).await {
+            Ok(guard) => break guard,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, LockError::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no lock after the failover: {e}"),
+        }
+    };
+    guard.release().await.expect("release after the failover");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resharding_while_held_keeps_the_lock_and_wakes_the_queued_waiter() {
+    let cluster = RedisCluster::start().await;
+    let holder = locker(&cluster).await;
+    let waiter = locker(&cluster).await;
+    let key = "moving";
+    let name = format!("lock:{{{key}}}");
+    let slot = key_slot(&name);
+    let from = cluster.primary_for_key(&name).await;
+    let to = cluster
+        .primaries()
+        .await
+        .into_iter()
+        .find(|&p| p != from)
+        .unwrap();
+    let lease = Duration::from_millis(900);
+    let guard = holder.lock(key).lease(lease).await.expect("lock");
+    let released = Arc::new(AtomicBool::new(false));
+    let waiting = {
+        let waiter = waiter.clone();
+        let released = released.clone();
+        tokio::spawn(async move {
+            let got = waiter
+                .lock(key)
+                .wait(SOON * 2)
+                .await
+                .expect("the waiter gets the lock");
+            assert!(
+                released.load(Ordering::SeqCst),
+                "the waiter got the lock while it was held"
+            );
+            got.release().await.expect("waiter release");
+        })
+    };
+    // The waiter queues in the backend.
+    let mut conn = cluster.client().await;
+    let deadline = Instant::now() + SOON;
+    loop {
+        let n: i64 = redis::cmd("HLEN")
+            .arg(format!("{name}:waiters"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if n == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Half way: the lock itself moved, its queue not yet (the source answers ASK for it).
+    let migration = cluster.begin_slot_migration(slot, from, to).await;
+    cluster.migrate_keys(&migration, &[name.as_str()]).await;
+    // Several leases pass in the ASK state: the watchdog keeps the lock (renewals follow ASK).
+    tokio::time::sleep(lease * 3).await;
+    assert!(
+        guard.is_held(),
+        "the watchdog kept the lock through the ASK state"
+    );
+    cluster.finish_slot_migration(migration).await;
+    assert_eq!(cluster.primary_for_key(&name).await, to);
+    tokio::time::sleep(lease * 3).await;
+    assert!(guard.is_held(), "the watchdog kept the lock after the move");
+    assert!(!waiting.is_finished(), "the waiter still waits");
+    released.store(true, Ordering::SeqCst);
+    guard.release().await.expect("release after the move");
+    tokio::time::timeout(SOON, waiting)
+        .await
+        .expect("the waiter was woken")
+        .expect("waiter task");
+}
