@@ -164,6 +164,14 @@ async fn each_key_has_its_own_fence_counter(fx: Fixture) {
                 "each key has its own counter"
             );
         }
+        Store::Cluster(_) => {
+            let counter = format!("{}:fence", lock_name(fx.prefix(), "fenced-other"));
+            assert_eq!(
+                fx.cluster_get(&counter).await,
+                other.fence().map(|f| f.to_string()),
+                "each key has its own counter"
+            );
+        }
     }
     other.release().await.expect("release");
 }

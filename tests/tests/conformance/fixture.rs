@@ -10,11 +10,20 @@ use std::time::{Duration, Instant};
 
 use lock_core::{
     Backend, LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend,
+    RedisClusterBackend,
 };
 use lock_testkit::RedisServer;
+use lock_testkit::cluster::RedisCluster;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
 use sha2::{Digest, Sha256};
+
+/// One check of the suite, by name, for the cluster run (`on_cluster` in main.rs).
+pub(crate) type Check = (
+    &'static str,
+    fn(Fixture) -> std::pin::Pin<Box<dyn Future<Output = ()>>>,
+);
 
 /// A hang guard for things expected to happen "soon": generous, never a speed claim.
 pub(crate) const SOON: Duration = Duration::from_secs(10);
@@ -24,12 +33,18 @@ pub(crate) const SOON: Duration = Duration::from_secs(10);
 pub(crate) struct Fixture {
     store: Store,
     local_handoff: bool,
+    /// The key prefix of every locker built on it: `lock:` (the default) but on the shared
+    /// cluster, where each check has its own.
+    prefix: String,
 }
 
 /// Where the locks live.
 pub(crate) enum Store {
     Memory(MemoryBackend),
     Redis(RedisServer),
+    /// A Redis Cluster shared by every cluster check of the binary (one at a time, each with
+    /// its own key prefix).
+    Cluster(Arc<RedisCluster>),
 }
 
 impl Fixture {
@@ -37,6 +52,7 @@ impl Fixture {
         Fixture {
             store: Store::Memory(MemoryBackend::new()),
             local_handoff: true,
+            prefix: "lock:".to_owned(),
         }
     }
 
@@ -44,7 +60,22 @@ impl Fixture {
         Fixture {
             store: Store::Redis(RedisServer::start()),
             local_handoff: true,
+            prefix: "lock:".to_owned(),
         }
+    }
+
+    /// A check on the shared cluster, its keys under `prefix`.
+    pub(crate) fn cluster(cluster: Arc<RedisCluster>, prefix: String) -> Self {
+        Fixture {
+            store: Store::Cluster(cluster),
+            local_handoff: true,
+            prefix,
+        }
+    }
+
+    /// The prefix of the lockers built on this fixture.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The same backend, with local hand-off turned off in every locker built on it.
@@ -65,6 +96,8 @@ impl Fixture {
             (Store::Memory(_), false) => "memory (local hand-off off)",
             (Store::Redis(_), true) => "redis",
             (Store::Redis(_), false) => "redis (local hand-off off)",
+            (Store::Cluster(_), true) => "cluster",
+            (Store::Cluster(_), false) => "cluster (local hand-off off)",
         }
     }
 
@@ -75,7 +108,9 @@ impl Fixture {
     pub(crate) fn server(&self) -> &RedisServer {
         match &self.store {
             Store::Redis(server) => server,
-            Store::Memory(_) => panic!("a Redis-only check ran on the memory backend"),
+            Store::Memory(_) | Store::Cluster(_) => {
+                panic!("a Redis-only check ran on {}", self.name())
+            }
         }
     }
 
@@ -87,20 +122,64 @@ impl Fixture {
                 .await
                 .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
                 .into(),
+            Store::Cluster(c) => {
+                let urls = c.urls();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                RedisClusterBackend::connect(&urls)
+                    .await
+                    .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
+                    .into()
+            }
         }
     }
 
     pub(crate) async fn builder(&self) -> LockerBuilder {
-        Locker::builder(self.backend().await).local_handoff(self.local_handoff)
+        Locker::builder(self.backend().await)
+            .local_handoff(self.local_handoff)
+            .prefix(self.prefix.as_str())
+    }
+
+    /// The cluster's value at `name` (a GET with the harness's own client); `None` but on the
+    /// cluster.
+    pub(crate) async fn cluster_get(&self, name: &str) -> Option<String> {
+        let Store::Cluster(c) = &self.store else {
+            return None;
+        };
+        c.client().await.get(name).await.expect("GET")
+    }
+
+    /// The names of every key of this fixture's prefix on the cluster's primaries, sorted.
+    pub(crate) async fn cluster_keys(&self) -> Vec<String> {
+        let Store::Cluster(c) = &self.store else {
+            return Vec::new();
+        };
+        let mut keys = Vec::new();
+        for primary in c.primaries().await {
+            keys.extend(
+                c.node(primary)
+                    .server()
+                    .keys(&format!("{}*", self.prefix))
+                    .await,
+            );
+        }
+        keys.sort();
+        keys
     }
 
     pub(crate) async fn locker(&self) -> Locker {
         self.builder().await.build()
     }
 
-    /// What the backend stores for `key` (default prefix), read without lock-core: the token and
+    /// What the backend stores for `key` (the fixture's prefix), read without lock-core: the token and
     /// the PTTL. `None` for the memory backend, whose tokens cannot be read from outside.
     pub(crate) async fn stored(&self, key: &str) -> Option<Stored> {
+        if let Store::Cluster(c) = &self.store {
+            let name = lock_name(&self.prefix, key);
+            let mut conn = c.client().await;
+            let token: Option<String> = conn.get(&name).await.expect("GET");
+            let pttl: i64 = conn.pttl(&name).await.expect("PTTL");
+            return Some(Stored { token, pttl });
+        }
         let Store::Redis(server) = &self.store else {
             return None;
         };
@@ -110,7 +189,7 @@ impl Fixture {
         Some(Stored { token, pttl })
     }
 
-    /// How many waiters queue for `key` (default prefix) in the backend.
+    /// How many waiters queue for `key` (the fixture's prefix) in the backend.
     pub(crate) async fn queued(&self, key: &str) -> usize {
         match &self.store {
             Store::Memory(m) => m.queued(key),
@@ -122,6 +201,15 @@ impl Fixture {
                             .clone(),
                     )
                     .await;
+                usize::try_from(len).unwrap_or(0)
+            }
+            Store::Cluster(c) => {
+                let len: i64 = c
+                    .client()
+                    .await
+                    .hlen(format!("{}:waiters", lock_name(&self.prefix, key)))
+                    .await
+                    .expect("HLEN");
                 usize::try_from(len).unwrap_or(0)
             }
         }
@@ -145,6 +233,15 @@ impl Fixture {
         let deleted = match &self.store {
             Store::Memory(m) => m.force_delete(key),
             Store::Redis(s) => s.del(&lock_name("lock:", key)).await == 1,
+            Store::Cluster(c) => {
+                let n: i64 = c
+                    .client()
+                    .await
+                    .del(lock_name(&self.prefix, key))
+                    .await
+                    .expect("DEL");
+                n == 1
+            }
         };
         assert!(deleted, "{}: no lock to delete for {key:?}", self.name());
     }
@@ -154,6 +251,7 @@ impl Fixture {
         match &self.store {
             Store::Memory(m) => m.is_empty(),
             Store::Redis(s) => s.dbsize().await == 0,
+            Store::Cluster(_) => self.cluster_keys().await.is_empty(),
         }
     }
 
@@ -162,6 +260,9 @@ impl Fixture {
         match &self.store {
             Store::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
             Store::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
+            Store::Cluster(c) => {
+                Counter::Cluster(c.client().await, format!("{}{name}", self.prefix))
+            }
         }
     }
 }
@@ -229,6 +330,7 @@ pub(crate) struct Stored {
 pub(crate) enum Counter {
     Memory(Arc<AtomicU64>),
     Redis(MultiplexedConnection, String),
+    Cluster(ClusterConnection, String),
 }
 
 impl Counter {
@@ -239,6 +341,10 @@ impl Counter {
                 let v: Option<u64> = conn.get(&*key).await.expect("GET counter");
                 v.unwrap_or(0)
             }
+            Counter::Cluster(conn, key) => {
+                let v: Option<u64> = conn.get(&*key).await.expect("GET counter");
+                v.unwrap_or(0)
+            }
         }
     }
 
@@ -246,6 +352,9 @@ impl Counter {
         match self {
             Counter::Memory(c) => c.store(value, Ordering::SeqCst),
             Counter::Redis(conn, key) => {
+                let () = conn.set(&*key, value).await.expect("SET counter");
+            }
+            Counter::Cluster(conn, key) => {
                 let () = conn.set(&*key, value).await.expect("SET counter");
             }
         }

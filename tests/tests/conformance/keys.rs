@@ -318,6 +318,14 @@ async fn odd_keys_start_their_own_fence_counter(fx: Fixture) {
                 let fence = format!("{}:fence", lock_name("lock:", key));
                 assert_eq!(server.get(&fence).await, Some(first.to_string()), "{key:?}");
             }
+            Store::Cluster(_) => {
+                let fence = format!("{}:fence", lock_name(fx.prefix(), key));
+                assert_eq!(
+                    fx.cluster_get(&fence).await,
+                    Some(first.to_string()),
+                    "{key:?}"
+                );
+            }
         }
         guard.release().await.expect("release");
     }
@@ -359,6 +367,14 @@ async fn released_odd_keys_leave_only_their_fence_counters(fx: Fixture) {
                 .collect();
             expected.sort();
             assert_eq!(server.keys("*").await, expected);
+        }
+        Store::Cluster(_) => {
+            let mut expected: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:fence", lock_name(fx.prefix(), k)))
+                .collect();
+            expected.sort();
+            assert_eq!(fx.cluster_keys().await, expected);
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The conformance suite: one set of properties, generic over the backend, each run against
 //! the memory backend and a real redis-server (`<property>::on_memory::*`,
 //! `<property>::on_redis::*`), and again on both with local hand-off turned off
-//! (`<property>::without_local_handoff::*`), plus the checks that only make sense on Redis (`redis_only::*`:
+//! (`<property>::without_local_handoff::*`); every check of every module runs on a Redis
+//! Cluster too ([`on_cluster`]: one cluster for the binary, the checks one after the other,
+//! each under a key prefix of its own); plus the checks that only make sense on Redis (`redis_only::*`:
 //! URLs, ACL, connection failures, several OS processes).
 //!
 //! One module per area: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`],
@@ -59,6 +61,10 @@ macro_rules! conformance {
                 }
             )*)?
         }
+        /// The checks for the shared cluster ([`on_cluster`](crate::on_cluster)), by name.
+        pub(crate) fn cluster_checks() -> Vec<$crate::fixture::Check> {
+            vec![$((stringify!($test), |fx| Box::pin($test(fx)))),*]
+        }
         /// The checks again with local hand-off turned off, on both backends.
         mod without_local_handoff {
             mod on_memory {
@@ -99,3 +105,66 @@ mod lease;
 mod wait;
 
 mod redis_only;
+
+/// Every check of every module on one Redis Cluster (3 primaries, 3 replicas) started for the
+/// binary (six processes per check would be too slow), with local hand-off on and again off.
+/// The checks run one after the other, each
+/// on a thread and runtime of its own (a panic fails that check only) and under a key prefix
+/// of its own; every failure is reported by name at the end. The `redis_only:` checks read a
+/// single server directly and are not run here.
+#[test]
+fn on_cluster() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = Arc::new(runtime.block_on(lock_testkit::cluster::RedisCluster::start()));
+    let checks: Vec<(&str, fixture::Check)> = [
+        ("acquire", acquire::cluster_checks()),
+        ("fencing", fencing::cluster_checks()),
+        ("idempotency", idempotency::cluster_checks()),
+        ("keys", keys::cluster_checks()),
+        ("lease", lease::cluster_checks()),
+        ("wait", wait::cluster_checks()),
+    ]
+    .into_iter()
+    .flat_map(|(module, checks)| checks.into_iter().map(move |c| (module, c)))
+    .collect();
+    let mut failed = Vec::new();
+    let runs = checks.iter().flat_map(|c| [(c, true), (c, false)]);
+    for (i, (&(module, (name, check)), local_handoff)) in runs.enumerate() {
+        let fx = fixture::Fixture::cluster(cluster.clone(), format!("c{i}:"));
+        let (fx, name) = if local_handoff {
+            (fx, name.to_owned())
+        } else {
+            (
+                fx.without_local_handoff(),
+                format!("{name} (local hand-off off)"),
+            )
+        };
+        let outcome = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(check(fx));
+        })
+        .join();
+        if outcome.is_err() {
+            failed.push(format!("{module}::{name}"));
+        }
+    }
+    println!(
+        "on_cluster: {} checks, with local hand-off on and off, in {:?}",
+        checks.len(),
+        started.elapsed()
+    );
+    drop(runtime);
+    assert!(failed.is_empty(), "failed on the cluster: {failed:?}");
+}
