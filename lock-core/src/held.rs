@@ -402,9 +402,13 @@ impl Held {
             .call()
             .keep_if_alone(&self.key, &self.token)
             .await;
-        drop(serial);
+        // Held until this acquisition has ended (Released, NotOurs): a renewal let through
+        // before that would find the lock given away and report it lost.
         match answer {
-            Ok(Kept::Alone) => match queues.pass_on(&self.locker, self, true) {
+            Ok(Kept::Alone) => match {
+                drop(serial);
+                queues.pass_on(&self.locker, self, true)
+            } {
                 PassOn::Passed => Ok(true),
                 PassOn::Release | PassOn::AskBackend => {
                     queues.holder_left(self);
@@ -415,6 +419,7 @@ impl Held {
                 queues.holder_left(self);
                 self.locker.watchdog.remove(self.id);
                 let before = self.mark_released();
+                drop(serial);
                 queues.wake_local(&self.key);
                 if before == Phase::Held {
                     Ok(true)
@@ -426,6 +431,7 @@ impl Held {
                 queues.holder_left(self);
                 self.locker.watchdog.remove(self.id);
                 self.mark_released();
+                drop(serial);
                 queues.wake_local(&self.key);
                 Err(self.lease_lost())
             }
