@@ -405,16 +405,17 @@ impl Held {
         // Held until this acquisition has ended (Released, NotOurs): a renewal let through
         // before that would find the lock given away and report it lost.
         match answer {
-            Ok(Kept::Alone) => match {
+            Ok(Kept::Alone) => {
                 drop(serial);
-                queues.pass_on(&self.locker, self, true)
-            } {
-                PassOn::Passed => Ok(true),
-                PassOn::Release | PassOn::AskBackend => {
-                    queues.holder_left(self);
-                    Ok(false)
+                let passed = queues.pass_on(&self.locker, self, true);
+                match passed {
+                    PassOn::Passed => Ok(true),
+                    PassOn::Release | PassOn::AskBackend => {
+                        queues.holder_left(self);
+                        Ok(false)
+                    }
                 }
-            },
+            }
             Ok(Kept::Released) => {
                 queues.holder_left(self);
                 self.locker.watchdog.remove(self.id);
