@@ -14,13 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use std::future::Future;
-use std::pin::Pin;
-
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Renewal, join_all};
+use crate::backend::Renewal;
 use crate::held::{Held, Phase};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
@@ -158,7 +155,7 @@ impl Watchdog {
     }
 
     /// Renews whatever is due; returns when to look again.
-    async fn tick(&self, inner: &LockerInner) -> Option<Instant> {
+    async fn tick(&self, inner: &Arc<LockerInner>) -> Option<Instant> {
         let now = Instant::now();
         let mut due: Vec<Arc<Held>> = Vec::new();
         let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
@@ -208,35 +205,35 @@ impl Watchdog {
             return Some(Instant::now() + Duration::from_millis(10));
         }
         let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
-        let groups = inner.backend.renewal_groups(&items);
-        if groups.len() <= 1 {
+        let Some(groups) = inner.backend.renewal_groups(&items) else {
             let lost = self.renew_group(inner, &due, &items).await;
             drop(serials);
             for held in lost {
                 held.mark_lost("renewal found the lock no longer ours");
             }
             return Some(Instant::now());
-        }
-        // Several shards (a cluster): one call each, concurrently, each group's answers applied
-        // as they come, so a stalled shard delays no other shard's renewals.
+        };
+        // Shards (a cluster): one call each, each on a task of its own that applies
+        // its answers when they come, and the scheduler goes on at once: a stalled shard
+        // delays neither the other shards' answers nor their next renewals. Its locks keep
+        // their serials until their call ends, so the ticks meanwhile leave them alone.
         let mut serials: Vec<_> = serials.into_iter().map(Some).collect();
-        let calls = groups
-            .iter()
-            .map(|group| {
-                let due: Vec<Arc<Held>> = group.iter().map(|&i| due[i].clone()).collect();
-                let items: Vec<Renewal> = group.iter().map(|&i| items[i].clone()).collect();
-                let serials: Vec<_> = group.iter().filter_map(|&i| serials[i].take()).collect();
-                Box::pin(async move {
-                    let lost = self.renew_group(inner, &due, &items).await;
-                    drop(serials);
-                    for held in lost {
-                        held.mark_lost("renewal found the lock no longer ours");
-                    }
-                }) as Pin<Box<dyn Future<Output = ()> + Send + '_>>
-            })
-            .collect();
-        join_all(calls).await;
-        Some(Instant::now())
+        for group in groups {
+            let due: Vec<Arc<Held>> = group.iter().map(|&i| due[i].clone()).collect();
+            let items: Vec<Renewal> = group.iter().map(|&i| items[i].clone()).collect();
+            let serials: Vec<_> = group.iter().filter_map(|&i| serials[i].take()).collect();
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                let lost = inner.watchdog.renew_group(&inner, &due, &items).await;
+                drop(serials);
+                for held in lost {
+                    held.mark_lost("renewal found the lock no longer ours");
+                }
+                inner.watchdog.wake.notify_one();
+            });
+        }
+        // The locks in flight are skipped (their serials are held) until their answers come.
+        Some(Instant::now() + Duration::from_millis(10))
     }
 
     /// Renews one group of due locks in one backend call and applies the answers; returns the

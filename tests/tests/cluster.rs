@@ -235,3 +235,50 @@ async fn resharding_while_held_keeps_the_lock_and_wakes_the_queued_waiter() {
         .expect("the waiter was woken")
         .expect("waiter task");
 }
+
+/// The watchdog renews each shard's locks on its own: a primary that stops answering (paused,
+/// not failed over) loses its own locks once their leases run out unrenewed (their holders are
+/// told), while the locks on the other shards stay held through several leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_shard_loses_only_its_own_locks() {
+    // A long node timeout: the paused primary is not failed over during the test.
+    let mut cluster = RedisCluster::builder()
+        .node_timeout(Duration::from_secs(60))
+        .start()
+        .await;
+    let urls = urls(&cluster);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisClusterBackend::builder(&urls)
+        .response_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(backend.maxmemory_policy(), Some("noeviction"));
+    let locker = Locker::builder(backend).build();
+    let keys = keys_on_every_shard(&cluster, 12).await;
+    let stalled = cluster
+        .primary_for_key(&format!("lock:{{{}}}", keys[0]))
+        .await;
+    let lease = Duration::from_millis(2000);
+    let mut guards = Vec::new();
+    for k in &keys {
+        let on_stalled = cluster.primary_for_key(&format!("lock:{{{k}}}")).await == stalled;
+        let guard = locker.lock(k.as_str()).lease(lease).await.expect("lock");
+        guards.push((k.clone(), on_stalled, guard));
+    }
+    cluster.node_mut(stalled).server_mut().pause();
+    // Several leases pass (the property is about time: unrenewed leases run out).
+    tokio::time::sleep(lease * 3).await;
+    for (k, on_stalled, guard) in &guards {
+        if *on_stalled {
+            assert!(
+                !guard.is_held(),
+                "{k}: its shard stalled, the lease ran out"
+            );
+        } else {
+            assert!(guard.is_held(), "{k}: renewed on its own shard");
+        }
+    }
+    cluster.node_mut(stalled).server_mut().resume();
+}

@@ -5,10 +5,7 @@
 //! token, owner-checked release and renewal, a lease on every lock, a release notification for
 //! waiters, and an optional fencing counter.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use crate::LockError;
@@ -215,12 +212,13 @@ impl BackendKind {
         }
     }
 
-    /// The renewal items grouped by what serves them (a cluster's shards): one
-    /// [`renew`](Self::renew) call per group, the groups independent. One group of all the
-    /// items but on a cluster.
-    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Vec<Vec<usize>> {
+    /// On a cluster, the renewal items grouped by the shard that serves them: one
+    /// [`renew`](Self::renew) call per group, the groups independent. `None` elsewhere: one call
+    /// for all.
+    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
+        let _ = items;
         match self {
-            BackendKind::Memory(_) => vec![(0..items.len()).collect()],
+            BackendKind::Memory(_) => None,
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renewal_groups(items),
         }
@@ -316,8 +314,9 @@ impl BackendKind {
 }
 
 /// Runs `futures` concurrently; their outputs in order.
+#[cfg(feature = "cluster")]
 pub(crate) async fn join_all<'a, T>(
-    futures: Vec<Pin<Box<dyn Future<Output = T> + Send + 'a>>>,
+    futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>>,
 ) -> Vec<T> {
     let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
     let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
@@ -326,26 +325,29 @@ pub(crate) async fn join_all<'a, T>(
         for (slot, output) in futures.iter_mut().zip(outputs.iter_mut()) {
             if let Some(fut) = slot {
                 match fut.as_mut().poll(cx) {
-                    Poll::Ready(v) => {
+                    std::task::Poll::Ready(v) => {
                         *output = Some(v);
                         *slot = None;
                     }
-                    Poll::Pending => pending = true,
+                    std::task::Poll::Pending => pending = true,
                 }
             }
         }
         if pending {
-            Poll::Pending
+            std::task::Poll::Pending
         } else {
-            Poll::Ready(())
+            std::task::Poll::Ready(())
         }
     })
     .await;
     outputs.into_iter().flatten().collect()
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cluster"))]
 mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+
     use super::*;
 
     #[tokio::test]

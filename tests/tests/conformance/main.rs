@@ -134,6 +134,10 @@ fn on_cluster() {
     ]
     .into_iter()
     .flat_map(|(module, checks)| checks.into_iter().map(move |c| (module, c)))
+    // CLUSTER_CHECK=<part of a name> runs only the matching checks (to debug one).
+    .filter(|(_, (name, _))| {
+        std::env::var("CLUSTER_CHECK").map_or(true, |only| name.contains(only.as_str()))
+    })
     .collect();
     let mut failed = Vec::new();
     let runs = checks.iter().flat_map(|c| [(c, true), (c, false)]);

@@ -39,7 +39,14 @@ const MAX_RETRY_WAIT_MS: u64 = 200;
 /// sharded pub/sub (`SSUBSCRIBE` on the node that owns each channel's slot) on a connection of
 /// their own; one more idle cluster connection hears of a node's dropped connection, and every
 /// held lock is checked then. The watchdog renews the locks of each shard in one call per
-/// shard, the shards concurrently.
+/// shard, the shards concurrently and each on a cluster connection of its own: a shard that
+/// stops answering loses its own locks (their holders are told when the leases run out) and
+/// delays no other shard's renewals.
+///
+/// A limit of the cluster client (redis-rs): while one node does not answer (paused or
+/// partitioned, not refused), requests on the same cluster connection to other nodes wait too,
+/// up to the request bound (twice the response timeout). Acquires and releases share one
+/// connection, so they may be slowed then; renewals are not (their connections are per shard).
 ///
 /// What a failover means for a held lock: replication is asynchronous, so a lock written to a
 /// primary that dies before its replica got it is gone after the failover; its holder's
@@ -259,13 +266,63 @@ impl ClusterSettings {
 /// Which primary serves each slot, from `CLUSTER SLOTS`: only to group the watchdog's
 /// renewals by shard (routing itself is redis-rs's, by slot). Refreshed when a renewal call
 /// fails and when a node's connection drops.
-#[derive(Default)]
 pub(crate) struct Topology {
     /// `(first slot, last slot, primary "host:port")`, sorted.
     ranges: Mutex<Vec<(u16, u16, Arc<str>)>>,
+    /// One cluster connection per shard for its renewals (redis-rs holds every request of a
+    /// cluster connection while one of its nodes does not answer); made at connect for the
+    /// shards known then, later for new ones.
+    renewers: Mutex<HashMap<Arc<str>, ClusterConn>>,
+    /// `None` in unit tests: no renewal connections.
+    settings: Option<ClusterSettings>,
 }
 
 impl Topology {
+    pub(crate) fn new(settings: Option<ClusterSettings>) -> Self {
+        Topology {
+            ranges: Mutex::default(),
+            renewers: Mutex::default(),
+            settings,
+        }
+    }
+
+    /// The renewal connection of the shard that serves `slot` (made now if it is new);
+    /// `None` when the shard is unknown or the connection cannot be made (the caller uses
+    /// the backend's own).
+    pub(crate) async fn renewer(&self, slot: u16) -> Option<ClusterConn> {
+        let shard = self.shard_of(slot)?;
+        if let Some(conn) = self.renewers.lock().get(&shard) {
+            return Some(conn.clone());
+        }
+        let settings = self.settings.as_ref()?;
+        let client = settings
+            .client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)
+            .ok()?;
+        let connect = client.get_async_connection();
+        let conn = match tokio::time::timeout(settings.connect_timeout * 2, connect).await {
+            Ok(Ok(conn)) => ClusterConn::new(conn),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot connect a shard's renewal connection");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        Some(self.renewers.lock().entry(shard).or_insert(conn).clone())
+    }
+
+    /// Makes the renewal connection of every known shard.
+    pub(crate) async fn connect_renewers(&self) {
+        let firsts: Vec<u16> = self
+            .ranges
+            .lock()
+            .iter()
+            .map(|(first, _, _)| *first)
+            .collect();
+        for slot in firsts {
+            self.renewer(slot).await;
+        }
+    }
+
     /// The primary that serves `slot`, when known.
     pub(crate) fn shard_of(&self, slot: u16) -> Option<Arc<str>> {
         let ranges = self.ranges.lock();
@@ -367,14 +424,14 @@ mod tests {
             Value::Array(vec![Value::Int(0), Value::Int(8191), node(7000)]),
             Value::Int(3),
         ]);
-        let topology = Topology::default();
+        let topology = Topology::new(None);
         *topology.ranges.lock() = parse_slots(&reply);
         assert_eq!(topology.shard_of(0).as_deref(), Some("127.0.0.1:7000"));
         assert_eq!(topology.shard_of(16383).as_deref(), Some("127.0.0.1:7001"));
         let mut groups = topology.group([1, 9000, 2, 8191].into_iter());
         groups.sort();
         assert_eq!(groups, vec![vec![0, 2, 3], vec![1]]);
-        let empty = Topology::default();
+        let empty = Topology::new(None);
         let mut by_slot = empty.group([5, 6, 5].into_iter());
         by_slot.sort();
         assert_eq!(by_slot, vec![vec![0, 2], vec![1]]);

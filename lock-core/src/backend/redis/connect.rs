@@ -157,8 +157,9 @@ pub(crate) async fn connect_cluster(
         .await
         .map_err(|e| LockError::backend("connect", None, e))?;
     let mut conn = ClusterConn::new(conn);
-    let topology = Topology::default();
+    let topology = Topology::new(Some(settings.clone()));
     topology.refresh(&mut conn).await;
+    topology.connect_renewers().await;
     let mut conn = Conn::Cluster(conn);
     // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
     // and the policy should be the same on every node (the docs say so).
@@ -170,16 +171,18 @@ pub(crate) async fn connect_cluster(
     }
     let maxmemory_policy = maxmemory_policy(&mut conn).await;
     warn_if_evicting(maxmemory_policy.as_deref());
+    let watcher = Watcher::cluster(settings.clone());
+    watcher.ready(settings.connect_timeout * 2).await;
     Ok(RedisBackend {
         inner: Arc::new(Inner {
             conn,
             sharded: true,
             cluster: true,
             set_nx_get: true,
-            subscriber: Subscriber::cluster(settings.clone()),
+            subscriber: Subscriber::cluster(settings),
             maxmemory_policy,
             permissions: Permissions::default(),
-            watcher: Watcher::cluster(settings),
+            watcher,
             batches: Default::default(),
             topology: Some(topology),
         }),

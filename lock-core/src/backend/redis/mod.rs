@@ -177,7 +177,19 @@ impl RedisBackend {
         operation: &'static str,
         key: Option<&str>,
     ) -> Result<Value, LockError> {
-        let mut conn = self.inner.conn.clone();
+        self.invoke_on(self.inner.conn.clone(), call, operation, key)
+            .await
+    }
+
+    /// [`invoke`](Self::invoke) on a given connection (a cluster's renewals go through a
+    /// connection per shard).
+    async fn invoke_on(
+        &self,
+        mut conn: Conn,
+        call: &ScriptInvocation<'_>,
+        operation: &'static str,
+        key: Option<&str>,
+    ) -> Result<Value, LockError> {
         match call.invoke_async::<Value>(&mut conn).await {
             Ok(v) => Ok(v),
             Err(e) if retriable(&e) => {
@@ -477,27 +489,30 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// The renewal items grouped by the shard that serves them (one group but on a cluster):
-    /// the watchdog sends one call per group, the groups concurrently.
-    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Vec<Vec<usize>> {
+    /// On a cluster, the renewal items grouped by the shard that serves them: the watchdog
+    /// sends one call per group, the groups concurrently. `None` on one server.
+    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
         #[cfg(feature = "cluster")]
         if let Some(topology) = &self.inner.topology {
-            return topology.group(
-                items
-                    .iter()
-                    .map(|r| crate::backend::cluster::key_slot(r.key.name().as_bytes())),
+            return Some(
+                topology.group(
+                    items
+                        .iter()
+                        .map(|r| crate::backend::cluster::key_slot(r.key.name().as_bytes())),
+                ),
             );
         }
-        vec![(0..items.len()).collect()]
+        let _ = items;
+        None
     }
 
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        if !self.inner.cluster || items.len() <= 1 {
-            return self.renew_batch(items).await;
-        }
         #[cfg(feature = "cluster")]
         if self.inner.topology.is_some() {
             return self.renew_shard(items).await;
+        }
+        if !self.inner.cluster || items.len() <= 1 {
+            return self.renew_batch(items).await;
         }
         // One lock name per call on a cluster node (its keys share one slot by construction).
         let mut answers = Vec::with_capacity(items.len());
@@ -508,6 +523,10 @@ impl RedisBackend {
     }
 
     async fn renew_batch(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        self.renew_batch_on(self.inner.conn.clone(), items).await
+    }
+
+    async fn renew_batch_on(&self, conn: Conn, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         let first = items.first().map(|r| r.key.user());
         let mut call = RENEW.prepare_invoke();
         for r in items {
@@ -515,7 +534,7 @@ impl RedisBackend {
                 .arg(r.token.as_str())
                 .arg(millis(r.lease));
         }
-        let reply = self.invoke(&call, "renew", first).await?;
+        let reply = self.invoke_on(conn, &call, "renew", first).await?;
         renew_answers(&reply, items.len(), first)
     }
 

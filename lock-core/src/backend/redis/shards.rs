@@ -28,13 +28,22 @@ impl RedisBackend {
                 .or_default()
                 .push(i);
         }
+        // The shard's own connection: redis-rs holds every request of one cluster connection
+        // while one node does not answer, so a stalled shard would hold the others' renewals.
+        let conn = match (&self.inner.topology, slots.keys().next()) {
+            (Some(topology), Some(&slot)) => topology
+                .renewer(slot)
+                .await
+                .map_or_else(|| self.inner.conn.clone(), Conn::Cluster),
+            _ => self.inner.conn.clone(),
+        };
         if slots.len() <= 1 {
-            return self.renew_batch(items).await;
+            return self.renew_batch_on(conn, items).await;
         }
-        if let Some(answers) = self.renew_pipelined(items, &slots).await {
+        if let Some(answers) = self.renew_pipelined(&conn, items, &slots).await {
             return Ok(answers);
         }
-        if let (Some(topology), Conn::Cluster(conn)) = (&self.inner.topology, &self.inner.conn) {
+        if let (Some(topology), Conn::Cluster(conn)) = (&self.inner.topology, &conn) {
             topology.refresh(&mut conn.clone()).await;
         }
         let groups: Vec<Vec<Renewal>> = slots
@@ -44,7 +53,7 @@ impl RedisBackend {
         let calls = groups
             .iter()
             .map(|group| {
-                Box::pin(self.renew_batch(group))
+                Box::pin(self.renew_batch_on(conn.clone(), group))
                     as std::pin::Pin<
                         Box<dyn Future<Output = Result<Vec<bool>, LockError>> + Send + '_>,
                     >
@@ -66,10 +75,11 @@ impl RedisBackend {
     /// The one-round-trip attempt; `None` when it did not fully succeed.
     async fn renew_pipelined(
         &self,
+        conn: &Conn,
         items: &[Renewal],
         slots: &BTreeMap<u16, Vec<usize>>,
     ) -> Option<Vec<bool>> {
-        let Conn::Cluster(conn) = &self.inner.conn else {
+        let Conn::Cluster(conn) = conn else {
             return None;
         };
         let mut pipe = redis::pipe();

@@ -67,6 +67,16 @@ impl Watcher {
         watcher
     }
 
+    /// Waits (at most `within`) until the watcher's connection is up and counted, so that the
+    /// check that follows its first connection comes before any lock of the backend (a
+    /// cluster's watcher connects to every node, which takes a while).
+    #[cfg(feature = "cluster")]
+    pub(super) async fn ready(&self, within: Duration) {
+        if let Some(mut epoch) = self.subscribe() {
+            let _ = tokio::time::timeout(within, epoch.wait_for(|n| *n > 0)).await;
+        }
+    }
+
     pub(super) fn new(
         client: &Client,
         resp3: bool,
