@@ -170,20 +170,7 @@ async fn a_killed_primary_is_replaced_by_its_replica() {
     let old = cluster.primary_for_key("k").await;
     let replica = cluster.replicas_of(old).await[0];
     // Written on the primary, and on its replica before the crash (WAIT on the same connection).
-    let mut direct = cluster.node(old).server().client().await;
-    let () = redis::cmd("SET")
-        .arg("k")
-        .arg("v")
-        .query_async(&mut direct)
-        .await
-        .unwrap();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query_async(&mut direct)
-        .await
-        .unwrap();
-    assert_eq!(acked, 1);
+    cluster.node(old).server().set_replicated("k", "v", 1).await;
 
     cluster.kill_node(old);
     let kill = Instant::now();

@@ -128,6 +128,39 @@ impl RedisServer {
             .await;
     }
 
+    /// `SET key value`, then `WAIT replicas 5000` on the same connection (`WAIT` counts the
+    /// writes of its own connection): the write is on at least `replicas` replicas when this
+    /// returns, so a failover right after cannot lose it.
+    ///
+    /// # Panics
+    /// When fewer replicas acknowledged the write within 5 s.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let primary = lock_testkit::RedisServer::start();
+    /// primary.set_replicated("k", "v", 1).await;
+    /// # }
+    /// ```
+    pub async fn set_replicated(&self, key: &str, value: &str, replicas: i64) {
+        let mut conn = self.client().await;
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("SET {key} on port {}: {e}", self.port()));
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(5000)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("WAIT on port {}: {e}", self.port()));
+        assert!(
+            acked >= replicas,
+            "{key} reached {acked} replica(s) of {replicas} within 5 s"
+        );
+    }
+
     /// `PTTL key`: milliseconds left, `-1` without expiry, `-2` when the key does not exist.
     ///
     /// ```
