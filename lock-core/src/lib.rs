@@ -24,6 +24,8 @@ pub use backend::{Backend, MemoryBackend};
 pub use backend::{RedisBackend, RedisBackendBuilder};
 #[cfg(feature = "cluster")]
 pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
+#[cfg(feature = "sentinel")]
+pub use backend::{RedisSentinelBackend, RedisSentinelBackendBuilder};
 pub use error::{BoxError, LockError};
 pub use global::{clear_global, global, set_global};
 pub use guard::{LockGuard, LockInfo};

@@ -11,6 +11,11 @@ pub(crate) use std::sync::MutexGuard;
 pub(crate) struct Mutex<T>(sync::Mutex<T>);
 
 impl<T> Mutex<T> {
+    #[cfg(feature = "sentinel")]
+    pub(crate) const fn new(value: T) -> Self {
+        Mutex(sync::Mutex::new(value))
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }

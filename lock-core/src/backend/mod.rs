@@ -19,6 +19,8 @@ pub(crate) mod memory;
 mod notify;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "sentinel")]
+pub(crate) mod sentinel;
 
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
@@ -26,6 +28,8 @@ pub use memory::MemoryBackend;
 pub(crate) use notify::{Grant, Inbox, Listeners};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};
+#[cfg(feature = "sentinel")]
+pub use sentinel::{RedisSentinelBackend, RedisSentinelBackendBuilder};
 
 /// A lock backend, as taken by [`Locker::builder`](crate::Locker::builder).
 ///

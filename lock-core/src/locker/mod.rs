@@ -160,6 +160,35 @@ impl Locker {
         Ok(Self::builder(backend).build())
     }
 
+    /// A locker on the primary of a Redis group watched by Sentinel, with default options:
+    /// `sentinels` are some of its sentinels (one that answers is enough), `master_name` the
+    /// name they monitor the primary under. The locker follows the primary across failovers;
+    /// see [`RedisSentinelBackend`](crate::RedisSentinelBackend) for what a failover means for
+    /// a held lock, and its builder for the primary's credentials.
+    ///
+    /// Checks at once that the Redis user may run everything the lock needs on the default
+    /// prefix's keys and channels.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for bad URLs or a missing Redis permission,
+    /// [`LockError::Backend`] when no sentinel names a primary that answers.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::redis_sentinel(
+    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    ///     "mymaster",
+    /// )
+    /// .await?;
+    /// # drop(locker); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    pub async fn redis_sentinel(sentinels: &[&str], master_name: &str) -> Result<Self, LockError> {
+        let backend = crate::RedisSentinelBackend::connect(sentinels, master_name).await?;
+        backend.check_permissions(DEFAULT_PREFIX).await?;
+        Ok(Self::builder(backend).build())
+    }
+
     /// A builder for a locker on `backend`.
     ///
     /// ```

@@ -1,5 +1,6 @@
 //! The command connection of a Redis backend: one server's auto-reconnecting
-//! `ConnectionManager`, or (the cluster backend) a cluster connection. Both are a redis-rs
+//! `ConnectionManager`, a cluster connection (the cluster backend), or the connection of the
+//! primary a Sentinel set names (the Sentinel backend). Each is a redis-rs
 //! `ConnectionLike`, so every script call, pipeline and reply parser of the backend is shared.
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -7,12 +8,17 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 #[cfg(feature = "cluster")]
 use crate::backend::cluster::ClusterConn;
+#[cfg(feature = "sentinel")]
+use crate::backend::sentinel::SentinelConn;
 
 #[derive(Clone)]
 pub(crate) enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
     Cluster(ClusterConn),
+    /// The primary a Sentinel set names, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -21,6 +27,8 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -34,6 +42,8 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -42,6 +52,8 @@ impl ConnectionLike for Conn {
             Conn::Single(c) => c.get_db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }

@@ -139,6 +139,8 @@ impl RedisBackendBuilder {
                 batches: Default::default(),
                 #[cfg(feature = "cluster")]
                 topology: None,
+                #[cfg(feature = "sentinel")]
+                master: None,
             }),
         })
     }
@@ -185,11 +187,53 @@ pub(crate) async fn connect_cluster(
             watcher,
             batches: Default::default(),
             topology: Some(topology),
+            #[cfg(feature = "sentinel")]
+            master: None,
         }),
     })
 }
 
-fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
+/// Connects a Sentinel backend: the Redis backend on the primary the sentinels name, its
+/// command connection, subscriber and watcher following that primary across failovers.
+#[cfg(feature = "sentinel")]
+pub(crate) async fn connect_sentinel(
+    settings: crate::backend::sentinel::SentinelSettings,
+) -> Result<RedisBackend, LockError> {
+    use crate::backend::sentinel::{Master, SentinelConn};
+    let master = Master::connect(settings).await?;
+    let mut conn = Conn::Sentinel(SentinelConn::new(master.clone()));
+    let server = server_info(&mut conn).await?;
+    let sharded = server.major >= 7;
+    let maxmemory_policy = maxmemory_policy(&mut conn).await;
+    warn_if_evicting(maxmemory_policy.as_deref());
+    let settings = master.settings();
+    let subscriber = Subscriber::sentinel(
+        master.clone(),
+        sharded,
+        server.major >= 6,
+        settings.connect_timeout,
+        settings.response_timeout,
+    );
+    let watcher = Watcher::sentinel(master.clone(), server.major >= 6, settings.connect_timeout);
+    Ok(RedisBackend {
+        inner: Arc::new(Inner {
+            conn,
+            sharded,
+            cluster: server.cluster,
+            set_nx_get: server.major >= 7,
+            subscriber,
+            maxmemory_policy,
+            permissions: Permissions::default(),
+            watcher,
+            batches: Default::default(),
+            #[cfg(feature = "cluster")]
+            topology: None,
+            master: Some(master),
+        }),
+    })
+}
+
+pub(crate) fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect))
         .set_response_timeout(Some(response))
@@ -236,12 +280,17 @@ pub(super) fn resp3_client(
     if !resp3 {
         return Ok(None);
     }
+    with_resp3(client)
+        .map(Some)
+        .map_err(|e| LockError::backend(operation, None, e))
+}
+
+/// `client`'s server and settings, speaking RESP3.
+pub(crate) fn with_resp3(client: &Client) -> redis::RedisResult<Client> {
     let info = client.get_connection_info().clone();
     let settings = info
         .redis_settings()
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     Client::open(info.set_redis_settings(settings))
-        .map(Some)
-        .map_err(|e| LockError::backend(operation, None, e))
 }

@@ -143,6 +143,9 @@ struct Inner {
     /// The cluster's slot map (cluster backend only), to group renewals by shard.
     #[cfg(feature = "cluster")]
     topology: Option<crate::backend::cluster::Topology>,
+    /// The primary a Sentinel set names (Sentinel backend only).
+    #[cfg(feature = "sentinel")]
+    master: Option<Arc<crate::backend::sentinel::Master>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -165,6 +168,12 @@ impl RedisBackend {
     /// ```
     pub fn sharded_pubsub(&self) -> bool {
         self.inner.sharded
+    }
+
+    /// The primary this backend follows, when it is a Sentinel backend.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn sentinel_master(&self) -> Option<&Arc<crate::backend::sentinel::Master>> {
+        self.inner.master.as_ref()
     }
 
     /// Runs a script (EVALSHA, loading it again after NOSCRIPT). When the connection was found

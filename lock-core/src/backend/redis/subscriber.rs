@@ -18,6 +18,8 @@ use redis::{Client, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex as AsyncMutex, mpsc, oneshot};
 
 use crate::LockError;
+#[cfg(feature = "sentinel")]
+use crate::backend::sentinel::Master;
 use crate::backend::{Inbox, Listeners};
 use crate::sync::{Mutex, MutexGuard};
 
@@ -56,6 +58,9 @@ enum Source {
     /// refresh, and `run` after the server dropped one (a slot moved away).
     #[cfg(feature = "cluster")]
     Cluster(crate::backend::cluster::ClusterSettings),
+    /// The primary a Sentinel set names: the connection moves with it (`SentinelSub`).
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<Master>),
 }
 
 enum Command {
@@ -100,6 +105,29 @@ impl Subscriber {
             }),
             commands: Mutex::default(),
             connecting: AsyncMutex::new(()),
+        }
+    }
+
+    /// The subscriber of a Sentinel backend: on the current primary, moving with it.
+    #[cfg(feature = "sentinel")]
+    pub(super) fn sentinel(
+        master: Arc<Master>,
+        sharded: bool,
+        resp3: bool,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Subscriber {
+            source: resp3.then_some(Source::Sentinel(master)),
+            shared: Arc::new(Shared {
+                sharded,
+                healthy: AtomicBool::new(resp3),
+                listeners: Mutex::default(),
+            }),
+            commands: Mutex::default(),
+            connecting: AsyncMutex::new(()),
+            connect_timeout,
+            response_timeout,
         }
     }
 
@@ -174,14 +202,22 @@ impl Subscriber {
         // A new connection subscribes whatever is registered already (channels whose
         // subscription failed while there was no connection).
         let resync = self.shared.listeners().len() > 0;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(1);
         let connected = match source {
             Source::Single(client) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_number_of_retries(1)
-                    .set_push_sender(on_push);
-                ConnectionManager::new_with_config(client.clone(), config)
+                ConnectionManager::new_with_config(client.clone(), config.set_push_sender(on_push))
+                    .await
+                    .map(|conn| {
+                        tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
+                    })
+                    .map_err(|e| e.to_string())
+            }
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel(master) => {
+                SentinelSub::connect(master.clone(), config.set_push_sender(on_push))
                     .await
                     .map(|conn| {
                         tokio::spawn(run(conn, rx, push_rx, self.shared.clone(), resync));
@@ -225,6 +261,11 @@ trait SubConn: Send + 'static {
     ) -> impl std::future::Future<Output = bool> + Send;
     /// Whether the connection answers (before recovery resubscribes).
     fn ping(&mut self) -> impl std::future::Future<Output = bool> + Send;
+    /// Resolves when the server subscribed to is no longer the one to listen to (a Sentinel
+    /// failover): the subscriber then recovers, on the new one. Never, but on Sentinel.
+    fn moved(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 impl SubConn for ConnectionManager {
@@ -257,6 +298,76 @@ impl SubConn for redis::cluster_async::ClusterConnection {
     /// follow are the check.
     async fn ping(&mut self) -> bool {
         true
+    }
+}
+
+/// The subscriber connection of a Sentinel backend: to the current primary, made again on the
+/// new primary at the first `ping` of recovery after a move (a release published there is not
+/// heard on the old one, which may be gone).
+#[cfg(feature = "sentinel")]
+struct SentinelSub {
+    master: Arc<Master>,
+    /// The primary's generation `conn` is connected to.
+    generation: u64,
+    moves: tokio::sync::watch::Receiver<u64>,
+    conn: ConnectionManager,
+    config: ConnectionManagerConfig,
+}
+
+#[cfg(feature = "sentinel")]
+impl SentinelSub {
+    async fn connect(
+        master: Arc<Master>,
+        config: ConnectionManagerConfig,
+    ) -> redis::RedisResult<Self> {
+        let mut moves = master.moves();
+        let generation = *moves.borrow_and_update();
+        let conn = ConnectionManager::new_with_config(
+            super::connect::with_resp3(&master.client())?,
+            config.clone(),
+        )
+        .await?;
+        Ok(SentinelSub {
+            master,
+            generation,
+            moves,
+            conn,
+            config,
+        })
+    }
+}
+
+#[cfg(feature = "sentinel")]
+impl SubConn for SentinelSub {
+    async fn send(&mut self, command: &'static str, channel: &str) -> bool {
+        self.conn.send(command, channel).await
+    }
+
+    async fn ping(&mut self) -> bool {
+        let generation = self.master.generation();
+        if generation != self.generation {
+            let connected = match super::connect::with_resp3(&self.master.client()) {
+                Ok(client) => ConnectionManager::new_with_config(client, self.config.clone()).await,
+                Err(e) => Err(e),
+            };
+            match connected {
+                Ok(conn) => {
+                    self.conn = conn;
+                    self.generation = generation;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot connect the subscriber to the new primary yet");
+                    return false;
+                }
+            }
+        }
+        self.conn.ping().await
+    }
+
+    async fn moved(&mut self) {
+        if self.moves.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -312,6 +423,9 @@ async fn run<C: SubConn>(
                     }
                 }
             },
+            () = conn.moved() => {
+                backoff.get_or_insert_with(|| mark_unhealthy(&shared));
+            }
             push = pushes.recv() => match push {
                 None => return,
                 Some(push) => match push.kind {

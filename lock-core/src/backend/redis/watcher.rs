@@ -50,6 +50,10 @@ enum Source {
     /// Every node of a cluster, through one idle cluster connection.
     #[cfg(feature = "cluster")]
     Cluster(crate::backend::cluster::ClusterSettings),
+    /// The primary a Sentinel set names: a move to a new primary counts as a drop (the new
+    /// primary may lack locks the old one had), and the watcher connects to the new one.
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Arc<crate::backend::sentinel::Master>),
 }
 
 impl Watcher {
@@ -75,6 +79,24 @@ impl Watcher {
         if let Some(mut epoch) = self.subscribe() {
             let _ = tokio::time::timeout(within, epoch.wait_for(|n| *n > 0)).await;
         }
+    }
+
+    /// The watcher of a Sentinel backend (`None` source before Redis 6, as on one server).
+    #[cfg(feature = "sentinel")]
+    pub(super) fn sentinel(
+        master: std::sync::Arc<crate::backend::sentinel::Master>,
+        resp3: bool,
+        connect_timeout: Duration,
+    ) -> Self {
+        let mut watcher = Watcher {
+            source: resp3.then_some(Source::Sentinel(master)),
+            epoch: watch::Sender::new(0),
+            task: Mutex::default(),
+            connect_timeout,
+            _listening: None,
+        };
+        watcher._listening = watcher.subscribe();
+        watcher
     }
 
     pub(super) fn new(
@@ -104,11 +126,30 @@ impl Watcher {
             .is_none_or(tokio::task::JoinHandle::is_finished)
         {
             *task = Some(match source {
-                Source::Single(client) => background::spawn(watch_connection(
-                    client.clone(),
-                    self.epoch.clone(),
-                    self.connect_timeout,
-                ))?,
+                Source::Single(client) => {
+                    let client = client.clone();
+                    background::spawn(watch_connection(
+                        move || Some(client.clone()),
+                        None,
+                        self.epoch.clone(),
+                        self.connect_timeout,
+                    ))?
+                }
+                #[cfg(feature = "sentinel")]
+                Source::Sentinel(master) => {
+                    let moves = master.moves();
+                    let master = master.clone();
+                    background::spawn(watch_connection(
+                        move || {
+                            resp3_client(&master.client(), true, "connect watcher")
+                                .ok()
+                                .flatten()
+                        },
+                        Some(moves),
+                        self.epoch.clone(),
+                        self.connect_timeout,
+                    ))?
+                }
                 #[cfg(feature = "cluster")]
                 Source::Cluster(settings) => {
                     background::spawn(watch_cluster(settings.clone(), self.epoch.clone()))?
@@ -131,9 +172,22 @@ impl Drop for Watcher {
 /// one is up, the first one too (a lock taken before it connected may have been lost with the
 /// server's data meanwhile; with no lock held yet, as at the backend's connect, the check costs
 /// nothing); ends when nobody listens any more.
-async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_timeout: Duration) {
+///
+/// `client` names the server to watch, asked at each connection; a change of `moves` (the
+/// Sentinel backend's primary moved) counts as a drop, and the next connection goes to the
+/// new server.
+async fn watch_connection(
+    client: impl Fn() -> Option<Client> + Send + 'static,
+    mut moves: Option<watch::Receiver<u64>>,
+    epoch: watch::Sender<u64>,
+    connect_timeout: Duration,
+) {
     let mut delay = WATCH_RETRY_MIN;
     loop {
+        let Some(client) = client() else { return };
+        if let Some(moves) = moves.as_mut() {
+            moves.borrow_and_update();
+        }
         let (push_tx, mut pushes) = mpsc::unbounded_channel();
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
@@ -154,6 +208,7 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
                             Some(push) if push.kind != PushKind::Disconnection => {}
                             _ => break,
                         },
+                        () = moved(&mut moves) => break,
                     }
                 }
                 drop(conn);
@@ -178,6 +233,17 @@ async fn watch_connection(client: Client, epoch: watch::Sender<u64>, connect_tim
                 delay = (delay * 2).min(WATCH_RETRY_MAX);
             }
         }
+    }
+}
+
+/// Resolves when `moves` changed; never without one (or once its sender is gone).
+async fn moved(moves: &mut Option<watch::Receiver<u64>>) {
+    let changed = match moves {
+        Some(moves) => moves.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
     }
 }
 

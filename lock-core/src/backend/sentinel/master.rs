@@ -1,0 +1,417 @@
+//! The primary a Sentinel set names, followed across failovers.
+//!
+//! redis-rs resolves a primary through the sentinels once and then talks to that address for
+//! good (its connection manager reconnects to the same address, by then a replica or gone).
+//! [`Master`] keeps the current primary's client and command connection and moves them when
+//! the primary changed: on a sentinel's `+switch-master` message, and when a command is
+//! refused in a way that says the address is no longer the primary (`READONLY`, refused or
+//! dropped connections). Each move bumps a generation that the subscriber and the watcher
+//! follow: the watcher then has the watchdog check every held lock at once (replication is
+//! asynchronous, so a lock written to the old primary may be missing on the new one).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushKind,
+    RedisConnectionInfo, RedisFuture, Value,
+};
+use tokio::sync::{Mutex as AsyncMutex, mpsc, watch};
+
+use crate::LockError;
+use crate::backend::redis::connect::with_resp3;
+use crate::sync::Mutex;
+
+/// A resolution that found no new primary is not repeated sooner than this (every failing
+/// command asks for one while the primary is down: the sentinels are asked a few times a
+/// second, not once per command).
+const RECHECK: Duration = Duration::from_millis(100);
+/// Backoff of the `+switch-master` listener's reconnections.
+const LISTEN_RETRY_MIN: Duration = Duration::from_millis(50);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How to reach the sentinels and the primary they name.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    pub(crate) sentinels: Vec<ConnectionInfo>,
+    pub(crate) master_name: String,
+    /// The primary's user, password and database (the sentinels' own are in their URLs).
+    pub(crate) master: RedisConnectionInfo,
+    /// Whether the primary is reached over TLS, and how: as the first sentinel is.
+    pub(crate) transport: ConnectionAddr,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// The current primary.
+struct Current {
+    addr: (String, u16),
+    client: Client,
+    conn: ConnectionManager,
+}
+
+/// The primary of one Sentinel-monitored group, followed across failovers. Shared by the
+/// backend's command connection ([`SentinelConn`]), subscriber and watcher.
+pub(crate) struct Master {
+    settings: SentinelSettings,
+    current: Mutex<Current>,
+    /// Bumped each time the primary moved; the subscriber and the watcher follow it.
+    generation: watch::Sender<u64>,
+    /// One resolution at a time.
+    following: AsyncMutex<()>,
+    /// When a resolution last found nothing new.
+    checked: Mutex<Option<Instant>>,
+    /// The `+switch-master` listener (aborted with the backend).
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        if let Some(task) = self.listener.get_mut().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Master {
+    /// Asks the sentinels for the primary, connects to it, and starts listening for
+    /// failovers.
+    pub(crate) async fn connect(settings: SentinelSettings) -> Result<Arc<Self>, LockError> {
+        let addr = resolve(&settings).await?;
+        let (client, conn) = open(&settings, &addr).await?;
+        let master = Arc::new(Master {
+            settings,
+            current: Mutex::new(Current { addr, client, conn }),
+            generation: watch::Sender::new(0),
+            following: AsyncMutex::new(()),
+            checked: Mutex::default(),
+            listener: Mutex::default(),
+        });
+        *master.listener.lock() = crate::background::spawn(listen(Arc::downgrade(&master)));
+        Ok(master)
+    }
+
+    pub(crate) fn settings(&self) -> &SentinelSettings {
+        &self.settings
+    }
+
+    /// The current primary's `host:port`.
+    pub(crate) fn addr(&self) -> String {
+        let current = self.current.lock();
+        format!("{}:{}", current.addr.0, current.addr.1)
+    }
+
+    /// A client for the current primary (for the subscriber's and the watcher's connections).
+    pub(crate) fn client(&self) -> Client {
+        self.current.lock().client.clone()
+    }
+
+    /// The current primary's command connection and the generation it belongs to.
+    fn conn(&self) -> (ConnectionManager, u64) {
+        let generation = *self.generation.borrow();
+        (self.current.lock().conn.clone(), generation)
+    }
+
+    /// Changes each time the primary moved.
+    pub(crate) fn moves(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        *self.generation.borrow()
+    }
+
+    /// Makes sure the connection follows the primary the sentinels name now; `true` when it
+    /// moved since generation `seen` (by this call or another). A call that finds nothing new
+    /// is not repeated within [`RECHECK`] unless `force`d (a sentinel said the primary moved).
+    pub(crate) async fn follow(&self, seen: u64, force: bool) -> bool {
+        if self.generation() != seen {
+            return true;
+        }
+        let _one = self.following.lock().await;
+        if self.generation() != seen {
+            return true;
+        }
+        if !force && self.checked.lock().is_some_and(|at| at.elapsed() < RECHECK) {
+            return false;
+        }
+        let moved = match resolve(&self.settings).await {
+            Ok(addr) if addr != self.current.lock().addr => {
+                match open(&self.settings, &addr).await {
+                    Ok((client, conn)) => {
+                        tracing::warn!(
+                            primary = %format!("{}:{}", addr.0, addr.1),
+                            "the Redis primary moved (Sentinel failover); following it and checking every held lock"
+                        );
+                        *self.current.lock() = Current { addr, client, conn };
+                        self.generation.send_modify(|g| *g = g.wrapping_add(1));
+                        true
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot connect to the new Redis primary yet");
+                        false
+                    }
+                }
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot learn the Redis primary from the sentinels");
+                false
+            }
+        };
+        if !moved {
+            *self.checked.lock() = Some(Instant::now());
+        }
+        moved
+    }
+}
+
+/// Whether `e` says the address may no longer be the primary: it refuses writes (a demoted
+/// primary), or cannot be reached.
+pub(crate) fn says_moved(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || e.to_string().contains("READONLY")
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || (e.is_io_error() && !e.is_timeout())
+}
+
+/// The command connection of a Sentinel backend: the current primary's connection manager.
+/// A command refused in a way that says the primary may have moved has the sentinels asked;
+/// when they name a new primary, the command is sent once more, there (every command of the
+/// backend is safe to send twice: the acquire recognises its own token, the others compare
+/// it; a `READONLY` answer ran nothing).
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    master: Arc<Master>,
+}
+
+impl SentinelConn {
+    pub(crate) fn new(master: Arc<Master>) -> Self {
+        SentinelConn { master }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (mut conn, generation) = self.master.conn();
+            match conn.req_packed_command(cmd).await {
+                Err(e) if says_moved(&e) && self.master.follow(generation, false).await => {
+                    self.master.conn().0.req_packed_command(cmd).await
+                }
+                answer => answer,
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (mut conn, generation) = self.master.conn();
+            match conn.req_packed_commands(pipeline, offset, count).await {
+                Err(e) if says_moved(&e) && self.master.follow(generation, false).await => {
+                    self.master
+                        .conn()
+                        .0
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                }
+                answer => answer,
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.master.settings.master.db()
+    }
+}
+
+/// What went wrong while asking the sentinels or reaching the primary they named.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SentinelError(String);
+
+/// Asks the sentinels, in order, for the primary of `settings.master_name`, and checks that
+/// the address named really is a primary (`ROLE`); the first sentinel whose answer checks out
+/// wins.
+async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError> {
+    let mut last: Option<String> = None;
+    for sentinel in &settings.sentinels {
+        let answer = async {
+            let mut conn = connect_once(sentinel.clone(), settings).await?;
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&settings.master_name)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let addr = addr.ok_or_else(|| {
+                format!(
+                    "the sentinel monitors no primary named {:?}",
+                    settings.master_name
+                )
+            })?;
+            let mut primary = connect_once(master_info(settings, &addr)?, settings).await?;
+            let role: Vec<Value> = redis::cmd("ROLE")
+                .query_async(&mut primary)
+                .await
+                .map_err(|e| e.to_string())?;
+            match role.first() {
+                Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(addr),
+                _ => Err(format!(
+                    "{}:{} is not a primary (yet): {role:?}",
+                    addr.0, addr.1
+                )),
+            }
+        };
+        match answer.await {
+            Ok(addr) => return Ok(addr),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(LockError::backend(
+        "find the Redis primary through Sentinel",
+        None,
+        SentinelError(last.unwrap_or_else(|| "no sentinel given".to_owned())),
+    ))
+}
+
+/// One connection with the backend's timeouts, for a question or two.
+async fn connect_once(
+    info: ConnectionInfo,
+    settings: &SentinelSettings,
+) -> Result<MultiplexedConnection, String> {
+    let client = Client::open(info).map_err(|e| e.to_string())?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// How to reach the primary at `addr`: the primary's user, password and database, over TLS
+/// when the sentinels are reached so.
+fn master_info(
+    settings: &SentinelSettings,
+    addr: &(String, u16),
+) -> Result<ConnectionInfo, String> {
+    let tcp = match &settings.transport {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: addr.0.clone(),
+            port: addr.1,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(addr.0.clone(), addr.1),
+    };
+    tcp.into_connection_info()
+        .map(|info| info.set_redis_settings(settings.master.clone()))
+        .map_err(|e| e.to_string())
+}
+
+/// The primary's client and command connection.
+async fn open(
+    settings: &SentinelSettings,
+    addr: &(String, u16),
+) -> Result<(Client, ConnectionManager), LockError> {
+    let client = master_info(settings, addr)
+        .and_then(|info| Client::open(info).map_err(|e| e.to_string()))
+        .map_err(|e| LockError::backend("connect", None, SentinelError(e)))?;
+    let config = crate::backend::redis::connect::manager_config(
+        settings.connect_timeout,
+        settings.response_timeout,
+    );
+    let conn = ConnectionManager::new_with_config(client.clone(), config)
+        .await
+        .map_err(|e| LockError::backend("connect", None, e))?;
+    Ok((client, conn))
+}
+
+/// Listens for `+switch-master` on one sentinel at a time (the next one when it drops), and
+/// has the master follow the primary each time its name is in one; also after each
+/// (re)connection, since a failover may have happened while nobody listened. Ends with the
+/// backend.
+async fn listen(master: Weak<Master>) {
+    let mut delay = LISTEN_RETRY_MIN;
+    let mut next = 0usize;
+    loop {
+        let (settings, seen) = match master.upgrade() {
+            Some(m) => (m.settings.clone(), m.generation()),
+            None => return,
+        };
+        let sentinel = settings.sentinels[next % settings.sentinels.len()].clone();
+        next = next.wrapping_add(1);
+        let (tx, mut pushes) = mpsc::unbounded_channel();
+        let subscribed = async {
+            let client = with_resp3(&Client::open(sentinel.clone())?)?;
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(settings.connect_timeout))
+                .set_response_timeout(Some(settings.response_timeout))
+                .set_push_sender(tx);
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            conn.subscribe("+switch-master").await?;
+            Ok::<_, redis::RedisError>(conn)
+        };
+        let conn = match subscribed.await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot listen to a sentinel; trying the next one");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(LISTEN_RETRY_MAX);
+                continue;
+            }
+        };
+        let up_since = Instant::now();
+        // A failover while nobody listened.
+        match master.upgrade() {
+            Some(m) => {
+                m.follow(seen, true).await;
+            }
+            None => return,
+        }
+        while let Some(push) = pushes.recv().await {
+            match push.kind {
+                PushKind::Disconnection => break,
+                PushKind::Message => {
+                    // "<name> <old ip> <old port> <new ip> <new port>"
+                    let about_ours = matches!(
+                        push.data.get(1),
+                        Some(Value::BulkString(payload))
+                            if payload.split(|b| *b == b' ').next()
+                                == Some(settings.master_name.as_bytes())
+                    );
+                    if about_ours {
+                        let Some(m) = master.upgrade() else { return };
+                        let seen = m.generation();
+                        m.follow(seen, true).await;
+                    }
+                }
+                _ => {}
+            }
+            if master.strong_count() == 0 {
+                return;
+            }
+        }
+        drop(conn);
+        if up_since.elapsed() > Duration::from_secs(2) {
+            delay = LISTEN_RETRY_MIN;
+        } else {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(LISTEN_RETRY_MAX);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The Redis Sentinel backend: the Redis backend on the primary that a set of sentinels names,
+//! following it across failovers (see [`master`]).
+
+use std::time::Duration;
+
+use redis::{IntoConnectionInfo, RedisConnectionInfo};
+
+use crate::LockError;
+use crate::backend::Backend;
+use crate::backend::redis::RedisBackend;
+use crate::backend::redis::connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+
+pub(crate) mod master;
+
+pub(crate) use master::{Master, SentinelConn, SentinelSettings};
+
+/// Locks on the primary of a Redis group watched by Sentinel, followed across failovers.
+///
+/// The same locks as [`RedisBackend`](crate::RedisBackend) (the same scripts and semantics;
+/// the conformance suite runs on both) on the primary that the sentinels name. The backend
+/// asks the sentinels for the primary at connect (and checks with `ROLE` that it is one), then
+/// follows it: when a sentinel announces a failover (`+switch-master`), and when the primary
+/// refuses a command in a way that says it may be one no more (`READONLY`, a refused or
+/// dropped connection), the sentinels are asked again; when they name a new primary, commands,
+/// release notifications and the connection watcher move to it, and the command that failed
+/// is sent once more there.
+///
+/// What a failover means for a held lock: replication is asynchronous, so a lock written to a
+/// primary that fails before its replica got it is gone after the failover. Every held lock
+/// is checked at once when the primary moved; a lock found missing is reported lost to its
+/// holder ([`LockGuard::lost`](crate::LockGuard::lost), and `run` cancels its body). A
+/// lock that is not missing is kept. Fencing tokens never go backwards across a failover
+/// (they are floored at the server's clock), so a store that checks them turns away the
+/// writes of a holder that lost its lock this way. While no primary answers (between the
+/// crash and the promotion, a few seconds with Sentinel's defaults), lock requests fail with
+/// [`LockError::Backend`]; the backend serves locks again as soon as the new primary is named,
+/// without a restart.
+///
+/// Clones share the connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// use lock_core::{Locker, RedisSentinelBackend};
+///
+/// let backend = RedisSentinelBackend::builder(
+///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
+///     "mymaster",
+/// )
+/// .master_auth(Some("app"), Some("secret"))
+/// .connect()
+/// .await?;
+/// let locker = Locker::builder(backend).prefix("shop:").build();
+/// # drop(locker); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisSentinelBackend {
+    pub(crate) backend: RedisBackend,
+}
+
+impl std::fmt::Debug for RedisSentinelBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URLs may hold a password: never print them.
+        f.debug_struct("RedisSentinelBackend")
+            .field("primary", &self.primary())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Sentinel group is the Redis backend on its current primary.
+impl From<RedisSentinelBackend> for Backend {
+    fn from(b: RedisSentinelBackend) -> Self {
+        Backend(crate::backend::BackendKind::Redis(b.backend))
+    }
+}
+
+impl RedisSentinelBackend {
+    /// Connects with default options; see [`RedisSentinelBackend::builder`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend =
+    ///     lock_core::RedisSentinelBackend::connect(&["redis://127.0.0.1:26379/"], "mymaster").await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(sentinels: &[&str], master_name: &str) -> Result<Self, LockError> {
+        Self::builder(sentinels, master_name).connect().await
+    }
+
+    /// Options for connecting. `sentinels` are the URLs of some sentinels of the group (asked
+    /// in order; one that answers is enough), `redis://` or `rediss://` (when redis-rs is
+    /// built with TLS), with the sentinels' own ACL user and password in them;
+    /// `master_name` is the name they monitor the primary under. The primary's user,
+    /// password and database are set with
+    /// [`master_auth`](RedisSentinelBackendBuilder::master_auth) and
+    /// [`db`](RedisSentinelBackendBuilder::db).
+    ///
+    /// ```
+    /// let builder = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster");
+    /// # drop(builder);
+    /// ```
+    pub fn builder(sentinels: &[&str], master_name: &str) -> RedisSentinelBackendBuilder {
+        RedisSentinelBackendBuilder {
+            sentinels: sentinels.iter().map(|u| (*u).to_owned()).collect(),
+            master_name: master_name.to_owned(),
+            master: RedisConnectionInfo::default(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// The `host:port` of the primary the backend talks to now (it changes after a failover).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend =
+    ///     lock_core::RedisSentinelBackend::connect(&["redis://127.0.0.1:26379/"], "mymaster").await?;
+    /// println!("primary: {}", backend.primary());
+    /// # Ok(()) }
+    /// ```
+    pub fn primary(&self) -> String {
+        self.backend
+            .sentinel_master()
+            .map(|m| m.addr())
+            .unwrap_or_default()
+    }
+
+    /// Checks that the Redis user may run everything the lock runs on the keys and channels of
+    /// `prefix`, as [`RedisBackend::check_permissions`](crate::RedisBackend::check_permissions)
+    /// does, on the current primary (give the replicas the same ACL rule: one of them is the
+    /// next primary).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] naming what is refused, [`LockError::Backend`] when the
+    /// primary cannot be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend =
+    ///     lock_core::RedisSentinelBackend::connect(&["redis://127.0.0.1:26379/"], "mymaster").await?;
+    /// backend.check_permissions("shop:").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_permissions(&self, prefix: &str) -> Result<(), LockError> {
+        self.backend.check_permissions(prefix).await
+    }
+
+    /// The primary's `maxmemory-policy`, read when the backend connected (`None` when it
+    /// could not be read); see
+    /// [`RedisBackend::maxmemory_policy`](crate::RedisBackend::maxmemory_policy). Set the
+    /// same policy (`noeviction`) on the replicas.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend =
+    ///     lock_core::RedisSentinelBackend::connect(&["redis://127.0.0.1:26379/"], "mymaster").await?;
+    /// assert_eq!(backend.maxmemory_policy(), Some("noeviction"));
+    /// # Ok(()) }
+    /// ```
+    pub fn maxmemory_policy(&self) -> Option<&str> {
+        self.backend.maxmemory_policy()
+    }
+}
+
+/// Options for connecting a [`RedisSentinelBackend`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let backend = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster")
+///     .connect_timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// # drop(backend); Ok(()) }
+/// ```
+#[must_use]
+pub struct RedisSentinelBackendBuilder {
+    sentinels: Vec<String>,
+    master_name: String,
+    master: RedisConnectionInfo,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisSentinelBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSentinelBackendBuilder")
+            .field("sentinels", &self.sentinels.len())
+            .field("master_name", &self.master_name)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSentinelBackendBuilder {
+    /// The ACL user and password of the primary (and of the replica that will replace it);
+    /// default: none (the `default` user). The sentinels' own credentials go in their URLs.
+    ///
+    /// ```
+    /// let b = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster")
+    ///     .master_auth(Some("app"), Some("secret"));
+    /// # drop(b);
+    /// ```
+    pub fn master_auth(mut self, username: Option<&str>, password: Option<&str>) -> Self {
+        let mut info = RedisConnectionInfo::default().set_db(self.master.db());
+        if let Some(username) = username {
+            info = info.set_username(username);
+        }
+        if let Some(password) = password {
+            info = info.set_password(password);
+        }
+        self.master = info;
+        self
+    }
+
+    /// The database number on the primary. Default 0.
+    ///
+    /// ```
+    /// let b = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster").db(2);
+    /// # drop(b);
+    /// ```
+    pub fn db(mut self, db: i64) -> Self {
+        self.master = self.master.set_db(db);
+        self
+    }
+
+    /// Bound on establishing (and re-establishing) a connection, to a sentinel or the primary.
+    /// Default 2 s.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster")
+    ///     .connect_timeout(Duration::from_secs(1));
+    /// # drop(b);
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on waiting for one answer. Default 2 s.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster")
+    ///     .response_timeout(Duration::from_millis(300));
+    /// # drop(b);
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Asks the sentinels for the primary and connects to it.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for no or malformed sentinel URLs, an empty name or zero
+    /// timeouts; [`LockError::Backend`] when no sentinel names a primary that answers as one.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedisSentinelBackend::builder(&["redis://127.0.0.1:26379/"], "mymaster")
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<RedisSentinelBackend, LockError> {
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(LockError::config(
+                "Redis connect and response timeouts must be above zero",
+            ));
+        }
+        if self.master_name.is_empty() {
+            return Err(LockError::config(
+                "a Redis Sentinel backend needs the name the sentinels monitor the primary under",
+            ));
+        }
+        let sentinels = self
+            .sentinels
+            .iter()
+            .map(|url| {
+                url.as_str().into_connection_info().map_err(|e| {
+                    LockError::config(format!(
+                        "cannot parse a sentinel URL ({e}); expected redis://[user:password@]host:port/ or rediss://..."
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(first) = sentinels.first() else {
+            return Err(LockError::config(
+                "a Redis Sentinel backend needs the URL of at least one sentinel",
+            ));
+        };
+        let settings = SentinelSettings {
+            transport: first.addr().clone(),
+            sentinels,
+            master_name: self.master_name,
+            master: self.master,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+        };
+        let backend = crate::backend::redis::connect::connect_sentinel(settings).await?;
+        Ok(RedisSentinelBackend { backend })
+    }
+}
