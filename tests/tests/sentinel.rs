@@ -20,6 +20,8 @@ use lock_core::{LockError, Locker, RedisSentinelBackend};
 use lock_testkit::RedisServer;
 use lock_testkit::sentinel::RedisSentinelSet;
 
+const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+
 /// A hang guard for what should happen soon; never a speed claim.
 const SOON: Duration = Duration::from_secs(20);
 
@@ -348,4 +350,55 @@ async fn a_lock_the_new_primary_lacks_is_reported_lost_as_soon_as_the_locker_fol
         "told only once the old primary was demoted, not when the locker followed the new one"
     );
     follows(&backend, set.primary().port()).await;
+}
+
+/// The README's least-privilege ACL rule, set on every data node (ACLs are per server, and a
+/// replica is the next primary), is enough through a failover: the primary's role is read
+/// with `HELLO` (`@connection`), not `ROLE` (`@dangerous`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_readme_acl_rule_is_enough_through_a_failover() {
+    let mut set = RedisSentinelSet::builder().replicas(1).start().await;
+    let rule: Vec<String> = README
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ACL SETUSER "))
+        .expect("the README gives an `ACL SETUSER` rule")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let user = lock_testkit::AclUser::from_setuser(rule.iter().cloned()).expect("a password");
+    for server in set.servers() {
+        let () = server
+            .query(redis::cmd("ACL").arg("SETUSER").arg(&rule).clone())
+            .await;
+    }
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisSentinelBackend::builder(&urls, set.master_name())
+        .master_auth(Some(user.name()), Some(user.password()))
+        .connect()
+        .await
+        .expect("connect as the README's user");
+    backend
+        .check_permissions("lock:")
+        .await
+        .expect("the README's rule passes the permission check");
+    let locker = Locker::builder(backend.clone()).build();
+    locker
+        .lock("acl")
+        .fenced()
+        .await
+        .expect("lock as the README's user")
+        .release()
+        .await
+        .expect("release");
+    set.failover().await;
+    follows(&backend, set.primary().port()).await;
+    locker
+        .lock("acl")
+        .fenced()
+        .await
+        .expect("lock on the new primary as the README's user")
+        .release()
+        .await
+        .expect("release");
 }

@@ -238,7 +238,7 @@ impl ConnectionLike for SentinelConn {
 struct SentinelError(String);
 
 /// Asks the sentinels, in order, for the primary of `settings.master_name`, and checks that
-/// the address named really is a primary (`ROLE`); the first sentinel whose answer checks out
+/// the address named really is a primary (the role in its `HELLO`); the first sentinel whose answer checks out
 /// wins.
 async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError> {
     let mut last: Option<String> = None;
@@ -258,15 +258,19 @@ async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError
                 )
             })?;
             let mut primary = connect_once(master_info(settings, &addr)?, settings).await?;
-            let role: Vec<Value> = redis::cmd("ROLE")
+            // HELLO (no version: the connection's protocol stays) tells the role and needs
+            // only @connection, which the lock's ACL rule has (ROLE is @dangerous).
+            let hello: Value = redis::cmd("HELLO")
                 .query_async(&mut primary)
                 .await
                 .map_err(|e| e.to_string())?;
-            match role.first() {
-                Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(addr),
-                _ => Err(format!(
-                    "{}:{} is not a primary (yet): {role:?}",
-                    addr.0, addr.1
+            match role(&hello) {
+                Some(b"master") => Ok(addr),
+                other => Err(format!(
+                    "{}:{} is not a primary (yet): its role is {:?}",
+                    addr.0,
+                    addr.1,
+                    other.map(String::from_utf8_lossy)
                 )),
             }
         };
@@ -280,6 +284,28 @@ async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError
         None,
         SentinelError(last.unwrap_or_else(|| "no sentinel given".to_owned())),
     ))
+}
+
+/// The `role` field of a `HELLO` answer (a map in RESP3, pairs in a flat array in RESP2).
+fn role(hello: &Value) -> Option<&[u8]> {
+    fn text(v: &Value) -> Option<&[u8]> {
+        match v {
+            Value::BulkString(b) => Some(b.as_slice()),
+            Value::SimpleString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+    match hello {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(k, _)| text(k) == Some(b"role".as_slice()))
+            .and_then(|(_, v)| text(v)),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| pair.first().and_then(text) == Some(b"role".as_slice()))
+            .and_then(|pair| pair.get(1).and_then(text)),
+        _ => None,
+    }
 }
 
 /// One connection with the backend's timeouts, for a question or two.
@@ -413,5 +439,29 @@ async fn listen(master: Weak<Master>) {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(LISTEN_RETRY_MAX);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_is_read_from_hello_in_both_protocols() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![
+            bulk("server"),
+            bulk("redis"),
+            bulk("role"),
+            bulk("master"),
+        ]);
+        assert_eq!(role(&resp2), Some(b"master".as_slice()));
+        let resp3 = Value::Map(vec![
+            (bulk("proto"), Value::Int(3)),
+            (bulk("role"), bulk("replica")),
+        ]);
+        assert_eq!(role(&resp3), Some(b"replica".as_slice()));
+        assert_eq!(role(&Value::Nil), None);
+        assert_eq!(role(&Value::Array(vec![bulk("role")])), None);
     }
 }
