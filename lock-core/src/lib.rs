@@ -20,6 +20,8 @@ mod wait;
 mod watchdog;
 
 pub use backend::{Backend, MemoryBackend};
+#[cfg(feature = "redlock")]
+pub use backend::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBackendBuilder};
 #[cfg(feature = "redis")]
 pub use backend::{RedisBackend, RedisBackendBuilder};
 #[cfg(feature = "cluster")]

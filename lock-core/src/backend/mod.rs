@@ -19,6 +19,8 @@ pub(crate) mod memory;
 mod notify;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redlock")]
+pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 
@@ -28,6 +30,8 @@ pub use memory::MemoryBackend;
 pub(crate) use notify::{Grant, Inbox, Listeners};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};
+#[cfg(feature = "redlock")]
+pub use redlock::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBackendBuilder};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{RedisSentinelBackend, RedisSentinelBackendBuilder};
 
@@ -53,6 +57,8 @@ pub(crate) enum BackendKind {
     Memory(MemoryBackend),
     #[cfg(feature = "redis")]
     Redis(RedisBackend),
+    #[cfg(feature = "redlock")]
+    Redlock(RedlockBackend),
 }
 
 impl From<MemoryBackend> for Backend {
@@ -73,6 +79,14 @@ impl From<RedisBackend> for Backend {
 impl From<RedisClusterBackend> for Backend {
     fn from(b: RedisClusterBackend) -> Self {
         Backend(BackendKind::Redis(b.backend))
+    }
+}
+
+/// Redlock: one lock over a majority of independent servers.
+#[cfg(feature = "redlock")]
+impl From<RedlockBackend> for Backend {
+    fn from(b: RedlockBackend) -> Self {
+        Backend(BackendKind::Redlock(b))
     }
 }
 
@@ -157,6 +171,8 @@ impl BackendKind {
             }
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.acquire(key, token, lease, options).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.acquire(key, token, lease, options).await,
         }
     }
 
@@ -175,6 +191,9 @@ impl BackendKind {
             }
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.leave_queue(key, ticket, token).await,
+            #[cfg(feature = "redlock")]
+            // No queue on Redlock: nothing to leave.
+            BackendKind::Redlock(_) => Ok(()),
         }
     }
 
@@ -188,6 +207,8 @@ impl BackendKind {
             }
             #[cfg(feature = "redis")]
             BackendKind::Redis(_) => false,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(_) => true,
         }
     }
 
@@ -198,6 +219,8 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.release(key, token)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.release(key, token).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.release(key, token).await,
         }
     }
 
@@ -213,6 +236,8 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.keep_if_alone(key, token)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.keep_if_alone(key, token).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.keep_if_alone(key, token).await,
         }
     }
 
@@ -225,6 +250,8 @@ impl BackendKind {
             BackendKind::Memory(_) => None,
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renewal_groups(items),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(_) => None,
         }
     }
 
@@ -234,6 +261,8 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.renew(items)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renew(items).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.renew(items).await,
         }
     }
 
@@ -251,6 +280,8 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.store_result(key, token, fingerprint, result, ttl)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.store_result(key, token, fingerprint, result, ttl).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.store_result(key, token, fingerprint, result, ttl).await,
         }
     }
 
@@ -263,6 +294,8 @@ impl BackendKind {
             BackendKind::Memory(m) => Ok(m.idempotency_state(key)),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.idempotency_state(key).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.idempotency_state(key).await,
         }
     }
 
@@ -276,6 +309,8 @@ impl BackendKind {
             }
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.subscribe(key, inbox).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.subscribe(key, inbox).await,
         }
     }
 
@@ -284,6 +319,8 @@ impl BackendKind {
             BackendKind::Memory(m) => m.unsubscribe(key, inbox),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.unsubscribe(key, inbox),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.unsubscribe(key, inbox),
         }
     }
 
@@ -293,6 +330,8 @@ impl BackendKind {
             BackendKind::Memory(_) => true,
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.notifications_healthy(),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.notifications_healthy(),
         }
     }
 
@@ -302,6 +341,8 @@ impl BackendKind {
             BackendKind::Memory(_) => Some(false),
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.eviction_risk(),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.eviction_risk(),
         }
     }
 
@@ -313,6 +354,8 @@ impl BackendKind {
             BackendKind::Memory(_) => None,
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.reconnects(),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.reconnects(),
         }
     }
 }

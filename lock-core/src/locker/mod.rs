@@ -189,6 +189,37 @@ impl Locker {
         Ok(Self::builder(backend).build())
     }
 
+    /// A locker on N independent Redis servers (Redlock), with default options: a lock is
+    /// held while a majority of them (N/2 + 1) hold it, so it survives the loss of any N/2.
+    /// See [`RedlockBackend`](crate::RedlockBackend) for what it guarantees, what the servers
+    /// must be configured with (restart delay or `appendfsync always`), and why `fenced()` is
+    /// refused on it.
+    ///
+    /// Checks at once, on every server that answers, that the Redis user may run everything
+    /// the lock needs on the default prefix's keys and channels.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for bad or repeated URLs or a missing Redis permission,
+    /// [`LockError::Backend`] (source [`NoQuorum`](crate::NoQuorum)) when fewer than a majority
+    /// of the servers can be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::redlock(&[
+    ///     "redis://10.0.0.1:6379/",
+    ///     "redis://10.0.0.2:6379/",
+    ///     "redis://10.0.0.3:6379/",
+    /// ])
+    /// .await?;
+    /// # drop(locker); Ok(()) }
+    /// ```
+    #[cfg(feature = "redlock")]
+    pub async fn redlock(urls: &[&str]) -> Result<Self, LockError> {
+        let backend = crate::RedlockBackend::connect(urls).await?;
+        backend.check_permissions(DEFAULT_PREFIX).await?;
+        Ok(Self::builder(backend).build())
+    }
+
     /// A builder for a locker on `backend`.
     ///
     /// ```

@@ -1,0 +1,96 @@
+use super::*;
+
+fn ms(n: u64) -> Option<Duration> {
+    Some(Duration::from_millis(n))
+}
+
+#[test]
+fn remaining_waits_for_enough_busy_servers() {
+    // 5 servers, quorum 3: 2 not busy, so one more busy server must free up: the shortest.
+    let votes = [
+        Some(Vote::Busy(ms(300))),
+        Some(Vote::None),
+        Some(Vote::Busy(ms(100))),
+        Some(Vote::Yes),
+        Some(Vote::Busy(ms(200))),
+    ];
+    assert_eq!(remaining(&votes, 3), ms(100));
+    // All busy: three must free up: the third shortest.
+    let votes = [
+        Some(Vote::Busy(ms(300))),
+        Some(Vote::Busy(ms(50))),
+        Some(Vote::Busy(ms(100))),
+        Some(Vote::Busy(None)),
+        Some(Vote::Busy(ms(200))),
+    ];
+    assert_eq!(remaining(&votes, 3), ms(200));
+    // A quorum may be free now.
+    let votes = [Some(Vote::None), Some(Vote::Yes), Some(Vote::Busy(ms(5)))];
+    assert_eq!(remaining(&votes, 2), None);
+    // Unknown remainders are not guessed.
+    let votes = [
+        Some(Vote::Busy(None)),
+        Some(Vote::Busy(None)),
+        Some(Vote::Yes),
+    ];
+    assert_eq!(remaining(&votes, 2), None);
+}
+
+#[test]
+fn states_merge_with_a_record_first() {
+    let record_for = |r: &str, secs: u64| {
+        IdempotencyState::Completed(IdempotencyRecord {
+            fingerprint: "f".to_owned(),
+            result: r.as_bytes().to_vec(),
+            expires_in: Duration::from_secs(secs),
+        })
+    };
+    let record = |r: &str| record_for(r, 10);
+    assert_eq!(
+        merge_states(vec![
+            IdempotencyState::Absent,
+            IdempotencyState::InFlight,
+            record("a")
+        ]),
+        record("a")
+    );
+    assert_eq!(
+        merge_states(vec![record("b"), record_for("a", 12), record("a")]),
+        record("a")
+    );
+    assert_eq!(
+        merge_states(vec![IdempotencyState::Absent, IdempotencyState::InFlight]),
+        IdempotencyState::InFlight
+    );
+    assert_eq!(
+        merge_states(vec![IdempotencyState::Absent, IdempotencyState::Absent]),
+        IdempotencyState::Absent
+    );
+}
+
+#[tokio::test]
+async fn gather_stops_when_decided_and_keeps_order() {
+    let out = gather(
+        [0u64, 1, 2].map(|i| async move {
+            if i == 2 {
+                std::future::pending::<()>().await;
+            }
+            i
+        }),
+        |outs| outs.iter().flatten().count() == 2,
+    )
+    .await;
+    assert_eq!(out, vec![Some(0), Some(1), None]);
+}
+
+#[test]
+fn counts() {
+    let votes = [
+        Some(Vote::Yes),
+        Some(Vote::Busy(None)),
+        Some(Vote::None),
+        None,
+    ];
+    let c = Count::of(&votes);
+    assert_eq!((c.yes, c.busy, c.silent, c.answered()), (1, 1, 1, 2));
+}
