@@ -34,7 +34,10 @@
 //! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
 //! `--work-us` (count: sleep inside the critical section), `--no-lock` (count: no lock at all,
 //! the control case), `--wait-go` (count: print `ready` once connected, then wait for a line
-//! `go` on stdin, so several processes start together).
+//! `go` on stdin, so several processes start together), `--cluster` (`--url` is a
+//! comma-separated list of Redis Cluster nodes), `--storage-url U` (count: the server of the
+//! counter and fence keys; required with `--cluster`), `--keys N` (count: iteration `i` locks
+//! `<key>-<i mod N>` and increments `<counter>-<i mod N>`, fenced against `<fence>-<i mod N>`).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() {
@@ -113,6 +116,14 @@ pub struct WorkerArgs {
     pub no_lock: bool,
     /// Count: print `ready` and wait for `go` on stdin before starting.
     pub wait_go: bool,
+    /// `url` is a comma-separated list of Redis Cluster nodes: locks go through the cluster
+    /// backend.
+    pub cluster: bool,
+    /// Count: where the counter and fence keys live (default: `url`; required with `cluster`).
+    pub storage_url: Option<String>,
+    /// Count: spread the iterations over this many keys (`<key>-<i>`, each with its own
+    /// counter `<counter>-<i>` and fence key `<fence>-<i>`); 1 (the default) keeps the names.
+    pub keys: u64,
 }
 
 impl WorkerArgs {
@@ -130,6 +141,9 @@ impl WorkerArgs {
             work_us: 0,
             no_lock: false,
             wait_go: false,
+            cluster: false,
+            storage_url: None,
+            keys: 1,
         }
     }
 
@@ -241,6 +255,66 @@ impl WorkerArgs {
         self
     }
 
+    /// Locks on a Redis Cluster: `url` is its nodes' URLs, comma-separated.
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::count("redis://a:7000/,redis://b:7001/", "k", 1, "c").cluster();
+    /// assert!(a.cluster);
+    /// ```
+    #[must_use]
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// Count: keep the counter and fence keys on this server.
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::count("redis://h/", "k", 1, "c").storage_url("redis://s/");
+    /// assert_eq!(a.storage_url.as_deref(), Some("redis://s/"));
+    /// ```
+    #[must_use]
+    pub fn storage_url(mut self, url: &str) -> Self {
+        self.storage_url = Some(url.to_owned());
+        self
+    }
+
+    /// Count: spread the iterations over `n` keys, each with its own counter (and fence key).
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::count("redis://h/", "k", 1, "c").keys(12);
+    /// assert_eq!(a.keys, 12);
+    /// ```
+    #[must_use]
+    pub fn keys(mut self, n: u64) -> Self {
+        self.keys = n;
+        self
+    }
+
+    /// The names iteration `i` uses: lock key, counter key and fence key (see
+    /// [`keys`](Self::keys)).
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::count("redis://h/", "k", 1, "c").keys(3);
+    /// assert_eq!(a.names(4).0, "k-1");
+    /// assert_eq!(lock_tests::worker::WorkerArgs::count("redis://h/", "k", 1, "c").names(4).1, "c");
+    /// ```
+    pub fn names(&self, i: u64) -> (String, String, Option<String>) {
+        if self.keys <= 1 {
+            return (
+                self.key.clone(),
+                self.counter_key.clone(),
+                self.fence_key.clone(),
+            );
+        }
+        let n = i % self.keys;
+        (
+            format!("{}-{n}", self.key),
+            format!("{}-{n}", self.counter_key),
+            self.fence_key.as_ref().map(|f| format!("{f}-{n}")),
+        )
+    }
+
     /// The command-line arguments (without the program name).
     ///
     /// ```
@@ -277,8 +351,16 @@ impl WorkerArgs {
             if let Some(f) = &self.fence_key {
                 opt("--fence-key", f.clone());
             }
+            if let Some(u) = &self.storage_url {
+                opt("--storage-url", u.clone());
+            }
+            opt("--keys", self.keys.to_string());
         }
-        let flags = [(self.no_lock, "--no-lock"), (self.wait_go, "--wait-go")];
+        let flags = [
+            (self.no_lock, "--no-lock"),
+            (self.wait_go, "--wait-go"),
+            (self.cluster, "--cluster"),
+        ];
         v.extend(
             flags
                 .into_iter()
@@ -322,6 +404,9 @@ impl WorkerArgs {
                 "--work-us" => a.work_us = number(value()?)?,
                 "--no-lock" => a.no_lock = true,
                 "--wait-go" => a.wait_go = true,
+                "--cluster" => a.cluster = true,
+                "--storage-url" => a.storage_url = Some(value()?),
+                "--keys" => a.keys = number(value()?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -330,6 +415,9 @@ impl WorkerArgs {
         }
         if a.mode == Mode::Count && (a.counter_key.is_empty() || a.key.is_empty()) {
             return Err("count needs --key and --counter-key".into());
+        }
+        if a.mode == Mode::Count && a.cluster && a.storage_url.is_none() {
+            return Err("count on a cluster needs --storage-url".into());
         }
         Ok(a)
     }

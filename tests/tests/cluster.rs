@@ -1,8 +1,10 @@
 //! The Redis Cluster backend on a real local cluster (3 primaries, 3 replicas, started by the
 //! test kit): many keys over every shard from several tasks and two lockers (no overlap, no lost
-//! update), a primary killed (its locks fail fast with a typed error, the other shards keep
-//! working, the same locker serves new locks after the failover), and resharding while a lock
-//! is held and a waiter queues (the half-way ASK state included).
+//! update; also from several OS processes), a primary killed (its locks fail fast with a typed
+//! error, the other shards keep working, the same locker serves new locks after the failover),
+//! a manual failover while a fenced lock is held (kept, renewed on the new primary, fences
+//! rising), and resharding while a lock is held and a waiter queues (the half-way ASK state
+//! included).
 
 #![allow(
     clippy::panic,
@@ -18,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, RedisClusterBackend};
 use lock_testkit::cluster::{RedisCluster, key_slot};
+use lock_testkit::{ChildProcess, RedisServer};
+use lock_tests::worker::{WorkerArgs, WorkerSummary};
 
 const SOON: Duration = Duration::from_secs(20);
 
@@ -96,6 +100,51 @@ async fn many_keys_on_every_shard_from_two_lockers_never_overlap_nor_lose_an_upd
         total += v.unwrap_or(0);
     }
     assert_eq!(total, 8 * rounds as u64, "no increment lost");
+}
+
+/// Several OS processes, each with its own cluster locker, lock keys spread over every shard
+/// and do a deliberately non-atomic, fenced increment of each key's counter (kept on a plain
+/// server beside the cluster): no update is lost and no fence is ever at or below the highest
+/// one its key's storage saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_on_every_shard_never_overlap_nor_lose_an_update() {
+    let cluster = RedisCluster::start().await;
+    let storage = RedisServer::start();
+    let keys = 12u64;
+    // The worker's keys are `spread-<i>`: check they cover every shard.
+    let names = keys_on_every_shard(&cluster, keys as usize).await;
+    assert_eq!(names[0], "spread-0");
+    let (processes, iterations) = (3u64, 60u64);
+    let workers: Vec<ChildProcess> = (0..processes)
+        .map(|_| {
+            let args = WorkerArgs::count(&urls(&cluster).join(","), "spread", iterations, "count")
+                .cluster()
+                .storage_url(&storage.url())
+                .keys(keys)
+                .fence_key("fence")
+                .lease_ms(5_000);
+            ChildProcess::spawn(env!("CARGO_BIN_EXE_lock-worker"), args.to_args())
+        })
+        .collect();
+    let mut summaries = Vec::new();
+    for worker in workers {
+        let out = worker.finish(Duration::from_secs(120)).await;
+        let summary = WorkerSummary::find(&out.lines)
+            .unwrap_or_else(|| panic!("a worker failed: {:?} {}", out.lines, out.stderr));
+        summaries.push(summary);
+    }
+    for s in &summaries {
+        assert_eq!(s.increments, iterations, "{s:?}");
+        assert_eq!(s.fence_violations, 0, "a fence went backwards: {s:?}");
+    }
+    let mut total = 0;
+    for i in 0..keys {
+        total += storage
+            .get(&format!("count-{i}"))
+            .await
+            .map_or(0, |v| v.parse::<u64>().expect("a number"));
+    }
+    assert_eq!(total, processes * iterations, "no increment lost");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -281,4 +330,48 @@ async fn a_stalled_shard_loses_only_its_own_locks() {
         }
     }
     cluster.node_mut(stalled).server_mut().resume();
+}
+
+/// `CLUSTER FAILOVER` (a manual failover: the replica catches up first) while a fenced lock is
+/// held: the lock is kept and renewed on the new primary through several leases (redis-rs
+/// follows the MOVED answers), another locker finds it held, and the next fence is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_manual_failover_keeps_a_held_lock_and_fences_keep_rising() {
+    let cluster = RedisCluster::start().await;
+    let holder = locker(&cluster).await;
+    let other = locker(&cluster).await;
+    let key = "failing-over";
+    let name = format!("lock:{{{key}}}");
+    let old = cluster.primary_for_key(&name).await;
+    let lease = Duration::from_millis(1500);
+    let guard = holder.lock(key).lease(lease).fenced().await.expect("lock");
+    let first = guard.fence().expect("fence");
+    let replica = cluster.replicas_of(old).await[0];
+    cluster.failover(replica).await;
+    assert_eq!(cluster.primary_for_key(&name).await, replica);
+    // Three leases on the new primary: unrenewed, the lock would be gone within one.
+    let until = Instant::now() + lease * 3;
+    while Instant::now() < until {
+        assert!(
+            cluster.node(replica).server().exists(&name).await,
+            "the lock ran out on the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(guard.is_held(), "the lock is kept across the failover");
+    assert!(
+        matches!(other.try_lock(key).await, Err(LockError::Busy { .. })),
+        "another locker finds it held"
+    );
+    guard.release().await.expect("release on the new primary");
+    let again = other
+        .lock(key)
+        .fenced()
+        .await
+        .expect("lock after the failover");
+    assert!(
+        again.fence().expect("fence") > first,
+        "fences never go backwards across a failover"
+    );
+    again.release().await.expect("release");
 }

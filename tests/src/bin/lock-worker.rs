@@ -13,7 +13,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, LockGuard, Locker, RedisBackend, current_fence};
+use lock_core::{
+    Backend, LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence,
+};
 use lock_testkit::process::say;
 use lock_tests::worker::{Mode, WorkerArgs, WorkerSummary, error_kind};
 use redis::aio::MultiplexedConnection;
@@ -76,9 +78,18 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: WorkerArgs) -> Result<(), Failure> {
-    let backend = RedisBackend::connect(&args.url)
-        .await
-        .map_err(|e| Failure::lock("connect", &e))?;
+    let backend: Backend = if args.cluster {
+        let urls: Vec<&str> = args.url.split(',').collect();
+        RedisClusterBackend::connect(&urls)
+            .await
+            .map_err(|e| Failure::lock("connect", &e))?
+            .into()
+    } else {
+        RedisBackend::connect(&args.url)
+            .await
+            .map_err(|e| Failure::lock("connect", &e))?
+            .into()
+    };
     let mut builder = Locker::builder(backend).wait(Duration::from_millis(args.wait_ms));
     if let Some(p) = &args.prefix {
         builder = builder.prefix(p.clone());
@@ -111,7 +122,8 @@ async fn count(
     locker: &Locker,
     stdin: &mut Lines<BufReader<Stdin>>,
 ) -> Result<(), Failure> {
-    let client = redis::Client::open(args.url.as_str()).map_err(|e| Failure::redis("open", &e))?;
+    let storage = args.storage_url.as_deref().unwrap_or(args.url.as_str());
+    let client = redis::Client::open(storage).map_err(|e| Failure::redis("open", &e))?;
     let conn = client
         .get_multiplexed_async_connection()
         .await
@@ -128,13 +140,14 @@ async fn count(
         fence_violations: 0,
         elapsed_ms: 0,
     };
-    for _ in 0..args.iterations {
-        let body = increment(args, conn.clone());
+    for i in 0..args.iterations {
+        let (key, counter, fence) = args.names(i);
+        let body = increment(&counter, fence.as_deref(), args.work_us, conn.clone());
         let outcome = if args.no_lock {
             body.await
         } else {
-            let mut request = locker.lock(&args.key);
-            if args.fence_key.is_some() {
+            let mut request = locker.lock(&key);
+            if fence.is_some() {
                 request = request.fenced();
             }
             request
@@ -156,23 +169,25 @@ async fn count(
 /// One non-atomic read-modify-write of the counter (and, when fenced, the fence check).
 /// Returns the fence drawn and whether it failed to be above the highest one stored.
 async fn increment(
-    args: &WorkerArgs,
+    counter_key: &str,
+    fence_key: Option<&str>,
+    work_us: u64,
     mut conn: MultiplexedConnection,
 ) -> Result<Option<(u64, bool)>, Failure> {
     let value: Option<u64> = conn
-        .get(&args.counter_key)
+        .get(counter_key)
         .await
         .map_err(|e| Failure::redis("get counter", &e))?;
     // The window a missing lock would lose updates in.
     tokio::task::yield_now().await;
-    if args.work_us > 0 {
-        tokio::time::sleep(Duration::from_micros(args.work_us)).await;
+    if work_us > 0 {
+        tokio::time::sleep(Duration::from_micros(work_us)).await;
     }
     let () = conn
-        .set(&args.counter_key, value.unwrap_or(0) + 1)
+        .set(counter_key, value.unwrap_or(0) + 1)
         .await
         .map_err(|e| Failure::redis("set counter", &e))?;
-    let Some(fence_key) = &args.fence_key else {
+    let Some(fence_key) = fence_key else {
         return Ok(None);
     };
     let Some(fence) = current_fence() else {
