@@ -10,16 +10,17 @@ use std::time::{Duration, Instant};
 
 use lock_core::{
     Backend, LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend,
-    RedisClusterBackend,
+    RedisClusterBackend, RedisSentinelBackend,
 };
 use lock_testkit::RedisServer;
 use lock_testkit::cluster::RedisCluster;
+use lock_testkit::sentinel::RedisSentinelSet;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use sha2::{Digest, Sha256};
 
-/// One check of the suite, by name, for the cluster run (`on_cluster` in main.rs).
+/// One check of the suite, by name, for the runs on a shared deployment (`on_cluster` and `on_sentinel` in main.rs).
 pub(crate) type Check = (
     &'static str,
     fn(Fixture) -> std::pin::Pin<Box<dyn Future<Output = ()>>>,
@@ -41,10 +42,31 @@ pub(crate) struct Fixture {
 /// Where the locks live.
 pub(crate) enum Store {
     Memory(MemoryBackend),
-    Redis(RedisServer),
+    /// One server: a redis-server of the check's own, or the primary of a Sentinel set
+    /// (reached through the sentinels).
+    Redis(Server),
     /// A Redis Cluster shared by every cluster check of the binary (one at a time, each with
     /// its own key prefix).
     Cluster(Arc<RedisCluster>),
+}
+
+/// The one server of [`Store::Redis`]; derefs to it, so a check reads it alike either way.
+pub(crate) enum Server {
+    Own(RedisServer),
+    /// The primary of a Sentinel set shared by every Sentinel check of the binary (one at a
+    /// time, the data flushed before each).
+    SentinelPrimary(Arc<RedisSentinelSet>),
+}
+
+impl std::ops::Deref for Server {
+    type Target = RedisServer;
+
+    fn deref(&self) -> &RedisServer {
+        match self {
+            Server::Own(server) => server,
+            Server::SentinelPrimary(set) => set.primary(),
+        }
+    }
 }
 
 impl Fixture {
@@ -58,7 +80,7 @@ impl Fixture {
 
     pub(crate) fn redis() -> Self {
         Fixture {
-            store: Store::Redis(RedisServer::start()),
+            store: Store::Redis(Server::Own(RedisServer::start())),
             local_handoff: true,
             prefix: "lock:".to_owned(),
         }
@@ -70,6 +92,15 @@ impl Fixture {
             store: Store::Cluster(cluster),
             local_handoff: true,
             prefix,
+        }
+    }
+
+    /// A check on the primary of the shared Sentinel set (its data flushed by the caller).
+    pub(crate) fn sentinel(set: Arc<RedisSentinelSet>) -> Self {
+        Fixture {
+            store: Store::Redis(Server::SentinelPrimary(set)),
+            local_handoff: true,
+            prefix: "lock:".to_owned(),
         }
     }
 
@@ -94,8 +125,10 @@ impl Fixture {
         match (&self.store, self.local_handoff) {
             (Store::Memory(_), true) => "memory",
             (Store::Memory(_), false) => "memory (local hand-off off)",
-            (Store::Redis(_), true) => "redis",
-            (Store::Redis(_), false) => "redis (local hand-off off)",
+            (Store::Redis(Server::Own(_)), true) => "redis",
+            (Store::Redis(Server::Own(_)), false) => "redis (local hand-off off)",
+            (Store::Redis(Server::SentinelPrimary(_)), true) => "sentinel",
+            (Store::Redis(Server::SentinelPrimary(_)), false) => "sentinel (local hand-off off)",
             (Store::Cluster(_), true) => "cluster",
             (Store::Cluster(_), false) => "cluster (local hand-off off)",
         }
@@ -118,10 +151,18 @@ impl Fixture {
     pub(crate) async fn backend(&self) -> Backend {
         match &self.store {
             Store::Memory(m) => Backend::from(m.clone()),
-            Store::Redis(s) => RedisBackend::connect(&s.url())
+            Store::Redis(Server::Own(s)) => RedisBackend::connect(&s.url())
                 .await
                 .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
                 .into(),
+            Store::Redis(Server::SentinelPrimary(set)) => {
+                let urls = set.sentinel_urls();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                RedisSentinelBackend::connect(&urls, set.master_name())
+                    .await
+                    .unwrap_or_else(|e| panic!("connect through the sentinels: {e}"))
+                    .into()
+            }
             Store::Cluster(c) => {
                 let urls = c.urls();
                 let urls: Vec<&str> = urls.iter().map(String::as_str).collect();

@@ -3,7 +3,7 @@
 //! `<property>::on_redis::*`), and again on both with local hand-off turned off
 //! (`<property>::without_local_handoff::*`); every check of every module runs on a Redis
 //! Cluster too ([`on_cluster`]: one cluster for the binary, the checks one after the other,
-//! each under a key prefix of its own); plus the checks that only make sense on Redis (`redis_only::*`:
+//! each under a key prefix of its own) and on a Sentinel set's primary ([`on_sentinel`]); plus the checks that only make sense on Redis (`redis_only::*`:
 //! URLs, ACL, connection failures, several OS processes).
 //!
 //! One module per area: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`],
@@ -61,8 +61,8 @@ macro_rules! conformance {
                 }
             )*)?
         }
-        /// The checks for the shared cluster ([`on_cluster`](crate::on_cluster)), by name.
-        pub(crate) fn cluster_checks() -> Vec<$crate::fixture::Check> {
+        /// The checks for the shared deployments ([`on_cluster`](crate::on_cluster), [`on_sentinel`](crate::on_sentinel)), by name.
+        pub(crate) fn checks() -> Vec<$crate::fixture::Check> {
             vec![$((stringify!($test), |fx| Box::pin($test(fx)))),*]
         }
         /// The checks again with local hand-off turned off, on both backends.
@@ -106,43 +106,42 @@ mod wait;
 
 mod redis_only;
 
-/// Every check of every module on one Redis Cluster (3 primaries, 3 replicas) started for the
-/// binary (six processes per check would be too slow), with local hand-off on and again off.
-/// The checks run one after the other, each
-/// on a thread and runtime of its own (a panic fails that check only) and under a key prefix
-/// of its own; every failure is reported by name at the end. The `redis_only:` checks read a
-/// single server directly and are not run here.
-#[test]
-fn on_cluster() {
-    use std::sync::Arc;
-    use std::time::Instant;
-
-    let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let cluster = Arc::new(runtime.block_on(lock_testkit::cluster::RedisCluster::start()));
-    let checks: Vec<(&str, fixture::Check)> = [
-        ("acquire", acquire::cluster_checks()),
-        ("fencing", fencing::cluster_checks()),
-        ("idempotency", idempotency::cluster_checks()),
-        ("keys", keys::cluster_checks()),
-        ("lease", lease::cluster_checks()),
-        ("wait", wait::cluster_checks()),
+/// Every check of every module (but the `redis_only:` ones, which read a single server of
+/// their own), in the order given, with local hand-off on and again off.
+fn shared_checks() -> Vec<(&'static str, fixture::Check)> {
+    [
+        ("acquire", acquire::checks()),
+        ("fencing", fencing::checks()),
+        ("idempotency", idempotency::checks()),
+        ("keys", keys::checks()),
+        ("lease", lease::checks()),
+        ("wait", wait::checks()),
     ]
     .into_iter()
     .flat_map(|(module, checks)| checks.into_iter().map(move |c| (module, c)))
-    // CLUSTER_CHECK=<part of a name> runs only the matching checks (to debug one).
-    .filter(|(_, (name, _))| {
-        std::env::var("CLUSTER_CHECK").map_or(true, |only| name.contains(only.as_str()))
-    })
-    .collect();
+    .collect()
+}
+
+/// Runs `checks` one after the other against a deployment shared by the binary (six or more
+/// processes per check would be too slow), each with local hand-off on and again off, each on
+/// a thread and runtime of its own (a panic fails that check only), on the fixture `fixture`
+/// makes for run `i`; every failure is reported by name at the end. `only` (an environment
+/// variable's value) keeps the checks whose name contains it (to debug one).
+fn run_shared(
+    engine: &str,
+    checks: Vec<(&'static str, fixture::Check)>,
+    only: Option<String>,
+    mut fixture: impl FnMut(usize) -> fixture::Fixture,
+) {
+    let started = std::time::Instant::now();
+    let checks: Vec<_> = checks
+        .into_iter()
+        .filter(|(_, (name, _))| only.as_deref().is_none_or(|only| name.contains(only)))
+        .collect();
     let mut failed = Vec::new();
     let runs = checks.iter().flat_map(|c| [(c, true), (c, false)]);
     for (i, (&(module, (name, check)), local_handoff)) in runs.enumerate() {
-        let fx = fixture::Fixture::cluster(cluster.clone(), format!("c{i}:"));
+        let fx = fixture(i);
         let (fx, name) = if local_handoff {
             (fx, name.to_owned())
         } else {
@@ -165,10 +164,54 @@ fn on_cluster() {
         }
     }
     println!(
-        "on_cluster: {} checks, with local hand-off on and off, in {:?}",
+        "on_{engine}: {} checks, with local hand-off on and off, in {:?}",
         checks.len(),
         started.elapsed()
     );
-    drop(runtime);
-    assert!(failed.is_empty(), "failed on the cluster: {failed:?}");
+    assert!(failed.is_empty(), "failed on {engine}: {failed:?}");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Every check of every module on one Redis Cluster (3 primaries, 3 replicas) started for the
+/// binary, each check under a key prefix of its own. `CLUSTER_CHECK=<part of a name>` runs
+/// only the matching checks.
+#[test]
+fn on_cluster() {
+    use std::sync::Arc;
+
+    let runtime = runtime();
+    let cluster = Arc::new(runtime.block_on(lock_testkit::cluster::RedisCluster::start()));
+    run_shared(
+        "cluster",
+        shared_checks(),
+        std::env::var("CLUSTER_CHECK").ok(),
+        |i| fixture::Fixture::cluster(cluster.clone(), format!("c{i}:")),
+    );
+}
+
+/// Every check of every module on the primary of one Redis Sentinel set (1 primary, 2
+/// replicas, 3 sentinels) started for the binary, reached through the sentinels; the data is
+/// flushed before each check. `SENTINEL_CHECK=<part of a name>` runs only the matching checks.
+#[test]
+fn on_sentinel() {
+    use std::sync::Arc;
+
+    let runtime = runtime();
+    let set = Arc::new(runtime.block_on(lock_testkit::sentinel::RedisSentinelSet::start()));
+    run_shared(
+        "sentinel",
+        shared_checks(),
+        std::env::var("SENTINEL_CHECK").ok(),
+        |_| {
+            runtime.block_on(set.primary().flushall());
+            fixture::Fixture::sentinel(set.clone())
+        },
+    );
 }
