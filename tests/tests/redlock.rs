@@ -213,6 +213,77 @@ async fn watchdog_keeps_the_lock_across_two_losses_and_reports_the_third() {
     servers[2].resume();
 }
 
+/// A renewal that only a minority of servers accepts is a loss, told at once: the lock is
+/// gone from 3 of 5 servers (deleted behind its back) while all 5 answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_on_a_minority_is_a_loss() {
+    let servers = servers(5);
+    let lease = Duration::from_millis(900);
+    let locker = locker(&servers, lease).await;
+    let guard = locker.lock("job").await.unwrap();
+    for s in &servers[..3] {
+        assert_eq!(s.del("lock:{job}").await, 1);
+    }
+    tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("the holder is told");
+    assert!(!guard.is_held());
+    // Not renewed on the two servers where it was still there after the loss was seen.
+    let lost_at = Instant::now();
+    for s in &servers[3..] {
+        eventually("the minority's copies expire", lease * 3, async || {
+            !s.exists("lock:{job}").await
+        })
+        .await;
+    }
+    println!(
+        "minority copies gone {:?} after the loss",
+        lost_at.elapsed()
+    );
+}
+
+/// A refused attempt that got some servers (a split vote: 3 busy, 2 free) gives them back at
+/// once, without announcing a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_vote_leaves_no_key_behind() {
+    let servers = servers(5);
+    let locker = locker(&servers, Duration::from_secs(10)).await;
+    for s in &servers[..3] {
+        let _: () = s
+            .query(
+                redis::cmd("SET")
+                    .arg("lock:{split}")
+                    .arg("someone")
+                    .arg("PX")
+                    .arg(10_000)
+                    .clone(),
+            )
+            .await;
+    }
+    for s in &servers {
+        s.reset_stats().await;
+    }
+    match locker.try_lock("split").await {
+        Err(LockError::Busy { .. }) => {}
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    for s in &servers[3..] {
+        eventually(
+            "the free servers are given back",
+            Duration::from_secs(3),
+            async || !s.exists("lock:{split}").await,
+        )
+        .await;
+        // Taken back by expiry, not announced as a release.
+        let stats = s.commandstats().await;
+        assert_eq!(stats.get("publish").copied().unwrap_or(0), 0, "{stats:?}");
+        assert_eq!(stats.get("spublish").copied().unwrap_or(0), 0, "{stats:?}");
+    }
+    for s in &servers[..3] {
+        assert_eq!(s.get("lock:{split}").await.as_deref(), Some("someone"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_and_fair_mode_are_refused_before_any_io() {
     let servers = servers(3);
@@ -252,6 +323,18 @@ async fn a_waiter_is_woken_by_the_release_not_by_polling() {
     });
     let hold = Duration::from_secs(2);
     tokio::time::sleep(hold).await;
+    // The waiter announced itself on every server (so a release there publishes), as a bare
+    // expiry: no token, so no server can hand the lock to it behind the others' backs.
+    for s in &servers {
+        let entries: Vec<String> = s
+            .query(redis::cmd("HVALS").arg("lock:{hot}:waiters").clone())
+            .await;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert!(
+            entries[0].bytes().all(|b| b.is_ascii_digit()),
+            "{entries:?}"
+        );
+    }
     let released = Instant::now();
     guard.release().await.unwrap();
     let (got, _waiter) = tokio::time::timeout(Duration::from_secs(10), wait)

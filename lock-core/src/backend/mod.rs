@@ -192,8 +192,10 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.leave_queue(key, ticket, token).await,
             #[cfg(feature = "redlock")]
-            // No queue on Redlock: nothing to leave.
-            BackendKind::Redlock(_) => Ok(()),
+            BackendKind::Redlock(r) => {
+                r.leave_queue(key, ticket);
+                Ok(())
+            }
         }
     }
 
@@ -208,7 +210,10 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(_) => false,
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(_) => true,
+            BackendKind::Redlock(r) => {
+                r.leave_queue(key, ticket);
+                true
+            }
         }
     }
 

@@ -19,6 +19,8 @@ pub(crate) mod connect;
 mod eviction;
 mod idempotency;
 mod permissions;
+#[cfg(feature = "redlock")]
+mod redlock_waiter;
 mod server;
 #[cfg(feature = "cluster")]
 mod shards;

@@ -53,8 +53,8 @@ pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(200);
 /// instead of splitting it again.
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
-/// Bound on the set of tokens `keep_if_alone` remembers.
-const KEPT_MAX: usize = 4096;
+/// Above this many locks with acquire tasks still running, finished ones are forgotten.
+const STRAGGLERS_MAX: usize = 4096;
 
 /// Why `fenced()` is refused on Redlock (the text of the [`LockError::InvalidConfig`]).
 pub(crate) const FENCING_REFUSED: &str = "fenced() is not available on Redlock: fencing tokens must be strictly increasing per key, and counters kept on a majority of independent servers are not (a server that restarts empty loses its counter, the servers' clocks floor their counters differently, and two majorities can disagree on the latest value). Use a single Redis server, Sentinel or Cluster for fenced locks, or a consensus store";
@@ -156,8 +156,6 @@ struct Inner {
     /// Bumped when any server's connection dropped or came back, and when a server that was
     /// down at connect joins.
     reconnects: watch::Sender<u64>,
-    /// Tokens `keep_if_alone` answered `Alone` for once: the next ask releases.
-    kept: Mutex<HashSet<Token>>,
     /// Acquire tasks of held locks that had not ended when the lock was decided ours, by
     /// token: the release on their server waits for them (a `SET` still on its way, say in the
     /// server's group commit, must not land after the release).
@@ -355,6 +353,12 @@ impl RedlockBackend {
         let bound = self.server_timeout(lease);
         let n = self.inner.servers.len();
         let quorum = self.inner.quorum;
+        // A waiter (a ticket that may queue) is announced in each server's queue, so releases
+        // there publish; it is never handed the lock (see `redlock_waiter.lua`).
+        let waiter = options
+            .ticket
+            .filter(|t| !t.ttl.is_zero())
+            .map(|t| (t.id.clone(), t.ttl));
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -369,13 +373,28 @@ impl RedlockBackend {
                 .map(|s| {
                     let b = s.get()?.clone();
                     let (key, token) = (key.clone(), token.clone());
+                    let waiter = waiter.clone();
                     background::spawn(async move {
                         let plain = AttemptOptions {
                             fenced: false,
                             ticket: None,
                             remaining: true,
                         };
-                        match b.acquire(&key, &token, lease, plain).await {
+                        // A waiter is announced before its attempt, on the same connection: a
+                        // release after the attempt publishes.
+                        let attempt = b.acquire(&key, &token, lease, plain);
+                        let answer = match &waiter {
+                            Some((ticket, ttl)) => {
+                                let announce = b.redlock_waiter(&key, ticket, *ttl, true);
+                                let (announced, answer) = tokio::join!(announce, attempt);
+                                if let Err(e) = announced {
+                                    tracing::debug!(error = %e, "a Redlock server failed to announce a waiter");
+                                }
+                                answer
+                            }
+                            None => attempt.await,
+                        };
+                        match answer {
                             Ok(Attempt::Acquired { .. }) => Vote::Yes,
                             Ok(Attempt::Busy { remaining }) => Vote::Busy(remaining),
                             Err(e) => {
@@ -422,10 +441,13 @@ impl RedlockBackend {
                 .collect();
             if !running.is_empty() {
                 let mut stragglers = self.inner.stragglers.lock();
-                if stragglers.len() >= KEPT_MAX {
+                if stragglers.len() >= STRAGGLERS_MAX {
                     stragglers.retain(|_, tasks| tasks.iter().any(|(_, t)| !t.is_finished()));
                 }
                 stragglers.insert(token.clone(), running);
+            }
+            if let Some((ticket, _)) = &waiter {
+                self.leave_everywhere(key, ticket);
             }
             return Ok(Attempt::Acquired { fence: None });
         }
@@ -526,67 +548,105 @@ impl RedlockBackend {
         if yes >= quorum {
             return Ok(true);
         }
-        self.quorum_or("release", Some(key.user()), answered)?;
+        // The servers that did not answer may be the ones that held it: unknown, not "not
+        // ours".
+        if yes + (n - answered) >= quorum {
+            return Err(self.no_quorum("release", Some(key.user()), answered));
+        }
         Ok(false)
     }
 
+    /// How many of the tasks of [`release_on`](Self::release_on) released (waiting for all,
+    /// each at most the response timeout).
+    async fn released_count(
+        &self,
+        tasks: Vec<Option<tokio::task::JoinHandle<Result<bool, LockError>>>>,
+    ) -> usize {
+        let bound = self.inner.settings.response_timeout;
+        gather(
+            tasks.into_iter().map(|t| async move {
+                matches!(tokio::time::timeout(bound, t?).await, Ok(Ok(Ok(true)))).then_some(())
+            }),
+            |_| false,
+        )
+        .await
+        .into_iter()
+        .flatten()
+        .flatten()
+        .count()
+    }
+
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        self.inner.kept.lock().remove(token);
         let tasks = self.release_on(key, token, |_| true);
         self.released(key, tasks).await
     }
 
-    /// Local hand-off between the tasks of one locker. Redlock has no queue in which waiters
-    /// of other processes show, so it cannot tell whether one waits: the first ask for a
-    /// token checks it is still ours on a quorum and keeps it (`Alone`); the next ask (a bound
-    /// of local turns was reached) releases it on every server (`Released`), and waiters of
-    /// every process contend again. A run of local turns is so bounded by the locker's
-    /// `local_turns` and `local_hold`.
+    /// Takes a waiter's announcement out of every server's queue, in the background.
+    fn leave_everywhere(&self, key: &LockKey, ticket: &str) {
+        for b in self.inner.servers.iter().filter_map(Server::get) {
+            let (b, key, ticket) = (b.clone(), key.clone(), ticket.to_owned());
+            background::spawn(async move {
+                if let Err(e) = b.redlock_waiter(&key, &ticket, Duration::ZERO, false).await {
+                    tracing::debug!(error = %e, "leaving a Redlock server's queue failed; the entry expires on its own");
+                }
+            });
+        }
+    }
+
+    /// A waiter gives up: its announcements go (in the background; they expire on their own
+    /// otherwise). Nothing was ever handed to it.
+    pub(crate) fn leave_queue(&self, key: &LockKey, ticket: &str) {
+        self.leave_everywhere(key, ticket);
+    }
+
+    /// Local hand-off between the tasks of one locker, at a bound of its turns: `keep.lua` on
+    /// every server keeps the lock where it is ours and nobody of another process waits
+    /// (waiters announce themselves in each server's queue), and releases it there to the
+    /// waiters otherwise. Kept when a quorum kept it and none released it; when any server
+    /// released it, it is released everywhere (part of a lock is no lock) and the answer is
+    /// `Released`.
     pub(crate) async fn keep_if_alone(
         &self,
         key: &LockKey,
         token: &Token,
     ) -> Result<Kept, LockError> {
-        let again = self.inner.kept.lock().remove(token);
-        if again {
+        let quorum = self.inner.quorum;
+        let n = self.inner.servers.len();
+        let bound = self.inner.settings.response_timeout;
+        let answers = gather(
+            self.inner.servers.iter().map(|s| async move {
+                let b = s.get()?;
+                tokio::time::timeout(bound, b.keep_if_alone(key, token))
+                    .await
+                    .ok()?
+                    .ok()
+            }),
+            |_| false,
+        )
+        .await;
+        let count = |kept: Kept| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Some(Some(k)) if *k == kept))
+                .count()
+        };
+        let (alone, released) = (count(Kept::Alone), count(Kept::Released));
+        let answered = alone + released + count(Kept::NotOurs);
+        if released == 0 && alone >= quorum {
+            return Ok(Kept::Alone);
+        }
+        if released > 0 {
             let tasks = self.release_on(key, token, |_| true);
-            return Ok(if self.released(key, tasks).await? {
+            let rest = self.released_count(tasks).await;
+            return Ok(if released + rest >= quorum {
                 Kept::Released
             } else {
                 Kept::NotOurs
             });
         }
-        // keep.lua on each server: with no queue (Redlock never makes one) it only checks the
-        // token is still there, changing nothing.
-        let bound = self.inner.settings.response_timeout;
-        let answers = gather(
-            self.inner.servers.iter().map(|s| async move {
-                let b = s.get()?;
-                match tokio::time::timeout(bound, b.keep_if_alone(key, token)).await {
-                    Ok(Ok(kept)) => Some(kept == Kept::Alone),
-                    _ => None,
-                }
-            }),
-            |_| false,
-        )
-        .await;
-        let yes = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(true))))
-            .count();
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(_))))
-            .count();
-        if yes >= self.inner.quorum {
-            let mut kept = self.inner.kept.lock();
-            if kept.len() >= KEPT_MAX {
-                kept.clear();
-            }
-            kept.insert(token.clone());
-            return Ok(Kept::Alone);
+        if alone + (n - answered) >= quorum {
+            return Err(self.no_quorum("release", Some(key.user()), answered));
         }
-        self.quorum_or("release", Some(key.user()), answered)?;
         Ok(Kept::NotOurs)
     }
 
@@ -689,7 +749,9 @@ impl RedlockBackend {
         if yes >= quorum {
             return Ok(true);
         }
-        self.quorum_or("store result", Some(key.user()), answered)?;
+        if yes + (n - answered) >= quorum {
+            return Err(self.no_quorum("store result", Some(key.user()), answered));
+        }
         Ok(false)
     }
 
@@ -1087,7 +1149,6 @@ impl RedlockBackendBuilder {
             quorum: self.urls.len() / 2 + 1,
             settings: self.settings,
             reconnects,
-            kept: Mutex::default(),
             stragglers: Mutex::default(),
         });
         let up = backends.iter().flatten().count();

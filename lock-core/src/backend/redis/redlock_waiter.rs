@@ -1,0 +1,36 @@
+//! For the Redlock backend (`backend::redlock`): a waiter's announcement in a lock's queue on
+//! one server, without a token (see `scripts/redlock_waiter.lua`): releases there then publish
+//! on the lock's channel, and never hand the lock over.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{RedisBackend, millis};
+use crate::LockError;
+use crate::key::LockKey;
+
+static WAITER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redlock_waiter.lua")));
+
+impl RedisBackend {
+    /// Announces `ticket` as a waiter of `key` for `ttl` (refreshing it), or takes it out
+    /// (`announce` false).
+    pub(crate) async fn redlock_waiter(
+        &self,
+        key: &LockKey,
+        ticket: &str,
+        ttl: Duration,
+        announce: bool,
+    ) -> Result<(), LockError> {
+        let mut call = WAITER.prepare_invoke();
+        call.key(key.queue())
+            .key(key.waiters())
+            .arg(ticket)
+            .arg(millis(ttl))
+            .arg(if announce { "1" } else { "0" });
+        self.invoke(&call, "wait", Some(key.user())).await?;
+        Ok(())
+    }
+}
