@@ -402,3 +402,88 @@ async fn the_readme_acl_rule_is_enough_through_a_failover() {
         .await
         .expect("release");
 }
+
+/// The host of the primary and of the sentinel the locker listens to goes silent (both
+/// stopped, not refused): the other sentinels fail over, and the locker, with no command in
+/// flight to notice anything, follows the new primary all the same (its listener's
+/// connection is pinged, and one that does not answer is left for the next sentinel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_primary_and_listened_sentinel_are_left_for_the_new_primary() {
+    let mut set = RedisSentinelSet::start().await;
+    let backend = connect(&set).await;
+    let locker = Locker::builder(backend.clone()).build();
+    drop(locker.lock("before").await.expect("lock before"));
+    // The locker listens to the first sentinel that answered: the first one.
+    set.sentinel_mut(0).pause();
+    let old = set.primary().port();
+    set.primary_mut().pause();
+    let new = set.wait_for_new_primary(old, Duration::from_secs(30)).await;
+    follows(&backend, new).await;
+    locker
+        .lock("after")
+        .await
+        .expect("lock on the new primary")
+        .release()
+        .await
+        .expect("release");
+    set.sentinel_mut(0).resume();
+    let index = set.servers().iter().position(|s| s.port() == old).unwrap();
+    set.server_mut(index).resume();
+}
+
+/// An acquire answered by the old primary after the locker followed the new one (the old
+/// primary takes writes until it is demoted) is sent again to the new primary: the lock the
+/// caller gets is on the new primary, not only on the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_of_the_old_primary_after_the_move_is_not_taken() {
+    let mut set = RedisSentinelSet::start().await;
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    // Answers may take seconds here (the old primary's writes are paused): no timeout cuts
+    // the acquire short.
+    let backend = RedisSentinelBackend::builder(&urls, set.master_name())
+        .response_timeout(Duration::from_secs(15))
+        .connect()
+        .await
+        .expect("connect");
+    let locker = Locker::builder(backend.clone()).build();
+    drop(locker.lock("warm").await.expect("lock"));
+    let old_index = set
+        .servers()
+        .iter()
+        .position(|s| s.port() == set.primary().port())
+        .unwrap();
+    let () = set
+        .primary()
+        .query(
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(15_000)
+                .arg("WRITE")
+                .clone(),
+        )
+        .await;
+    let acquiring = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("in-flight").wait(SOON).await })
+    };
+    set.failover().await;
+    follows(&backend, set.primary().port()).await;
+    assert!(
+        !acquiring.is_finished(),
+        "the acquire waits on the paused old primary"
+    );
+    let () = set.servers()[old_index]
+        .query(redis::cmd("CLIENT").arg("UNPAUSE").clone())
+        .await;
+    let guard = tokio::time::timeout(SOON, acquiring)
+        .await
+        .expect("the acquire ends")
+        .expect("task")
+        .expect("lock");
+    assert!(
+        set.primary().exists("lock:{in-flight}").await,
+        "the lock the caller got is on the new primary"
+    );
+    guard.release().await.expect("release");
+}

@@ -366,7 +366,7 @@ impl BackendKind {
 }
 
 /// Runs `futures` concurrently; their outputs in order.
-#[cfg(feature = "cluster")]
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 pub(crate) async fn join_all<'a, T>(
     futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>>,
 ) -> Vec<T> {

@@ -184,10 +184,11 @@ async fn watch_connection(
 ) {
     let mut delay = WATCH_RETRY_MIN;
     loop {
-        let Some(client) = client() else { return };
+        // Marked seen before the server is read: a move in between is seen again at once.
         if let Some(moves) = moves.as_mut() {
             moves.borrow_and_update();
         }
+        let Some(client) = client() else { return };
         let (push_tx, mut pushes) = mpsc::unbounded_channel();
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))

@@ -23,10 +23,14 @@ use crate::LockError;
 use crate::backend::redis::connect::with_resp3;
 use crate::sync::Mutex;
 
-/// A resolution that found no new primary is not repeated sooner than this (every failing
-/// command asks for one while the primary is down: the sentinels are asked a few times a
-/// second, not once per command).
+/// A resolution that found no new primary is not repeated sooner than this, doubled after each
+/// such resolution up to [`RECHECK_MAX`] (every failing command asks for one while the primary
+/// is down: the sentinels are asked a few times a second at most, not once per command).
 const RECHECK: Duration = Duration::from_millis(100);
+const RECHECK_MAX: Duration = Duration::from_secs(1);
+/// How often the `+switch-master` listener checks that its sentinel still answers (an idle
+/// connection to a vanished host would otherwise stay silent for minutes).
+const LISTEN_PING: Duration = Duration::from_secs(1);
 /// Backoff of the `+switch-master` listener's reconnections.
 const LISTEN_RETRY_MIN: Duration = Duration::from_millis(50);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
@@ -60,8 +64,8 @@ pub(crate) struct Master {
     generation: watch::Sender<u64>,
     /// One resolution at a time.
     following: AsyncMutex<()>,
-    /// When a resolution last found nothing new.
-    checked: Mutex<Option<Instant>>,
+    /// When a resolution last found nothing new, and how many did so in a row.
+    checked: Mutex<(Option<Instant>, u32)>,
     /// The `+switch-master` listener (aborted with the backend).
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -78,7 +82,7 @@ impl Master {
     /// Asks the sentinels for the primary, connects to it, and starts listening for
     /// failovers.
     pub(crate) async fn connect(settings: SentinelSettings) -> Result<Arc<Self>, LockError> {
-        let addr = resolve(&settings).await?;
+        let addr = resolve(&settings, None).await?;
         let (client, conn) = open(&settings, &addr).await?;
         let master = Arc::new(Master {
             settings,
@@ -123,9 +127,10 @@ impl Master {
     }
 
     /// Makes sure the connection follows the primary the sentinels name now; `true` when it
-    /// moved since generation `seen` (by this call or another). A call that finds nothing new
-    /// is not repeated within [`RECHECK`] unless `force`d (a sentinel said the primary moved).
-    pub(crate) async fn follow(&self, seen: u64, force: bool) -> bool {
+    /// moved since generation `seen` (by this call or another). `announced` is the address a
+    /// sentinel's `+switch-master` named: tried first (once it answers as a primary), and the
+    /// call is not subject to the back-off that spaces resolutions which found nothing new.
+    pub(crate) async fn follow(&self, seen: u64, announced: Option<(String, u16)>) -> bool {
         if self.generation() != seen {
             return true;
         }
@@ -133,55 +138,95 @@ impl Master {
         if self.generation() != seen {
             return true;
         }
-        if !force && self.checked.lock().is_some_and(|at| at.elapsed() < RECHECK) {
-            return false;
-        }
-        let moved = match resolve(&self.settings).await {
-            Ok(addr) if addr != self.current.lock().addr => {
-                match open(&self.settings, &addr).await {
-                    Ok((client, conn)) => {
-                        tracing::warn!(
-                            primary = %format!("{}:{}", addr.0, addr.1),
-                            "the Redis primary moved (Sentinel failover); following it and checking every held lock"
-                        );
-                        *self.current.lock() = Current { addr, client, conn };
-                        self.generation.send_modify(|g| *g = g.wrapping_add(1));
-                        true
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "cannot connect to the new Redis primary yet");
-                        false
-                    }
-                }
+        if announced.is_none() {
+            let (at, misses) = *self.checked.lock();
+            let wait = RECHECK.saturating_mul(1 << misses.min(4)).min(RECHECK_MAX);
+            if at.is_some_and(|at| at.elapsed() < wait) {
+                return false;
             }
+        }
+        let current = self.current.lock().addr.clone();
+        let found = match announced {
+            Some(addr) if is_primary(&self.settings, &addr).await.is_ok() => Ok(addr),
+            _ => resolve(&self.settings, Some(&current)).await,
+        };
+        let moved = match found {
+            Ok(addr) if addr != current => match open(&self.settings, &addr).await {
+                Ok((client, conn)) => {
+                    tracing::warn!(
+                        primary = %format!("{}:{}", addr.0, addr.1),
+                        "the Redis primary moved (Sentinel failover); following it and checking every held lock"
+                    );
+                    *self.current.lock() = Current { addr, client, conn };
+                    self.generation.send_modify(|g| *g = g.wrapping_add(1));
+                    true
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot connect to the new Redis primary yet");
+                    false
+                }
+            },
             Ok(_) => false,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot learn the Redis primary from the sentinels");
                 false
             }
         };
-        if !moved {
-            *self.checked.lock() = Some(Instant::now());
-        }
+        let mut checked = self.checked.lock();
+        *checked = if moved {
+            (None, 0)
+        } else {
+            (Some(Instant::now()), checked.1.saturating_add(1))
+        };
         moved
+    }
+
+    /// [`follow`](Self::follow) on a task of its own, awaited for at most one connect and one
+    /// answer: a caller's command is never held longer than that by sentinels that do not
+    /// answer (the resolution goes on without it).
+    async fn follow_bounded(self: &Arc<Self>, seen: u64) -> bool {
+        let master = self.clone();
+        let Some(task) = crate::background::spawn(async move { master.follow(seen, None).await })
+        else {
+            return false;
+        };
+        let bound = self.settings.connect_timeout + self.settings.response_timeout;
+        matches!(tokio::time::timeout(bound, task).await, Ok(Ok(true)))
     }
 }
 
 /// Whether `e` says the address may no longer be the primary: it refuses writes (a demoted
-/// primary), or cannot be reached.
+/// primary), cannot be reached, or does not answer in time (a host gone silent).
 pub(crate) fn says_moved(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
         || e.to_string().contains("READONLY")
         || e.is_connection_refusal()
         || e.is_connection_dropped()
-        || (e.is_io_error() && !e.is_timeout())
+        || e.is_io_error()
+        || e.is_timeout()
+}
+
+/// Whether a pipeline's answers hold a `READONLY` refusal (a pipeline's errors come back
+/// inside its answers, not as its error).
+fn refused_readonly(values: &[Value]) -> bool {
+    values.iter().any(|v| match v {
+        Value::ServerError(e) => {
+            e.kind() == Some(redis::ServerErrorKind::ReadOnly)
+                || e.code() == "READONLY"
+                || e.details().is_some_and(|d| d.contains("READONLY"))
+        }
+        Value::Array(items) => refused_readonly(items),
+        _ => false,
+    })
 }
 
 /// The command connection of a Sentinel backend: the current primary's connection manager.
 /// A command refused in a way that says the primary may have moved has the sentinels asked;
-/// when they name a new primary, the command is sent once more, there (every command of the
-/// backend is safe to send twice: the acquire recognises its own token, the others compare
-/// it; a `READONLY` answer ran nothing).
+/// when they name a new primary, the command is sent once more, there. So is a command whose
+/// answer came while the primary moved (from the old primary, which may take writes for
+/// seconds after the promotion): every answer a caller gets is the current primary's. Every
+/// command of the backend is safe to send twice: the acquire recognises its own token, the
+/// others compare it; a `READONLY` answer ran nothing.
 #[derive(Clone)]
 pub(crate) struct SentinelConn {
     master: Arc<Master>,
@@ -191,18 +236,35 @@ impl SentinelConn {
     pub(crate) fn new(master: Arc<Master>) -> Self {
         SentinelConn { master }
     }
+
+    /// Whether `answer` (sent at `generation`) must be sent again on the current primary.
+    async fn again<T>(
+        &self,
+        answer: &redis::RedisResult<T>,
+        generation: u64,
+        refused: impl Fn(&T) -> bool,
+    ) -> bool {
+        let moved_away = match answer {
+            Ok(v) => refused(v),
+            Err(e) => says_moved(e),
+        };
+        if moved_away {
+            self.master.follow_bounded(generation).await
+        } else {
+            self.master.generation() != generation
+        }
+    }
 }
 
 impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let (mut conn, generation) = self.master.conn();
-            match conn.req_packed_command(cmd).await {
-                Err(e) if says_moved(&e) && self.master.follow(generation, false).await => {
-                    self.master.conn().0.req_packed_command(cmd).await
-                }
-                answer => answer,
+            let answer = conn.req_packed_command(cmd).await;
+            if self.again(&answer, generation, |_| false).await {
+                return self.master.conn().0.req_packed_command(cmd).await;
             }
+            answer
         })
     }
 
@@ -214,16 +276,17 @@ impl ConnectionLike for SentinelConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
             let (mut conn, generation) = self.master.conn();
-            match conn.req_packed_commands(pipeline, offset, count).await {
-                Err(e) if says_moved(&e) && self.master.follow(generation, false).await => {
-                    self.master
-                        .conn()
-                        .0
-                        .req_packed_commands(pipeline, offset, count)
-                        .await
-                }
-                answer => answer,
+            let answer = conn.req_packed_commands(pipeline, offset, count).await;
+            let refused = |values: &Vec<Value>| refused_readonly(values);
+            if self.again(&answer, generation, refused).await {
+                return self
+                    .master
+                    .conn()
+                    .0
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
             }
+            answer
         })
     }
 
@@ -237,45 +300,47 @@ impl ConnectionLike for SentinelConn {
 #[error("{0}")]
 struct SentinelError(String);
 
-/// Asks the sentinels, in order, for the primary of `settings.master_name`, and checks that
-/// the address named really is a primary (the role in its `HELLO`); the first sentinel whose answer checks out
-/// wins.
-async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError> {
+/// Asks every sentinel at once for the primary of `settings.master_name` and takes the address
+/// most of the answering sentinels name (on a tie, `current`: a sentinel that has not heard of
+/// a failover yet must not move the backend back and forth), once it answers as a primary
+/// (the role in its `HELLO`); else the next most named.
+async fn resolve(
+    settings: &SentinelSettings,
+    current: Option<&(String, u16)>,
+) -> Result<(String, u16), LockError> {
+    let asks = settings
+        .sentinels
+        .iter()
+        .map(|sentinel| {
+            Box::pin(async move {
+                let mut conn = connect_once(sentinel.clone(), settings).await?;
+                let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&settings.master_name)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                addr.ok_or_else(|| {
+                    format!(
+                        "the sentinel monitors no primary named {:?}",
+                        settings.master_name
+                    )
+                })
+            })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = Result<_, String>> + Send>>
+        })
+        .collect();
+    let mut named = Vec::new();
     let mut last: Option<String> = None;
-    for sentinel in &settings.sentinels {
-        let answer = async {
-            let mut conn = connect_once(sentinel.clone(), settings).await?;
-            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(&settings.master_name)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            let addr = addr.ok_or_else(|| {
-                format!(
-                    "the sentinel monitors no primary named {:?}",
-                    settings.master_name
-                )
-            })?;
-            let mut primary = connect_once(master_info(settings, &addr)?, settings).await?;
-            // HELLO (no version: the connection's protocol stays) tells the role and needs
-            // only @connection, which the lock's ACL rule has (ROLE is @dangerous).
-            let hello: Value = redis::cmd("HELLO")
-                .query_async(&mut primary)
-                .await
-                .map_err(|e| e.to_string())?;
-            match role(&hello) {
-                Some(b"master") => Ok(addr),
-                other => Err(format!(
-                    "{}:{} is not a primary (yet): its role is {:?}",
-                    addr.0,
-                    addr.1,
-                    other.map(String::from_utf8_lossy)
-                )),
-            }
-        };
-        match answer.await {
-            Ok(addr) => return Ok(addr),
+    for answer in crate::backend::join_all(asks).await {
+        match answer {
+            Ok(addr) => named.push(addr),
+            Err(e) => last = Some(e),
+        }
+    }
+    for addr in ranked(named, current) {
+        match is_primary(settings, &addr).await {
+            Ok(()) => return Ok(addr),
             Err(e) => last = Some(e),
         }
     }
@@ -284,6 +349,39 @@ async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError
         None,
         SentinelError(last.unwrap_or_else(|| "no sentinel given".to_owned())),
     ))
+}
+
+/// The addresses the sentinels named, most named first; on a tie, `current` first.
+fn ranked(named: Vec<(String, u16)>, current: Option<&(String, u16)>) -> Vec<(String, u16)> {
+    let mut counts: Vec<((String, u16), usize)> = Vec::new();
+    for addr in named {
+        match counts.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((addr, 1)),
+        }
+    }
+    counts.sort_by_key(|(addr, n)| (std::cmp::Reverse(*n), Some(addr) != current));
+    counts.into_iter().map(|(addr, _)| addr).collect()
+}
+
+/// `Ok` when the server at `addr` says it is a primary.
+async fn is_primary(settings: &SentinelSettings, addr: &(String, u16)) -> Result<(), String> {
+    let mut primary = connect_once(master_info(settings, addr)?, settings).await?;
+    // HELLO (no version: the connection's protocol stays) tells the role and needs only
+    // @connection, which the lock's ACL rule has (ROLE is @dangerous).
+    let hello: Value = redis::cmd("HELLO")
+        .query_async(&mut primary)
+        .await
+        .map_err(|e| e.to_string())?;
+    match role(&hello) {
+        Some(b"master") => Ok(()),
+        other => Err(format!(
+            "{}:{} is not a primary (yet): its role is {:?}",
+            addr.0,
+            addr.1,
+            other.map(String::from_utf8_lossy)
+        )),
+    }
 }
 
 /// The `role` field of a `HELLO` answer (a map in RESP3, pairs in a flat array in RESP2).
@@ -365,10 +463,42 @@ async fn open(
     Ok((client, conn))
 }
 
+/// The new primary a `+switch-master` message names, when it is about `name` (its payload is
+/// `"<name> <old ip> <old port> <new ip> <new port>"`).
+fn switched(data: &[Value], name: &str) -> Option<(String, u16)> {
+    let Some(Value::BulkString(payload)) = data.get(1) else {
+        return None;
+    };
+    let payload = std::str::from_utf8(payload).ok()?;
+    match payload.split(' ').collect::<Vec<_>>().as_slice() {
+        [n, _, _, ip, port] if *n == name => Some(((*ip).to_owned(), port.parse().ok()?)),
+        _ => None,
+    }
+}
+
+/// Follows the primary a sentinel announced, trying again for a while when it does not answer
+/// as a primary yet or cannot be connected to (the announcement is not repeated).
+async fn follow_announced(master: &Master, announced: (String, u16)) {
+    let mut delay = LISTEN_RETRY_MIN;
+    let until = Instant::now() + master.settings.connect_timeout * 5;
+    loop {
+        let seen = master.generation();
+        if master.current.lock().addr == announced
+            || master.follow(seen, Some(announced.clone())).await
+            || Instant::now() >= until
+        {
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(LISTEN_RETRY_MAX);
+    }
+}
+
 /// Listens for `+switch-master` on one sentinel at a time (the next one when it drops), and
 /// has the master follow the primary each time its name is in one; also after each
-/// (re)connection, since a failover may have happened while nobody listened. Ends with the
-/// backend.
+/// (re)connection, since a failover may have happened while nobody listened. The connection is
+/// pinged every [`LISTEN_PING`]: one that does not answer is left for the next sentinel. Ends
+/// with the backend.
 async fn listen(master: Weak<Master>) {
     let mut delay = LISTEN_RETRY_MIN;
     let mut next = 0usize;
@@ -392,7 +522,7 @@ async fn listen(master: Weak<Master>) {
             conn.subscribe("+switch-master").await?;
             Ok::<_, redis::RedisError>(conn)
         };
-        let conn = match subscribed.await {
+        let mut conn = match subscribed.await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::debug!(error = %e, "cannot listen to a sentinel; trying the next one");
@@ -405,25 +535,31 @@ async fn listen(master: Weak<Master>) {
         // A failover while nobody listened.
         match master.upgrade() {
             Some(m) => {
-                m.follow(seen, true).await;
+                *m.checked.lock() = (None, 0);
+                m.follow(seen, None).await;
             }
             None => return,
         }
-        while let Some(push) = pushes.recv().await {
+        let mut ping = tokio::time::interval(LISTEN_PING);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let push = tokio::select! {
+                push = pushes.recv() => push,
+                _ = ping.tick() => {
+                    // A sentinel (or its host) gone silent: listen to the next one.
+                    if redis::cmd("PING").exec_async(&mut conn).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let Some(push) = push else { break };
             match push.kind {
                 PushKind::Disconnection => break,
                 PushKind::Message => {
-                    // "<name> <old ip> <old port> <new ip> <new port>"
-                    let about_ours = matches!(
-                        push.data.get(1),
-                        Some(Value::BulkString(payload))
-                            if payload.split(|b| *b == b' ').next()
-                                == Some(settings.master_name.as_bytes())
-                    );
-                    if about_ours {
+                    if let Some(announced) = switched(&push.data, &settings.master_name) {
                         let Some(m) = master.upgrade() else { return };
-                        let seen = m.generation();
-                        m.follow(seen, true).await;
+                        follow_announced(&m, announced).await;
                     }
                 }
                 _ => {}
@@ -463,5 +599,54 @@ mod tests {
         assert_eq!(role(&resp3), Some(b"replica".as_slice()));
         assert_eq!(role(&Value::Nil), None);
         assert_eq!(role(&Value::Array(vec![bulk("role")])), None);
+    }
+
+    #[test]
+    fn the_most_named_primary_wins_and_a_tie_keeps_the_current_one() {
+        let a = ("10.0.0.1".to_owned(), 6379);
+        let b = ("10.0.0.2".to_owned(), 6379);
+        // One stale sentinel names the old primary, two the new one.
+        assert_eq!(
+            ranked(vec![a.clone(), b.clone(), b.clone()], Some(&a)),
+            vec![b.clone(), a.clone()]
+        );
+        // A tie does not move the backend.
+        assert_eq!(
+            ranked(vec![b.clone(), a.clone()], Some(&a)),
+            vec![a.clone(), b.clone()]
+        );
+        assert_eq!(ranked(vec![b.clone(), a.clone()], Some(&b))[0], b);
+        assert!(ranked(Vec::new(), None).is_empty());
+    }
+
+    #[test]
+    fn a_switch_names_the_new_primary_of_our_name_only() {
+        let msg = |s: &str| {
+            vec![
+                Value::BulkString(b"+switch-master".to_vec()),
+                Value::BulkString(s.as_bytes().to_vec()),
+            ]
+        };
+        assert_eq!(
+            switched(&msg("mymaster 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"),
+            Some(("10.0.0.2".to_owned(), 6380))
+        );
+        assert_eq!(
+            switched(&msg("other 10.0.0.1 6379 10.0.0.2 6380"), "mymaster"),
+            None
+        );
+        assert_eq!(switched(&msg("mymaster 10.0.0.1 6379"), "mymaster"), None);
+        assert_eq!(switched(&msg("mymaster a b c notaport"), "mymaster"), None);
+    }
+
+    #[test]
+    fn readonly_is_found_inside_a_pipelines_answers() {
+        let readonly =
+            redis::parse_redis_value(b"-READONLY You can't write against a read only replica.\r\n")
+                .expect("an error reply");
+        assert!(matches!(readonly, Value::ServerError(_)));
+        assert!(refused_readonly(&[Value::Okay, readonly.clone()]));
+        assert!(refused_readonly(&[Value::Array(vec![readonly])]));
+        assert!(!refused_readonly(&[Value::Okay, Value::Int(1)]));
     }
 }

@@ -25,16 +25,28 @@ pub(crate) use master::{Master, SentinelConn, SentinelSettings};
 /// release notifications and the connection watcher move to it, and the command that failed
 /// is sent once more there.
 ///
+/// Every answer a caller gets is the current primary's: a command answered while the primary
+/// moved is sent again on the new one. The sentinels are all asked at once and the address
+/// most of them name wins (on a tie, the current one), so a sentinel that has not heard of a
+/// failover yet does not move the backend back; a sentinel's `+switch-master` names the new
+/// primary directly. The listened sentinel is pinged every second, the next one listened to
+/// when it does not answer; a primary that does not answer in time has the sentinels asked
+/// too.
+///
 /// What a failover means for a held lock: replication is asynchronous, so a lock written to a
 /// primary that fails before its replica got it is gone after the failover. Every held lock
 /// is checked at once when the primary moved; a lock found missing is reported lost to its
 /// holder ([`LockGuard::lost`](crate::LockGuard::lost), and `run` cancels its body). A
-/// lock that is not missing is kept. Fencing tokens never go backwards across a failover
-/// (they are floored at the server's clock), so a store that checks them turns away the
-/// writes of a holder that lost its lock this way. While no primary answers (between the
-/// crash and the promotion, a few seconds with Sentinel's defaults), lock requests fail with
-/// [`LockError::Backend`]; the backend serves locks again as soon as the new primary is named,
-/// without a restart.
+/// lock that is not missing is kept. Until then, two holders are possible: another process
+/// can take the missing lock on the new primary, and the old primary takes writes until the
+/// sentinels demote it (a split brain of seconds, longer under a partition;
+/// `min-replicas-to-write` on the primary bounds it). Fencing tokens never go backwards across
+/// a failover as long as the new primary's clock is not behind the old one's (each is at
+/// least the last one plus 1, and never below the server clock in µs), so a store that checks
+/// them turns away the writes of a holder that lost its lock this way. While no primary
+/// answers (between the crash and the promotion, a few seconds with Sentinel's defaults),
+/// lock requests fail with [`LockError::Backend`]; the backend serves locks again as soon as
+/// the new primary is named, without a restart.
 ///
 /// Clones share the connections.
 ///
