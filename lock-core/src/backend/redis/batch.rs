@@ -19,7 +19,6 @@
 //! an acquire that then succeeds for nobody is released by the batch itself, as the lone path's
 //! `InFlight` does. Batches never form on a cluster-mode node: their keys would span slots.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use redis::Value;
@@ -28,6 +27,7 @@ use tokio::sync::oneshot;
 use super::{RedisBackend, millis};
 use crate::LockError;
 use crate::key::LockKey;
+use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 
 /// How many requests of one kind go out alone at once before the next ones wait for a batch.
@@ -68,8 +68,7 @@ pub(crate) struct Lane {
 
 impl Lane {
     fn state(&self) -> MutexGuard<'_, State> {
-        // The state is consistent between statements: a panic elsewhere leaves it usable.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 }
 
