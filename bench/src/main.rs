@@ -35,10 +35,11 @@ usage: lock-bench [--quick] [--out PATH] [--redis-url URL] [--only SECTION]
   --quick          a few seconds per run, for CI (the figures are not meaningful)
   --out PATH       where to write the Markdown report (default: BENCHMARKS.md at the workspace
                    root); the handoff plot goes next to it as <stem>-handoff.svg
-  --redis-url URL  benchmark this Redis instead of starting one (also: REDIS_URL)
+  --redis-url URL  benchmark this Redis instead of starting one (also: REDIS_URL); the
+                   cluster and redlock sections always start their own servers
   --only SECTION   run one section and print its table rows and a note naming the run on
                    stdout, no report written (a partial run); sections: latency throughput
-                   handoff hot watchdog layer idempotency
+                   handoff hot watchdog layer idempotency cluster redlock
 ";
 
 /// Command-line options of the report binary.

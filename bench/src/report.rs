@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::designs::{Kind, LOCAL_HOLD, LOCAL_TURNS};
 use crate::machine::Machine;
 use crate::scenarios::{
-    Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory, Plan, Throughput, Uncontended,
-    Watchdog,
+    CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory,
+    PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
 };
 use crate::stats::{Latencies, fmt_ns, fmt_rate, group};
 use crate::svg::{Marker, Series, cdf_chart};
@@ -31,6 +31,8 @@ const LAYER_NS: u64 = 5_000;
 /// A replay on Redis is one round trip: met while its p50 is at most this many PING p50s
 /// (PING measured in the same rounds; the slack is the layer's own work and the script).
 const REPLAY_X_PING: f64 = 1.5;
+/// Many keys on the cluster: above one server's cycles/s in the same run (issue 16).
+const CLUSTER_X_SINGLE: f64 = 1.0;
 
 /// Everything one run measured.
 #[derive(Debug)]
@@ -47,6 +49,8 @@ pub(crate) struct Results {
     pub(crate) watchdog: Watchdog,
     pub(crate) layer: Layer,
     pub(crate) idempotency: Idempotency,
+    pub(crate) cluster: Cluster,
+    pub(crate) redlock: Redlock,
     pub(crate) elapsed: Duration,
 }
 
@@ -73,6 +77,8 @@ fn results(r: &Results) -> String {
         watchdog_row(&r.watchdog),
         layer_rows(&r.layer),
         idempotency_rows(&r.idempotency),
+        cluster_rows(&r.cluster),
+        redlock_rows(&r.redlock),
     ]
     .concat()
 }
@@ -339,6 +345,60 @@ pub(crate) fn idempotency_rows(i: &Idempotency) -> String {
     )
 }
 
+/// Redis Cluster against one server in the same run: many keys in parallel, and uncontended
+/// lock + release against a PING through the cluster connection.
+pub(crate) fn cluster_rows(c: &Cluster) -> String {
+    let mut s = String::new();
+    let servers = PRIMARIES + 1;
+    let cell = |(rate, cpu): (f64, f64)| {
+        let rate = fmt_rate(rate);
+        format!("{rate}; Redis CPU {cpu:.1} µs/cycle (all {servers} servers)")
+    };
+    for l in &c.levels {
+        let x = l.ours[0].0 / l.ours[1].0;
+        let set_x = l.set[0].0 / l.set[1].0;
+        let _ = writeln!(
+            s,
+            "| Redis Cluster, {PRIMARIES} primaries: many keys in parallel, {} tasks (lock cycles/s) | {} | n/a | n/a (rslock's cluster mode is not built here) | one redis-server, same run: {}; context: redis-rs SET cluster {} vs one server {} ({set_x:.2}×); **{} cores shared by the client and all {servers} servers** | {x:.2}× one server | > {CLUSTER_X_SINGLE:.0}× one server's cycles/s | {} |",
+            l.tasks,
+            cell(l.ours[0]),
+            cell(l.ours[1]),
+            fmt_rate(l.set[0].0),
+            fmt_rate(l.set[1].0),
+            c.cores,
+            met(x > CLUSTER_X_SINGLE),
+        );
+    }
+    let (ping, single_ping) = (c.ping.p50(), c.single_ping.p50());
+    let x = ratio(c.ours.p50(), ping);
+    let _ = writeln!(
+        s,
+        "| Redis Cluster, {PRIMARIES} primaries: uncontended lock + release | {} | n/a | n/a | PING through a redis-rs cluster connection to the key's primary: {}; context, one redis-server: lock + release p50 {}, PING p50 {} ({:.2}×) | {x:.2}× cluster PING | p50 ≤ {UNCONTENDED_X_PING}× PING | {} |",
+        c.ours.summary(),
+        c.ping.summary(),
+        fmt_ns(c.single_ours.p50()),
+        fmt_ns(single_ping),
+        ratio(c.single_ours.p50(), single_ping),
+        met(x <= UNCONTENDED_X_PING),
+    );
+    s
+}
+
+/// Redlock on independent servers against one PING round trip, beside rslock's Redlock.
+pub(crate) fn redlock_rows(r: &Redlock) -> String {
+    let ping = r.ping.p50();
+    let [x, xr] = [&r.ours, &r.rslock].map(|l| ratio(l.p50(), ping));
+    format!(
+        "| Redlock, {REDLOCK_SERVERS} servers: uncontended lock + release | {} | n/a | {} | PING to one server: {}; one PING to each of the {REDLOCK_SERVERS} at once: p50 {} ({:.2}× PING) | {x:.2}× PING (rslock {xr:.2}×) | p50 ≤ {UNCONTENDED_X_PING}× PING and ≤ rslock's ratio | {} |\n",
+        r.ours.summary(),
+        r.rslock.summary(),
+        r.ping.summary(),
+        fmt_ns(r.ping_all.p50()),
+        ratio(r.ping_all.p50(), ping),
+        met(x <= UNCONTENDED_X_PING && x <= xr),
+    )
+}
+
 fn or_none(s: &str) -> &str {
     if s.is_empty() { "none" } else { s }
 }
@@ -452,6 +512,26 @@ fn method(r: &Results) -> String {
   request on a distinct key, the same locker's bare lock + release on that key, a PING, so
   the three p50s are comparable; the goal is the layered p50 over the PING p50. Requests per
   layered request: `INFO commandstats` around the warm-up requests.
+- **Redis Cluster**: the bench starts {PRIMARIES} primaries (no replicas) with the test kit's
+  `RedisCluster` and one more redis-server (same options, no cluster mode), all on this
+  machine: **its {nproc} cores run the bench's client and every server at once**, so 3 shards
+  cannot have 3 times the CPU of one; the figures show what sharding costs and gives here, not
+  on separate hosts. Ours is `Locker::redis_cluster(&urls)` against `Locker::redis(url)`
+  (both lock-core's defaults: lease 30 s, watchdog on). Many keys: the many-keys loop above at
+  {tasks:?} tasks (keys `mk:<task>:<i>`, spread over the 16384 slots by their hash tag), the
+  contenders in turn for {passes} windows each, median window; *Redis CPU* is summed over
+  every server of the section (the idle ones add their idle ticks). redis-rs SET with the same
+  tasks on one cluster connection against one `ConnectionManager` is context: the ratio the
+  client and servers give without a lock. Uncontended: one task, lock then release over 16
+  keys, in {rounds} interleaved rounds with a PING through a redis-rs cluster connection
+  (RESP2, as lock-core's command connection) routed to the primary that serves the key's slot
+  (unrouted, redis-rs sends PING to every primary), and the same two on the one server.
+- **Redlock**: {servers} independent redis-servers started by the bench (no persistence: a
+  bench, not a deployment; see the README on restarts). Ours is `Locker::redlock(&urls)`
+  (lock-core's defaults); rslock's is `LockManager::new(urls)` on the same servers (lease 30 s),
+  both lock then release over 16 keys in {rounds} interleaved rounds with a PING to one server
+  (the goal's round trip) and one PING to each server at once, polled together on one task
+  (context: the floor of one fanned-out round).
 - Speed claims live here, never in tests; CI only runs `--quick` to keep the harness alive (quick
   figures are not meaningful).
 ",
@@ -469,6 +549,9 @@ fn method(r: &Results) -> String {
         hold = LOCAL_HOLD,
         lease = p.watchdog_lease,
         window = p.watchdog_window,
+        nproc = r.machine.nproc,
+        tasks = CLUSTER_TASKS,
+        servers = REDLOCK_SERVERS,
     )
 }
 

@@ -34,6 +34,10 @@ const ROWS: &[&str] = &[
     "Layer overhead per request (Redis, distinct keys)",
     "Idempotency: replayed request, layer overhead (memory)",
     "Idempotency: replayed request (Redis)",
+    "Redis Cluster, 3 primaries: many keys in parallel, 64 tasks (lock cycles/s)",
+    "Redis Cluster, 3 primaries: many keys in parallel, 256 tasks (lock cycles/s)",
+    "Redis Cluster, 3 primaries: uncontended lock + release",
+    "Redlock, 5 servers: uncontended lock + release",
 ];
 
 fn scratch_dir(name: &str) -> PathBuf {

@@ -67,6 +67,39 @@ async fn halves(
     Ok(())
 }
 
+/// One round: `n` timed calls of each op in turn, cycling over `keys`; the samples go to
+/// `out` (one `Latencies` per op), or nowhere for a warm-up round.
+async fn round(
+    ops: &[Op],
+    keys: &[String],
+    n: usize,
+    mut out: Option<&mut [Latencies]>,
+) -> Result<()> {
+    for (i, op) in ops.iter().enumerate() {
+        for key in keys.iter().cycle().take(n) {
+            let fut = op.once(key);
+            let t = Instant::now();
+            fut.await?;
+            if let Some(out) = out.as_deref_mut() {
+                out[i].record_since(t);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ops` measured in `plan.rounds` interleaved rounds after a warm-up round, over the
+/// uncontended keys: one `Latencies` per op.
+pub(crate) async fn interleaved(plan: &Plan, ops: &[Op]) -> Result<Vec<Latencies>> {
+    let keys = keys("uc");
+    let mut samples = vec![Latencies::default(); ops.len()];
+    round(ops, &keys, plan.warmup, None).await?;
+    for _ in 0..plan.rounds {
+        round(ops, &keys, plan.latency_n / plan.rounds, Some(&mut samples)).await?;
+    }
+    Ok(samples)
+}
+
 pub(crate) async fn redis_latencies(plan: &Plan, target: &Target) -> Result<Uncontended> {
     let conn = target.manager().await?;
     let mut ops = vec![Op::Ping(conn.clone()), Op::Set(conn.clone())];
@@ -79,19 +112,10 @@ pub(crate) async fn redis_latencies(plan: &Plan, target: &Target) -> Result<Unco
     let (mut acquire, mut release) = (Latencies::default(), Latencies::default());
     let per_round = plan.latency_n / plan.rounds;
     // Round 0 is the warm-up: connections, scripts, caches; its samples are dropped.
-    for round in 0..=plan.rounds {
-        let n = if round == 0 { plan.warmup } else { per_round };
-        for (op, out) in ops.iter().zip(samples.iter_mut()) {
-            for key in keys.iter().cycle().take(n) {
-                let fut = op.once(key);
-                let t = Instant::now();
-                fut.await?;
-                if round > 0 {
-                    out.record_since(t);
-                }
-            }
-        }
-        let out = (round > 0).then_some((&mut acquire, &mut release));
+    for r in 0..=plan.rounds {
+        let n = if r == 0 { plan.warmup } else { per_round };
+        round(&ops, &keys, n, (r > 0).then_some(&mut samples[..])).await?;
+        let out = (r > 0).then_some((&mut acquire, &mut release));
         halves(&ours, &keys, n, Some(WAIT), out).await?;
     }
     let mut samples = samples.into_iter();

@@ -5,12 +5,17 @@ mod hot;
 mod idempotency;
 mod latency;
 mod layer;
+mod scaleout;
 mod throughput;
 mod watchdog;
 
+use std::future::Future as _;
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 use crate::designs::{Design, Kind};
 use crate::machine::Machine;
@@ -24,6 +29,7 @@ pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
 pub(crate) use latency::{Memory, Uncontended};
 pub(crate) use layer::Layer;
+pub(crate) use scaleout::{CLUSTER_TASKS, Cluster, PRIMARIES, REDLOCK_SERVERS, Redlock};
 pub(crate) use throughput::Throughput;
 pub(crate) use watchdog::Watchdog;
 
@@ -114,8 +120,15 @@ impl Plan {
 pub(crate) enum Op {
     /// redis-rs PING (the floor).
     Ping(ConnectionManager),
+    /// One PING to each server at once, all awaited (the floor of a call fanned out to them).
+    PingAll(Vec<ConnectionManager>),
     /// redis-rs SET of `bench:<key>` (the floor).
     Set(ConnectionManager),
+    /// PING through a redis-rs cluster connection, to the primary that serves our lock on the
+    /// key (the slot of `lock:{key}`); without a route redis-rs sends PING to every primary.
+    ClusterPing(ClusterConnection),
+    /// SET of `bench:<key>` through a redis-rs cluster connection (routed by the key).
+    ClusterSet(ClusterConnection),
     /// Lock + release through a design.
     Cycle(Design),
 }
@@ -123,16 +136,37 @@ pub(crate) enum Op {
 impl Op {
     async fn once(&self, key: &str) -> Result<()> {
         match self {
-            Op::Ping(conn) => {
-                redis::cmd("PING")
-                    .query_async::<String>(&mut conn.clone())
-                    .await?;
+            Op::Ping(conn) => ping(conn.clone()).await?,
+            Op::PingAll(conns) => {
+                // Polled together on this task, as a fan-out without spawning (the first error
+                // is kept).
+                let mut pings: Vec<_> = conns.iter().map(|c| Box::pin(ping(c.clone()))).collect();
+                let mut failed = None;
+                std::future::poll_fn(|cx| {
+                    pings.retain_mut(|p| match p.as_mut().poll(cx) {
+                        Poll::Pending => true,
+                        Poll::Ready(r) => {
+                            failed = failed.take().or(r.err());
+                            false
+                        }
+                    });
+                    if pings.is_empty() {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await;
+                failed.map_or(Ok(()), Err)?;
             }
-            Op::Set(conn) => {
-                let mut set = redis::cmd("SET");
-                set.arg(format!("bench:{key}")).arg("x");
-                set.query_async::<String>(&mut conn.clone()).await?;
+            Op::Set(conn) => set(&mut conn.clone(), key).await?,
+            Op::ClusterPing(conn) => {
+                let route = Route::with_key(format!("lock:{{{key}}}"), SlotAddr::Master);
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let ping = redis::cmd("PING");
+                conn.clone().route_command(ping, route).await?;
             }
+            Op::ClusterSet(conn) => set(&mut conn.clone(), key).await?,
             Op::Cycle(d) => {
                 d.release(d.lock(key, Duration::from_secs(5)).await?)
                     .await?
@@ -140,6 +174,18 @@ impl Op {
         }
         Ok(())
     }
+}
+
+async fn ping(mut conn: ConnectionManager) -> redis::RedisResult<()> {
+    redis::cmd("PING").query_async::<String>(&mut conn).await?;
+    Ok(())
+}
+
+async fn set(conn: &mut impl redis::aio::ConnectionLike, key: &str) -> redis::RedisResult<()> {
+    let mut set = redis::cmd("SET");
+    set.arg(format!("bench:{key}")).arg("x");
+    set.query_async::<String>(conn).await?;
+    Ok(())
 }
 
 /// Runs every scenario against one Redis and writes the report and the plot.
@@ -188,6 +234,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let watchdog = watchdog(&plan, &target).await?;
     let layer = layer(&plan, &target).await?;
     let idempotency = idempotency(&plan, &target).await?;
+    let cluster = cluster(&plan).await?;
+    let redlock = redlock(&plan).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -202,6 +250,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         watchdog,
         layer,
         idempotency,
+        cluster,
+        redlock,
         elapsed,
     };
     report::write(&results, &options.out)
@@ -249,6 +299,16 @@ async fn idempotency(plan: &Plan, target: &Target) -> Result<Idempotency> {
     idempotency::idempotency(plan, target).await
 }
 
+async fn cluster(plan: &Plan) -> Result<Cluster> {
+    progress("Redis Cluster (3 primaries) beside one server");
+    scaleout::cluster(plan).await
+}
+
+async fn redlock(plan: &Plan) -> Result<Redlock> {
+    progress("Redlock on 5 servers");
+    scaleout::redlock(plan).await
+}
+
 /// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a
 /// note saying where they come from (a partial run: the report is not written).
 async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine) -> Result<()> {
@@ -288,21 +348,35 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
             let i = idempotency(plan, target).await?;
             (report::idempotency_rows(&i), "bare service, PING")
         }
+        "cluster" => {
+            let c = cluster(plan).await?;
+            (
+                report::cluster_rows(&c),
+                "one redis-server, PING (cluster and one server)",
+            )
+        }
+        "redlock" => {
+            let r = redlock(plan).await?;
+            (report::redlock_rows(&r), "PING to one server and to all 5")
+        }
         other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
     };
     let n = rows.lines().count();
     let mode = if plan.quick { "quick" } else { "full" };
     let (version, tree, date) = (&machine.redis_version, &machine.tree, &machine.date);
-    let whose = if target.started.is_some() {
-        "its own"
-    } else {
-        "the given"
+    // The scale-out sections start their own servers whatever the target.
+    let whose = match (section, &target.started) {
+        ("cluster" | "redlock", _) | (_, Some(_)) => "its own",
+        (_, None) => "the given",
     };
     let note = format!(
         "\nThe {n} *{section}* rows come from a **partial run** (`lock-bench --only {section}`, \
          {mode}-mode sample counts, {whose} redis-server {version}, same machine) on {date} at \
-         {tree}; every other row is from the full run dated above. Their floors ({floors}) were \
-         measured in that partial run.\n"
+         {tree}, load average (1/5/15 min) {} at its start and {} at its end; every other row is \
+         from the full run dated above. Their floors ({floors}) were measured in that partial \
+         run.\n",
+        machine.load_start,
+        crate::machine::load_average(),
     );
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
@@ -313,7 +387,8 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
 }
 
 /// The sections `--only` can run.
-pub(crate) const SECTIONS: &str = "latency throughput handoff hot watchdog layer idempotency";
+pub(crate) const SECTIONS: &str =
+    "latency throughput handoff hot watchdog layer idempotency cluster redlock";
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {

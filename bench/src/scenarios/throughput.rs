@@ -48,25 +48,30 @@ pub(crate) struct Throughput {
     pub(crate) server_calls: [String; 3],
 }
 
-/// Redis's CPU time so far (`used_cpu_sys` + `used_cpu_user`), in seconds.
-async fn redis_cpu(conn: &mut ConnectionManager) -> Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let field = |name: &str| {
-        let v = info
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'));
-        v.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
-    };
-    Ok(field("used_cpu_sys") + field("used_cpu_user"))
+/// The CPU time so far of these Redis servers (`used_cpu_sys` + `used_cpu_user`, summed), in
+/// seconds.
+async fn redis_cpu(servers: &mut [ConnectionManager]) -> Result<f64> {
+    let mut sum = 0.0;
+    for conn in servers {
+        let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+        let field = |name: &str| {
+            let v = info
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'));
+            v.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+        };
+        sum += field("used_cpu_sys") + field("used_cpu_user");
+    }
+    Ok(sum)
 }
 
 /// Runs `op` in a loop on `tasks` tasks, each over its own keys; operations per second after
-/// `warm`, and Redis's CPU µs per operation over the same time.
+/// `warm`, and the CPU µs per operation of the servers `info` reaches over the same time.
 async fn throughput(
     op: &Op,
     tasks: usize,
     (warm, run): (Duration, Duration),
-    info: &mut ConnectionManager,
+    info: &mut [ConnectionManager],
 ) -> Result<(f64, f64)> {
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -108,6 +113,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Each contender at `tasks` tasks in `plan.throughput_passes` windows, in turn, so a burst of
+/// background load hits all of them alike: the median window's operations/s and CPU µs per
+/// operation of the servers `info` reaches, per contender.
+pub(crate) async fn passes(
+    plan: &Plan,
+    contenders: &[Op],
+    tasks: usize,
+    info: &mut [ConnectionManager],
+) -> Result<Vec<(f64, f64)>> {
+    let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
+    let mut rates = vec![(Vec::new(), Vec::new()); contenders.len()];
+    for _ in 0..plan.throughput_passes {
+        for (op, (rates, cpu)) in contenders.iter().zip(rates.iter_mut()) {
+            let times = (plan.throughput_warm, window);
+            let (rate, cpu_us) = throughput(op, tasks, times, info).await?;
+            rates.push(rate);
+            cpu.push(cpu_us);
+        }
+    }
+    let medians = rates.into_iter().map(|(r, c)| (median(r), median(c)));
+    Ok(medians.collect())
+}
+
 /// Redis server time per uncontended lock cycle of each design, on fresh keys, in
 /// interleaved rounds: the commandstats usec of the commands the clients sent.
 async fn server_time(
@@ -143,29 +171,15 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput
     let mut info = target.manager().await?;
     progress("  server time per uncontended cycle (commandstats)");
     let (server_us, server_calls) = server_time(plan, &contenders[1..], &mut info).await?;
-    let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
     let mut levels = Vec::new();
     for &tasks in &plan.concurrency {
         progress(&format!("  {tasks} tasks"));
         let requests = (plan.benchmark_requests)(tasks);
         // redis-benchmark before and after the passes; the mean of the two.
         let first = target.redis_benchmark_set(tasks, requests / 2).await?;
-        let mut rates = vec![(Vec::new(), Vec::new()); contenders.len()];
-        // Every contender runs once per pass, in turn, so a burst of background load hits all
-        // of them alike; the figure is the median pass.
-        for _ in 0..plan.throughput_passes {
-            for (op, (rates, cpu)) in contenders.iter().zip(rates.iter_mut()) {
-                let times = (plan.throughput_warm, window);
-                let (rate, cpu_us) = throughput(op, tasks, times, &mut info).await?;
-                rates.push(rate);
-                cpu.push(cpu_us);
-            }
-        }
+        let one = std::slice::from_mut(&mut info);
+        let medians = passes(plan, &contenders, tasks, one).await?;
         let second = target.redis_benchmark_set(tasks, requests / 2).await?;
-        let medians: Vec<(f64, f64)> = rates
-            .into_iter()
-            .map(|(r, c)| (median(r), median(c)))
-            .collect();
         levels.push(ManyKeys {
             tasks,
             redis_benchmark: first.zip(second).map(|(a, b)| (a + b) / 2.0),
