@@ -34,3 +34,25 @@ impl RedisBackend {
         Ok(())
     }
 }
+
+static TAKE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+});
+
+impl RedisBackend {
+    /// Deletes the lock of `key` if it holds `token`, announcing nothing: what a Redlock attempt
+    /// that did not get a majority took on this server. A delete, not an expiry: the waiter's
+    /// next attempt (same token) must not find this one's key still there and count it.
+    pub(crate) async fn redlock_take_back(
+        &self,
+        key: &LockKey,
+        token: &crate::token::Token,
+    ) -> Result<bool, LockError> {
+        let mut call = TAKE_BACK.prepare_invoke();
+        call.key(key.name()).arg(token.as_str());
+        let reply = self.invoke(&call, "release", Some(key.user())).await?;
+        Ok(reply == redis::Value::Int(1))
+    }
+}

@@ -160,6 +160,10 @@ struct Inner {
     /// token: the release on their server waits for them (a `SET` still on its way, say in the
     /// server's group commit, must not land after the release).
     stragglers: Mutex<HashMap<Token, Running>>,
+    /// Take-backs of refused attempts still running, by token and server: a waiter's next
+    /// attempt (the same token) waits on each server for the take-back there first, so it can
+    /// never find the refused attempt's key and count it, nor be deleted by it afterwards.
+    taking_back: Mutex<HashMap<Token, Vec<Option<tokio::task::JoinHandle<()>>>>>,
 }
 
 /// Acquire tasks still running, with the index of their server.
@@ -359,6 +363,13 @@ impl RedlockBackend {
             .ticket
             .filter(|t| !t.ttl.is_zero())
             .map(|t| (t.id.clone(), t.ttl));
+        let mut before = self
+            .inner
+            .taking_back
+            .lock()
+            .remove(token)
+            .unwrap_or_default();
+        before.resize_with(n, || None);
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -370,11 +381,15 @@ impl RedlockBackend {
                 .inner
                 .servers
                 .iter()
-                .map(|s| {
+                .zip(before)
+                .map(|(s, before)| {
                     let b = s.get()?.clone();
                     let (key, token) = (key.clone(), token.clone());
                     let waiter = waiter.clone();
                     background::spawn(async move {
+                        if let Some(take_back) = before {
+                            let _ = take_back.await;
+                        }
                         let plain = AttemptOptions {
                             fenced: false,
                             ticket: None,
@@ -852,10 +867,11 @@ impl RedlockBackend {
 /// One acquire attempt's tasks, one per server. Unless disarmed (the lock is ours), dropping
 /// it takes back what the attempt may have taken, on every server that did not answer "held
 /// by someone else": each server's take-back waits for that server's attempt to end (so it can
-/// never run before a `SET` still on its way), then expires the key if it still holds our
-/// token (`PEXPIRE 1`, owner-checked). An expiry, not a release: a lock that was never ours on
-/// a quorum was never announced, and a release message would wake every waiter of the key in
-/// every process for nothing (whose attempts could split the next vote, and so on).
+/// never run before a `SET` still on its way), then deletes the key if it still holds our
+/// token, announcing nothing: a lock that was never ours on a quorum was never announced, and
+/// a release message would wake every waiter of the key in every process for nothing (whose
+/// attempts could split the next vote, and so on). The next attempt with the same token (a
+/// waiter's) waits for these take-backs first (see `Inner::taking_back`).
 struct Ballot {
     backend: RedlockBackend,
     key: LockKey,
@@ -872,32 +888,35 @@ impl Drop for Ballot {
             return;
         }
         let bound = self.backend.inner.settings.response_timeout * 2;
+        let mut handles = Vec::with_capacity(self.tasks.len());
         for (i, task) in self.tasks.iter_mut().enumerate() {
             let known = self.votes.get(i).copied().flatten();
-            if matches!(known, Some(Vote::Busy(_))) {
-                continue;
-            }
-            let Some(server) = self.backend.inner.servers[i].get().cloned() else {
+            let server = self.backend.inner.servers[i].get().cloned();
+            let (Some(server), false) = (server, matches!(known, Some(Vote::Busy(_)))) else {
+                handles.push(None);
                 continue;
             };
             // A task still running (not answered, or past the per-server timeout) is awaited
             // first, whatever the attempt decided without it.
             let running = task.take().filter(|t| !t.is_finished());
-            let item = Renewal {
-                key: self.key.clone(),
-                token: self.token.clone(),
-                lease: Duration::from_millis(1),
-            };
-            background::spawn(async move {
+            let (key, token) = (self.key.clone(), self.token.clone());
+            handles.push(background::spawn(async move {
                 if let Some(task) = running
                     && let Ok(Ok(Vote::Busy(_))) = tokio::time::timeout(bound, task).await
                 {
                     return;
                 }
-                if let Err(e) = server.renew(std::slice::from_ref(&item)).await {
+                if let Err(e) = server.redlock_take_back(&key, &token).await {
                     tracing::debug!(error = %e, "taking back a failed Redlock attempt failed on one server; its lease ends it");
                 }
-            });
+            }));
+        }
+        if handles.iter().any(Option::is_some) {
+            let mut taking_back = self.backend.inner.taking_back.lock();
+            if taking_back.len() >= STRAGGLERS_MAX {
+                taking_back.retain(|_, h| h.iter().flatten().any(|h| !h.is_finished()));
+            }
+            taking_back.insert(self.token.clone(), handles);
         }
     }
 }
@@ -1150,6 +1169,7 @@ impl RedlockBackendBuilder {
             settings: self.settings,
             reconnects,
             stragglers: Mutex::default(),
+            taking_back: Mutex::default(),
         });
         let up = backends.iter().flatten().count();
         let backend = RedlockBackend { inner };
