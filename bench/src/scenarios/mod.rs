@@ -369,8 +369,9 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
         ("cluster" | "redlock", _) | (_, Some(_)) => "its own",
         (_, None) => "the given",
     };
+    let rows_come = if n == 1 { "row comes" } else { "rows come" };
     let note = format!(
-        "\nThe {n} *{section}* rows come from a **partial run** (`lock-bench --only {section}`, \
+        "\nThe {n} *{section}* {rows_come} from a **partial run** (`lock-bench --only {section}`, \
          {mode}-mode sample counts, {whose} redis-server {version}, same machine) on {date} at \
          {tree}, load average (1/5/15 min) {} at its start and {} at its end; every other row is \
          from the full run dated above. Their floors ({floors}) were measured in that partial \
