@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{
     Backend, LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend,
-    RedisClusterBackend, RedisSentinelBackend,
+    RedisClusterBackend, RedisSentinelBackend, RedlockBackend,
 };
 use lock_testkit::RedisServer;
 use lock_testkit::cluster::RedisCluster;
@@ -56,6 +56,10 @@ pub(crate) enum Server {
     /// The primary of a Sentinel set shared by every Sentinel check of the binary (one at a
     /// time, the data flushed before each).
     SentinelPrimary(Arc<RedisSentinelSet>),
+    /// Redlock over the servers shared by every Redlock check of the binary (one at a time,
+    /// the data flushed before each); it derefs to the first, which holds every lock when all
+    /// servers are up.
+    Redlock(Arc<Vec<RedisServer>>),
 }
 
 impl std::ops::Deref for Server {
@@ -65,6 +69,7 @@ impl std::ops::Deref for Server {
         match self {
             Server::Own(server) => server,
             Server::SentinelPrimary(set) => set.primary(),
+            Server::Redlock(servers) => &servers[0],
         }
     }
 }
@@ -104,6 +109,15 @@ impl Fixture {
         }
     }
 
+    /// A check on Redlock over the shared `servers` (their data flushed by the caller).
+    pub(crate) fn redlock(servers: Arc<Vec<RedisServer>>) -> Self {
+        Fixture {
+            store: Store::Redis(Server::Redlock(servers)),
+            local_handoff: true,
+            prefix: "lock:".to_owned(),
+        }
+    }
+
     /// The prefix of the lockers built on this fixture.
     pub(crate) fn prefix(&self) -> &str {
         &self.prefix
@@ -129,6 +143,8 @@ impl Fixture {
             (Store::Redis(Server::Own(_)), false) => "redis (local hand-off off)",
             (Store::Redis(Server::SentinelPrimary(_)), true) => "sentinel",
             (Store::Redis(Server::SentinelPrimary(_)), false) => "sentinel (local hand-off off)",
+            (Store::Redis(Server::Redlock(_)), true) => "redlock",
+            (Store::Redis(Server::Redlock(_)), false) => "redlock (local hand-off off)",
             (Store::Cluster(_), true) => "cluster",
             (Store::Cluster(_), false) => "cluster (local hand-off off)",
         }
@@ -161,6 +177,14 @@ impl Fixture {
                 RedisSentinelBackend::connect(&urls, set.master_name())
                     .await
                     .unwrap_or_else(|e| panic!("connect through the sentinels: {e}"))
+                    .into()
+            }
+            Store::Redis(Server::Redlock(servers)) => {
+                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+                RedlockBackend::connect(&urls)
+                    .await
+                    .unwrap_or_else(|e| panic!("connect to the Redlock servers: {e}"))
                     .into()
             }
             Store::Cluster(c) => {
@@ -273,6 +297,13 @@ impl Fixture {
     pub(crate) async fn force_delete(&self, key: &str) {
         let deleted = match &self.store {
             Store::Memory(m) => m.force_delete(key),
+            Store::Redis(Server::Redlock(servers)) => {
+                let mut deleted = false;
+                for s in servers.iter() {
+                    deleted |= s.del(&lock_name("lock:", key)).await == 1;
+                }
+                deleted
+            }
             Store::Redis(s) => s.del(&lock_name("lock:", key)).await == 1,
             Store::Cluster(c) => {
                 let n: i64 = c
@@ -291,6 +322,14 @@ impl Fixture {
     pub(crate) async fn is_empty(&self) -> bool {
         match &self.store {
             Store::Memory(m) => m.is_empty(),
+            Store::Redis(Server::Redlock(servers)) => {
+                for s in servers.iter() {
+                    if s.dbsize().await != 0 {
+                        return false;
+                    }
+                }
+                true
+            }
             Store::Redis(s) => s.dbsize().await == 0,
             Store::Cluster(_) => self.cluster_keys().await.is_empty(),
         }

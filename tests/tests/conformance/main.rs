@@ -215,3 +215,67 @@ fn on_sentinel() {
         },
     );
 }
+
+/// The checks on Redlock over 5 servers started for the binary (the data of every server
+/// flushed before each check), but those that do not apply, each listed with the reason in
+/// [`REDLOCK_REFUSES`]: fencing (`fenced()` is refused: no strictly increasing fence exists over
+/// independent servers; `tests/tests/redlock.rs::fencing_and_fair_mode_are_refused_before_any_io`
+/// asserts the refusal), fair mode and handover (no single queue), and two that assume one
+/// server. `REDLOCK_CHECK=<name part>` runs only the matching checks.
+#[test]
+fn on_redlock() {
+    use std::sync::Arc;
+
+    let runtime = runtime();
+    let servers: Arc<Vec<lock_testkit::RedisServer>> =
+        Arc::new((0..5).map(|_| lock_testkit::RedisServer::start()).collect());
+    let refused = |name: &str| REDLOCK_REFUSES.iter().any(|(part, _)| name.contains(part));
+    let checks: Vec<_> = shared_checks()
+        .into_iter()
+        .filter(|(module, (name, _))| *module != "fencing" && !refused(name))
+        .collect();
+    run_shared(
+        "redlock",
+        checks,
+        std::env::var("REDLOCK_CHECK").ok(),
+        |_| {
+            for s in servers.iter() {
+                runtime.block_on(s.flushall());
+            }
+            fixture::Fixture::redlock(servers.clone())
+        },
+    );
+}
+
+/// Checks (by a part of their name) that do not apply to Redlock, and why; the whole `fencing`
+/// module is left out too (`fenced()` is refused on Redlock).
+const REDLOCK_REFUSES: &[(&str, &str)] = &[
+    ("fenced", "fenced() is refused on Redlock"),
+    ("fence", "fenced() is refused on Redlock"),
+    (
+        "odd_keys",
+        "these checks lock with fenced(), refused on Redlock",
+    ),
+    ("fair", "fair() is refused on Redlock: no single queue"),
+    (
+        "handover",
+        "no handover on Redlock (each server would hand the lock to its own queue's head); the set-up is fenced too",
+    ),
+    ("handed_over", "no handover on Redlock"),
+    (
+        "queued_waiter_gets_the_released_lock",
+        "a handover check (fenced set-up)",
+    ),
+    (
+        "release_lets_no_newcomer_slip_in",
+        "a handover property: on Redlock a waiter is woken and contends, a newcomer can win",
+    ),
+    (
+        "one_of_sixteen_racers_wins",
+        "on Redlock at most one wins: simultaneous racers can split the vote and all be refused",
+    ),
+    (
+        "the_record_shares_the_locks_hash_slot",
+        "reads one server right after the store returns; a Redlock record is stored on a majority, the rest in the background",
+    ),
+];
