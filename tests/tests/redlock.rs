@@ -284,6 +284,39 @@ async fn a_split_vote_leaves_no_key_behind() {
     }
 }
 
+/// Connecting needs a majority of the servers; those down at connect join when they answer.
+/// The same server twice is refused (a majority of one server is no majority).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_needs_a_majority_and_late_servers_join() {
+    let mut servers = servers(5);
+    let all = urls(&servers);
+    servers[0].stop();
+    servers[1].stop();
+    servers[2].stop();
+    let refused = RedlockBackend::builder(&all.iter().map(String::as_str).collect::<Vec<_>>())
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        no_quorum(&refused).map(|q| q.answered),
+        Some(2),
+        "{refused:?}"
+    );
+    servers[2].restart();
+    let locker = locker(&servers, Duration::from_secs(5)).await;
+    locker.lock("late").await.unwrap().release().await.unwrap();
+    servers[0].restart();
+    servers[1].restart();
+    // Connected in the background (every second): a lock is on all five again.
+    all_reachable(&locker, &servers).await;
+    let twice = [all[3].as_str(), all[4].as_str(), all[3].as_str()];
+    assert!(matches!(
+        RedlockBackend::connect(&twice).await,
+        Err(LockError::InvalidConfig { .. })
+    ));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_and_fair_mode_are_refused_before_any_io() {
     let servers = servers(3);
