@@ -163,7 +163,7 @@ struct Inner {
     /// Take-backs of refused attempts still running, by token and server: a waiter's next
     /// attempt (the same token) waits on each server for the take-back there first, so it can
     /// never find the refused attempt's key and count it, nor be deleted by it afterwards.
-    taking_back: Mutex<HashMap<Token, Vec<Option<tokio::task::JoinHandle<()>>>>>,
+    taking_back: Mutex<HashMap<Token, Vec<Option<tokio::task::JoinHandle<bool>>>>>,
 }
 
 /// Acquire tasks still running, with the index of their server.
@@ -387,8 +387,13 @@ impl RedlockBackend {
                     let (key, token) = (key.clone(), token.clone());
                     let waiter = waiter.clone();
                     background::spawn(async move {
-                        if let Some(take_back) = before {
-                            let _ = take_back.await;
+                        // Until a take-back there is confirmed, this server's vote cannot be
+                        // trusted: a key of the refused attempt left there (same token, an
+                        // older expiry) would be counted as this attempt's.
+                        if let Some(take_back) = before
+                            && !matches!(take_back.await, Ok(true))
+                        {
+                            return Vote::None;
                         }
                         let plain = AttemptOptions {
                             fenced: false,
@@ -904,10 +909,14 @@ impl Drop for Ballot {
                 if let Some(task) = running
                     && let Ok(Ok(Vote::Busy(_))) = tokio::time::timeout(bound, task).await
                 {
-                    return;
+                    return true;
                 }
-                if let Err(e) = server.redlock_take_back(&key, &token).await {
-                    tracing::debug!(error = %e, "taking back a failed Redlock attempt failed on one server; its lease ends it");
+                match server.redlock_take_back(&key, &token).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "taking back a failed Redlock attempt failed on one server; its lease ends it");
+                        false
+                    }
                 }
             }));
         }
