@@ -284,8 +284,9 @@ async fn a_split_vote_leaves_no_key_behind() {
     }
 }
 
-/// Connecting needs a majority of the servers; those down at connect join when they answer.
-/// The same server twice is refused (a majority of one server is no majority).
+/// Connecting needs a majority of the servers, and waits for no more; those down or stalled at
+/// connect join when they answer. The same server twice is refused (a majority of one server
+/// is no majority).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_needs_a_majority_and_late_servers_join() {
     let mut servers = servers(5);
@@ -310,6 +311,29 @@ async fn connect_needs_a_majority_and_late_servers_join() {
     servers[1].restart();
     // Connected in the background (every second): a lock is on all five again.
     all_reachable(&locker, &servers).await;
+    // A stalled minority does not hold the connect up: it waits for a majority, not for the
+    // stalled servers' connect timeouts (30 s here; the hang guard is 10 s).
+    servers[0].pause();
+    servers[1].pause();
+    let stalled = tokio::time::timeout(
+        Duration::from_secs(10),
+        RedlockBackend::builder(&all.iter().map(String::as_str).collect::<Vec<_>>())
+            .connect_timeout(Duration::from_secs(30))
+            .response_timeout(Duration::from_secs(30))
+            .server_timeout(SERVER_TIMEOUT)
+            .connect(),
+    )
+    .await
+    .expect("connect waits for a majority, not for the stalled servers")
+    .unwrap();
+    let guard = Locker::builder(stalled)
+        .build()
+        .lock("stalled")
+        .await
+        .unwrap();
+    servers[0].resume();
+    servers[1].resume();
+    guard.release().await.unwrap();
     let twice = [all[3].as_str(), all[4].as_str(), all[3].as_str()];
     assert!(matches!(
         RedlockBackend::connect(&twice).await,

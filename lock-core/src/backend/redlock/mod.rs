@@ -1148,53 +1148,79 @@ impl RedlockBackendBuilder {
                 "the same Redlock server URL is given twice: the servers must be independent",
             ));
         }
-        let connected = gather(
-            self.urls
-                .iter()
-                .map(|url| connect_one(url.clone(), self.settings)),
-            |_| false,
-        )
-        .await;
-        let mut backends = Vec::with_capacity(self.urls.len());
-        for answer in connected.into_iter().flatten() {
-            match answer {
-                Ok(b) => backends.push(Some(b)),
-                Err(e @ LockError::InvalidConfig { .. }) => return Err(e),
-                Err(e) => {
-                    tracing::warn!(error = %e, "a Redlock server cannot be reached; connecting it in the background");
-                    backends.push(None);
-                }
-            }
-        }
+        let n = self.urls.len();
         let (reconnects, _) = watch::channel(0);
         let inner = Arc::new(Inner {
-            servers: backends
-                .iter()
+            servers: (0..n)
                 .map(|_| Server {
                     backend: OnceLock::new(),
                 })
                 .collect(),
-            quorum: self.urls.len() / 2 + 1,
+            quorum: n / 2 + 1,
             settings: self.settings,
             reconnects,
             stragglers: Mutex::default(),
             taking_back: Mutex::default(),
         });
-        let up = backends.iter().flatten().count();
         let backend = RedlockBackend { inner };
-        if up < backend.inner.quorum {
+        // Every server is connected by a task of its own, which reports its first outcome and,
+        // when the server did not answer, goes on trying in the background. The backend is
+        // ready once a majority is connected: a stalled minority does not hold it up.
+        let (outcomes, mut first) = tokio::sync::mpsc::unbounded_channel();
+        for (i, url) in self.urls.iter().enumerate() {
+            let (inner, url, settings) =
+                (Arc::downgrade(&backend.inner), url.clone(), self.settings);
+            let outcomes = outcomes.clone();
+            background::spawn(async move {
+                match connect_one(url.clone(), settings).await {
+                    Ok(b) => {
+                        if let Some(inner) = inner.upgrade() {
+                            join(&inner, i, b);
+                        }
+                        let _ = outcomes.send(Ok(true));
+                    }
+                    Err(e @ LockError::InvalidConfig { .. }) => {
+                        let _ = outcomes.send(Err(e));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a Redlock server cannot be reached; connecting it in the background");
+                        let _ = outcomes.send(Ok(false));
+                        connect_later(inner, i, url).await;
+                    }
+                }
+            });
+        }
+        drop(outcomes);
+        let quorum = backend.inner.quorum;
+        let started = Instant::now();
+        let (mut up, mut down) = (0, 0);
+        while up < quorum && down <= n - quorum {
+            match first.recv().await {
+                Some(Ok(true)) => up += 1,
+                Some(Ok(false)) => down += 1,
+                Some(Err(e)) => return Err(e),
+                // No runtime to connect on (spawn refused): nothing more will come.
+                None => break,
+            }
+        }
+        if up < quorum {
             return Err(backend.no_quorum("connect", None, up));
         }
-        for (i, b) in backends.into_iter().enumerate() {
-            match b {
-                Some(b) => join(&backend.inner, i, b),
-                None => {
-                    background::spawn(connect_later(
-                        Arc::downgrade(&backend.inner),
-                        i,
-                        self.urls[i].clone(),
-                    ));
-                }
+        // The others usually answer a moment later: a short grace (twice what the majority
+        // took, plus 100 ms) lets them join before the first locks, so that these are on every
+        // server that answers; a stalled one is not waited for longer.
+        let grace = (started.elapsed() * 2 + Duration::from_millis(100)).min(connect_timeout);
+        let grace = tokio::time::sleep(grace);
+        tokio::pin!(grace);
+        while up + down < n {
+            tokio::select! {
+                outcome = first.recv() => match outcome {
+                    Some(Ok(true)) => up += 1,
+                    Some(Ok(false)) => down += 1,
+                    Some(Err(e)) => return Err(e),
+                    None => break,
+                },
+                () = &mut grace => break,
             }
         }
         Ok(backend)
