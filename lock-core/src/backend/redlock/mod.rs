@@ -641,7 +641,21 @@ impl RedlockBackend {
                     .ok()?
                     .ok()
             }),
-            |_| false,
+            // Kept by a majority with nobody waiting: decided, a stalled server is not waited
+            // for (a waiter announces itself on every server, so the majority would show it).
+            // When a server released it, every answer is awaited: the release that follows
+            // must not overtake those still on their way.
+            |answers| {
+                let alone = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Some(Kept::Alone))))
+                    .count();
+                let released = answers
+                    .iter()
+                    .filter(|a| matches!(a, Some(Some(Kept::Released))))
+                    .count();
+                released == 0 && alone >= quorum
+            },
         )
         .await;
         let count = |kept: Kept| {
