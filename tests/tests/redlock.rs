@@ -341,6 +341,67 @@ async fn connect_needs_a_majority_and_late_servers_join() {
     ));
 }
 
+/// Local hand-off on Redlock: a locker passing a hot key between its own tasks lets a waiter
+/// of another locker in at the bound of its turns (the waiter announced itself on the servers,
+/// and keep.lua there sees it), instead of for its whole wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_handoff_gives_way_to_another_lockers_waiter() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let servers = servers(5);
+    let backend_of = async || backend(&urls(&servers)).await;
+    let hog = Locker::builder(backend_of().await)
+        .local_turns(4)
+        .local_hold(Duration::from_secs(600))
+        .build();
+    let other = Locker::builder(backend_of().await).build();
+    let (stop, taken) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut busy = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let (hog, stop, taken) = (hog.clone(), stop.clone(), taken.clone());
+        busy.spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = hog.lock("hot").wait(Duration::from_secs(20)).await.unwrap();
+                taken.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                let _ = guard.release().await;
+            }
+        });
+    }
+    eventually(
+        "the hog passes the lock locally",
+        Duration::from_secs(10),
+        async || hog.stats().local_handoffs > 10,
+    )
+    .await;
+    let asked = taken.load(Ordering::SeqCst);
+    let guard = tokio::time::timeout(
+        Duration::from_secs(15),
+        other.lock("hot").wait(Duration::from_secs(10)),
+    )
+    .await
+    .expect("hang guard")
+    .expect("the other locker gets its turn");
+    let between = taken.load(Ordering::SeqCst) - asked;
+    stop.store(true, Ordering::SeqCst);
+    guard.release().await.unwrap();
+    while let Some(done) = busy.join_next().await {
+        done.unwrap();
+    }
+    println!(
+        "{between} turns of the hog before the other locker got in ({} local hand-offs in all)",
+        hog.stats().local_handoffs
+    );
+    assert!(
+        between < 2_000,
+        "{between} turns of the hog before the other got in"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_and_fair_mode_are_refused_before_any_io() {
     let servers = servers(3);
