@@ -406,6 +406,52 @@ async fn local_handoff_gives_way_to_another_lockers_waiter() {
 async fn fencing_and_fair_mode_are_refused_before_any_io() {
     let servers = servers(3);
     let locker = locker(&servers, Duration::from_secs(5)).await;
+    // Refused before any I/O and before the local queue. A fair request subscribes nowhere
+    // first.
+    let holder = locker.lock("held").await.unwrap();
+    for s in &servers {
+        s.reset_stats().await;
+    }
+    let fair = locker
+        .lock("held")
+        .fair()
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(fair, LockError::InvalidConfig { .. }), "{fair:?}");
+    for s in &servers {
+        assert_eq!(s.subscribed_channels().await, Vec::<String>::new());
+        let stats = s.commandstats().await;
+        for command in ["subscribe", "ssubscribe", "psubscribe", "set"] {
+            assert_eq!(stats.get(command), None, "{command} sent: {stats:?}");
+        }
+    }
+    // A fenced request behind a local holder of the key (with a local waiter, so the key has
+    // a local queue) is refused at once: it does not wait in the local queue (where it would
+    // time out after its wait instead).
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("held").wait(Duration::from_secs(10)).await })
+    };
+    eventually("a local waiter", Duration::from_secs(3), async || {
+        locker.stats().waiters > 0
+    })
+    .await;
+    let asked = Instant::now();
+    let fenced = tokio::time::timeout(
+        Duration::from_secs(2),
+        locker.lock("held").fenced().wait(Duration::from_secs(5)),
+    )
+    .await
+    .expect("refused at once, not after waiting in the local queue")
+    .unwrap_err();
+    assert!(
+        matches!(&fenced, LockError::InvalidConfig { what, .. } if what.contains("fenced() is not available on Redlock")),
+        "{fenced:?} after {:?}",
+        asked.elapsed()
+    );
+    holder.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
     let fenced = locker.lock("f").fenced().await.unwrap_err();
     assert!(
         matches!(&fenced, LockError::InvalidConfig { what, .. } if what.contains("fenced() is not available on Redlock")),
@@ -419,7 +465,7 @@ async fn fencing_and_fair_mode_are_refused_before_any_io() {
         "{fair:?}"
     );
     for s in &servers {
-        assert_eq!(s.keys("*").await, Vec::<String>::new());
+        assert_eq!(s.keys("lock:{f}*").await, Vec::<String>::new());
     }
     // Plain locks work on the same locker.
     locker.lock("f").await.unwrap().release().await.unwrap();
@@ -561,6 +607,64 @@ async fn restart_rule_a_delayed_restart_keeps_one_holder() {
     assert!(!held.is_held());
     assert_eq!(overlaps, 0);
     second.release().await.unwrap();
+}
+
+/// A refused attempt without a quorum of answers (`NoQuorum`) is taken back by the backend
+/// alone, announcing nothing: no release is published to the key's announced waiters. The
+/// stalled server receives the attempt's `SET` before anything else, so a release sent by the
+/// core after the refusal would find the lock there, and publish to the waiter announced there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_without_quorum_publishes_nothing() {
+    let mut servers = servers(5);
+    let locker = locker(&servers, Duration::from_secs(10)).await;
+    all_reachable(&locker, &servers).await;
+    // A waiter of another process announced on every server (a bare expiry, one minute ahead).
+    for s in &servers {
+        let (secs, micros): (String, String) = s.query(redis::cmd("TIME").clone()).await;
+        let now_ms = secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
+        let _: () = s
+            .query(
+                redis::cmd("HSET")
+                    .arg("lock:{nq}:waiters")
+                    .arg("tother")
+                    .arg((now_ms + 60_000).to_string())
+                    .clone(),
+            )
+            .await;
+        let _: () = s
+            .query(
+                redis::cmd("RPUSH")
+                    .arg("lock:{nq}:queue")
+                    .arg("tother")
+                    .clone(),
+            )
+            .await;
+        s.reset_stats().await;
+    }
+    servers[0].stop();
+    servers[1].stop();
+    servers[2].pause();
+    let e = locker.try_lock("nq").await.unwrap_err();
+    assert_eq!(no_quorum(&e).map(|q| q.answered), Some(2), "{e:?}");
+    // Within the connection's response timeout (500 ms): what was sent there is answered.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    servers[2].resume();
+    for s in &servers[2..] {
+        eventually("taken back", Duration::from_secs(3), async || {
+            !s.exists("lock:{nq}").await
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for s in &servers[2..] {
+        let stats = s.commandstats().await;
+        assert_eq!(stats.get("publish"), None, "{stats:?}");
+        assert_eq!(stats.get("spublish"), None, "{stats:?}");
+        // The announced waiter is still there: no release handed it a turn.
+        assert!(s.exists("lock:{nq}:waiters").await);
+    }
+    servers[0].restart();
+    servers[1].restart();
 }
 
 // ---------------------------------------------------------------------------------------------

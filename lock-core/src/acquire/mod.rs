@@ -97,6 +97,12 @@ pub(crate) async fn acquire_owned(
             "max_hold {m:?} is out of range: use above zero and at most {MAX_LEASE:?}"
         )));
     }
+    // Options the backend refuses are refused here, before any I/O and before the local
+    // queue: a fenced request behind a local holder must not wait for it, a fair one must not
+    // subscribe first.
+    if let Some(why) = inner.backend.refuses(spec.fenced, spec.fair) {
+        return Err(LockError::config(why));
+    }
     let start = Instant::now();
     let engine = async {
         if options.fair {

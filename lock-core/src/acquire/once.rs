@@ -98,6 +98,11 @@ pub(super) struct InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
+        // A backend that takes back its own failed attempts (Redlock) has done so already: a
+        // release here would announce a lock nobody held.
+        if self.inner.backend.takes_back_failed_attempts() {
+            return;
+        }
         if let Some(token) = self.token {
             self.inner.release_later(self.key.clone(), token.clone());
         }

@@ -158,6 +158,34 @@ pub(crate) struct Renewal {
 }
 
 impl BackendKind {
+    /// Why this backend refuses a request with these options, if it does: checked at the
+    /// start of the request, before any I/O and before the request joins the local queue (a
+    /// refusal must not wait behind a local holder, nor subscribe anywhere first).
+    pub(crate) fn refuses(&self, fenced: bool, fair: bool) -> Option<&'static str> {
+        match self {
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(_) if fenced => Some(redlock::FENCING_REFUSED),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(_) if fair => Some(redlock::FAIR_REFUSED),
+            _ => {
+                let _ = (fenced, fair);
+                None
+            }
+        }
+    }
+
+    /// Whether an acquire that fails, or is dropped mid-flight, takes back on its own whatever
+    /// it may have taken (announcing nothing): the core's in-flight release is then not sent,
+    /// as it would announce the release of a lock nobody held to the key's waiters. Redlock's
+    /// ballot does it (see `backend::redlock`).
+    pub(crate) fn takes_back_failed_attempts(&self) -> bool {
+        match self {
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(_) => true,
+            _ => false,
+        }
+    }
+
     pub(crate) async fn acquire(
         &self,
         key: &LockKey,
