@@ -667,6 +667,122 @@ async fn a_refusal_without_quorum_publishes_nothing() {
     servers[1].restart();
 }
 
+/// Split votes do not idle the lock. In each of 30 rounds, two lockers wait for a key a third
+/// one holds (announced on the servers, asleep until a release message), with one of 5
+/// servers down; the release wakes both at once, and their attempts often split 2-2. A refused
+/// split-vote attempt answers busy for a short random pause and the waiter retries after it,
+/// instead of sleeping until its next ticket refresh (750 ms here, with nobody left to
+/// announce a release). In no round does the first acquisition come near that interval after
+/// the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_votes_do_not_idle_the_lock() {
+    let mut servers = servers(5);
+    let lease = Duration::from_secs(10);
+    let holder = locker(&servers, lease).await;
+    let a = locker(&servers, lease).await;
+    let b = locker(&servers, lease).await;
+    for l in [&holder, &a, &b] {
+        all_reachable(l, &servers).await;
+    }
+    servers[4].stop();
+    let mut firsts = Vec::new();
+    for _ in 0..30 {
+        let held = holder
+            .lock("hot")
+            .wait(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let waiters: Vec<_> = [&a, &b]
+            .into_iter()
+            .map(|l| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    let guard = l.lock("hot").wait(Duration::from_secs(20)).await.unwrap();
+                    let at = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    guard.release().await.unwrap();
+                    at
+                })
+            })
+            .collect();
+        // Both waiting (announced, asleep) before the release.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let mut first = Duration::MAX;
+        for w in waiters {
+            let at = tokio::time::timeout(Duration::from_secs(20), w)
+                .await
+                .expect("hang guard")
+                .unwrap();
+            first = first.min(at.saturating_duration_since(released));
+        }
+        firsts.push(first);
+    }
+    firsts.sort();
+    let idle = firsts
+        .iter()
+        .filter(|w| **w >= Duration::from_millis(700))
+        .count();
+    println!(
+        "30 rounds; first acquisition after the release: median {:?}, longest {:?}; {idle} of 700 ms or more",
+        firsts[firsts.len() / 2],
+        firsts.last().unwrap()
+    );
+    // A correctness bound, not a speed claim: 700 ms is a lock left idle while both waiters
+    // sleep for their refresh interval.
+    assert_eq!(idle, 0, "first acquisitions after each release: {firsts:?}");
+    servers[4].restart();
+}
+
+/// The same, deterministic: a rival's key on 2 of the 4 servers up (server 4 is down) splits
+/// every vote 2-2 until the rival takes it back, announcing nothing (as a refused attempt
+/// does). The waiter retries after each split's short random pause, so it keeps attempting
+/// (counted by `LockerStats::backend_calls`) and takes the lock once the rival's copies are
+/// gone, instead of one attempt and a nap until its next ticket refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_vote_is_retried_after_a_short_pause() {
+    let mut servers = servers(5);
+    let waiter = locker(&servers, Duration::from_secs(10)).await;
+    all_reachable(&waiter, &servers).await;
+    servers[4].stop();
+    for s in &servers[..2] {
+        let _: () = s
+            .query(
+                redis::cmd("SET")
+                    .arg("lock:{split2}")
+                    .arg("rival")
+                    .arg("PX")
+                    .arg(10_000)
+                    .clone(),
+            )
+            .await;
+    }
+    let before = waiter.stats().backend_calls;
+    let wait = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("split2").wait(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let attempts = waiter.stats().backend_calls - before;
+    for s in &servers[..2] {
+        assert_eq!(s.del("lock:{split2}").await, 1);
+    }
+    let guard = wait
+        .await
+        .unwrap()
+        .expect("taken once the rival's copies are gone");
+    println!("{attempts} backend calls in 300 ms of split votes");
+    // Without the short pause: the first attempt, the queued waiter's first, then a nap of
+    // 750 ms (its ticket refresh): 2 calls (each refused attempt's take-back is not counted).
+    assert!(
+        attempts >= 5,
+        "{attempts} backend calls while the votes split: the waiter slept"
+    );
+    guard.release().await.unwrap();
+    servers[4].restart();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Multi-process stress: children of this binary lock, the parent injects server faults.
 

@@ -48,9 +48,9 @@ mod tests;
 /// does not answer within this is counted as down for the attempt.
 pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// How long a refused attempt that split the vote (some servers said yes, too few) waits at
-/// most, at random, before answering: contenders that split a vote retry at different moments
-/// instead of splitting it again.
+/// A refused attempt that split the vote (some servers said yes, too few, and no quorum said
+/// busy) answers busy for a random time up to this: contenders that split a vote retry at
+/// different moments, soon, instead of splitting it again.
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
 /// Above this many locks with acquire tasks still running, finished ones are forgotten.
@@ -113,7 +113,7 @@ pub struct NoQuorum {
 /// - **Waiting** is by notification: a waiter subscribes on every server, and a release
 ///   message from any of them wakes it. There is no cross-process queue, so
 ///   [`fair`](crate::LockRequest::fair) is refused; contenders that split a vote retry after a
-///   random pause.
+///   random pause (up to 20 ms: the attempt answers busy for that long).
 /// - **Fencing is refused** ([`LockError::InvalidConfig`], before any I/O): tokens drawn from
 ///   counters on independent servers are not strictly increasing once a server loses its data
 ///   or clocks differ (see the README, "Redlock").
@@ -480,10 +480,17 @@ impl RedlockBackend {
         if count.answered() < quorum {
             return Err(self.no_quorum("acquire", Some(key.user()), count.answered()));
         }
-        if count.yes > 0 {
-            // A split vote: pause at random so that contenders do not split the next one too.
+        if count.yes > 0 && count.busy < quorum {
+            // A split vote (some servers said yes, and no quorum said busy: nobody holds it on
+            // a quorum of those that answered): contenders that split it retry soon, each after
+            // a pause of its own drawn at random, so that they do not split the next one too.
+            // The pause is the answer's `remaining`: a waiter retries after it. (Its take-backs
+            // announce nothing, so without it a waiter would sleep until its next ticket
+            // refresh.)
             let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
-            tokio::time::sleep(pause).await;
+            return Ok(Attempt::Busy {
+                remaining: Some(pause.max(Duration::from_millis(1))),
+            });
         }
         Ok(Attempt::Busy {
             remaining: remaining(&votes, quorum),
