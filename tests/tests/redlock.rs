@@ -667,6 +667,43 @@ async fn a_refusal_without_quorum_publishes_nothing() {
     servers[1].restart();
 }
 
+/// An idempotency read hears every server that answers within the bound, not only the first
+/// quorum: a record on one server only (a store that failed on the others), and that server
+/// slow but answering, is seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_read_hears_every_server_that_answers() {
+    let mut servers = servers(5);
+    let locker = locker(&servers, Duration::from_secs(5)).await;
+    all_reachable(&locker, &servers).await;
+    let guard = locker.lock("charge:2").await.unwrap();
+    guard
+        .store_result("fp", b"receipt", Duration::from_secs(60))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    for s in &servers[..4] {
+        assert_eq!(s.del("lock:{charge:2}:result").await, 1);
+    }
+    // The one server with the record answers 200 ms late (the read's bound is 500 ms).
+    servers[4].pause();
+    let pid = servers[4].pid().unwrap();
+    let thaw = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let status = std::process::Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    let state = locker.idempotency_state("charge:2").await.unwrap();
+    thaw.join().unwrap();
+    servers[4].resume();
+    match state {
+        lock_core::IdempotencyState::Completed(r) => assert_eq!(r.result, b"receipt"),
+        other => panic!("the record on the slow server was not heard: {other:?}"),
+    }
+}
+
 /// Split votes do not idle the lock. In each of 30 rounds, two lockers wait for a key a third
 /// one holds (announced on the servers, asleep until a release message), with one of 5
 /// servers down; the release wakes both at once, and their attempts often split 2-2. A refused

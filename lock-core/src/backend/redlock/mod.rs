@@ -800,7 +800,6 @@ impl RedlockBackend {
         &self,
         key: &LockKey,
     ) -> Result<IdempotencyState, LockError> {
-        let quorum = self.inner.quorum;
         let bound = self.inner.settings.response_timeout;
         let answers = gather(
             self.inner.servers.iter().map(|s| async move {
@@ -814,14 +813,9 @@ impl RedlockBackend {
                     _ => None,
                 }
             }),
-            // A record stored under the lock is on a quorum: any quorum of answers sees it.
-            |answers| {
-                answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Some(_))))
-                    .count()
-                    >= quorum
-            },
+            // Every server that answers within the bound is heard (see `merge_states`), not
+            // only the first quorum: readers that reach the same servers decide alike.
+            |_| false,
         )
         .await;
         let states: Vec<IdempotencyState> = answers.into_iter().flatten().flatten().collect();
@@ -994,8 +988,16 @@ fn remaining(votes: &[Option<Vote>], quorum: usize) -> Option<Duration> {
     busy.get(needed - 1).copied().flatten()
 }
 
-/// One idempotency state from a quorum of servers' answers: a stored record wins (the most
-/// common one, should two differ), then a lock in flight, else absent.
+/// One idempotency state from the answers of every server that answered within the bound (at
+/// least a quorum): a record on any of them wins (the most common one, should two differ),
+/// then a lock in flight, else absent.
+///
+/// A record whose store succeeded is on a quorum of servers, so any quorum of answers includes
+/// a copy of it: every reader sees it. A record whose store failed (its holder was told so)
+/// may be on a minority only: a reader that hears from one of those servers sees it, one that
+/// does not sees the state without it. Waiting for every server that answers, not only the
+/// first quorum, makes readers that reach the same servers decide alike; readers separated by
+/// a fault can still differ about such a record, never about one that was stored.
 fn merge_states(states: Vec<IdempotencyState>) -> IdempotencyState {
     let records: Vec<&IdempotencyRecord> = states
         .iter()
