@@ -609,6 +609,45 @@ async fn restart_rule_a_delayed_restart_keeps_one_holder() {
     second.release().await.unwrap();
 }
 
+/// A renewal that a quorum of servers answers without a quorum of yes, while a server that did
+/// not answer may still hold the lock, is undecided: retried while the lease is locally valid,
+/// not reported lost. The lock is held on exactly 3 of 5 servers (2 were down at acquire and
+/// came back empty); one of the 3 stalls for less than the lease: 2 say no, 2 yes, 1 is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_renewal_is_retried_not_lost() {
+    let mut servers = servers(5);
+    let lease = Duration::from_millis(1500);
+    let locker = locker(&servers, lease).await;
+    servers[0].stop();
+    servers[1].stop();
+    let guard = locker.lock("job").await.unwrap();
+    servers[0].restart();
+    servers[1].restart();
+    all_reachable(&locker, &servers).await;
+    // The attempt's task on a stopped server may have reached it once it was back (a call is
+    // retried once after a reconnect): as if it had come back empty later, the copy goes.
+    for s in &servers[..2] {
+        s.del("lock:{job}").await;
+        assert!(!s.exists("lock:{job}").await);
+    }
+    assert!(guard.is_held());
+    // Longer than a watchdog tick (lease/3), well under the lease.
+    servers[4].pause();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    servers[4].resume();
+    // Two more leases: renewed on the 3 again.
+    let lost = tokio::time::timeout(lease * 2, guard.lost()).await;
+    assert!(
+        lost.is_err(),
+        "reported lost while the stalled server still held it"
+    );
+    assert!(guard.is_held());
+    for s in &servers[2..] {
+        assert!(s.pttl("lock:{job}").await > 0);
+    }
+    guard.release().await.unwrap();
+}
+
 /// A refused attempt without a quorum of answers (`NoQuorum`) is taken back by the backend
 /// alone, announcing nothing: no release is published to the key's announced waiters. The
 /// stalled server receives the attempt's `SET` before anything else, so a release sent by the

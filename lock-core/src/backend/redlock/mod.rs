@@ -11,10 +11,15 @@
 //!   every server (owner-checked), and the answer is `Busy` when a quorum answered, else a
 //!   [`NoQuorum`] backend error.
 //! - renew: an item is renewed only when a quorum extended it (each extension is
-//!   owner-checked: the token was on that server continuously); with fewer than a quorum of
-//!   servers answering at all, the call fails and the watchdog retries while the lease is
-//!   still locally valid.
-//! - release and idempotency records: on every server; success needs a quorum.
+//!   owner-checked: the token was on that server continuously); it is lost only when the
+//!   servers that said yes and those that did not answer could not make a quorum; otherwise
+//!   (undecided: too few answers, or a quorum answered with too few yes) the call fails and
+//!   the watchdog retries while the lease is still locally valid.
+//! - release and idempotency records: on every server; success needs a quorum. An
+//!   idempotency read hears every server that answers within the bound (at least a quorum)
+//!   and a record on any of them wins (see `merge_states`).
+//! - a failed or dropped acquire takes back what it may have taken itself (the ballot),
+//!   announcing nothing; the core sends no release for it.
 //! - waiting: a waiter subscribes on every server (a release message from any wakes it); no
 //!   cross-process queue tickets (each server would order its queue differently).
 //! - fencing and fair mode are refused (see [`FENCING_REFUSED`]).
@@ -108,8 +113,10 @@ pub struct NoQuorum {
 ///   or fails with [`LockError::Backend`] whose source is [`NoQuorum`], within the per-server
 ///   timeout.
 /// - **Watchdog**: one renewal call per server per tick for all the locks on it; a lock is
-///   renewed only when a quorum extended it (owner-checked), else it is lost and its holder is
-///   told ([`LockGuard::lost`](crate::LockGuard::lost), `LeaseLost`).
+///   renewed only when a quorum extended it (owner-checked). It is lost, and its holder told
+///   ([`LockGuard::lost`](crate::LockGuard::lost), `LeaseLost`), when the servers that extended
+///   it and those that did not answer could not make a quorum; when they still could (a
+///   server stalled), the watchdog retries while the lease is locally valid.
 /// - **Waiting** is by notification: a waiter subscribes on every server, and a release
 ///   message from any of them wakes it. There is no cross-process queue, so
 ///   [`fair`](crate::LockRequest::fair) is refused; contenders that split a vote retry after a
@@ -721,12 +728,25 @@ impl RedlockBackend {
         )
         .await;
         let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-        // Too few answers to decide anything: like a transport failure on one server, the
-        // watchdog retries while the leases are still locally valid.
-        self.quorum_or("renew", items.first().map(|r| r.key.user()), got.len())?;
-        Ok((0..items.len())
-            .map(|i| got.iter().filter(|a| a[i]).count() >= quorum)
-            .collect())
+        let silent = n - got.len();
+        let mut renewed = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let yes = got.iter().filter(|a| a[i]).count();
+            if yes >= quorum {
+                renewed.push(true);
+            } else if yes + silent < quorum {
+                // Even the servers that did not answer could not make a quorum: lost.
+                renewed.push(false);
+            } else {
+                // Undecided: the servers that did not answer may hold it still (too few
+                // answers, or a quorum answered without a quorum of yes). Like a transport
+                // failure on one server, the call fails and the watchdog retries while the
+                // leases are still locally valid; nothing is extended locally without a quorum
+                // of yes.
+                return Err(self.no_quorum("renew", Some(item.key.user()), got.len()));
+            }
+        }
+        Ok(renewed)
     }
 
     pub(crate) async fn store_result(
