@@ -58,7 +58,18 @@ pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(200);
 /// different moments, soon, instead of splitting it again.
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
-/// Above this many locks with acquire tasks still running, finished ones are forgotten.
+/// When `Inner::stragglers` or `Inner::taking_back` reaches this many entries, the entries whose
+/// tasks have all finished are forgotten (they are otherwise removed when used: at the lock's
+/// release, at the waiter's next attempt).
+///
+/// Not a cap on the entries whose tasks still run: those must be kept (a release, or the same
+/// waiter's next attempt, waits for them, see `Inner`), and cannot grow without bound, because
+/// every such task ends on its own within a few response timeouts: a take-back task waits at
+/// most twice the response timeout for its attempt's task on that server, then makes one
+/// Redis call; an acquire task waits for the previous take-back on its server (bounded so),
+/// then makes one Redis call; each Redis call is bounded by the connection's response timeout
+/// (with one retry after a reconnect). So the entries kept beyond this are at most those of
+/// the attempts started within the last few seconds.
 const STRAGGLERS_MAX: usize = 4096;
 
 /// Why `fenced()` is refused on Redlock (the text of the [`LockError::InvalidConfig`]).
@@ -128,8 +139,12 @@ pub struct NoQuorum {
 ///   with `appendonly yes` and `appendfsync always`): otherwise a lock it forgot can be taken
 ///   by a second holder on a new majority.
 ///
-/// Every server gets its own connections (commands, notifications, a watcher). The servers
-/// must be independent masters (no replication between them); the same URL twice is refused.
+/// Every server gets its own connections (commands, notifications, a watcher). The N URLs
+/// must name N distinct, independent masters (no replication between them). Only the same URL
+/// string twice is refused: one server named twice under different URLs (`localhost` and
+/// `127.0.0.1`, a hostname and its address, `/0` and no database, two databases of one
+/// server) is not detected, and votes twice, so a "majority" may then be a minority of the
+/// real servers and two holders can both get one: the majority guarantee is gone.
 ///
 /// Clones share the connections.
 ///
