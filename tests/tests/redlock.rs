@@ -8,7 +8,9 @@
 //! - `two_holders_never_overlap_under_server_faults`: child processes of this test binary lock
 //!   a few keys in a loop while the parent stalls and kills (restarting after the lease, the
 //!   documented rule) up to 2 of the 5 servers at a time; every critical section is recorded
-//!   on CLOCK_MONOTONIC and no two of one key overlap.
+//!   on CLOCK_MONOTONIC and no two of one key overlap. One section in ten spans one to two
+//!   leases (renewed by the watchdog through the faults); a section counts only if the lock is
+//!   still held at its end (`is_held()`).
 //! - `watchdog_keeps_the_lock_across_two_losses_and_reports_the_third`.
 //! - `restart_rule_*`: a server restarted empty at once lets a second holder in (the hazard);
 //!   restarted after the lease, it does not.
@@ -898,11 +900,19 @@ async fn stress_child() {
             }
         };
         let t_in = now_us();
-        tokio::time::sleep(Duration::from_millis(rng.range(0, 15))).await;
+        // One section in ten spans one to two leases: the watchdog must renew it on a
+        // majority through the faults, or the holder must find it no longer held.
+        let long = rng.range(0, 10) == 0;
+        let hold = if long {
+            rng.range(lease.as_millis() as u64, 2 * lease.as_millis() as u64)
+        } else {
+            rng.range(0, 15)
+        };
+        tokio::time::sleep(Duration::from_millis(hold)).await;
         let t_out = now_us();
         // Claimed held from t_in to t_out only if still held after t_out.
         if guard.is_held() {
-            records.push_str(&format!("{key} {t_in} {t_out}\n"));
+            records.push_str(&format!("{key} {t_in} {t_out} {}\n", u8::from(long)));
             ok += 1;
         }
         let _ = guard.release().await;
@@ -990,7 +1000,7 @@ async fn two_holders_never_overlap_under_server_faults() {
         }
     }
     let mut sections: Vec<(String, u64, u64)> = Vec::new();
-    let (mut ok, mut failed) = (0u64, 0u64);
+    let (mut ok, mut failed, mut long_held) = (0u64, 0u64, 0u64);
     for (child, out) in &mut children {
         let bound = Instant::now() + Duration::from_secs(30);
         loop {
@@ -1008,6 +1018,7 @@ async fn two_holders_never_overlap_under_server_faults() {
                 ok += f[1].parse::<u64>().unwrap();
                 failed += f[2].parse::<u64>().unwrap();
             } else {
+                long_held += u64::from(f[3] == "1");
                 sections.push((
                     f[0].to_owned(),
                     f[1].parse().unwrap(),
@@ -1034,13 +1045,14 @@ async fn two_holders_never_overlap_under_server_faults() {
         }
     }
     println!(
-        "{ok} critical sections ({failed} waits failed) by 3 processes; {stalls} stalls, {kills} kills; {} overlaps",
+        "{ok} critical sections ({long_held} of them spanning 1-2 leases; {failed} waits failed) by 3 processes; {stalls} stalls, {kills} kills; {} overlaps",
         overlaps.len()
     );
     assert!(overlaps.is_empty(), "two holders at once: {overlaps:?}");
+    assert!(ok >= 50, "too few critical sections to mean anything: {ok}");
     assert!(
-        ok >= 100,
-        "too few critical sections to mean anything: {ok}"
+        long_held >= 3,
+        "too few sections spanning a renewal held to the end: {long_held}"
     );
     assert!(
         stalls + kills >= 10,
