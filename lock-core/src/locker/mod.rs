@@ -193,7 +193,9 @@ impl Locker {
     /// held while a majority of them (N/2 + 1) hold it, so it survives the loss of any N/2.
     /// See [`RedlockBackend`](crate::RedlockBackend) for what it guarantees, what the servers
     /// must be configured with (restart delay or `appendfsync always`), and why `fenced()` is
-    /// refused on it.
+    /// refused on it. The URLs must name distinct servers: one server under two URLs
+    /// (`localhost` and `127.0.0.1`, `/0` and none) is not detected and votes twice, which
+    /// breaks the majority guarantee (only the same URL string twice is refused).
     ///
     /// Checks at once, on every server that answers, that the Redis user may run everything
     /// the lock needs on the default prefix's keys and channels.

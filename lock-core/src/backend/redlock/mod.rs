@@ -247,7 +247,8 @@ impl RedlockBackend {
 
     /// Options for connecting. `urls` are the independent servers (any number from 1; odd
     /// is best: 5 survive 2 down, as 6 do), each `redis://`, `rediss://` or `redis+unix://`,
-    /// with its own ACL user and password in its URL.
+    /// with its own ACL user and password in its URL. N URLs must be N distinct servers (see
+    /// [`RedlockBackend`]: one server under two URLs votes twice).
     ///
     /// ```
     /// let builder = lock_core::RedlockBackend::builder(&["redis://a:6379/", "redis://b:6379/", "redis://c:6379/"]);
