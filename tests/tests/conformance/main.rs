@@ -171,6 +171,18 @@ fn run_shared(
     assert!(failed.is_empty(), "failed on {engine}: {failed:?}");
 }
 
+/// The shared-deployment runs ([`on_cluster`], [`on_sentinel`], [`on_redlock`]) take turns:
+/// each starts many processes and runs long, and on a small machine three at once (beside the
+/// other checks of the binary) starve the short leases some checks use.
+static SHARED_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_shared_run() -> std::sync::MutexGuard<'static, ()> {
+    // A run that failed (panicked) holding it leaves nothing to repair.
+    SHARED_RUNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -185,6 +197,8 @@ fn runtime() -> tokio::runtime::Runtime {
 #[test]
 fn on_cluster() {
     use std::sync::Arc;
+
+    let _turn = one_shared_run();
 
     let runtime = runtime();
     let cluster = Arc::new(runtime.block_on(lock_testkit::cluster::RedisCluster::start()));
@@ -202,6 +216,8 @@ fn on_cluster() {
 #[test]
 fn on_sentinel() {
     use std::sync::Arc;
+
+    let _turn = one_shared_run();
 
     let runtime = runtime();
     let set = Arc::new(runtime.block_on(lock_testkit::sentinel::RedisSentinelSet::start()));
@@ -225,6 +241,8 @@ fn on_sentinel() {
 #[test]
 fn on_redlock() {
     use std::sync::Arc;
+
+    let _turn = one_shared_run();
 
     let runtime = runtime();
     let servers: Arc<Vec<lock_testkit::RedisServer>> =
