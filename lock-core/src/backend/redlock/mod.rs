@@ -515,6 +515,13 @@ impl RedlockBackend {
                 remaining: Some(pause.max(Duration::from_millis(1))),
             });
         }
+        if count.yes > 0 {
+            // Some servers said yes, but a quorum said busy (a holder on a quorum, or a
+            // contender about to have one): pause at random before answering, so that
+            // contenders do not meet again at once; the holder's time is the answer.
+            let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
+            tokio::time::sleep(pause).await;
+        }
         Ok(Attempt::Busy {
             remaining: remaining(&votes, quorum),
         })
