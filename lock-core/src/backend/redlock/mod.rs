@@ -55,7 +55,9 @@ pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// A refused attempt that split the vote (some servers said yes, too few, and no quorum said
 /// busy) answers busy for a random time up to this: contenders that split a vote retry at
-/// different moments, soon, instead of splitting it again.
+/// different moments, soon, instead of splitting it again. A refused attempt with some yes
+/// where a quorum said busy waits a random time up to this before answering (the holder's
+/// remaining time).
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
 /// When `Inner::stragglers` or `Inner::taking_back` reaches this many entries, the entries whose
