@@ -48,6 +48,31 @@ use crate::token::Token;
 #[cfg(test)]
 mod tests;
 
+/// Yes and no answers of one call to every server (`None`: no answer in time, or no
+/// connection; `Some(None)`: a failed call).
+struct Tally {
+    yes: usize,
+    no: usize,
+    answered: usize,
+}
+
+impl Tally {
+    fn of(answers: &[Option<Option<bool>>]) -> Self {
+        let count =
+            |want: fn(&Option<Option<bool>>) -> bool| answers.iter().filter(|a| want(a)).count();
+        Tally {
+            yes: count(|a| matches!(a, Some(Some(true)))),
+            no: count(|a| matches!(a, Some(Some(false)))),
+            answered: count(|a| matches!(a, Some(Some(_)))),
+        }
+    }
+
+    /// Whether the outcome is known already: a quorum said yes, or too many said no.
+    fn decided(&self, quorum: usize, n: usize) -> bool {
+        self.yes >= quorum || self.no > n - quorum
+    }
+}
+
 /// The default per-server bound on an acquire (and a renewal): a tenth of the lease, at most
 /// this. A healthy server on the same network answers in well under a millisecond; one that
 /// does not answer within this is counted as down for the attempt.
@@ -342,6 +367,27 @@ impl RedlockBackend {
         }
     }
 
+    /// The outcome of a call every server answered yes or no to (release, result store):
+    /// `Ok(true)` on a quorum of yes; `Ok(false)` when the yes and the silent servers together
+    /// cannot make a quorum; else unknown (the silent servers may be the ones that held it),
+    /// a [`NoQuorum`] error rather than "not ours".
+    fn verdict(
+        &self,
+        answers: &[Option<Option<bool>>],
+        operation: &'static str,
+        key: &LockKey,
+    ) -> Result<bool, LockError> {
+        let (quorum, n) = (self.inner.quorum, answers.len());
+        let tally = Tally::of(answers);
+        if tally.yes >= quorum {
+            return Ok(true);
+        }
+        if tally.yes + (n - tally.answered) >= quorum {
+            return Err(self.no_quorum(operation, Some(key.user()), tally.answered));
+        }
+        Ok(false)
+    }
+
     fn no_quorum(&self, operation: &'static str, key: Option<&str>, answered: usize) -> LockError {
         LockError::backend(
             operation,
@@ -583,36 +629,10 @@ impl RedlockBackend {
                     _ => None,
                 }
             }),
-            |answers| {
-                let yes = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Some(true))))
-                    .count();
-                let no = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Some(false))))
-                    .count();
-                yes >= quorum || no > n - quorum
-            },
+            |answers| Tally::of(answers).decided(quorum, n),
         )
         .await;
-        let yes = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(true))))
-            .count();
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(_))))
-            .count();
-        if yes >= quorum {
-            return Ok(true);
-        }
-        // The servers that did not answer may be the ones that held it: unknown, not "not
-        // ours".
-        if yes + (n - answered) >= quorum {
-            return Err(self.no_quorum("release", Some(key.user()), answered));
-        }
-        Ok(false)
+        self.verdict(&answers, "release", key)
     }
 
     /// How many of the tasks of [`release_on`](Self::release_on) released (waiting for all,
@@ -811,34 +831,10 @@ impl RedlockBackend {
                     _ => None,
                 }
             }),
-            |answers| {
-                let yes = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Some(true))))
-                    .count();
-                let no = answers
-                    .iter()
-                    .filter(|a| matches!(a, Some(Some(false))))
-                    .count();
-                yes >= quorum || no > n - quorum
-            },
+            |answers| Tally::of(answers).decided(quorum, n),
         )
         .await;
-        let yes = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(true))))
-            .count();
-        let answered = answers
-            .iter()
-            .filter(|a| matches!(a, Some(Some(_))))
-            .count();
-        if yes >= quorum {
-            return Ok(true);
-        }
-        if yes + (n - answered) >= quorum {
-            return Err(self.no_quorum("store result", Some(key.user()), answered));
-        }
-        Ok(false)
+        self.verdict(&answers, "store result", key)
     }
 
     pub(crate) async fn idempotency_state(
