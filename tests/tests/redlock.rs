@@ -567,10 +567,22 @@ async fn restart_rule_an_immediate_restart_lets_a_second_holder_in() {
         s.restart();
     }
     all_reachable(&b, &servers).await;
+    // The acquisition returned on a quorum; its SET to a server that was restarted right after
+    // may still have been in flight, and a call is sent again once after a reconnect: that copy
+    // (a later TTL, the first holder's token) goes, as if the server had come back empty later.
+    for s in &servers[..3] {
+        s.del("lock:{acct}").await;
+    }
+    for s in &servers[3..] {
+        assert!(s.exists("lock:{acct}").await, "untouched servers keep it");
+    }
     let second = b.try_lock("acct").await;
+    let first_held = held.is_held();
     assert!(
-        second.is_ok() && held.is_held(),
-        "expected the documented hazard: two holders after three immediate empty restarts"
+        second.is_ok() && first_held,
+        "expected the documented hazard: two holders after three immediate empty restarts; \
+         second: {:?}, first still held: {first_held}",
+        second.as_ref().map(|_| ())
     );
 }
 
@@ -856,8 +868,17 @@ async fn a_split_vote_is_retried_after_a_short_pause() {
         let waiter = waiter.clone();
         tokio::spawn(async move { waiter.lock("split2").wait(Duration::from_secs(5)).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let attempts = waiter.stats().backend_calls - before;
+    // Counted until 5 calls or 700 ms, whichever comes first: under the 750 ms ticket refresh
+    // a napping waiter would not reach, yet loose enough for a loaded 2-core machine.
+    let counting = Instant::now();
+    let attempts = loop {
+        let attempts = waiter.stats().backend_calls - before;
+        if attempts >= 5 || counting.elapsed() >= Duration::from_millis(700) {
+            break attempts;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let counted = counting.elapsed();
     for s in &servers[..2] {
         assert_eq!(s.del("lock:{split2}").await, 1);
     }
@@ -865,7 +886,7 @@ async fn a_split_vote_is_retried_after_a_short_pause() {
         .await
         .unwrap()
         .expect("taken once the rival's copies are gone");
-    println!("{attempts} backend calls in 300 ms of split votes");
+    println!("{attempts} backend calls in {counted:?} of split votes");
     // Without the short pause: the first attempt, the queued waiter's first, then a nap of
     // 750 ms (its ticket refresh): 2 calls (each refused attempt's take-back is not counted).
     assert!(
