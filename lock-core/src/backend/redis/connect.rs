@@ -10,7 +10,7 @@ use redis::{Client, ProtocolVersion};
 use super::conn::Conn;
 use super::eviction::{maxmemory_policy, warn_if_evicting};
 use super::permissions::Permissions;
-use super::server::server_info;
+use super::server::{ServerInfo, server_info};
 use super::subscriber::Subscriber;
 use super::watcher::Watcher;
 use super::{Inner, RedisBackend};
@@ -114,35 +114,54 @@ impl RedisBackendBuilder {
                 .await
                 .map_err(|e| LockError::backend("connect", None, e))?,
         );
-        let server = server_info(&mut conn).await?;
-        let sharded = server.major >= 7;
-        let maxmemory_policy = maxmemory_policy(&mut conn).await;
-        warn_if_evicting(maxmemory_policy.as_deref());
+        let (server, maxmemory_policy) = probe(&mut conn).await?;
         let subscriber = Subscriber::new(
             &client,
-            sharded,
+            server.major >= 7,
             server.major >= 6,
             self.connect_timeout,
             self.response_timeout,
         )?;
         let watcher = Watcher::new(&client, server.major >= 6, self.connect_timeout)?;
+        let inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
         Ok(RedisBackend {
-            inner: Arc::new(Inner {
-                conn,
-                sharded,
-                cluster: server.cluster,
-                set_nx_get: server.major >= 7,
-                subscriber,
-                maxmemory_policy,
-                permissions: Permissions::default(),
-                watcher,
-                batches: Default::default(),
-                #[cfg(feature = "cluster")]
-                topology: None,
-                #[cfg(feature = "sentinel")]
-                master: None,
-            }),
+            inner: Arc::new(inner),
         })
+    }
+}
+
+/// What the backend learns from its server at connect: version and mode, and the eviction
+/// policy (a warning is logged when it may evict lock keys).
+async fn probe(conn: &mut Conn) -> Result<(ServerInfo, Option<String>), LockError> {
+    let server = server_info(conn).await?;
+    let maxmemory_policy = maxmemory_policy(conn).await;
+    warn_if_evicting(maxmemory_policy.as_deref());
+    Ok((server, maxmemory_policy))
+}
+
+/// The backend's state over `conn`, for one server (a cluster or Sentinel backend then sets
+/// what is its own: the slot map, the primary it follows).
+fn assemble(
+    conn: Conn,
+    server: &ServerInfo,
+    maxmemory_policy: Option<String>,
+    subscriber: Subscriber,
+    watcher: Watcher,
+) -> Inner {
+    Inner {
+        conn,
+        sharded: server.major >= 7,
+        cluster: server.cluster,
+        set_nx_get: server.major >= 7,
+        subscriber,
+        maxmemory_policy,
+        permissions: Permissions::default(),
+        watcher,
+        batches: Default::default(),
+        #[cfg(feature = "cluster")]
+        topology: None,
+        #[cfg(feature = "sentinel")]
+        master: None,
     }
 }
 
@@ -165,31 +184,21 @@ pub(crate) async fn connect_cluster(
     let mut conn = Conn::Cluster(conn);
     // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
     // and the policy should be the same on every node (the docs say so).
-    let server = server_info(&mut conn).await?;
+    let (server, maxmemory_policy) = probe(&mut conn).await?;
     if server.major < 7 {
         return Err(LockError::config(
             "the Redis Cluster backend needs Redis 7 or later (sharded pub/sub)",
         ));
     }
-    let maxmemory_policy = maxmemory_policy(&mut conn).await;
-    warn_if_evicting(maxmemory_policy.as_deref());
     let watcher = Watcher::cluster(settings.clone());
     watcher.ready(settings.connect_timeout * 2).await;
+    let subscriber = Subscriber::cluster(settings);
+    let mut inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
+    // Whatever the node said of its mode: every request goes through the cluster connection.
+    inner.cluster = true;
+    inner.topology = Some(topology);
     Ok(RedisBackend {
-        inner: Arc::new(Inner {
-            conn,
-            sharded: true,
-            cluster: true,
-            set_nx_get: true,
-            subscriber: Subscriber::cluster(settings),
-            maxmemory_policy,
-            permissions: Permissions::default(),
-            watcher,
-            batches: Default::default(),
-            topology: Some(topology),
-            #[cfg(feature = "sentinel")]
-            master: None,
-        }),
+        inner: Arc::new(inner),
     })
 }
 
@@ -202,10 +211,8 @@ pub(crate) async fn connect_sentinel(
     use crate::backend::sentinel::{Master, SentinelConn};
     let master = Master::connect(settings).await?;
     let mut conn = Conn::Sentinel(SentinelConn::new(master.clone()));
-    let server = server_info(&mut conn).await?;
+    let (server, maxmemory_policy) = probe(&mut conn).await?;
     let sharded = server.major >= 7;
-    let maxmemory_policy = maxmemory_policy(&mut conn).await;
-    warn_if_evicting(maxmemory_policy.as_deref());
     let settings = master.settings();
     let subscriber = Subscriber::sentinel(
         master.clone(),
@@ -215,21 +222,10 @@ pub(crate) async fn connect_sentinel(
         settings.response_timeout,
     );
     let watcher = Watcher::sentinel(master.clone(), server.major >= 6, settings.connect_timeout);
+    let mut inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
+    inner.master = Some(master);
     Ok(RedisBackend {
-        inner: Arc::new(Inner {
-            conn,
-            sharded,
-            cluster: server.cluster,
-            set_nx_get: server.major >= 7,
-            subscriber,
-            maxmemory_policy,
-            permissions: Permissions::default(),
-            watcher,
-            batches: Default::default(),
-            #[cfg(feature = "cluster")]
-            topology: None,
-            master: Some(master),
-        }),
+        inner: Arc::new(inner),
     })
 }
 

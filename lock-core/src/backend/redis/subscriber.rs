@@ -69,6 +69,28 @@ enum Command {
 }
 
 impl Subscriber {
+    /// A subscriber that connects to `source` when first needed; without one (a server too
+    /// old for RESP3 pushes) it is never healthy and waiters retry on timers.
+    fn with_source(
+        source: Option<Source>,
+        sharded: bool,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Subscriber {
+            shared: Arc::new(Shared {
+                sharded,
+                healthy: AtomicBool::new(source.is_some()),
+                listeners: Mutex::default(),
+            }),
+            source,
+            commands: Mutex::default(),
+            connecting: AsyncMutex::new(()),
+            connect_timeout,
+            response_timeout,
+        }
+    }
+
     pub(super) fn new(
         client: &Client,
         sharded: bool,
@@ -77,35 +99,25 @@ impl Subscriber {
         response_timeout: Duration,
     ) -> Result<Self, LockError> {
         let client = super::connect::resp3_client(client, resp3, "connect subscriber")?;
-        Ok(Subscriber {
-            source: client.map(Source::Single),
-            shared: Arc::new(Shared {
-                sharded,
-                healthy: AtomicBool::new(resp3),
-                listeners: Mutex::default(),
-            }),
-            commands: Mutex::default(),
-            connecting: AsyncMutex::new(()),
+        Ok(Self::with_source(
+            client.map(Source::Single),
+            sharded,
             connect_timeout,
             response_timeout,
-        })
+        ))
     }
 
     /// The subscriber of a cluster backend (sharded pub/sub).
     #[cfg(feature = "cluster")]
     pub(super) fn cluster(settings: crate::backend::cluster::ClusterSettings) -> Self {
-        Subscriber {
-            connect_timeout: settings.connect_timeout,
-            response_timeout: settings.response_timeout,
-            source: Some(Source::Cluster(settings)),
-            shared: Arc::new(Shared {
-                sharded: true,
-                healthy: AtomicBool::new(true),
-                listeners: Mutex::default(),
-            }),
-            commands: Mutex::default(),
-            connecting: AsyncMutex::new(()),
-        }
+        let (connect_timeout, response_timeout) =
+            (settings.connect_timeout, settings.response_timeout);
+        Self::with_source(
+            Some(Source::Cluster(settings)),
+            true,
+            connect_timeout,
+            response_timeout,
+        )
     }
 
     /// The subscriber of a Sentinel backend: on the current primary, moving with it.
@@ -117,18 +129,12 @@ impl Subscriber {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
-        Subscriber {
-            source: resp3.then_some(Source::Sentinel(master)),
-            shared: Arc::new(Shared {
-                sharded,
-                healthy: AtomicBool::new(resp3),
-                listeners: Mutex::default(),
-            }),
-            commands: Mutex::default(),
-            connecting: AsyncMutex::new(()),
+        Self::with_source(
+            resp3.then_some(Source::Sentinel(master)),
+            sharded,
             connect_timeout,
             response_timeout,
-        }
+        )
     }
 
     pub(super) fn healthy(&self) -> bool {
