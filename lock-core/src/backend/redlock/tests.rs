@@ -1,4 +1,7 @@
+use super::acquire::{Count, Vote, remaining};
+use super::idempotency::merge_states;
 use super::*;
+use crate::idempotency::{IdempotencyRecord, IdempotencyState};
 
 fn ms(n: u64) -> Option<Duration> {
     Some(Duration::from_millis(n))

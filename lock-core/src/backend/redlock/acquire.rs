@@ -1,0 +1,314 @@
+//! The acquire path: one attempt fanned out to every server ([`RedlockBackend::acquire`]), its
+//! ballot (what a refused or dropped attempt takes back), and how its votes are counted.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, gather};
+use crate::LockError;
+use crate::backend::{Attempt, AttemptOptions};
+use crate::background;
+use crate::held::drift;
+use crate::key::LockKey;
+use crate::token::Token;
+
+/// A refused attempt that split the vote (some servers said yes, too few, and no quorum said
+/// busy) answers busy for a random time up to this: contenders that split a vote retry at
+/// different moments, soon, instead of splitting it again. A refused attempt with some yes
+/// where a quorum said busy waits a random time up to this before answering (the holder's
+/// remaining time).
+const SPLIT_JITTER: Duration = Duration::from_millis(20);
+
+/// When `Inner::stragglers` or `Inner::taking_back` reaches this many entries, the entries whose
+/// tasks have all finished are forgotten (they are otherwise removed when used: at the lock's
+/// release, at the waiter's next attempt).
+///
+/// Not a cap on the entries whose tasks still run: those must be kept (a release, or the same
+/// waiter's next attempt, waits for them, see `Inner`), and cannot grow without bound, because
+/// every such task ends on its own within a few response timeouts: a take-back task waits at
+/// most twice the response timeout for its attempt's task on that server, then makes one
+/// Redis call; an acquire task waits for the previous take-back on its server (bounded so),
+/// then makes one Redis call; each Redis call is bounded by the connection's response timeout
+/// (with one retry after a reconnect). So the entries kept beyond this are at most those of
+/// the attempts started within the last few seconds.
+const STRAGGLERS_MAX: usize = 4096;
+
+/// The answer of one server to one acquire.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Vote {
+    Yes,
+    Busy(Option<Duration>),
+    /// No answer: an error, the per-server timeout, or not connected.
+    None,
+}
+
+impl RedlockBackend {
+    pub(crate) async fn acquire(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
+        if options.fenced {
+            return Err(LockError::config(FENCING_REFUSED));
+        }
+        if options.ticket.is_some_and(|t| t.strict) {
+            return Err(LockError::config(FAIR_REFUSED));
+        }
+        let start = Instant::now();
+        let bound = self.server_timeout(lease);
+        let n = self.inner.servers.len();
+        let quorum = self.inner.quorum;
+        // A waiter (a ticket that may queue) is announced in each server's queue, so releases
+        // there publish; it is never handed the lock (see `redlock_waiter.lua`).
+        let waiter = options
+            .ticket
+            .filter(|t| !t.ttl.is_zero())
+            .map(|t| (t.id.clone(), t.ttl));
+        let mut before = self
+            .inner
+            .taking_back
+            .lock()
+            .remove(token)
+            .unwrap_or_default();
+        before.resize_with(n, || None);
+        // Each server's attempt is a task of its own: one that is slow is not cut off half-way
+        // when the outcome is decided without it (a lock that succeeds gets every server it
+        // can), and whatever it did is known before anything is given back there.
+        let mut ballot = Ballot {
+            backend: self.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            tasks: self
+                .inner
+                .servers
+                .iter()
+                .zip(before)
+                .map(|(s, before)| {
+                    let b = s.get()?.clone();
+                    let (key, token) = (key.clone(), token.clone());
+                    let waiter = waiter.clone();
+                    background::spawn(async move {
+                        // Until a take-back there is confirmed, this server's vote cannot be
+                        // trusted: a key of the refused attempt left there (same token, an
+                        // older expiry) would be counted as this attempt's.
+                        if let Some(take_back) = before
+                            && !matches!(take_back.await, Ok(true))
+                        {
+                            return Vote::None;
+                        }
+                        let plain = AttemptOptions {
+                            fenced: false,
+                            ticket: None,
+                            remaining: true,
+                        };
+                        // A waiter is announced before its attempt, on the same connection: a
+                        // release after the attempt publishes.
+                        let attempt = b.acquire(&key, &token, lease, plain);
+                        let answer = match &waiter {
+                            Some((ticket, ttl)) => {
+                                let announce = b.redlock_waiter(&key, ticket, *ttl, true);
+                                let (announced, answer) = tokio::join!(announce, attempt);
+                                if let Err(e) = announced {
+                                    tracing::debug!(error = %e, "a Redlock server failed to announce a waiter");
+                                }
+                                answer
+                            }
+                            None => attempt.await,
+                        };
+                        match answer {
+                            Ok(Attempt::Acquired { .. }) => Vote::Yes,
+                            Ok(Attempt::Busy { remaining }) => Vote::Busy(remaining),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "a Redlock server failed an acquire");
+                                Vote::None
+                            }
+                        }
+                    })
+                })
+                .collect(),
+            votes: Vec::new(),
+            armed: true,
+        };
+        let votes = gather(
+            ballot.tasks.iter_mut().map(|t| async move {
+                let Some(t) = t else {
+                    return Vote::None;
+                };
+                match tokio::time::timeout(bound, t).await {
+                    Ok(Ok(vote)) => vote,
+                    _ => Vote::None,
+                }
+            }),
+            |votes| {
+                let count = Count::of(votes);
+                let pending = n - count.answered() - count.silent;
+                count.yes >= quorum
+                    || (count.yes + pending < quorum
+                        && (count.answered() >= quorum || count.answered() + pending < quorum))
+            },
+        )
+        .await;
+        ballot.votes.clone_from(&votes);
+        let count = Count::of(&votes);
+        // The core counts validity from before this call (lease − elapsed − drift) and refuses
+        // a lock whose validity is gone by the time it gets it; checked here too, so such a
+        // lock is given back at once.
+        if count.yes >= quorum && start.elapsed() + drift(lease) < lease {
+            ballot.armed = false;
+            let running: Vec<_> = std::mem::take(&mut ballot.tasks)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, t)| Some((i, t.filter(|t| !t.is_finished())?)))
+                .collect();
+            if !running.is_empty() {
+                let mut stragglers = self.inner.stragglers.lock();
+                if stragglers.len() >= STRAGGLERS_MAX {
+                    stragglers.retain(|_, tasks| tasks.iter().any(|(_, t)| !t.is_finished()));
+                }
+                stragglers.insert(token.clone(), running);
+            }
+            if let Some((ticket, _)) = &waiter {
+                self.leave_everywhere(key, ticket);
+            }
+            return Ok(Attempt::Acquired { fence: None });
+        }
+        // Not ours: `ballot`, dropped, takes back whatever may have been taken.
+        drop(ballot);
+        if count.yes >= quorum {
+            tracing::debug!(key = %key.display(), "Redlock quorum came after the validity ran out; released");
+            return Ok(Attempt::Busy { remaining: None });
+        }
+        if count.answered() < quorum {
+            return Err(self.no_quorum("acquire", Some(key.user()), count.answered()));
+        }
+        if count.yes > 0 && count.busy < quorum {
+            // A split vote (some servers said yes, and no quorum said busy: nobody holds it on
+            // a quorum of those that answered): contenders that split it retry soon, each after
+            // a pause of its own drawn at random, so that they do not split the next one too.
+            // The pause is the answer's `remaining`: a waiter retries after it. (Its take-backs
+            // announce nothing, so without it a waiter would sleep until its next ticket
+            // refresh.)
+            let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
+            return Ok(Attempt::Busy {
+                remaining: Some(pause.max(Duration::from_millis(1))),
+            });
+        }
+        if count.yes > 0 {
+            // Some servers said yes, but a quorum said busy (a holder on a quorum, or a
+            // contender about to have one): pause at random before answering, so that
+            // contenders do not meet again at once; the holder's time is the answer.
+            let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
+            tokio::time::sleep(pause).await;
+        }
+        Ok(Attempt::Busy {
+            remaining: remaining(&votes, quorum),
+        })
+    }
+}
+
+/// One acquire attempt's tasks, one per server. Unless disarmed (the lock is ours), dropping
+/// it takes back what the attempt may have taken, on every server that did not answer "held
+/// by someone else": each server's take-back waits for that server's attempt to end (so it can
+/// never run before a `SET` still on its way), then deletes the key if it still holds our
+/// token, announcing nothing: a lock that was never ours on a quorum was never announced, and
+/// a release message would wake every waiter of the key in every process for nothing (whose
+/// attempts could split the next vote, and so on). The next attempt with the same token (a
+/// waiter's) waits for these take-backs first (see `Inner::taking_back`).
+struct Ballot {
+    backend: RedlockBackend,
+    key: LockKey,
+    token: Token,
+    tasks: Vec<Option<tokio::task::JoinHandle<Vote>>>,
+    /// The votes known when the attempt was decided (empty if it never was).
+    votes: Vec<Option<Vote>>,
+    armed: bool,
+}
+
+impl Drop for Ballot {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let bound = self.backend.inner.settings.response_timeout * 2;
+        let mut handles = Vec::with_capacity(self.tasks.len());
+        for (i, task) in self.tasks.iter_mut().enumerate() {
+            let known = self.votes.get(i).copied().flatten();
+            let server = self.backend.inner.servers[i].get().cloned();
+            let (Some(server), false) = (server, matches!(known, Some(Vote::Busy(_)))) else {
+                handles.push(None);
+                continue;
+            };
+            // A task still running (not answered, or past the per-server timeout) is awaited
+            // first, whatever the attempt decided without it.
+            let running = task.take().filter(|t| !t.is_finished());
+            let (key, token) = (self.key.clone(), self.token.clone());
+            handles.push(background::spawn(async move {
+                if let Some(task) = running
+                    && let Ok(Ok(Vote::Busy(_))) = tokio::time::timeout(bound, task).await
+                {
+                    return true;
+                }
+                match server.redlock_take_back(&key, &token).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "taking back a failed Redlock attempt failed on one server; its lease ends it");
+                        false
+                    }
+                }
+            }));
+        }
+        if handles.iter().any(Option::is_some) {
+            let mut taking_back = self.backend.inner.taking_back.lock();
+            if taking_back.len() >= STRAGGLERS_MAX {
+                taking_back.retain(|_, h| h.iter().flatten().any(|h| !h.is_finished()));
+            }
+            taking_back.insert(self.token.clone(), handles);
+        }
+    }
+}
+
+/// Answers counted.
+#[derive(Debug, Default)]
+pub(super) struct Count {
+    pub(super) yes: usize,
+    pub(super) busy: usize,
+    pub(super) silent: usize,
+}
+
+impl Count {
+    pub(super) fn of(votes: &[Option<Vote>]) -> Self {
+        let mut count = Count::default();
+        for v in votes.iter().flatten() {
+            match v {
+                Vote::Yes => count.yes += 1,
+                Vote::Busy(_) => count.busy += 1,
+                Vote::None => count.silent += 1,
+            }
+        }
+        count
+    }
+
+    pub(super) fn answered(&self) -> usize {
+        self.yes + self.busy
+    }
+}
+
+/// How long until a quorum of servers may be free: the servers that did not answer busy may
+/// be free now; of the busy ones, enough to make a quorum must see their holder's lease end.
+pub(super) fn remaining(votes: &[Option<Vote>], quorum: usize) -> Option<Duration> {
+    let mut busy: Vec<Option<Duration>> = votes
+        .iter()
+        .filter_map(|v| match v {
+            Some(Vote::Busy(r)) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let free = votes.len() - busy.len();
+    let needed = quorum.checked_sub(free).filter(|n| *n > 0)?;
+    // Unknown remainders sort last: a holder whose lease is unknown is waited for by message.
+    busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
+    busy.get(needed - 1).copied().flatten()
+}

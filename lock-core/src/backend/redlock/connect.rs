@@ -1,0 +1,266 @@
+//! Connecting: [`RedlockBackendBuilder`], and each server's connection, made at connect or
+//! later in the background when the server was down.
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+#[cfg(doc)]
+use super::{DEFAULT_SERVER_TIMEOUT, NoQuorum};
+use super::{Inner, RedlockBackend, Server, Settings};
+use crate::LockError;
+use crate::backend::redis::RedisBackend;
+use crate::background;
+use crate::sync::Mutex;
+
+/// Options for connecting a [`RedlockBackend`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let backend = lock_core::RedlockBackend::builder(&["redis://a/", "redis://b/", "redis://c/"])
+///     .connect_timeout(Duration::from_secs(1))
+///     .server_timeout(Duration::from_millis(50))
+///     .connect()
+///     .await?;
+/// # drop(backend); Ok(()) }
+/// ```
+#[must_use]
+pub struct RedlockBackendBuilder {
+    pub(super) urls: Vec<String>,
+    pub(super) settings: Settings,
+}
+
+impl std::fmt::Debug for RedlockBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackendBuilder")
+            .field("servers", &self.urls.len())
+            .field("connect_timeout", &self.settings.connect_timeout)
+            .field("response_timeout", &self.settings.response_timeout)
+            .field("server_timeout", &self.settings.server_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedlockBackendBuilder {
+    /// Bound on establishing (and re-establishing) a connection to one server. Default 2 s.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedlockBackend::builder(&["redis://a/"]).connect_timeout(Duration::from_secs(1));
+    /// # drop(b);
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on one server's answer to a release, a result store or read, a subscription.
+    /// Default 2 s. Calls wait for a quorum, not for every server: a stalled minority does
+    /// not slow them.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedlockBackend::builder(&["redis://a/"]).response_timeout(Duration::from_millis(500));
+    /// # drop(b);
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// Bound on one server's answer to an acquire or a renewal: a server that has not
+    /// answered by then counts as down for that call. Default: a tenth of the lease, at most
+    /// [`DEFAULT_SERVER_TIMEOUT`]; never more than half the lease. Keep it well under the
+    /// lease: it is time taken from the lock's validity when servers are slow.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::RedlockBackend::builder(&["redis://a/"]).server_timeout(Duration::from_millis(50));
+    /// # drop(b);
+    /// ```
+    pub fn server_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.server_timeout = Some(timeout);
+        self
+    }
+
+    /// Connects to every server at once. Needs a quorum of them to answer; the others are
+    /// connected in the background and join when they answer.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for no URLs, the same URL twice, a malformed URL or zero
+    /// timeouts; [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum
+    /// of servers could be reached.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::RedlockBackend::builder(&["redis://a/", "redis://b/", "redis://c/"])
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<RedlockBackend, LockError> {
+        let Settings {
+            connect_timeout,
+            response_timeout,
+            server_timeout,
+        } = self.settings;
+        if connect_timeout.is_zero()
+            || response_timeout.is_zero()
+            || server_timeout.is_some_and(|t| t.is_zero())
+        {
+            return Err(LockError::config(
+                "Redlock connect, response and server timeouts must be above zero",
+            ));
+        }
+        if self.urls.is_empty() {
+            return Err(LockError::config(
+                "a Redlock backend needs the URL of at least one server",
+            ));
+        }
+        let distinct: HashSet<&str> = self.urls.iter().map(|u| u.trim_end_matches('/')).collect();
+        if distinct.len() != self.urls.len() {
+            return Err(LockError::config(
+                "the same Redlock server URL is given twice: the servers must be independent",
+            ));
+        }
+        let n = self.urls.len();
+        let (reconnects, _) = watch::channel(0);
+        let inner = Arc::new(Inner {
+            servers: (0..n)
+                .map(|_| Server {
+                    backend: OnceLock::new(),
+                })
+                .collect(),
+            quorum: n / 2 + 1,
+            settings: self.settings,
+            reconnects,
+            stragglers: Mutex::default(),
+            taking_back: Mutex::default(),
+        });
+        let backend = RedlockBackend { inner };
+        // Every server is connected by a task of its own, which reports its first outcome and,
+        // when the server did not answer, goes on trying in the background. The backend is
+        // ready once a majority is connected: a stalled minority does not hold it up.
+        let (outcomes, mut first) = tokio::sync::mpsc::unbounded_channel();
+        for (i, url) in self.urls.iter().enumerate() {
+            let (inner, url, settings) =
+                (Arc::downgrade(&backend.inner), url.clone(), self.settings);
+            let outcomes = outcomes.clone();
+            background::spawn(async move {
+                match connect_one(url.clone(), settings).await {
+                    Ok(b) => {
+                        if let Some(inner) = inner.upgrade() {
+                            join(&inner, i, b);
+                        }
+                        let _ = outcomes.send(Ok(true));
+                    }
+                    Err(e @ LockError::InvalidConfig { .. }) => {
+                        let _ = outcomes.send(Err(e));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a Redlock server cannot be reached; connecting it in the background");
+                        let _ = outcomes.send(Ok(false));
+                        connect_later(inner, i, url).await;
+                    }
+                }
+            });
+        }
+        drop(outcomes);
+        let quorum = backend.inner.quorum;
+        let started = Instant::now();
+        let (mut up, mut down) = (0, 0);
+        while up < quorum && down <= n - quorum {
+            match first.recv().await {
+                Some(Ok(true)) => up += 1,
+                Some(Ok(false)) => down += 1,
+                Some(Err(e)) => return Err(e),
+                // No runtime to connect on (spawn refused): nothing more will come.
+                None => break,
+            }
+        }
+        if up < quorum {
+            return Err(backend.no_quorum("connect", None, up));
+        }
+        // The others usually answer a moment later: a short grace (twice what the majority
+        // took, plus 100 ms) lets them join before the first locks, so that these are on every
+        // server that answers; a stalled one is not waited for longer.
+        let grace = (started.elapsed() * 2 + Duration::from_millis(100)).min(connect_timeout);
+        let grace = tokio::time::sleep(grace);
+        tokio::pin!(grace);
+        while up + down < n {
+            tokio::select! {
+                outcome = first.recv() => match outcome {
+                    Some(Ok(true)) => up += 1,
+                    Some(Ok(false)) => down += 1,
+                    Some(Err(e)) => return Err(e),
+                    None => break,
+                },
+                () = &mut grace => break,
+            }
+        }
+        Ok(backend)
+    }
+}
+
+async fn connect_one(url: String, settings: Settings) -> Result<RedisBackend, LockError> {
+    let connect = RedisBackend::builder(&url)
+        .connect_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .connect();
+    match tokio::time::timeout(
+        settings.connect_timeout * 2 + settings.response_timeout * 2,
+        connect,
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(_) => Err(LockError::backend(
+            "connect",
+            None,
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        )),
+    }
+}
+
+/// Server `i` is connected: it takes part from now on, and its dropped connections reach
+/// the watchdog.
+fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) {
+    let watcher = backend.reconnects();
+    if inner.servers[i].backend.set(backend).is_err() {
+        return;
+    }
+    inner.reconnects.send_modify(|v| *v += 1);
+    if let Some(mut rx) = watcher {
+        let weak = Arc::downgrade(inner);
+        background::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                inner.reconnects.send_modify(|v| *v += 1);
+            }
+        });
+    }
+}
+
+/// Connects server `i`, down at connect, once it answers (every second, while the backend
+/// lives).
+async fn connect_later(inner: Weak<Inner>, i: usize, url: String) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(settings) = inner.upgrade().map(|i| i.settings) else {
+            return;
+        };
+        if let Ok(b) = connect_one(url.clone(), settings).await {
+            if let Some(inner) = inner.upgrade() {
+                join(&inner, i, b);
+                tracing::info!(server = i, "a Redlock server down at connect has joined");
+            }
+            return;
+        }
+    }
+}
