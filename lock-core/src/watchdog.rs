@@ -29,6 +29,8 @@ pub(crate) struct Watchdog {
     /// The scheduler task; spawned again if the runtime it ran on has shut down.
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) calls: AtomicU64,
+    /// How many times the scheduler has looked at the table.
+    ticks: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -43,7 +45,17 @@ struct Table {
     /// What the scheduler does now, so that adding a lock wakes it only when it must: most
     /// new locks are due after the one it already sleeps for.
     plan: Plan,
+    /// How long after its acquisition the latest lock added was due (its first renewal).
+    first_interval: Duration,
+    /// Ticks in a row that found no lock.
+    empty_ticks: u32,
 }
+
+/// How many ticks in a row may find no lock before the scheduler stops waking up on its own.
+/// Until then an emptied table is looked at again one `first_interval` later, so a locker that
+/// takes and releases lock after lock (the table empties between them) adds each one to a
+/// scheduler already sleeping past its first renewal, instead of waking it for every lock.
+const EMPTY_TICKS: u32 = 3;
 
 #[derive(Debug, Default, Clone, Copy)]
 enum Plan {
@@ -80,6 +92,10 @@ impl Watchdog {
     fn add_at(&self, inner: &Arc<LockerInner>, held: &Arc<Held>, renew_at: Instant) {
         let must_wake = {
             let mut table = self.entries();
+            let interval = renew_at.saturating_duration_since(Instant::now());
+            if !interval.is_zero() {
+                table.first_interval = interval;
+            }
             table.insert(
                 held.id,
                 Entry {
@@ -156,6 +172,7 @@ impl Watchdog {
 
     /// Renews whatever is due; returns when to look again.
     async fn tick(&self, inner: &Arc<LockerInner>) -> Option<Instant> {
+        self.ticks.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let mut due: Vec<Arc<Held>> = Vec::new();
         let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
@@ -179,10 +196,17 @@ impl Watchdog {
                 true
             });
             if due.is_empty() {
-                let next = early.iter().map(|(_, at)| *at).min();
+                let mut next = early.iter().map(|(_, at)| *at).min();
+                if next.is_some() {
+                    table.empty_ticks = 0;
+                } else if table.empty_ticks < EMPTY_TICKS && !table.first_interval.is_zero() {
+                    table.empty_ticks += 1;
+                    next = Some(now + table.first_interval);
+                }
                 table.plan = next.map_or(Plan::Idle, Plan::SleepingUntil);
                 return next;
             }
+            table.empty_ticks = 0;
         }
         // Renew in the same call the locks that would be due within a tenth of their lease.
         due.extend(
@@ -342,5 +366,30 @@ async fn reconnected(reconnects: &mut Option<watch::Receiver<u64>>) {
         // The backend is gone or cannot tell: stop listening.
         *reconnects = None;
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use crate::Locker;
+
+    /// A locker that takes and releases lock after lock empties the table between them: the
+    /// scheduler must not be woken for each new lock (each is due a third of its lease later,
+    /// after the time it already sleeps until).
+    #[tokio::test]
+    async fn lock_after_lock_does_not_wake_the_scheduler_each_time() {
+        let locker = Locker::builder(crate::MemoryBackend::new())
+            .lease(Duration::from_secs(3))
+            .build();
+        for _ in 0..200 {
+            locker.lock("job").await.unwrap().release().await.unwrap();
+            // Lets the scheduler run, as any I/O would.
+            tokio::task::yield_now().await;
+        }
+        let ticks = locker.inner.watchdog.ticks.load(Ordering::Relaxed);
+        assert!(ticks <= 5, "{ticks} scheduler ticks for 200 locks");
     }
 }
