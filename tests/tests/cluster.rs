@@ -277,12 +277,21 @@ async fn resharding_while_held_keeps_the_lock_and_wakes_the_queued_waiter() {
     tokio::time::sleep(lease * 3).await;
     assert!(guard.is_held(), "the watchdog kept the lock after the move");
     assert!(!waiting.is_finished(), "the waiter still waits");
+    let handovers = waiter.stats().handovers;
     released.store(true, Ordering::SeqCst);
     guard.release().await.expect("release after the move");
     tokio::time::timeout(SOON, waiting)
         .await
         .expect("the waiter was woken")
         .expect("waiter task");
+    // It took the lock from the release's hand-over message, which reached it through its
+    // subscription on the slot's new owner (the old owner dropped it when the slot moved); its
+    // own retries (every 750 ms) would have found the lock already set to its token instead.
+    assert_eq!(
+        waiter.stats().handovers - handovers,
+        1,
+        "the waiter was woken by the hand-over message, not by a retry"
+    );
 }
 
 /// The watchdog renews each shard's locks on its own: a primary that stops answering (paused,
