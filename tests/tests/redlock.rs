@@ -15,6 +15,8 @@
 //! - `restart_rule_*`: a server restarted empty at once lets a second holder in (the hazard);
 //!   restarted after the lease, it does not.
 //! - waiting by notification, fencing and fair mode refused, idempotency over a quorum.
+//! - one server under two URLs is refused at connect, and left out when it joins later (else,
+//!   with 2 of 5 down, it and its double made a majority).
 //!
 //! One set of 5 servers per test, short leases: the file runs in well under a minute.
 
@@ -1096,4 +1098,82 @@ async fn two_holders_never_overlap_under_server_faults() {
         stalls + kills >= 10,
         "too few faults: {stalls} stalls, {kills} kills"
     );
+}
+
+/// The same server and database under a second URL (here an explicit `/0`; in production
+/// another host name, address or forwarded port) would vote twice. Connect refuses it, naming
+/// the two places in the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_under_two_urls_is_refused_at_connect() {
+    let servers = servers(3);
+    let mut urls = urls(&servers);
+    urls.push(format!("redis://127.0.0.1:{}/0", servers[1].port()));
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let e = RedlockBackend::builder(&urls)
+        .server_timeout(SERVER_TIMEOUT)
+        .connect()
+        .await
+        .expect_err("one server under two URLs");
+    match &e {
+        LockError::InvalidConfig { what, .. } => {
+            assert!(
+                what.contains("1 and 3") || what.contains("3 and 1"),
+                "{what}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing of the check is left behind: its probe keys are deleted (the joins still running
+    // when connect gave up finish theirs a moment later), well before their 10 s expiry.
+    eventually(
+        "the probe keys are deleted",
+        Duration::from_secs(5),
+        async || {
+            let mut left = 0;
+            for s in &servers {
+                left += s.keys("lock:{redlock-identity}:*").await.len();
+            }
+            left == 0
+        },
+    )
+    .await;
+}
+
+/// A server down at connect joins later; given twice, only its first URL joins. Otherwise,
+/// with 2 of the 5 others down, the one server left with its double would make a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_joining_later_under_a_second_url_is_refused() {
+    let mut servers = servers(4);
+    let mut list = urls(&servers);
+    list.push(format!("redis://127.0.0.1:{}/0", servers[3].port()));
+    servers[3].stop();
+    let locker = Locker::builder(backend(&list).await)
+        .lease(Duration::from_secs(10))
+        .build();
+    servers[3].restart();
+    // Both of its URLs connect again (every second); the one that comes second is checked
+    // against the first, which reads its probe key through server 3 (EXISTS there).
+    eventually(
+        "both URLs of server 3 tried to join",
+        Duration::from_secs(10),
+        async || {
+            servers[3]
+                .commandstats()
+                .await
+                .get("exists")
+                .is_some_and(|n| *n >= 1)
+        },
+    )
+    .await;
+    let probe = locker.try_lock("probe").await.unwrap();
+    assert!(
+        servers[3].exists("lock:{probe}").await,
+        "server 3 joined once"
+    );
+    probe.release().await.unwrap();
+    servers[0].stop();
+    servers[1].stop();
+    // Servers 2 and 3 answer: 2 votes of 5, whatever server 3's second URL says.
+    let e = locker.try_lock("acct").await.expect_err("no majority");
+    assert!(no_quorum(&e).is_some(), "{e:?}");
 }

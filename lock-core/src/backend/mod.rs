@@ -394,7 +394,7 @@ impl BackendKind {
 }
 
 /// Runs `futures` concurrently; their outputs in order.
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
+#[cfg(any(feature = "cluster", feature = "sentinel", feature = "redlock"))]
 pub(crate) async fn join_all<'a, T>(
     futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>>,
 ) -> Vec<T> {

@@ -236,6 +236,41 @@ impl RedisBackend {
         }
     }
 
+    /// Whether `other` reads the keyspace this backend writes to (the same server and
+    /// database under another URL: another host name, address or port forward): a key with a
+    /// random name written here is looked for there, then deleted. Redlock counts each server's
+    /// vote once; one server under two URLs would count twice.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn same_keyspace(&self, other: &RedisBackend) -> Result<bool, LockError> {
+        let key = format!(
+            "{}{{redlock-identity}}:{:032x}",
+            crate::DEFAULT_PREFIX,
+            rand::random::<u128>()
+        );
+        let failed = |e| LockError::backend("check that the Redlock servers are distinct", None, e);
+        let mut here = self.inner.conn.clone();
+        let mut there = other.inner.conn.clone();
+        let () = redis::cmd("SET")
+            .arg(&key)
+            .arg(1)
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut here)
+            .await
+            .map_err(failed)?;
+        let seen = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async::<i64>(&mut there)
+            .await
+            .map_err(failed);
+        // The key expires on its own should the delete fail.
+        let _ = redis::cmd("DEL")
+            .arg(&key)
+            .query_async::<i64>(&mut here)
+            .await;
+        Ok(seen? > 0)
+    }
+
     pub(crate) async fn acquire(
         &self,
         key: &LockKey,

@@ -91,8 +91,8 @@ impl RedlockBackendBuilder {
     /// connected in the background and join when they answer.
     ///
     /// # Errors
-    /// [`LockError::InvalidConfig`] for no URLs, the same URL twice, a malformed URL or zero
-    /// timeouts; [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum
+    /// [`LockError::InvalidConfig`] for no URLs, the same URL twice, one server under two URLs
+    /// (found by a probe key, see [`RedlockBackend`]), a malformed URL or zero timeouts; [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum
     /// of servers could be reached.
     ///
     /// ```no_run
@@ -140,6 +140,7 @@ impl RedlockBackendBuilder {
             reconnects,
             stragglers: Mutex::default(),
             taking_back: Mutex::default(),
+            joining: tokio::sync::Mutex::new(()),
         });
         let backend = RedlockBackend { inner };
         // Every server is connected by a task of its own, which reports its first outcome and,
@@ -153,17 +154,19 @@ impl RedlockBackendBuilder {
             background::spawn(async move {
                 match connect_one(url.clone(), settings).await {
                     Ok(b) => {
-                        if let Some(inner) = inner.upgrade() {
-                            join(&inner, i, b);
-                        }
-                        let _ = outcomes.send(Ok(true));
+                        let _ = outcomes.send(Outcome::Connected);
+                        let joined = match inner.upgrade() {
+                            Some(inner) => join(&inner, i, b).await,
+                            None => Ok(()),
+                        };
+                        let _ = outcomes.send(Outcome::Joined(joined));
                     }
                     Err(e @ LockError::InvalidConfig { .. }) => {
-                        let _ = outcomes.send(Err(e));
+                        let _ = outcomes.send(Outcome::Joined(Err(e)));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "a Redlock server cannot be reached; connecting it in the background");
-                        let _ = outcomes.send(Ok(false));
+                        let _ = outcomes.send(Outcome::Down);
                         connect_later(inner, i, url).await;
                     }
                 }
@@ -172,18 +175,16 @@ impl RedlockBackendBuilder {
         drop(outcomes);
         let quorum = backend.inner.quorum;
         let started = Instant::now();
-        let (mut up, mut down) = (0, 0);
-        while up < quorum && down <= n - quorum {
+        let mut tally = Joining::default();
+        while tally.up < quorum && tally.down <= n - quorum {
             match first.recv().await {
-                Some(Ok(true)) => up += 1,
-                Some(Ok(false)) => down += 1,
-                Some(Err(e)) => return Err(e),
+                Some(outcome) => tally.count(outcome)?,
                 // No runtime to connect on (spawn refused): nothing more will come.
                 None => break,
             }
         }
-        if up < quorum {
-            return Err(backend.no_quorum("connect", None, up));
+        if tally.up < quorum {
+            return Err(backend.no_quorum("connect", None, tally.up));
         }
         // The others usually answer a moment later: a short grace (twice what the majority
         // took, plus 100 ms) lets them join before the first locks, so that these are on every
@@ -191,18 +192,59 @@ impl RedlockBackendBuilder {
         let grace = (started.elapsed() * 2 + Duration::from_millis(100)).min(connect_timeout);
         let grace = tokio::time::sleep(grace);
         tokio::pin!(grace);
-        while up + down < n {
+        while tally.up + tally.down < n {
             tokio::select! {
                 outcome = first.recv() => match outcome {
-                    Some(Ok(true)) => up += 1,
-                    Some(Ok(false)) => down += 1,
-                    Some(Err(e)) => return Err(e),
+                    Some(outcome) => tally.count(outcome)?,
                     None => break,
                 },
                 () = &mut grace => break,
             }
         }
+        // A server that answered is not left half-checked: whether it is one already joined
+        // under a second URL is known before connect returns (each check is bounded by the
+        // response timeout).
+        while tally.checking > 0 {
+            match first.recv().await {
+                Some(outcome) => tally.count(outcome)?,
+                None => break,
+            }
+        }
         Ok(backend)
+    }
+}
+
+/// What a server's connecting task reports.
+enum Outcome {
+    /// It answers; whether it may join is being checked.
+    Connected,
+    /// It joined, or was refused.
+    Joined(Result<(), LockError>),
+    /// It does not answer yet (tried again in the background).
+    Down,
+}
+
+/// The servers' first outcomes, as they come.
+#[derive(Default)]
+struct Joining {
+    up: usize,
+    down: usize,
+    checking: usize,
+}
+
+impl Joining {
+    /// Counts `outcome`; a refused server fails the connect.
+    fn count(&mut self, outcome: Outcome) -> Result<(), LockError> {
+        match outcome {
+            Outcome::Connected => self.checking += 1,
+            Outcome::Joined(joined) => {
+                self.checking = self.checking.saturating_sub(1);
+                joined?;
+                self.up += 1;
+            }
+            Outcome::Down => self.down += 1,
+        }
+        Ok(())
     }
 }
 
@@ -226,12 +268,45 @@ async fn connect_one(url: String, settings: Settings) -> Result<RedisBackend, Lo
     }
 }
 
-/// Server `i` is connected: it takes part from now on, and its dropped connections reach
-/// the watchdog.
-fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) {
+/// Server `i` is connected: unless it is a server already joined under another URL, it takes
+/// part from now on, and its dropped connections reach the watchdog. One server counted twice
+/// would let a lock be decided by fewer independent servers than a majority, so it is refused
+/// (the error says which two); a server the check cannot reach or is not allowed to write its
+/// probe key on (an ACL without the default prefix) joins with a warning.
+async fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) -> Result<(), LockError> {
+    let _joining = inner.joining.lock().await;
+    let backend_ref = &backend;
+    let checks = inner
+        .servers
+        .iter()
+        .enumerate()
+        .filter_map(|(j, s)| {
+            let other = s.get()?;
+            let check: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                Box::pin(async move { (j, backend_ref.same_keyspace(other).await) });
+            Some(check)
+        })
+        .collect();
+    for (j, same) in crate::backend::join_all(checks).await {
+        match same {
+            Ok(false) => {}
+            Ok(true) => {
+                let e = LockError::config(format!(
+                    "Redlock servers {j} and {i} (by their place in the URL list) are one Redis \
+                     server under two URLs (a key written through one is read through the \
+                     other): its vote would count twice; give each server once"
+                ));
+                tracing::error!(error = %e, "a Redlock server is refused");
+                return Err(e);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, first = j, second = i, "cannot check that two Redlock servers are distinct");
+            }
+        }
+    }
     let watcher = backend.reconnects();
     if inner.servers[i].backend.set(backend).is_err() {
-        return;
+        return Ok(());
     }
     inner.reconnects.send_modify(|v| *v += 1);
     if let Some(mut rx) = watcher {
@@ -245,6 +320,7 @@ fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) {
             }
         });
     }
+    Ok(())
 }
 
 /// Connects server `i`, down at connect, once it answers (every second, while the backend
@@ -256,8 +332,9 @@ async fn connect_later(inner: Weak<Inner>, i: usize, url: String) {
             return;
         };
         if let Ok(b) = connect_one(url.clone(), settings).await {
-            if let Some(inner) = inner.upgrade() {
-                join(&inner, i, b);
+            if let Some(inner) = inner.upgrade()
+                && join(&inner, i, b).await.is_ok()
+            {
                 tracing::info!(server = i, "a Redlock server down at connect has joined");
             }
             return;

@@ -149,11 +149,13 @@ pub struct NoQuorum {
 ///   by a second holder on a new majority.
 ///
 /// Every server gets its own connections (commands, notifications, a watcher). The N URLs
-/// must name N distinct, independent masters (no replication between them). Only the same URL
-/// string twice is refused: one server named twice under different URLs (`localhost` and
-/// `127.0.0.1`, a hostname and its address, `/0` and no database, two databases of one
-/// server) is not detected, and votes twice, so a "majority" may then be a minority of the
-/// real servers and two holders can both get one: the majority guarantee is gone.
+/// must name N distinct, independent masters (no replication between them): one server named
+/// twice would vote twice, so a "majority" could be a minority of the real servers. The same
+/// URL twice is refused, and so is one server and database under a second URL (`localhost`
+/// and `127.0.0.1`, a hostname and its address, `/0` and no database): as each server joins,
+/// a random probe key written through it must not be readable through the servers already
+/// joined (a double is [`LockError::InvalidConfig`] at connect, left out when it joins later).
+/// Two databases of one server are not detected: they share its fate, so don't.
 ///
 /// Clones share the connections.
 ///
@@ -195,6 +197,9 @@ struct Inner {
     /// attempt (the same token) waits on each server for the take-back there first, so it can
     /// never find the refused attempt's key and count it, nor be deleted by it afterwards.
     taking_back: Mutex<HashMap<Token, Vec<Option<tokio::task::JoinHandle<bool>>>>>,
+    /// Held while a server is checked against those already joined and joins, so that two
+    /// servers joining at once are checked against each other too.
+    joining: tokio::sync::Mutex<()>,
 }
 
 /// Acquire tasks still running, with the index of their server.
@@ -248,7 +253,7 @@ impl RedlockBackend {
     /// Options for connecting. `urls` are the independent servers (any number from 1; odd
     /// is best: 5 survive 2 down, as 6 do), each `redis://`, `rediss://` or `redis+unix://`,
     /// with its own ACL user and password in its URL. N URLs must be N distinct servers (see
-    /// [`RedlockBackend`]: one server under two URLs votes twice).
+    /// [`RedlockBackend`]: one server under two URLs is refused).
     ///
     /// ```
     /// let builder = lock_core::RedlockBackend::builder(&["redis://a:6379/", "redis://b:6379/", "redis://c:6379/"]);
