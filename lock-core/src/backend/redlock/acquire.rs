@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, gather};
+use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, TakingBack, gather};
 use crate::LockError;
 use crate::backend::{Attempt, AttemptOptions};
 use crate::background;
@@ -72,6 +72,7 @@ impl RedlockBackend {
             .taking_back
             .lock()
             .remove(token)
+            .map(|t| t.handles)
             .unwrap_or_default();
         before.resize_with(n, || None);
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
@@ -196,6 +197,17 @@ impl RedlockBackend {
                 remaining: Some(pause.max(Duration::from_millis(1))),
             });
         }
+        if self.taking_back_other(key, token) {
+            // A quorum said busy, but some of those keys may be this process's own refused
+            // attempts on the key (another token: say a waiter's first, plain attempt), being
+            // taken back right now, announcing nothing: the lock may be free in a moment, so
+            // this is answered as a split vote is, not with a holder's lease (a waiter would
+            // sleep until its next ticket refresh).
+            let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
+            return Ok(Attempt::Busy {
+                remaining: Some(pause.max(Duration::from_millis(1))),
+            });
+        }
         if count.yes > 0 {
             // Some servers said yes, but a quorum said busy (a holder on a quorum, or a
             // contender about to have one): pause at random before answering, so that
@@ -205,6 +217,18 @@ impl RedlockBackend {
         }
         Ok(Attempt::Busy {
             remaining: remaining(&votes, quorum),
+        })
+    }
+}
+
+impl RedlockBackend {
+    /// Whether a refused attempt on `key` with another token than `token` is still being
+    /// taken back on some server.
+    fn taking_back_other(&self, key: &LockKey, token: &Token) -> bool {
+        self.inner.taking_back.lock().iter().any(|(t, back)| {
+            t != token
+                && back.key == key.name()
+                && back.handles.iter().flatten().any(|h| !h.is_finished())
         })
     }
 }
@@ -263,9 +287,10 @@ impl Drop for Ballot {
         if handles.iter().any(Option::is_some) {
             let mut taking_back = self.backend.inner.taking_back.lock();
             if taking_back.len() >= STRAGGLERS_MAX {
-                taking_back.retain(|_, h| h.iter().flatten().any(|h| !h.is_finished()));
+                taking_back.retain(|_, t| t.handles.iter().flatten().any(|h| !h.is_finished()));
             }
-            taking_back.insert(self.token.clone(), handles);
+            let key = self.key.name().to_owned();
+            taking_back.insert(self.token.clone(), TakingBack { key, handles });
         }
     }
 }

@@ -196,10 +196,17 @@ struct Inner {
     /// Take-backs of refused attempts still running, by token and server: a waiter's next
     /// attempt (the same token) waits on each server for the take-back there first, so it can
     /// never find the refused attempt's key and count it, nor be deleted by it afterwards.
-    taking_back: Mutex<HashMap<Token, Vec<Option<tokio::task::JoinHandle<bool>>>>>,
+    taking_back: Mutex<HashMap<Token, TakingBack>>,
     /// Held while a server is checked against those already joined and joins, so that two
     /// servers joining at once are checked against each other too.
     joining: tokio::sync::Mutex<()>,
+}
+
+/// A refused attempt's take-backs, one per server (`None` where nothing is taken back).
+struct TakingBack {
+    /// The lock's name.
+    key: String,
+    handles: Vec<Option<tokio::task::JoinHandle<bool>>>,
 }
 
 /// Acquire tasks still running, with the index of their server.
