@@ -1106,9 +1106,8 @@ async fn two_holders_never_overlap_under_server_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_server_under_two_urls_is_refused_at_connect() {
     let servers = servers(3);
-    let mut urls = urls(&servers);
-    urls.push(format!("redis://127.0.0.1:{}/0", servers[1].port()));
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let list = urls_with_double(&servers, 1);
+    let urls: Vec<&str> = list.iter().map(String::as_str).collect();
     let e = RedlockBackend::builder(&urls)
         .server_timeout(SERVER_TIMEOUT)
         .connect()
@@ -1139,25 +1138,22 @@ async fn one_server_under_two_urls_is_refused_at_connect() {
     .await;
 }
 
-/// A server down at connect joins later; given twice, only its first URL joins. Otherwise,
-/// with 2 of the 5 others down, the one server left with its double would make a majority.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_joining_later_under_a_second_url_is_refused() {
-    let mut servers = servers(4);
-    let mut list = urls(&servers);
-    list.push(format!("redis://127.0.0.1:{}/0", servers[3].port()));
-    servers[3].stop();
-    let locker = Locker::builder(backend(&list).await)
-        .lease(Duration::from_secs(10))
-        .build();
-    servers[3].restart();
-    // Both of its URLs connect again (every second); the one that comes second is checked
-    // against the first, which reads its probe key through server 3 (EXISTS there).
+/// The servers' URLs, then server `twice` again under a second URL (an explicit `/0`; in
+/// production another host name, address or forwarded port).
+fn urls_with_double(servers: &[RedisServer], twice: usize) -> Vec<String> {
+    let mut list = urls(servers);
+    list.push(format!("redis://127.0.0.1:{}/0", servers[twice].port()));
+    list
+}
+
+/// Until both URLs of `server` (listed twice) have tried to join: the second to join is
+/// checked against the first, reading its probe key through `server` (EXISTS there).
+async fn both_urls_tried(server: &RedisServer) {
     eventually(
-        "both URLs of server 3 tried to join",
+        "both URLs of the server tried to join",
         Duration::from_secs(10),
         async || {
-            servers[3]
+            server
                 .commandstats()
                 .await
                 .get("exists")
@@ -1165,6 +1161,25 @@ async fn a_server_joining_later_under_a_second_url_is_refused() {
         },
     )
     .await;
+}
+
+/// With the servers left, `locker` must find no majority.
+async fn no_majority(locker: &Locker) {
+    let e = locker.try_lock("acct").await.expect_err("no majority");
+    assert!(no_quorum(&e).is_some(), "{e:?}");
+}
+
+/// A server down at connect joins later; given twice, only its first URL joins. Otherwise,
+/// with 2 of the 5 others down, the one server left with its double would make a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_joining_later_under_a_second_url_is_refused() {
+    let mut servers = servers(4);
+    let list = urls_with_double(&servers, 3);
+    servers[3].stop();
+    let locker = Locker::builder(backend(&list).await).build();
+    servers[3].restart();
+    // Both of its URLs connect again (every second).
+    both_urls_tried(&servers[3]).await;
     let probe = locker.try_lock("probe").await.unwrap();
     assert!(
         servers[3].exists("lock:{probe}").await,
@@ -1174,6 +1189,86 @@ async fn a_server_joining_later_under_a_second_url_is_refused() {
     servers[0].stop();
     servers[1].stop();
     // Servers 2 and 3 answer: 2 votes of 5, whatever server 3's second URL says.
-    let e = locker.try_lock("acct").await.expect_err("no majority");
-    assert!(no_quorum(&e).is_some(), "{e:?}");
+    no_majority(&locker).await;
+}
+
+/// A server that cannot be checked when it connects (here it refuses writes: full under
+/// `noeviction`) does not join until it can be; then only one of its two URLs joins. Letting
+/// it in unchecked would have let its double vote too: with 2 of 4 real servers down, server
+/// 1 and its double would make 3 of 5 votes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_be_checked_joins_only_once_it_can() {
+    let mut servers = servers(4);
+    let list = urls_with_double(&servers, 1);
+    let maxmemory = |bytes: u64| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .clone()
+    };
+    let () = servers[1].query(maxmemory(1)).await;
+    // Servers 0, 2 and 3 are a majority of the 5 URLs.
+    let locker = Locker::builder(backend(&list).await).build();
+    let () = servers[1].query(maxmemory(0)).await;
+    // Both URLs of server 1 are tried again (every second) once it takes writes.
+    both_urls_tried(&servers[1]).await;
+    servers[2].stop();
+    servers[3].stop();
+    no_majority(&locker).await;
+}
+
+/// A lock held on 4 of 5 servers while the fifth stalls: each refused `try_lock` leaves a
+/// take-back waiting on the stalled server, which must not make the next refusal look like a
+/// split vote. `retry_after` stays the holder's time, not a pause of a few milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_reports_the_holders_time_while_a_server_stalls() {
+    let mut servers = servers(5);
+    let holder = locker(&servers, Duration::from_secs(10)).await;
+    let other = locker(&servers, Duration::from_secs(10)).await;
+    let guard = holder.try_lock("acct").await.unwrap();
+    servers[4].pause();
+    for _ in 0..3 {
+        match other.try_lock("acct").await {
+            Err(LockError::Busy { retry_after, .. }) => assert!(
+                retry_after.is_none_or(|d| d > Duration::from_secs(1)),
+                "held ~10 s more on 4 of 5 servers, yet retry after {retry_after:?}"
+            ),
+            answer => panic!("{:?}", answer.map(|_| ())),
+        }
+    }
+    servers[4].resume();
+    guard.release().await.unwrap();
+}
+
+/// The same for a waiter: it does not poll a held lock every few milliseconds while one server
+/// stalls (its first attempt's take-back waits on that server for up to a few response
+/// timeouts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_does_not_poll_a_held_lock_while_a_server_stalls() {
+    let mut servers = servers(5);
+    let holder = locker(&servers, Duration::from_secs(10)).await;
+    let other = locker(&servers, Duration::from_secs(10)).await;
+    let guard = holder.try_lock("acct").await.unwrap();
+    servers[4].pause();
+    servers[0].reset_stats().await;
+    let e = other
+        .lock("acct")
+        .wait(Duration::from_millis(1500))
+        .await
+        .map(|_| ())
+        .expect_err("held");
+    assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
+    let sets = servers[0]
+        .commandstats()
+        .await
+        .get("set")
+        .copied()
+        .unwrap_or(0);
+    servers[4].resume();
+    println!("{sets} SETs on server 0 during a 1.5 s wait on a held lock");
+    // Polling every ~10 ms would be ~70; the first attempt, the queued one and ticket
+    // refreshes (every 750 ms) are a handful.
+    assert!(sets < 15, "{sets} acquire attempts in 1.5 s: a hot retry");
+    guard.release().await.unwrap();
 }

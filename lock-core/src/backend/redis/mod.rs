@@ -238,37 +238,44 @@ impl RedisBackend {
 
     /// Whether `other` reads the keyspace this backend writes to (the same server and
     /// database under another URL: another host name, address or port forward): a key with a
-    /// random name written here is looked for there, then deleted. Redlock counts each server's
-    /// vote once; one server under two URLs would count twice.
+    /// random name is written here, looked for there, then deleted. Redlock counts each
+    /// server's vote once; one server under two URLs would count twice.
+    ///
+    /// The write must succeed (an error here is [`Keyspace::Unknown`]: the caller does not
+    /// let the server join yet), except that a refused permission is [`Keyspace::NoPermission`].
+    /// A read that fails or times out there while the write here succeeded means `other` does
+    /// not answer as this server does: a different server.
     #[cfg(feature = "redlock")]
-    pub(crate) async fn same_keyspace(&self, other: &RedisBackend) -> Result<bool, LockError> {
+    pub(crate) async fn same_keyspace(&self, other: &RedisBackend, bound: Duration) -> Keyspace {
         let key = format!(
             "{}{{redlock-identity}}:{:032x}",
             crate::DEFAULT_PREFIX,
             rand::random::<u128>()
         );
-        let failed = |e| LockError::backend("check that the Redlock servers are distinct", None, e);
         let mut here = self.inner.conn.clone();
         let mut there = other.inner.conn.clone();
-        let () = redis::cmd("SET")
-            .arg(&key)
-            .arg(1)
-            .arg("PX")
-            .arg(10_000)
-            .query_async(&mut here)
-            .await
-            .map_err(failed)?;
-        let seen = redis::cmd("EXISTS")
-            .arg(&key)
-            .query_async::<i64>(&mut there)
-            .await
-            .map_err(failed);
+        let mut set = redis::cmd("SET");
+        set.arg(&key).arg(1).arg("PX").arg(10_000);
+        match tokio::time::timeout(bound, set.query_async::<Value>(&mut here)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+                return Keyspace::NoPermission(e.to_string());
+            }
+            Ok(Err(e)) => return Keyspace::Unknown(e.to_string()),
+            Err(_) => return Keyspace::Unknown("the probe write timed out".to_owned()),
+        }
+        let exists = redis::cmd("EXISTS").arg(&key).clone();
+        let seen = tokio::time::timeout(bound, exists.query_async::<i64>(&mut there)).await;
         // The key expires on its own should the delete fail.
-        let _ = redis::cmd("DEL")
-            .arg(&key)
-            .query_async::<i64>(&mut here)
-            .await;
-        Ok(seen? > 0)
+        let del = redis::cmd("DEL").arg(&key).clone();
+        let _ = tokio::time::timeout(bound, del.query_async::<i64>(&mut here)).await;
+        match seen {
+            Ok(Ok(n)) if n > 0 => Keyspace::Same,
+            Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+                Keyspace::NoPermission(e.to_string())
+            }
+            _ => Keyspace::Different,
+        }
     }
 
     pub(crate) async fn acquire(
@@ -685,4 +692,17 @@ mod tests {
         );
         assert_eq!(int_pair(&Value::Int(1)), None);
     }
+}
+
+/// What [`RedisBackend::same_keyspace`] found.
+#[cfg(feature = "redlock")]
+#[derive(Debug)]
+pub(crate) enum Keyspace {
+    /// A key written through one is read through the other: one server.
+    Same,
+    Different,
+    /// The probe key may not be written (an ACL without the default prefix).
+    NoPermission(String),
+    /// The probe could not be written (an error or a timeout): try again later.
+    Unknown(String),
 }

@@ -197,12 +197,12 @@ impl RedlockBackend {
                 remaining: Some(pause.max(Duration::from_millis(1))),
             });
         }
-        if self.taking_back_other(key, token) {
+        if self.taking_back_other(key, token, &votes) {
             // A quorum said busy, but some of those keys may be this process's own refused
-            // attempts on the key (another token: say a waiter's first, plain attempt), being
-            // taken back right now, announcing nothing: the lock may be free in a moment, so
-            // this is answered as a split vote is, not with a holder's lease (a waiter would
-            // sleep until its next ticket refresh).
+            // attempts on the key (another token: say a waiter's first, plain attempt), that a
+            // server had granted and that are being deleted right now, announcing nothing: the
+            // lock may be free in a moment, so this is answered as a split vote is, not with a
+            // holder's lease (a waiter would sleep until its next ticket refresh).
             let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
             return Ok(Attempt::Busy {
                 remaining: Some(pause.max(Duration::from_millis(1))),
@@ -222,13 +222,23 @@ impl RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Whether a refused attempt on `key` with another token than `token` is still being
-    /// taken back on some server.
-    fn taking_back_other(&self, key: &LockKey, token: &Token) -> bool {
+    /// Whether a server that answered this attempt busy (`votes`) is still deleting the key
+    /// of a refused attempt on `key` with another token, which it had granted. Only those
+    /// count: a take-back waiting on a stalled server could last a few response timeouts,
+    /// and a waiter told to retry soon meanwhile would retry every few milliseconds.
+    fn taking_back_other(&self, key: &LockKey, token: &Token, votes: &[Option<Vote>]) -> bool {
         self.inner.taking_back.lock().iter().any(|(t, back)| {
             t != token
                 && back.key == key.name()
-                && back.handles.iter().flatten().any(|h| !h.is_finished())
+                && back
+                    .handles
+                    .iter()
+                    .zip(&back.yes)
+                    .zip(votes)
+                    .any(|((h, yes), vote)| {
+                        *yes && matches!(vote, Some(Vote::Busy(_)))
+                            && h.as_ref().is_some_and(|h| !h.is_finished())
+                    })
         })
     }
 }
@@ -258,8 +268,10 @@ impl Drop for Ballot {
         }
         let bound = self.backend.inner.settings.response_timeout * 2;
         let mut handles = Vec::with_capacity(self.tasks.len());
+        let mut yes = Vec::with_capacity(self.tasks.len());
         for (i, task) in self.tasks.iter_mut().enumerate() {
             let known = self.votes.get(i).copied().flatten();
+            yes.push(matches!(known, Some(Vote::Yes)));
             let server = self.backend.inner.servers[i].get().cloned();
             let (Some(server), false) = (server, matches!(known, Some(Vote::Busy(_)))) else {
                 handles.push(None);
@@ -290,7 +302,7 @@ impl Drop for Ballot {
                 taking_back.retain(|_, t| t.handles.iter().flatten().any(|h| !h.is_finished()));
             }
             let key = self.key.name().to_owned();
-            taking_back.insert(self.token.clone(), TakingBack { key, handles });
+            taking_back.insert(self.token.clone(), TakingBack { key, handles, yes });
         }
     }
 }

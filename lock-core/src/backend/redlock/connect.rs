@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{DEFAULT_SERVER_TIMEOUT, NoQuorum};
 use super::{Inner, RedlockBackend, Server, Settings};
 use crate::LockError;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{Keyspace, RedisBackend};
 use crate::background;
 use crate::sync::Mutex;
 
@@ -157,9 +157,20 @@ impl RedlockBackendBuilder {
                         let _ = outcomes.send(Outcome::Connected);
                         let joined = match inner.upgrade() {
                             Some(inner) => join(&inner, i, b).await,
-                            None => Ok(()),
+                            None => Joined::Yes,
                         };
-                        let _ = outcomes.send(Outcome::Joined(joined));
+                        match joined {
+                            Joined::Yes => {
+                                let _ = outcomes.send(Outcome::Joined(Ok(())));
+                            }
+                            Joined::Double(e) => {
+                                let _ = outcomes.send(Outcome::Joined(Err(e)));
+                            }
+                            Joined::NotYet => {
+                                let _ = outcomes.send(Outcome::Unchecked);
+                                connect_later(inner, i, url).await;
+                            }
+                        }
                     }
                     Err(e @ LockError::InvalidConfig { .. }) => {
                         let _ = outcomes.send(Outcome::Joined(Err(e)));
@@ -222,6 +233,9 @@ enum Outcome {
     Joined(Result<(), LockError>),
     /// It does not answer yet (tried again in the background).
     Down,
+    /// It answered but could not be checked against the others yet (tried again in the
+    /// background): as good as down for now.
+    Unchecked,
 }
 
 /// The servers' first outcomes, as they come.
@@ -243,6 +257,10 @@ impl Joining {
                 self.up += 1;
             }
             Outcome::Down => self.down += 1,
+            Outcome::Unchecked => {
+                self.checking = self.checking.saturating_sub(1);
+                self.down += 1;
+            }
         }
         Ok(())
     }
@@ -270,11 +288,14 @@ async fn connect_one(url: String, settings: Settings) -> Result<RedisBackend, Lo
 
 /// Server `i` is connected: unless it is a server already joined under another URL, it takes
 /// part from now on, and its dropped connections reach the watchdog. One server counted twice
-/// would let a lock be decided by fewer independent servers than a majority, so it is refused
-/// (the error says which two); a server the check cannot reach or is not allowed to write its
-/// probe key on (an ACL without the default prefix) joins with a warning.
-async fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) -> Result<(), LockError> {
+/// would let a lock be decided by fewer independent servers than a majority, so a double is
+/// refused ([`Joined::Double`], saying which two); a server whose probe key cannot be written
+/// yet (an error or a timeout: out of memory, loading, stalled) does not join now
+/// ([`Joined::NotYet`]: tried again later); one not allowed to write its probe key (an ACL
+/// without the default prefix) joins with a warning.
+async fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) -> Joined {
     let _joining = inner.joining.lock().await;
+    let bound = inner.settings.response_timeout;
     let backend_ref = &backend;
     let checks = inner
         .servers
@@ -283,30 +304,34 @@ async fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) -> Result<(),
         .filter_map(|(j, s)| {
             let other = s.get()?;
             let check: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
-                Box::pin(async move { (j, backend_ref.same_keyspace(other).await) });
+                Box::pin(async move { (j, backend_ref.same_keyspace(other, bound).await) });
             Some(check)
         })
         .collect();
-    for (j, same) in crate::backend::join_all(checks).await {
-        match same {
-            Ok(false) => {}
-            Ok(true) => {
+    for (j, found) in crate::backend::join_all(checks).await {
+        match found {
+            Keyspace::Different => {}
+            Keyspace::Same => {
                 let e = LockError::config(format!(
                     "Redlock servers {j} and {i} (by their place in the URL list) are one Redis \
                      server under two URLs (a key written through one is read through the \
                      other): its vote would count twice; give each server once"
                 ));
                 tracing::error!(error = %e, "a Redlock server is refused");
-                return Err(e);
+                return Joined::Double(e);
             }
-            Err(e) => {
-                tracing::warn!(error = %e, first = j, second = i, "cannot check that two Redlock servers are distinct");
+            Keyspace::NoPermission(e) => {
+                tracing::warn!(error = %e, first = j, second = i, "cannot check that two Redlock servers are distinct: the probe key needs the default `lock:` prefix in the ACL");
+            }
+            Keyspace::Unknown(e) => {
+                tracing::warn!(error = %e, server = i, "a Redlock server cannot be checked against the others yet; it joins once it can");
+                return Joined::NotYet;
             }
         }
     }
     let watcher = backend.reconnects();
     if inner.servers[i].backend.set(backend).is_err() {
-        return Ok(());
+        return Joined::Yes;
     }
     inner.reconnects.send_modify(|v| *v += 1);
     if let Some(mut rx) = watcher {
@@ -320,7 +345,16 @@ async fn join(inner: &Arc<Inner>, i: usize, backend: RedisBackend) -> Result<(),
             }
         });
     }
-    Ok(())
+    Joined::Yes
+}
+
+/// Whether a connected server joined.
+enum Joined {
+    Yes,
+    /// One already joined under another URL: never joins.
+    Double(LockError),
+    /// Not checked yet: tried again later.
+    NotYet,
 }
 
 /// Connects server `i`, down at connect, once it answers (every second, while the backend
@@ -332,12 +366,17 @@ async fn connect_later(inner: Weak<Inner>, i: usize, url: String) {
             return;
         };
         if let Ok(b) = connect_one(url.clone(), settings).await {
-            if let Some(inner) = inner.upgrade()
-                && join(&inner, i, b).await.is_ok()
-            {
-                tracing::info!(server = i, "a Redlock server down at connect has joined");
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            match join(&inner, i, b).await {
+                Joined::Yes => {
+                    tracing::info!(server = i, "a Redlock server down at connect has joined");
+                    return;
+                }
+                Joined::Double(_) => return,
+                Joined::NotYet => {}
             }
-            return;
         }
     }
 }

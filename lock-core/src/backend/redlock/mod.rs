@@ -154,7 +154,8 @@ pub struct NoQuorum {
 /// URL twice is refused, and so is one server and database under a second URL (`localhost`
 /// and `127.0.0.1`, a hostname and its address, `/0` and no database): as each server joins,
 /// a random probe key written through it must not be readable through the servers already
-/// joined (a double is [`LockError::InvalidConfig`] at connect, left out when it joins later).
+/// joined (a double is [`LockError::InvalidConfig`] at connect, left out when it joins later;
+/// a server whose probe key cannot be written yet joins only once it can).
 /// Two databases of one server are not detected: they share its fate, so don't.
 ///
 /// Clones share the connections.
@@ -207,6 +208,8 @@ struct TakingBack {
     /// The lock's name.
     key: String,
     handles: Vec<Option<tokio::task::JoinHandle<bool>>>,
+    /// Per server: it had said yes (its take-back is one prompt delete).
+    yes: Vec<bool>,
 }
 
 /// Acquire tasks still running, with the index of their server.
