@@ -92,8 +92,9 @@ impl RedlockBackendBuilder {
     ///
     /// # Errors
     /// [`LockError::InvalidConfig`] for no URLs, the same URL twice, one server under two URLs
-    /// (found by a probe key, see [`RedlockBackend`]), a malformed URL or zero timeouts; [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum
-    /// of servers could be reached.
+    /// (found by a probe key, see [`RedlockBackend`]), a malformed URL or zero timeouts;
+    /// [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum of servers
+    /// could be reached.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
