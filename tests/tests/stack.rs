@@ -1,4 +1,5 @@
-//! What users stack on a locker, on Redlock (3 independent real redis-servers):
+//! What users stack on a locker, on each engine that spans several Redis processes (Redlock
+//! over 3 independent servers, a Redis Cluster of 3 shards, a Sentinel-watched primary):
 //! `#[distributed_lock]` serializes an annotated function called from many tasks of two
 //! lockers, and lock-tower's `LockLayer` and `IdempotencyLayer` serialize requests per key and
 //! answer a retried request with the first answer, across two apps on two lockers.
@@ -10,6 +11,7 @@
     reason = "a test file: its helpers assert by panicking"
 )]
 
+use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
@@ -17,17 +19,44 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use lock_core::{LockError, Locker, distributed_lock};
 use lock_testkit::RedisServer;
+use lock_testkit::cluster::RedisCluster;
+use lock_testkit::sentinel::RedisSentinelSet;
 use lock_tower::{HeaderKey, IdempotencyLayer, LockLayer};
 use tower::ServiceExt;
 
-/// Three servers and two Redlock lockers on them (two processes' worth of clients).
-async fn redlock() -> (Vec<RedisServer>, Locker, Locker) {
+/// The processes of a deployment (killed when dropped) and two lockers on it (two processes'
+/// worth of clients).
+type Deployment = (Box<dyn Any + Send>, Locker, Locker);
+
+async fn redlock() -> Deployment {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let a = Locker::redlock(&urls).await.expect("connect");
     let b = Locker::redlock(&urls).await.expect("connect");
-    (servers, a, b)
+    (Box::new(servers), a, b)
+}
+
+async fn cluster() -> Deployment {
+    let cluster = RedisCluster::start().await;
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let a = Locker::redis_cluster(&urls).await.expect("connect");
+    let b = Locker::redis_cluster(&urls).await.expect("connect");
+    (Box::new(cluster), a, b)
+}
+
+async fn sentinel() -> Deployment {
+    let set = RedisSentinelSet::start().await;
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let a = Locker::redis_sentinel(&urls, set.master_name())
+        .await
+        .expect("connect");
+    let b = Locker::redis_sentinel(&urls, set.master_name())
+        .await
+        .expect("connect");
+    (Box::new(set), a, b)
 }
 
 /// Counts how many run at once inside.
@@ -54,9 +83,7 @@ async fn bump(locker: &Locker, id: u32, inside: &Inside) -> Result<(), LockError
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_macro_serializes_calls_across_lockers() {
-    let (_servers, a, b) = redlock().await;
+async fn the_macro_serializes_calls_across_lockers((_processes, a, b): Deployment) {
     let inside = Arc::new(Inside::default());
     let tasks: Vec<_> = (0..8)
         .map(|t| {
@@ -76,9 +103,9 @@ async fn the_macro_serializes_calls_across_lockers() {
     assert_eq!(inside.most.load(SeqCst), 1, "two bodies ran at once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn lock_tower_serializes_per_key_and_replays_a_retry_across_two_apps() {
-    let (_servers, a, b) = redlock().await;
+async fn lock_tower_serializes_per_key_and_replays_a_retry_across_two_apps(
+    (_processes, a, b): Deployment,
+) {
     let inside = Arc::new(Inside::default());
     let app = |locker: Locker| {
         let inside = inside.clone();
@@ -140,3 +167,32 @@ async fn lock_tower_serializes_per_key_and_replays_a_retry_across_two_apps() {
         "the handler ran once for the retried key"
     );
 }
+
+/// Both checks on each engine.
+macro_rules! on {
+    ($($engine:ident),*) => {
+        mod macro_serializes {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $engine() {
+                    the_macro_serializes_calls_across_lockers(super::$engine().await).await;
+                }
+            )*
+        }
+        mod tower_serializes_and_replays {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $engine() {
+                    lock_tower_serializes_per_key_and_replays_a_retry_across_two_apps(
+                        super::$engine().await,
+                    )
+                    .await;
+                }
+            )*
+        }
+    };
+}
+
+on!(redlock, cluster, sentinel);
