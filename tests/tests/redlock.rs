@@ -812,8 +812,18 @@ async fn split_votes_do_not_idle_the_lock() {
                 })
             })
             .collect();
-        // Both waiting (announced, asleep) before the release.
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Both waiting (announced on the servers, asleep) before the release.
+        eventually(
+            "both waiters announced",
+            Duration::from_secs(10),
+            async || {
+                let entries: Vec<String> = servers[0]
+                    .query(redis::cmd("HKEYS").arg("lock:{hot}:waiters").clone())
+                    .await;
+                a.stats().waiters == 1 && b.stats().waiters == 1 && entries.len() >= 2
+            },
+        )
+        .await;
         let released = Instant::now();
         held.release().await.unwrap();
         let mut first = Duration::MAX;

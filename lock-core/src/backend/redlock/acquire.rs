@@ -82,6 +82,7 @@ impl RedlockBackend {
             backend: self.clone(),
             key: key.clone(),
             token: token.clone(),
+            again: options.ticket.is_some(),
             tasks: self
                 .inner
                 .servers
@@ -226,9 +227,23 @@ impl RedlockBackend {
     /// of a refused attempt on `key` with another token, which it had granted. Only those
     /// count: a take-back waiting on a stalled server could last a few response timeouts,
     /// and a waiter told to retry soon meanwhile would retry every few milliseconds.
-    fn taking_back_other(&self, key: &LockKey, token: &Token, votes: &[Option<Vote>]) -> bool {
-        self.inner.taking_back.lock().iter().any(|(t, back)| {
-            t != token
+    ///
+    /// One-off attempts' entries whose take-backs have all ended are dropped on the way: of
+    /// no use to anyone any more (their token never attempts again), they would otherwise
+    /// pile up (one per refused `try_lock`) until the next prune at [`STRAGGLERS_MAX`] and
+    /// lengthen this scan.
+    pub(super) fn taking_back_other(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        votes: &[Option<Vote>],
+    ) -> bool {
+        let mut found = false;
+        self.inner.taking_back.lock().retain(|t, back| {
+            let running = |h: &Option<tokio::task::JoinHandle<bool>>| {
+                h.as_ref().is_some_and(|h| !h.is_finished())
+            };
+            found |= t != token
                 && back.key == key.name()
                 && back
                     .handles
@@ -236,10 +251,11 @@ impl RedlockBackend {
                     .zip(&back.yes)
                     .zip(votes)
                     .any(|((h, yes), vote)| {
-                        *yes && matches!(vote, Some(Vote::Busy(_)))
-                            && h.as_ref().is_some_and(|h| !h.is_finished())
-                    })
-        })
+                        *yes && matches!(vote, Some(Vote::Busy(_))) && running(h)
+                    });
+            back.again || back.running()
+        });
+        found
     }
 }
 
@@ -255,6 +271,8 @@ struct Ballot {
     backend: RedlockBackend,
     key: LockKey,
     token: Token,
+    /// The token may attempt again (see `TakingBack::again`).
+    again: bool,
     tasks: Vec<Option<tokio::task::JoinHandle<Vote>>>,
     /// The votes known when the attempt was decided (empty if it never was).
     votes: Vec<Option<Vote>>,
@@ -299,10 +317,16 @@ impl Drop for Ballot {
         if handles.iter().any(Option::is_some) {
             let mut taking_back = self.backend.inner.taking_back.lock();
             if taking_back.len() >= STRAGGLERS_MAX {
-                taking_back.retain(|_, t| t.handles.iter().flatten().any(|h| !h.is_finished()));
+                taking_back.retain(|_, t| t.running());
             }
             let key = self.key.name().to_owned();
-            taking_back.insert(self.token.clone(), TakingBack { key, handles, yes });
+            let back = TakingBack {
+                key,
+                handles,
+                yes,
+                again: self.again,
+            };
+            taking_back.insert(self.token.clone(), back);
         }
     }
 }

@@ -210,6 +210,17 @@ struct TakingBack {
     handles: Vec<Option<tokio::task::JoinHandle<bool>>>,
     /// Per server: it had said yes (its take-back is one prompt delete).
     yes: Vec<bool>,
+    /// The token may attempt again (a waiter's), which then waits for these take-backs (and
+    /// distrusts a server where one failed): kept until then (or the prune at
+    /// `STRAGGLERS_MAX`). A one-off attempt's entry is of use only while its take-backs run.
+    again: bool,
+}
+
+impl TakingBack {
+    /// Whether a take-back of this entry still runs.
+    fn running(&self) -> bool {
+        self.handles.iter().flatten().any(|h| !h.is_finished())
+    }
 }
 
 /// Acquire tasks still running, with the index of their server.

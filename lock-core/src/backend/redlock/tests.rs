@@ -97,3 +97,65 @@ fn counts() {
     let c = Count::of(&votes);
     assert_eq!((c.yes, c.busy, c.silent, c.answered()), (1, 1, 1, 2));
 }
+
+/// A refused attempt's take-back entry, its tasks already ended or still running.
+async fn taking_back(key: &str, again: bool, running: bool) -> TakingBack {
+    let handle = tokio::spawn(async move {
+        if running {
+            std::future::pending::<()>().await;
+        }
+        true
+    });
+    while !running && !handle.is_finished() {
+        tokio::task::yield_now().await;
+    }
+    TakingBack {
+        key: key.to_owned(),
+        handles: vec![Some(handle)],
+        yes: vec![true],
+        again,
+    }
+}
+
+#[tokio::test]
+async fn one_off_take_backs_that_ended_are_dropped_by_the_next_busy_check() {
+    let (reconnects, _) = watch::channel(0);
+    let backend = RedlockBackend {
+        inner: Arc::new(Inner {
+            servers: vec![Server {
+                backend: OnceLock::new(),
+            }],
+            quorum: 1,
+            settings: Settings {
+                connect_timeout: Duration::from_secs(1),
+                response_timeout: Duration::from_secs(1),
+                server_timeout: None,
+            },
+            reconnects,
+            stragglers: Mutex::default(),
+            taking_back: Mutex::default(),
+            joining: tokio::sync::Mutex::new(()),
+        }),
+    };
+    let key = crate::key::LockKey::new("lock:", "hot").unwrap();
+    let name = key.name().to_owned();
+    let tokens: Vec<Token> = (0..4).map(|_| Token::new(false)).collect();
+    // A one-off attempt, ended: of no use any more.
+    let ended = taking_back(&name, false, false).await;
+    // A waiter's, ended: kept for its next attempt, which checks how it went.
+    let waiters = taking_back(&name, true, false).await;
+    // A one-off attempt still being taken back: kept, and counted.
+    let running = taking_back(&name, false, true).await;
+    {
+        let mut map = backend.inner.taking_back.lock();
+        map.insert(tokens[0].clone(), ended);
+        map.insert(tokens[1].clone(), waiters);
+        map.insert(tokens[2].clone(), running);
+    }
+    let busy = [Some(Vote::Busy(ms(100)))];
+    assert!(backend.taking_back_other(&key, &tokens[3], &busy));
+    let map = backend.inner.taking_back.lock();
+    assert!(!map.contains_key(&tokens[0]));
+    assert!(map.contains_key(&tokens[1]));
+    assert!(map.contains_key(&tokens[2]));
+}
