@@ -91,6 +91,19 @@ async fn all_reachable(locker: &Locker, servers: &[RedisServer]) {
     .await;
 }
 
+/// `key` held by another client (`holder`, no locker) on `servers` for 10 s.
+async fn held_elsewhere(servers: &[RedisServer], key: &str, holder: &str) {
+    for s in servers {
+        let set = redis::cmd("SET")
+            .arg(key)
+            .arg(holder)
+            .arg("PX")
+            .arg(10_000)
+            .clone();
+        let _: () = s.query(set).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_subset_of_servers_down_or_stalled() {
     let mut servers = servers(5);
@@ -252,18 +265,7 @@ async fn an_extension_on_a_minority_is_a_loss() {
 async fn a_split_vote_leaves_no_key_behind() {
     let servers = servers(5);
     let locker = locker(&servers, Duration::from_secs(10)).await;
-    for s in &servers[..3] {
-        let _: () = s
-            .query(
-                redis::cmd("SET")
-                    .arg("lock:{split}")
-                    .arg("someone")
-                    .arg("PX")
-                    .arg(10_000)
-                    .clone(),
-            )
-            .await;
-    }
+    held_elsewhere(&servers[..3], "lock:{split}", "someone").await;
     for s in &servers {
         s.reset_stats().await;
     }
@@ -863,18 +865,7 @@ async fn a_split_vote_is_retried_after_a_short_pause() {
     let waiter = locker(&servers, Duration::from_secs(10)).await;
     all_reachable(&waiter, &servers).await;
     servers[4].stop();
-    for s in &servers[..2] {
-        let _: () = s
-            .query(
-                redis::cmd("SET")
-                    .arg("lock:{split2}")
-                    .arg("rival")
-                    .arg("PX")
-                    .arg(10_000)
-                    .clone(),
-            )
-            .await;
-    }
+    held_elsewhere(&servers[..2], "lock:{split2}", "rival").await;
     let before = waiter.stats().backend_calls;
     let wait = {
         let waiter = waiter.clone();
@@ -1281,4 +1272,49 @@ async fn a_waiter_does_not_poll_a_held_lock_while_a_server_stalls() {
     // refreshes (every 750 ms) are a handful.
     assert!(sets < 15, "{sets} acquire attempts in 1.5 s: a hot retry");
     guard.release().await.unwrap();
+}
+
+/// A waiter's refused attempts are taken back on each server by a compare-and-delete of their
+/// token. A copy one of them leaves (a take-back that failed, a `SET` that landed after it)
+/// must never count as a later attempt's yes (it expires earlier: a member of the quorum lost
+/// before the validity ends), nor may a late take-back delete a later attempt's key: every
+/// attempt writes a token of its own. Seen with MONITOR on the one free server of three (a
+/// holder is on the other two): a 1.7 s wait makes its first attempt, its queued one and two
+/// ticket refreshes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_attempts_each_write_a_token_of_their_own() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let servers = servers(3);
+    let locker = locker(&servers, Duration::from_secs(10)).await;
+    held_elsewhere(&servers[..2], "lock:{acct}", "someone").await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", servers[2].port()))
+        .await
+        .unwrap();
+    assert_eq!(servers[2].password(), None, "MONITOR is sent without AUTH");
+    stream.write_all(b"MONITOR\r\n").await.unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
+
+    let e = locker
+        .lock("acct")
+        .wait(Duration::from_millis(1700))
+        .await
+        .map(|_| ())
+        .expect_err("held on 2 of 3 servers");
+    assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
+
+    // `... "SET" "lock:{acct}" "<token>" "NX" "PX" ...`: the token each attempt wrote.
+    let mut tokens = Vec::new();
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await
+    {
+        if let Some((_, rest)) = line.split_once(r#""SET" "lock:{acct}" ""#) {
+            tokens.push(rest.split('"').next().unwrap().to_owned());
+        }
+    }
+    let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
+    println!("{} attempts, {} tokens", tokens.len(), distinct.len());
+    assert!(tokens.len() >= 3, "too few attempts seen: {}", tokens.len());
+    assert_eq!(distinct.len(), tokens.len(), "an attempt reused a token");
 }

@@ -197,7 +197,19 @@ impl QueuedWaiter {
                     }
                 }
             }
-            Attempt::Busy { remaining } => Ok(Outcome::Busy(remaining)),
+            Attempt::Busy { remaining } => {
+                if self.inner.backend.takes_back_failed_attempts() {
+                    // Redlock: the refused attempt is being taken back on each server by a
+                    // compare-and-delete of its token, and may have left a copy of it (a
+                    // take-back that failed, a `SET` that lands late). With the same token the
+                    // next attempt could count such a copy, with an older expiry, as a yes, or
+                    // have its own key deleted by a late take-back: each attempt gets a token
+                    // of its own. (Such a backend never hands a lock over, so no release
+                    // names this token.)
+                    self.token = self.inner.new_token();
+                }
+                Ok(Outcome::Busy(remaining))
+            }
         }
     }
 

@@ -177,7 +177,9 @@ impl BackendKind {
     /// Whether an acquire that fails, or is dropped mid-flight, takes back on its own whatever
     /// it may have taken (announcing nothing): the core's in-flight release is then not sent,
     /// as it would announce the release of a lock nobody held to the key's waiters. Redlock's
-    /// ballot does it (see `backend::redlock`).
+    /// ballot does it (see `backend::redlock`). A waiter on such a backend uses a new token for
+    /// every attempt: a take-back deletes by token, and a copy of a refused attempt's key left
+    /// on a server must never count as (nor be deleted as) a later attempt's.
     pub(crate) fn takes_back_failed_attempts(&self) -> bool {
         match self {
             #[cfg(feature = "redlock")]

@@ -43,8 +43,8 @@ static TAKE_BACK: LazyLock<Script> = LazyLock::new(|| {
 
 impl RedisBackend {
     /// Deletes the lock of `key` if it holds `token`, announcing nothing: what a Redlock attempt
-    /// that did not get a majority took on this server. A delete, not an expiry: the waiter's
-    /// next attempt (same token) must not find this one's key still there and count it.
+    /// that did not get a majority took on this server. A delete, not an expiry: the key would
+    /// answer busy to every contender for the rest of its lease.
     pub(crate) async fn redlock_take_back(
         &self,
         key: &LockKey,

@@ -21,17 +21,16 @@ use crate::token::Token;
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
 /// When `Inner::stragglers` or `Inner::taking_back` reaches this many entries, the entries whose
-/// tasks have all finished are forgotten (they are otherwise removed when used: at the lock's
-/// release, at the waiter's next attempt).
+/// tasks have all finished are forgotten (they are otherwise removed when used: a straggler
+/// at the lock's release, a take-back at the next busy check that finds it ended).
 ///
-/// Not a cap on the entries whose tasks still run: those must be kept (a release, or the same
-/// waiter's next attempt, waits for them, see `Inner`), and cannot grow without bound, because
-/// every such task ends on its own within a few response timeouts: a take-back task waits at
-/// most twice the response timeout for its attempt's task on that server, then makes one
-/// Redis call; an acquire task waits for the previous take-back on its server (bounded so),
-/// then makes one Redis call; each Redis call is bounded by the connection's response timeout
-/// (with one retry after a reconnect). So the entries kept beyond this are at most those of
-/// the attempts started within the last few seconds.
+/// Not a cap on the entries whose tasks still run: those must be kept (a release waits for
+/// them, a busy vote is weighed against them, see `Inner`), and cannot grow without bound,
+/// because every such task ends on its own within a few response timeouts: a take-back task
+/// waits at most twice the response timeout for its attempt's task on that server, then makes
+/// one Redis call; an acquire task makes one Redis call; each Redis call is bounded by the
+/// connection's response timeout (with one retry after a reconnect). So the entries kept
+/// beyond this are at most those of the attempts started within the last few seconds.
 const STRAGGLERS_MAX: usize = 4096;
 
 /// The answer of one server to one acquire.
@@ -67,14 +66,6 @@ impl RedlockBackend {
             .ticket
             .filter(|t| !t.ttl.is_zero())
             .map(|t| (t.id.clone(), t.ttl));
-        let mut before = self
-            .inner
-            .taking_back
-            .lock()
-            .remove(token)
-            .map(|t| t.handles)
-            .unwrap_or_default();
-        before.resize_with(n, || None);
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -82,25 +73,18 @@ impl RedlockBackend {
             backend: self.clone(),
             key: key.clone(),
             token: token.clone(),
-            again: options.ticket.is_some(),
+            // Every attempt has a token of its own (a waiter draws a new one after each
+            // refusal, see `BackendKind::takes_back_failed_attempts`): nothing an earlier
+            // attempt left or still sends can be counted as this one's or delete its key.
             tasks: self
                 .inner
                 .servers
                 .iter()
-                .zip(before)
-                .map(|(s, before)| {
+                .map(|s| {
                     let b = s.get()?.clone();
                     let (key, token) = (key.clone(), token.clone());
                     let waiter = waiter.clone();
                     background::spawn(async move {
-                        // Until a take-back there is confirmed, this server's vote cannot be
-                        // trusted: a key of the refused attempt left there (same token, an
-                        // older expiry) would be counted as this attempt's.
-                        if let Some(take_back) = before
-                            && !matches!(take_back.await, Ok(true))
-                        {
-                            return Vote::None;
-                        }
                         let plain = AttemptOptions {
                             fenced: false,
                             ticket: None,
@@ -228,10 +212,9 @@ impl RedlockBackend {
     /// count: a take-back waiting on a stalled server could last a few response timeouts,
     /// and a waiter told to retry soon meanwhile would retry every few milliseconds.
     ///
-    /// One-off attempts' entries whose take-backs have all ended are dropped on the way: of
-    /// no use to anyone any more (their token never attempts again), they would otherwise
-    /// pile up (one per refused `try_lock`) until the next prune at [`STRAGGLERS_MAX`] and
-    /// lengthen this scan.
+    /// Entries whose take-backs have all ended are dropped on the way: of no use to anyone
+    /// any more (their token never attempts again), they would otherwise pile up (one per
+    /// refused attempt) until the next prune at [`STRAGGLERS_MAX`] and lengthen this scan.
     pub(super) fn taking_back_other(
         &self,
         key: &LockKey,
@@ -253,7 +236,7 @@ impl RedlockBackend {
                     .any(|((h, yes), vote)| {
                         *yes && matches!(vote, Some(Vote::Busy(_))) && running(h)
                     });
-            back.again || back.running()
+            back.running()
         });
         found
     }
@@ -265,14 +248,12 @@ impl RedlockBackend {
 /// never run before a `SET` still on its way), then deletes the key if it still holds our
 /// token, announcing nothing: a lock that was never ours on a quorum was never announced, and
 /// a release message would wake every waiter of the key in every process for nothing (whose
-/// attempts could split the next vote, and so on). The next attempt with the same token (a
-/// waiter's) waits for these take-backs first (see `Inner::taking_back`).
+/// attempts could split the next vote, and so on). While they run, a busy vote of a server
+/// still deleting this attempt's key is not taken for a holder's (see `Inner::taking_back`).
 struct Ballot {
     backend: RedlockBackend,
     key: LockKey,
     token: Token,
-    /// The token may attempt again (see `TakingBack::again`).
-    again: bool,
     tasks: Vec<Option<tokio::task::JoinHandle<Vote>>>,
     /// The votes known when the attempt was decided (empty if it never was).
     votes: Vec<Option<Vote>>,
@@ -320,12 +301,7 @@ impl Drop for Ballot {
                 taking_back.retain(|_, t| t.running());
             }
             let key = self.key.name().to_owned();
-            let back = TakingBack {
-                key,
-                handles,
-                yes,
-                again: self.again,
-            };
+            let back = TakingBack { key, handles, yes };
             taking_back.insert(self.token.clone(), back);
         }
     }

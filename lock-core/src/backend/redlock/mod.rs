@@ -194,9 +194,10 @@ struct Inner {
     /// token: the release on their server waits for them (a `SET` still on its way, say in the
     /// server's group commit, must not land after the release).
     stragglers: Mutex<HashMap<Token, Running>>,
-    /// Take-backs of refused attempts still running, by token and server: a waiter's next
-    /// attempt (the same token) waits on each server for the take-back there first, so it can
-    /// never find the refused attempt's key and count it, nor be deleted by it afterwards.
+    /// Take-backs of refused attempts still running, by token and server: a quorum of busy
+    /// votes that may include keys of this process's own refused attempts, being deleted, is
+    /// answered like a split vote (see `acquire::taking_back_other`). Every attempt has a
+    /// token of its own, so no attempt waits for another's take-backs.
     taking_back: Mutex<HashMap<Token, TakingBack>>,
     /// Held while a server is checked against those already joined and joins, so that two
     /// servers joining at once are checked against each other too.
@@ -210,10 +211,6 @@ struct TakingBack {
     handles: Vec<Option<tokio::task::JoinHandle<bool>>>,
     /// Per server: it had said yes (its take-back is one prompt delete).
     yes: Vec<bool>,
-    /// The token may attempt again (a waiter's), which then waits for these take-backs (and
-    /// distrusts a server where one failed): kept until then (or the prune at
-    /// `STRAGGLERS_MAX`). A one-off attempt's entry is of use only while its take-backs run.
-    again: bool,
 }
 
 impl TakingBack {

@@ -99,7 +99,7 @@ fn counts() {
 }
 
 /// A refused attempt's take-back entry, its tasks already ended or still running.
-async fn taking_back(key: &str, again: bool, running: bool) -> TakingBack {
+async fn taking_back(key: &str, running: bool) -> TakingBack {
     let handle = tokio::spawn(async move {
         if running {
             std::future::pending::<()>().await;
@@ -113,12 +113,11 @@ async fn taking_back(key: &str, again: bool, running: bool) -> TakingBack {
         key: key.to_owned(),
         handles: vec![Some(handle)],
         yes: vec![true],
-        again,
     }
 }
 
 #[tokio::test]
-async fn one_off_take_backs_that_ended_are_dropped_by_the_next_busy_check() {
+async fn take_backs_that_ended_are_dropped_by_the_next_busy_check() {
     let (reconnects, _) = watch::channel(0);
     let backend = RedlockBackend {
         inner: Arc::new(Inner {
@@ -139,23 +138,19 @@ async fn one_off_take_backs_that_ended_are_dropped_by_the_next_busy_check() {
     };
     let key = crate::key::LockKey::new("lock:", "hot").unwrap();
     let name = key.name().to_owned();
-    let tokens: Vec<Token> = (0..4).map(|_| Token::new(false)).collect();
-    // A one-off attempt, ended: of no use any more.
-    let ended = taking_back(&name, false, false).await;
-    // A waiter's, ended: kept for its next attempt, which checks how it went.
-    let waiters = taking_back(&name, true, false).await;
-    // A one-off attempt still being taken back: kept, and counted.
-    let running = taking_back(&name, false, true).await;
+    let tokens: Vec<Token> = (0..3).map(|_| Token::new(false)).collect();
+    // An attempt taken back already: of no use any more (its token never attempts again).
+    let ended = taking_back(&name, false).await;
+    // An attempt still being taken back: kept, and counted.
+    let running = taking_back(&name, true).await;
     {
         let mut map = backend.inner.taking_back.lock();
         map.insert(tokens[0].clone(), ended);
-        map.insert(tokens[1].clone(), waiters);
-        map.insert(tokens[2].clone(), running);
+        map.insert(tokens[1].clone(), running);
     }
     let busy = [Some(Vote::Busy(ms(100)))];
-    assert!(backend.taking_back_other(&key, &tokens[3], &busy));
+    assert!(backend.taking_back_other(&key, &tokens[2], &busy));
     let map = backend.inner.taking_back.lock();
     assert!(!map.contains_key(&tokens[0]));
     assert!(map.contains_key(&tokens[1]));
-    assert!(map.contains_key(&tokens[2]));
 }
