@@ -235,7 +235,7 @@ fn on_sentinel() {
 /// The checks on Redlock over 5 servers started for the binary (the data of every server
 /// flushed before each check), but those that do not apply, each listed with the reason in
 /// [`REDLOCK_REFUSES`]: fencing (`fenced()` is refused: no strictly increasing fence exists over
-/// independent servers; `tests/tests/redlock.rs::fencing_and_fair_mode_are_refused_before_any_io`
+/// independent servers; `tests/tests/redlock/waiting.rs::fencing_and_fair_mode_are_refused_before_any_io`
 /// asserts the refusal), fair mode and handover (no single queue), and two that assume one
 /// server. `REDLOCK_CHECK=<name part>` runs only the matching checks.
 #[test]
