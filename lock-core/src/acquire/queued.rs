@@ -77,7 +77,8 @@ pub(super) struct QueuedWaiter {
     ticket: QueueTicket,
     token: Token,
     /// Recent attempts of this identity: generation and when it was sent. They all registered
-    /// `token` (a new identity starts with an empty list).
+    /// `token` (a new identity starts with an empty list), except on a backend that never
+    /// hands a lock over (Redlock), where every attempt has a token of its own.
     sent: VecDeque<(u64, Instant)>,
     /// Whether the backend may hold the ticket (an attempt that could queue was sent).
     registered: bool,

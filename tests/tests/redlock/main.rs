@@ -99,12 +99,17 @@ async fn all_reachable(locker: &Locker, servers: &[RedisServer]) {
 
 /// `key` held by another client (`holder`, no locker) on `servers` for 10 s.
 async fn held_elsewhere(servers: &[RedisServer], key: &str, holder: &str) {
+    held_elsewhere_for(servers, key, holder, 10_000).await;
+}
+
+/// `key` held by another client (`holder`, no locker) on `servers` for `ms` milliseconds.
+async fn held_elsewhere_for(servers: &[RedisServer], key: &str, holder: &str, ms: u64) {
     for s in servers {
         let set = redis::cmd("SET")
             .arg(key)
             .arg(holder)
             .arg("PX")
-            .arg(10_000)
+            .arg(ms)
             .clone();
         let _: () = s.query(set).await;
     }

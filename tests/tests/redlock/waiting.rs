@@ -500,3 +500,101 @@ async fn a_waiters_attempts_each_write_a_token_of_their_own() {
     assert!(tokens.len() >= 3, "too few attempts seen: {}", tokens.len());
     assert_eq!(distinct.len(), tokens.len(), "an attempt reused a token");
 }
+
+/// A waiter's attempts while a server stalls leave `SET`s queued there, which land when it
+/// resumes: the first takes the key for an attempt refused long before, and answers busy to the
+/// waiter's attempt in flight. That key is this process's own, being taken back: the waiter
+/// retries within a few milliseconds, it does not take it for a holder's and nap until its
+/// next ticket refresh (750 ms) with the lock free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_a_free_lock_soon_after_a_stall_ends() {
+    let mut servers = servers(3);
+    let locker = locker(&servers, Duration::from_secs(10)).await;
+    all_reachable(&locker, &servers).await;
+    let key = "lock:{stall}";
+    held_elsewhere(&servers[..1], key, "someone").await;
+    held_elsewhere_for(&servers[1..2], key, "brief", 150).await;
+    servers[2].pause();
+    let wait = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("stall").wait(Duration::from_secs(4)).await })
+    };
+    // Long enough for the brief key to expire and several split attempts to queue on C.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    servers[2].resume();
+    let resumed = Instant::now();
+    let guard = wait.await.unwrap().expect("free on B and C once C resumes");
+    let took = resumed.elapsed();
+    guard.release().await.unwrap();
+    println!("acquired {took:?} after the stall ended");
+    assert!(
+        took < Duration::from_millis(400),
+        "idled {took:?} with the lock free"
+    );
+}
+
+/// The hazard a token per attempt closes: a copy of a waiter's refused attempt left on a server
+/// (its take-back failed, or its `SET` landed after it) with an expiry before the next
+/// attempt's validity ends. Here the copy is planted with the token of the waiter's second
+/// attempt, seen with MONITOR, after its take-back; the lock must be acquired on servers whose
+/// keys live the full lease, not on that copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_of_a_waiters_refused_attempt_is_never_counted() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let servers = servers(3);
+    let locker = locker(&servers, Duration::from_secs(10)).await;
+    let key = "lock:{stale}";
+    held_elsewhere(&servers[..1], key, "someone").await;
+    held_elsewhere_for(&servers[1..2], key, "brief", 300).await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", servers[2].port()))
+        .await
+        .unwrap();
+    stream.write_all(b"MONITOR\r\n").await.unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
+    let wait = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("stale").wait(Duration::from_secs(3)).await })
+    };
+    let mut tokens = Vec::new();
+    while tokens.len() < 2 {
+        let line = lines.next_line().await.unwrap().unwrap();
+        if let Some((_, rest)) = line.split_once(r#""SET" "lock:{stale}" ""#) {
+            tokens.push(rest.split('"').next().unwrap().to_owned());
+        }
+    }
+    drop(lines);
+    // After the second attempt's take-back: its key is gone from the free server.
+    eventually(
+        "the second attempt taken back",
+        Duration::from_secs(2),
+        async || servers[2].get(key).await.as_deref() != Some(tokens[1].as_str()),
+    )
+    .await;
+    // The copy: the second attempt's token, expiring before a later attempt's validity ends.
+    let copy = redis::cmd("SET")
+        .arg(key)
+        .arg(&tokens[1])
+        .arg("PX")
+        .arg(550)
+        .clone();
+    let _: () = servers[2].query(copy).await;
+    let guard = wait
+        .await
+        .unwrap()
+        .expect("acquired once the brief key expires");
+    let mut full = 0;
+    for s in &servers {
+        let owner: Option<String> = s.query(redis::cmd("GET").arg(key).clone()).await;
+        let pttl: i64 = s.query(redis::cmd("PTTL").arg(key).clone()).await;
+        if owner.is_some_and(|o| o != "someone") && pttl > 5_000 {
+            full += 1;
+        }
+    }
+    assert!(
+        full >= 2,
+        "acquired on {full} servers with the full lease: a quorum member expires early"
+    );
+    guard.release().await.unwrap();
+}

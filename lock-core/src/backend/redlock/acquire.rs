@@ -1,11 +1,14 @@
 //! The acquire path: one attempt fanned out to every server ([`RedlockBackend::acquire`]), its
 //! ballot (what a refused or dropped attempt takes back), and how its votes are counted.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, TakingBack, gather};
+use super::take_back::{Part, TakingBack};
+use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, gather};
 use crate::LockError;
 use crate::backend::{Attempt, AttemptOptions};
 use crate::background;
@@ -20,17 +23,14 @@ use crate::token::Token;
 /// remaining time).
 const SPLIT_JITTER: Duration = Duration::from_millis(20);
 
-/// When `Inner::stragglers` or `Inner::taking_back` reaches this many entries, the entries whose
-/// tasks have all finished are forgotten (they are otherwise removed when used: a straggler
-/// at the lock's release, a take-back at the next busy check that finds it ended).
+/// When `Inner::stragglers` reaches this many entries, the entries whose tasks have all
+/// finished are forgotten (they are otherwise removed at the lock's release).
 ///
 /// Not a cap on the entries whose tasks still run: those must be kept (a release waits for
-/// them, a busy vote is weighed against them, see `Inner`), and cannot grow without bound,
-/// because every such task ends on its own within a few response timeouts: a take-back task
-/// waits at most twice the response timeout for its attempt's task on that server, then makes
-/// one Redis call; an acquire task makes one Redis call; each Redis call is bounded by the
-/// connection's response timeout (with one retry after a reconnect). So the entries kept
-/// beyond this are at most those of the attempts started within the last few seconds.
+/// them), and cannot grow without bound, because every such task ends on its own within a
+/// few response timeouts: an acquire task makes one Redis call, bounded by the connection's
+/// response timeout (with one retry after a reconnect). So the entries kept beyond this are
+/// at most those of the locks taken within the last few seconds.
 const STRAGGLERS_MAX: usize = 4096;
 
 /// The answer of one server to one acquire.
@@ -59,6 +59,7 @@ impl RedlockBackend {
         let start = Instant::now();
         let bound = self.server_timeout(lease);
         let n = self.inner.servers.len();
+        let parts: Vec<Arc<Part>> = (0..n).map(|_| Arc::default()).collect();
         let quorum = self.inner.quorum;
         // A waiter (a ticket that may queue) is announced in each server's queue, so releases
         // there publish; it is never handed the lock (see `redlock_waiter.lua`).
@@ -80,10 +81,12 @@ impl RedlockBackend {
                 .inner
                 .servers
                 .iter()
-                .map(|s| {
+                .zip(&parts)
+                .map(|(s, part)| {
                     let b = s.get()?.clone();
                     let (key, token) = (key.clone(), token.clone());
                     let waiter = waiter.clone();
+                    let part = part.clone();
                     background::spawn(async move {
                         let plain = AttemptOptions {
                             fenced: false,
@@ -105,7 +108,12 @@ impl RedlockBackend {
                             None => attempt.await,
                         };
                         match answer {
-                            Ok(Attempt::Acquired { .. }) => Vote::Yes,
+                            Ok(Attempt::Acquired { .. }) => {
+                                // Known to a take-back even when the attempt was decided
+                                // without this answer.
+                                part.granted.store(true, Ordering::Release);
+                                Vote::Yes
+                            }
                             Ok(Attempt::Busy { remaining }) => Vote::Busy(remaining),
                             Err(e) => {
                                 tracing::debug!(error = %e, "a Redlock server failed an acquire");
@@ -115,6 +123,7 @@ impl RedlockBackend {
                     })
                 })
                 .collect(),
+            parts,
             votes: Vec::new(),
             armed: true,
         };
@@ -182,12 +191,18 @@ impl RedlockBackend {
                 remaining: Some(pause.max(Duration::from_millis(1))),
             });
         }
-        if self.taking_back_other(key, token, &votes) {
+        let ours = self
+            .inner
+            .taking_back
+            .lock()
+            .busy_was_ours(key.name(), token, &votes, start);
+        if ours {
             // A quorum said busy, but some of those keys may be this process's own refused
-            // attempts on the key (another token: say a waiter's first, plain attempt), that a
-            // server had granted and that are being deleted right now, announcing nothing: the
-            // lock may be free in a moment, so this is answered as a split vote is, not with a
-            // holder's lease (a waiter would sleep until its next ticket refresh).
+            // attempts on the key (another token: a waiter's earlier attempt, whose `SET` may
+            // even have landed after it was decided), that a server had granted and that are
+            // being deleted, announcing nothing: the lock may be free in a moment, so this is
+            // answered as a split vote is, not with a holder's lease (a waiter would sleep
+            // until its next ticket refresh).
             let pause = SPLIT_JITTER.min(bound).mul_f64(rand::random::<f64>());
             return Ok(Attempt::Busy {
                 remaining: Some(pause.max(Duration::from_millis(1))),
@@ -206,42 +221,6 @@ impl RedlockBackend {
     }
 }
 
-impl RedlockBackend {
-    /// Whether a server that answered this attempt busy (`votes`) is still deleting the key
-    /// of a refused attempt on `key` with another token, which it had granted. Only those
-    /// count: a take-back waiting on a stalled server could last a few response timeouts,
-    /// and a waiter told to retry soon meanwhile would retry every few milliseconds.
-    ///
-    /// Entries whose take-backs have all ended are dropped on the way: of no use to anyone
-    /// any more (their token never attempts again), they would otherwise pile up (one per
-    /// refused attempt) until the next prune at [`STRAGGLERS_MAX`] and lengthen this scan.
-    pub(super) fn taking_back_other(
-        &self,
-        key: &LockKey,
-        token: &Token,
-        votes: &[Option<Vote>],
-    ) -> bool {
-        let mut found = false;
-        self.inner.taking_back.lock().retain(|t, back| {
-            let running = |h: &Option<tokio::task::JoinHandle<bool>>| {
-                h.as_ref().is_some_and(|h| !h.is_finished())
-            };
-            found |= t != token
-                && back.key == key.name()
-                && back
-                    .handles
-                    .iter()
-                    .zip(&back.yes)
-                    .zip(votes)
-                    .any(|((h, yes), vote)| {
-                        *yes && matches!(vote, Some(Vote::Busy(_))) && running(h)
-                    });
-            back.running()
-        });
-        found
-    }
-}
-
 /// One acquire attempt's tasks, one per server. Unless disarmed (the lock is ours), dropping
 /// it takes back what the attempt may have taken, on every server that did not answer "held
 /// by someone else": each server's take-back waits for that server's attempt to end (so it can
@@ -249,12 +228,14 @@ impl RedlockBackend {
 /// token, announcing nothing: a lock that was never ours on a quorum was never announced, and
 /// a release message would wake every waiter of the key in every process for nothing (whose
 /// attempts could split the next vote, and so on). While they run, a busy vote of a server
-/// still deleting this attempt's key is not taken for a holder's (see `Inner::taking_back`).
+/// still deleting this attempt's key is not taken for a holder's (see `take_back`).
 struct Ballot {
     backend: RedlockBackend,
     key: LockKey,
     token: Token,
     tasks: Vec<Option<tokio::task::JoinHandle<Vote>>>,
+    /// What each server did with the attempt, as far as known (see `take_back::Part`).
+    parts: Vec<Arc<Part>>,
     /// The votes known when the attempt was decided (empty if it never was).
     votes: Vec<Option<Vote>>,
     armed: bool,
@@ -266,42 +247,45 @@ impl Drop for Ballot {
             return;
         }
         let bound = self.backend.inner.settings.response_timeout * 2;
-        let mut handles = Vec::with_capacity(self.tasks.len());
-        let mut yes = Vec::with_capacity(self.tasks.len());
+        let mut any = false;
         for (i, task) in self.tasks.iter_mut().enumerate() {
             let known = self.votes.get(i).copied().flatten();
-            yes.push(matches!(known, Some(Vote::Yes)));
             let server = self.backend.inner.servers[i].get().cloned();
             let (Some(server), false) = (server, matches!(known, Some(Vote::Busy(_)))) else {
-                handles.push(None);
                 continue;
             };
+            any = true;
+            let part = self.parts[i].clone();
+            part.start();
             // A task still running (not answered, or past the per-server timeout) is awaited
             // first, whatever the attempt decided without it.
             let running = task.take().filter(|t| !t.is_finished());
             let (key, token) = (self.key.clone(), self.token.clone());
-            handles.push(background::spawn(async move {
+            let spawned = background::spawn(async move {
+                // Ended however the task ends (a runtime shutting down drops it).
+                let ending = Ending(part);
                 if let Some(task) = running
                     && let Ok(Ok(Vote::Busy(_))) = tokio::time::timeout(bound, task).await
                 {
-                    return true;
+                    return;
                 }
                 match server.redlock_take_back(&key, &token).await {
-                    Ok(_) => true,
+                    Ok(deleted) => ending.0.end(deleted),
                     Err(e) => {
                         tracing::debug!(error = %e, "taking back a failed Redlock attempt failed on one server; its lease ends it");
-                        false
                     }
                 }
-            }));
-        }
-        if handles.iter().any(Option::is_some) {
-            let mut taking_back = self.backend.inner.taking_back.lock();
-            if taking_back.len() >= STRAGGLERS_MAX {
-                taking_back.retain(|_, t| t.running());
+            });
+            if spawned.is_none() {
+                self.parts[i].end(false);
             }
-            let key = self.key.name().to_owned();
-            let back = TakingBack { key, handles, yes };
+        }
+        if any {
+            let back = TakingBack {
+                key: self.key.name().to_owned(),
+                parts: std::mem::take(&mut self.parts),
+            };
+            let mut taking_back = self.backend.inner.taking_back.lock();
             taking_back.insert(self.token.clone(), back);
         }
     }
@@ -348,4 +332,14 @@ pub(super) fn remaining(votes: &[Option<Vote>], quorum: usize) -> Option<Duratio
     // Unknown remainders sort last: a holder whose lease is unknown is waited for by message.
     busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
     busy.get(needed - 1).copied().flatten()
+}
+
+/// Marks a take-back ended when its task ends, whichever way (a delete that found the key
+/// marks it first, with what it found).
+struct Ending(Arc<Part>);
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.0.end(false);
+    }
 }

@@ -45,11 +45,13 @@ mod acquire;
 mod connect;
 mod idempotency;
 mod release;
+mod take_back;
 #[cfg(test)]
 mod tests;
 
 use acquire::Vote;
 pub use connect::RedlockBackendBuilder;
+use take_back::TakeBacks;
 
 /// Yes and no answers of one call to every server (`None`: no answer in time, or no
 /// connection; `Some(None)`: a failed call).
@@ -194,30 +196,14 @@ struct Inner {
     /// token: the release on their server waits for them (a `SET` still on its way, say in the
     /// server's group commit, must not land after the release).
     stragglers: Mutex<HashMap<Token, Running>>,
-    /// Take-backs of refused attempts still running, by token and server: a quorum of busy
-    /// votes that may include keys of this process's own refused attempts, being deleted, is
-    /// answered like a split vote (see `acquire::taking_back_other`). Every attempt has a
-    /// token of its own, so no attempt waits for another's take-backs.
-    taking_back: Mutex<HashMap<Token, TakingBack>>,
+    /// Take-backs of refused attempts, by token (see `take_back`): a quorum of busy votes that
+    /// may include keys of this process's own refused attempts, being deleted, is answered
+    /// like a split vote. Every attempt has a token of its own, so no attempt waits for
+    /// another's take-backs.
+    taking_back: Mutex<TakeBacks>,
     /// Held while a server is checked against those already joined and joins, so that two
     /// servers joining at once are checked against each other too.
     joining: tokio::sync::Mutex<()>,
-}
-
-/// A refused attempt's take-backs, one per server (`None` where nothing is taken back).
-struct TakingBack {
-    /// The lock's name.
-    key: String,
-    handles: Vec<Option<tokio::task::JoinHandle<bool>>>,
-    /// Per server: it had said yes (its take-back is one prompt delete).
-    yes: Vec<bool>,
-}
-
-impl TakingBack {
-    /// Whether a take-back of this entry still runs.
-    fn running(&self) -> bool {
-        self.handles.iter().flatten().any(|h| !h.is_finished())
-    }
 }
 
 /// Acquire tasks still running, with the index of their server.
