@@ -57,8 +57,8 @@ pub(crate) enum Server {
     /// time, the data flushed before each).
     SentinelPrimary(Arc<RedisSentinelSet>),
     /// Redlock over the servers shared by every Redlock check of the binary (one at a time,
-    /// the data flushed before each); it derefs to the first, which holds every lock when all
-    /// servers are up.
+    /// the data flushed before each); it derefs to the first, which holds every lock once the
+    /// acquires' last `SET`s landed (all servers are up); `Fixture::stored` reads them all.
     Redlock(Arc<Vec<RedisServer>>),
 }
 
@@ -249,6 +249,26 @@ impl Fixture {
             return None;
         };
         let name = lock_name("lock:", key);
+        if let Server::Redlock(servers) = server {
+            // The lock is what a majority holds: an acquire returns once a majority said yes,
+            // and a minority may miss the key for a moment (a straggling SET lands later).
+            let mut seen = Vec::with_capacity(servers.len());
+            for s in servers.iter() {
+                seen.push((s.get(&name).await, s.pttl(&name).await));
+            }
+            let on = |t: &String| seen.iter().filter(|(u, _)| u.as_ref() == Some(t)).count();
+            let token = seen
+                .iter()
+                .filter_map(|(t, _)| t.clone())
+                .find(|t| on(t) > servers.len() / 2);
+            let pttl = seen
+                .iter()
+                .filter(|(t, _)| t.is_some() && *t == token)
+                .map(|(_, p)| *p)
+                .min()
+                .unwrap_or(-2);
+            return Some(Stored { token, pttl });
+        }
         let token = server.get(&name).await;
         let pttl = server.pttl(&name).await;
         Some(Stored { token, pttl })

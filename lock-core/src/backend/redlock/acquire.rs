@@ -255,15 +255,16 @@ impl Drop for Ballot {
                 continue;
             };
             any = true;
-            let part = self.parts[i].clone();
-            part.start();
+            self.parts[i].start();
+            // Ended however the task ends: dropped unpolled by a runtime shutting down, or
+            // never spawned (outside a runtime), it must not look as if it ran forever.
+            let ending = Ending(self.parts[i].clone());
             // A task still running (not answered, or past the per-server timeout) is awaited
             // first, whatever the attempt decided without it.
             let running = task.take().filter(|t| !t.is_finished());
             let (key, token) = (self.key.clone(), self.token.clone());
-            let spawned = background::spawn(async move {
-                // Ended however the task ends (a runtime shutting down drops it).
-                let ending = Ending(part);
+            background::spawn(async move {
+                let ending = ending;
                 if let Some(task) = running
                     && let Ok(Ok(Vote::Busy(_))) = tokio::time::timeout(bound, task).await
                 {
@@ -276,9 +277,6 @@ impl Drop for Ballot {
                     }
                 }
             });
-            if spawned.is_none() {
-                self.parts[i].end(false);
-            }
         }
         if any {
             let back = TakingBack {
