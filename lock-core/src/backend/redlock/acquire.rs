@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::take_back::{Part, TakingBack};
+use super::take_back::{Ours, Part, TakingBack};
 use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, gather};
 use crate::LockError;
 use crate::backend::{Attempt, AttemptOptions};
@@ -107,13 +107,14 @@ impl RedlockBackend {
                             }
                             None => attempt.await,
                         };
+                        if let Ok(Attempt::Acquired { .. }) = answer {
+                            // Known to a take-back even when the attempt was decided without
+                            // this answer.
+                            part.granted.store(true, Ordering::Release);
+                        }
+                        part.answered.store(true, Ordering::Release);
                         match answer {
-                            Ok(Attempt::Acquired { .. }) => {
-                                // Known to a take-back even when the attempt was decided
-                                // without this answer.
-                                part.granted.store(true, Ordering::Release);
-                                Vote::Yes
-                            }
+                            Ok(Attempt::Acquired { .. }) => Vote::Yes,
                             Ok(Attempt::Busy { remaining }) => Vote::Busy(remaining),
                             Err(e) => {
                                 tracing::debug!(error = %e, "a Redlock server failed an acquire");
@@ -191,12 +192,19 @@ impl RedlockBackend {
                 remaining: Some(pause.max(Duration::from_millis(1))),
             });
         }
-        let ours = self
-            .inner
-            .taking_back
-            .lock()
-            .busy_was_ours(key.name(), token, &votes, start);
-        if ours {
+        let check = || {
+            self.inner
+                .taking_back
+                .lock()
+                .busy_was_ours(key.name(), token, &votes, start)
+        };
+        let mut ours = check();
+        if ours == Ours::Unsure {
+            // A reply already delivered, not yet read by its task: a moment settles it.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            ours = check();
+        }
+        if ours == Ours::Yes {
             // A quorum said busy, but some of those keys may be this process's own refused
             // attempts on the key (another token: a waiter's earlier attempt, whose `SET` may
             // even have landed after it was decided), that a server had granted and that are

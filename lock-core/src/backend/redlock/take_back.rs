@@ -34,6 +34,8 @@ pub(super) struct Part {
     /// attempt's task when the server answers yes (before or after the attempt was decided),
     /// and by the take-back when its delete found the key.
     pub(super) granted: AtomicBool,
+    /// The server answered the attempt (its task has its reply; `granted` is set before).
+    pub(super) answered: AtomicBool,
     /// When the take-back there ended; unset while it runs, and where none runs.
     ended: OnceLock<Instant>,
     /// A take-back runs (or ran) there.
@@ -58,13 +60,37 @@ impl Part {
         self.taken_back.load(Ordering::Acquire) && self.ended.get().is_none()
     }
 
-    /// A busy vote of this server, to an attempt begun at `started`, may have been this key:
-    /// the server granted it and its take-back had not ended when that attempt began.
-    fn may_have_answered(&self, started: Instant) -> bool {
-        self.taken_back.load(Ordering::Acquire)
-            && self.granted.load(Ordering::Acquire)
-            && self.ended.get().is_none_or(|ended| *ended >= started)
+    /// Whether a busy vote of this server, to an attempt begun at `started`, may have been
+    /// this key: the server granted it and its take-back had not ended when that attempt
+    /// began. Unsure while the take-back runs and the server's reply to this attempt is
+    /// delivered but not yet read by its task (replies on one connection come in order, so
+    /// it is read within moments of a later reply).
+    fn may_have_answered(&self, started: Instant) -> Ours {
+        if !self.taken_back.load(Ordering::Acquire) {
+            return Ours::No;
+        }
+        let ended = self.ended.get();
+        if ended.is_some_and(|ended| *ended < started) {
+            return Ours::No;
+        }
+        if self.granted.load(Ordering::Acquire) {
+            return Ours::Yes;
+        }
+        if ended.is_none() && !self.answered.load(Ordering::Acquire) {
+            return Ours::Unsure;
+        }
+        Ours::No
     }
+}
+
+/// Whether a quorum of busy votes may include this process's own refused attempts' keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ours {
+    Yes,
+    No,
+    /// A server that answered busy has a take-back running for an attempt whose reply there
+    /// is not read yet: ask again in a moment.
+    Unsure,
 }
 
 /// A refused attempt's parts, one per server.
@@ -74,36 +100,48 @@ pub(super) struct TakingBack {
     pub(super) parts: Vec<Arc<Part>>,
 }
 
-impl TakingBack {
-    /// Still of use: a take-back runs, or one ended within [`KEEP_ENDED`].
-    fn live(&self, now: Instant) -> bool {
-        self.parts.iter().any(|p| {
-            p.running()
-                || p.ended
-                    .get()
-                    .is_some_and(|e| now.saturating_duration_since(*e) < KEEP_ENDED)
-        })
-    }
+/// Still of use: a take-back runs, or one ended within [`KEEP_ENDED`].
+fn live(parts: &[Arc<Part>], now: Instant) -> bool {
+    parts.iter().any(|p| {
+        p.running()
+            || p.ended
+                .get()
+                .is_some_and(|e| now.saturating_duration_since(*e) < KEEP_ENDED)
+    })
 }
 
-/// The entries by the refused attempt's token (each attempt has a token of its own).
+/// A refused attempt's token and its parts.
+type Entry = (Token, Vec<Arc<Part>>);
+
+/// The entries by lock name, then by the refused attempt's token (each attempt has a token of
+/// its own): a busy check looks at its own key's entries only.
 #[derive(Default)]
 pub(super) struct TakeBacks {
-    entries: HashMap<Token, TakingBack>,
-    /// The size at which the next insert prunes: twice what the last prune kept (at least
-    /// [`PRUNE_FROM`]), so pruning costs a constant per insert, amortized, and the map holds
-    /// at most twice the entries still of use.
+    by_key: HashMap<String, Vec<Entry>>,
+    /// Entries in all.
+    len: usize,
+    /// The size at which the next insert prunes every key: twice what the last prune kept (at
+    /// least [`PRUNE_FROM`]), so pruning costs a constant per insert, amortized, and the map
+    /// holds at most twice the entries still of use.
     prune_at: usize,
 }
 
 impl TakeBacks {
     pub(super) fn insert(&mut self, token: Token, back: TakingBack) {
-        if self.entries.len() >= self.prune_at.max(PRUNE_FROM) {
+        if self.len >= self.prune_at.max(PRUNE_FROM) {
             let now = Instant::now();
-            self.entries.retain(|_, t| t.live(now));
-            self.prune_at = self.entries.len() * 2;
+            self.by_key.retain(|_, list| {
+                list.retain(|(_, parts)| live(parts, now));
+                !list.is_empty()
+            });
+            self.len = self.by_key.values().map(Vec::len).sum();
+            self.prune_at = self.len * 2;
         }
-        self.entries.insert(token, back);
+        self.by_key
+            .entry(back.key)
+            .or_default()
+            .push((token, back.parts));
+        self.len += 1;
     }
 
     /// Whether a server that answered busy (`votes`) to an attempt on `key` begun at
@@ -111,25 +149,44 @@ impl TakeBacks {
     /// one it granted and that was being deleted when the attempt began. A take-back waiting
     /// on a stalled server does not count until that server answers (it may last a few
     /// response timeouts, and a waiter told to retry soon meanwhile would retry every few
-    /// milliseconds). Entries of no more use are dropped on the way.
+    /// milliseconds). The key's entries of no more use are dropped on the way.
     pub(super) fn busy_was_ours(
         &mut self,
         key: &str,
         token: &Token,
         votes: &[Option<Vote>],
         started: Instant,
-    ) -> bool {
+    ) -> Ours {
+        let Some(list) = self.by_key.get_mut(key) else {
+            return Ours::No;
+        };
         let now = Instant::now();
-        let mut found = false;
-        self.entries.retain(|t, back| {
-            found |= t != token
-                && back.key == key
-                && back.parts.iter().zip(votes).any(|(part, vote)| {
-                    matches!(vote, Some(Vote::Busy(_))) && part.may_have_answered(started)
-                });
-            back.live(now)
+        let before = list.len();
+        let mut found = Ours::No;
+        list.retain(|(t, parts)| {
+            if t != token {
+                for (part, vote) in parts.iter().zip(votes) {
+                    if matches!(vote, Some(Vote::Busy(_))) && found != Ours::Yes {
+                        match part.may_have_answered(started) {
+                            Ours::No => {}
+                            other => found = other,
+                        }
+                    }
+                }
+            }
+            live(parts, now)
         });
+        self.len -= before - list.len();
+        if list.is_empty() {
+            self.by_key.remove(key);
+        }
         found
+    }
+
+    /// Whether an entry of `token` is kept.
+    #[cfg(test)]
+    fn has(&self, token: &Token) -> bool {
+        self.by_key.values().flatten().any(|(t, _)| t == token)
     }
 }
 
@@ -162,32 +219,64 @@ mod tests {
         map.insert(ended.clone(), entry(true, true));
         tokio::time::advance(Duration::from_millis(5)).await;
         let started = Instant::now();
-        assert!(!map.busy_was_ours("lock:{hot}", &me, &busy, started));
-        // Running on a server that never answered it (stalled): not counted, or a waiter
-        // would poll for as long as the stall lasts.
+        assert_eq!(
+            Ours::No,
+            map.busy_was_ours("lock:{hot}", &me, &busy, started)
+        );
+        // Running, its reply from the server not read yet: unsure (asked again in a moment).
         let stalled = Token::new(false);
-        map.insert(stalled.clone(), entry(false, false));
-        assert!(!map.busy_was_ours("lock:{hot}", &me, &busy, started));
+        let back = entry(false, false);
+        let unread = back.parts[0].clone();
+        map.insert(stalled.clone(), back);
+        assert_eq!(
+            Ours::Unsure,
+            map.busy_was_ours("lock:{hot}", &me, &busy, started)
+        );
+        // Read, not granted (the server said busy to it, or failed), its take-back still
+        // running: not counted, or a waiter would poll for as long as that take-back lasts.
+        unread.answered.store(true, Ordering::Release);
+        assert_eq!(
+            Ours::No,
+            map.busy_was_ours("lock:{hot}", &me, &busy, started)
+        );
         // Granted, and ended after the attempt began (the key may have answered it): counted.
         let late = Token::new(false);
-        map.insert(late.clone(), entry(true, false));
+        let back = entry(true, false);
+        let part = back.parts[0].clone();
+        map.insert(late.clone(), back);
         tokio::time::advance(Duration::from_millis(1)).await;
-        map.entries[&late].parts[0].end(true);
-        assert!(map.busy_was_ours("lock:{hot}", &me, &busy, started));
+        part.end(true);
+        assert_eq!(
+            Ours::Yes,
+            map.busy_was_ours("lock:{hot}", &me, &busy, started)
+        );
         // Not on another key, nor the attempt's own entry, nor a server that answered yes.
-        assert!(!map.busy_was_ours("lock:{cold}", &me, &busy, started));
-        assert!(!map.busy_was_ours("lock:{hot}", &late, &busy, started));
-        assert!(!map.busy_was_ours("lock:{hot}", &me, &[Some(Vote::Yes)], started));
+        assert_eq!(
+            Ours::No,
+            map.busy_was_ours("lock:{cold}", &me, &busy, started)
+        );
+        assert_eq!(
+            Ours::No,
+            map.busy_was_ours("lock:{hot}", &late, &busy, started)
+        );
+        assert_eq!(
+            Ours::No,
+            map.busy_was_ours("lock:{hot}", &me, &[Some(Vote::Yes)], started)
+        );
         // Running and granted: counted for any attempt, and kept however old.
         let running = Token::new(false);
         map.insert(running.clone(), entry(true, false));
         tokio::time::advance(KEEP_ENDED * 3).await;
-        assert!(map.busy_was_ours("lock:{hot}", &me, &busy, Instant::now()));
+        assert_eq!(
+            Ours::Yes,
+            map.busy_was_ours("lock:{hot}", &me, &busy, Instant::now())
+        );
         // Entries whose take-backs ended over KEEP_ENDED ago are dropped on the way.
-        assert!(map.entries.contains_key(&running));
-        assert!(map.entries.contains_key(&stalled));
-        assert!(!map.entries.contains_key(&ended));
-        assert!(!map.entries.contains_key(&late));
+        assert!(map.has(&running));
+        assert!(map.has(&stalled));
+        assert!(!map.has(&ended));
+        assert!(!map.has(&late));
+        assert_eq!(map.len, 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -200,7 +289,8 @@ mod tests {
             tokio::time::advance(KEEP_ENDED / 10).await;
         }
         // Each prune keeps the running entry and the ended ones of the last KEEP_ENDED.
-        assert!(map.entries.len() <= 2 * PRUNE_FROM, "{}", map.entries.len());
-        assert!(map.entries.contains_key(&running));
+        assert!(map.len <= 2 * PRUNE_FROM, "{}", map.len);
+        assert_eq!(map.len, map.by_key.values().map(Vec::len).sum::<usize>());
+        assert!(map.has(&running));
     }
 }
