@@ -18,6 +18,10 @@ use crate::sync::Mutex;
 use crate::token::Token;
 use crate::wait::PassOn;
 
+/// How long after a lock handed over with a short lease arrives the watchdog renews it to the
+/// full lease (see `Held::first_renewal`).
+pub(crate) const HANDOVER_RENEWAL_DELAY: Duration = Duration::from_millis(5);
+
 /// Where one acquisition stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -118,11 +122,14 @@ impl Held {
             state,
             renew_until: max_hold.map(|m| received_at + m),
             acquired_at: received_at,
-            // A lock handed over with a short lease is renewed to the full one as soon as it
+            // A lock handed over with a short lease is renewed to the full one right after it
             // arrives: until then a server stall of a second or two would outlast it, where a
-            // lock taken with the full lease rides out a stall of a whole lease.
+            // lock taken with the full lease rides out a stall of a whole lease. Not at once:
+            // the renewal would compete with the hand-over itself for the CPU (the waiter's
+            // part of a handoff measured 45-57 µs against 70-72 µs at once), and a hold shorter
+            // than the delay needs none.
             first_renewal: if first_lease < lease {
-                received_at
+                received_at + HANDOVER_RENEWAL_DELAY
             } else {
                 sent_at + first_lease / 3
             },

@@ -418,9 +418,9 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
 }
 
 /// A lock handed over to a waiter comes with a short lease (3 s, so a waiter that died unseen
-/// holds the key only briefly). The watchdog takes it to the full lease at once, so a server
-/// stall of a few seconds right after the hand-over is ridden out as after a normal acquire,
-/// instead of being reported as a loss.
+/// holds the key only briefly). The watchdog takes it to the full lease 5 ms after it arrives,
+/// so a server stall of a few seconds right after the hand-over is ridden out as after a
+/// normal acquire, instead of being reported as a loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_right_after_a_hand_over_is_ridden_out_like_after_an_acquire() {
     let mut server = RedisServer::start();
@@ -553,4 +553,28 @@ async fn a_restart_right_after_the_first_lock_is_seen_at_once() {
         .await
         .expect("told of the loss within 3 s (the next renewal is 10 s away)");
     other.release().await.expect("release");
+}
+
+/// A handed-over lock held for less than the renewal delay (5 ms) is released without a
+/// renewal: the hand-over's own lease covers it, and a short critical section (a stock
+/// decrement) costs Redis no more than the release that handed it over and its own release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_held_briefly_is_not_renewed() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    let b = locker(&server, Duration::from_secs(5)).await;
+    let holder = a.lock("brief").await.expect("acquire");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("brief").wait(Duration::from_secs(10)).await }
+    });
+    until_waiting(&server, "brief").await;
+    holder.release().await.expect("release");
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert_eq!(b.stats().handovers, 1);
+    guard.release().await.expect("release");
+    assert!(!server.exists("lock:{brief}").await);
+    // Longer than the delay: a renewal scheduled before the release would have run by now.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(b.stats().renewal_calls, 0, "{:?}", b.stats());
 }
