@@ -15,7 +15,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, LockGuard};
+use lock_core::{LockError, LockGuard, Locker};
 use lock_testkit::{RedisServer, eventually};
 use support::{locker, until_no_subscriptions};
 
@@ -424,17 +424,7 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_right_after_a_hand_over_is_ridden_out_like_after_an_acquire() {
     let mut server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(5)).await;
-    let b = locker(&server, Duration::from_secs(5)).await;
-    let holder = a.lock("k").await.expect("acquire");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("k").wait(Duration::from_secs(10)).await }
-    });
-    until_waiting(&server, "k").await;
-    holder.release().await.expect("release");
-    let guard = waiter.await.expect("join").expect("handed over");
-    assert_eq!(b.stats().handovers, 1);
+    let (_b, guard) = handed_over(&server, "k").await;
     eventually(
         "the hand-over's short lease extended to the full 30 s",
         Duration::from_millis(500),
@@ -561,20 +551,27 @@ async fn a_restart_right_after_the_first_lock_is_seen_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_held_briefly_is_not_renewed() {
     let server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(5)).await;
-    let b = locker(&server, Duration::from_secs(5)).await;
-    let holder = a.lock("brief").await.expect("acquire");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("brief").wait(Duration::from_secs(10)).await }
-    });
-    until_waiting(&server, "brief").await;
-    holder.release().await.expect("release");
-    let guard = waiter.await.expect("join").expect("handed over");
-    assert_eq!(b.stats().handovers, 1);
+    let (b, guard) = handed_over(&server, "brief").await;
     guard.release().await.expect("release");
     assert!(!server.exists("lock:{brief}").await);
     // Longer than the delay: a renewal scheduled before the release would have run by now.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(b.stats().renewal_calls, 0, "{:?}", b.stats());
+}
+
+/// `key` held by one locker and handed over by its release to a waiter of a second locker:
+/// that locker and the waiter's guard.
+async fn handed_over(server: &RedisServer, key: &'static str) -> (Locker, LockGuard) {
+    let a = locker(server, Duration::from_secs(5)).await;
+    let b = locker(server, Duration::from_secs(5)).await;
+    let holder = a.lock(key).await.expect("acquire");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock(key).wait(Duration::from_secs(10)).await }
+    });
+    until_waiting(server, key).await;
+    holder.release().await.expect("release");
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert_eq!(b.stats().handovers, 1);
+    (b, guard)
 }
