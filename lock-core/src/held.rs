@@ -251,13 +251,14 @@ impl Held {
             if s.phase != Phase::Held {
                 return false;
             }
+            // Outright, not only later: a renewal sets the backend's expiry to its lease from
+            // when it ran, which may be sooner than before (a lock passed on locally to a task
+            // that asked for a shorter lease). Renewals of one lock are serialized
+            // (`renewing`), so the last one applied is the last one run.
             let until = sent_at + lease.saturating_sub(drift(lease));
-            if until > s.valid_until {
-                s.valid_until = until;
-                true
-            } else {
-                false
-            }
+            let changed = until != s.valid_until;
+            s.valid_until = until;
+            changed
         });
     }
 

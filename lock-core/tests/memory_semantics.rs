@@ -441,3 +441,79 @@ async fn a_reentrant_run_inside_a_guard_scope_is_cancelled_on_loss() {
     );
     assert!(!after_await.load(Ordering::SeqCst));
 }
+
+/// A lock passed on locally to a waiter that asked for a shorter lease: the waiter's renewals
+/// shorten the lease in the backend, and the lock's local deadline must follow them down.
+/// Once renewals stop (here `max_hold`), the backend frees the key and the guard no longer
+/// says held: never two holders, one of them only believing it holds the lock.
+#[tokio::test(start_paused = true)]
+async fn a_lock_passed_locally_with_a_shorter_lease_is_not_reported_held_after_it_expired() {
+    let (_backend, a, b) = pair();
+    let holder = a.lock("k").lease(Duration::from_secs(3)).await.unwrap();
+    let first = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.lock("k")
+                .lease(Duration::from_secs(3))
+                .wait(Duration::from_secs(10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.lock("k")
+                .lease(Duration::from_millis(100))
+                .max_hold(Duration::from_millis(1500))
+                .wait(Duration::from_secs(10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    holder.release().await.unwrap();
+    let first = first.await.unwrap().unwrap();
+    // Passed to the waiter within the locker, with the 3 s lease's deadline.
+    first.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(a.stats().local_handoffs, 1);
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let other = b.try_lock("k").await;
+    assert!(
+        !(other.is_ok() && guard.is_held()),
+        "two holders: b acquired while a's guard says held for {:?} more",
+        guard.remaining()
+    );
+}
+
+/// A lock handed over by a release (with the short hand-over lease) is renewed to its full
+/// lease 5 ms after it arrives; one released before then is never renewed.
+#[tokio::test(start_paused = true)]
+async fn a_hand_over_is_renewed_after_5_ms_unless_released_before() {
+    let (_backend, a, b) = pair();
+    for keep in [false, true] {
+        let holder = a.lock("h").await.unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.lock("h").wait(Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let calls = b.stats().renewal_calls;
+        holder.release().await.unwrap();
+        let guard = waiter.await.unwrap().unwrap();
+        assert_eq!(b.stats().renewal_calls, calls, "renewed at once");
+        if keep {
+            tokio::time::sleep(Duration::from_millis(6)).await;
+            assert_eq!(b.stats().renewal_calls, calls + 1);
+            assert!(
+                guard.remaining() > Duration::from_secs(29),
+                "{:?}",
+                guard.remaining()
+            );
+        }
+        guard.release().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(b.stats().renewal_calls, calls + u64::from(keep));
+    }
+    assert_eq!(b.stats().handovers, 2);
+}
