@@ -457,18 +457,10 @@ async fn a_waiter_does_not_poll_a_held_lock_while_a_server_stalls() {
 /// ticket refreshes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiters_attempts_each_write_a_token_of_their_own() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
     let servers = servers(3);
     let locker = locker(&servers, Duration::from_secs(10)).await;
     held_elsewhere(&servers[..2], "lock:{acct}", "someone").await;
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", servers[2].port()))
-        .await
-        .unwrap();
-    assert_eq!(servers[2].password(), None, "MONITOR is sent without AUTH");
-    stream.write_all(b"MONITOR\r\n").await.unwrap();
-    let mut lines = BufReader::new(stream).lines();
-    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
+    let mut sets = SetsOf::watch(&servers[2], "lock:{acct}").await;
 
     let e = locker
         .lock("acct")
@@ -478,14 +470,10 @@ async fn a_waiters_attempts_each_write_a_token_of_their_own() {
         .expect_err("held on 2 of 3 servers");
     assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
 
-    // `... "SET" "lock:{acct}" "<token>" "NX" "PX" ...`: the token each attempt wrote.
+    // The token each attempt wrote.
     let mut tokens = Vec::new();
-    while let Ok(Ok(Some(line))) =
-        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await
-    {
-        if let Some((_, rest)) = line.split_once(r#""SET" "lock:{acct}" ""#) {
-            tokens.push(rest.split('"').next().unwrap().to_owned());
-        }
+    while let Some(token) = sets.next(Duration::from_millis(200)).await {
+        tokens.push(token);
     }
     let distinct: std::collections::HashSet<&String> = tokens.iter().collect();
     println!("{} attempts, {} tokens", tokens.len(), distinct.len());
@@ -532,31 +520,21 @@ async fn a_waiter_gets_a_free_lock_soon_after_a_stall_ends() {
 /// keys live the full lease, not on that copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_copy_of_a_waiters_refused_attempt_is_never_counted() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
     let servers = servers(3);
     let locker = locker(&servers, Duration::from_secs(10)).await;
     let key = "lock:{stale}";
     held_elsewhere(&servers[..1], key, "someone").await;
     held_elsewhere_for(&servers[1..2], key, "brief", 300).await;
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", servers[2].port()))
-        .await
-        .unwrap();
-    stream.write_all(b"MONITOR\r\n").await.unwrap();
-    let mut lines = BufReader::new(stream).lines();
-    assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
+    let mut sets = SetsOf::watch(&servers[2], key).await;
     let wait = {
         let locker = locker.clone();
         tokio::spawn(async move { locker.lock("stale").wait(Duration::from_secs(3)).await })
     };
     let mut tokens = Vec::new();
     while tokens.len() < 2 {
-        let line = lines.next_line().await.unwrap().unwrap();
-        if let Some((_, rest)) = line.split_once(r#""SET" "lock:{stale}" ""#) {
-            tokens.push(rest.split('"').next().unwrap().to_owned());
-        }
+        tokens.push(sets.next(Duration::from_secs(3)).await.expect("an attempt"));
     }
-    drop(lines);
+    drop(sets);
     // After the second attempt's take-back: its key is gone from the free server.
     eventually(
         "the second attempt taken back",
@@ -634,6 +612,45 @@ async fn tells_the_holders_time(locker: &Locker, key: &str) {
                 "held ~10 s more on a majority, yet retry after {retry_after:?}"
             ),
             answer => panic!("{:?}", answer.map(|_| ())),
+        }
+    }
+}
+
+/// The tokens `SET`s write to one key on one server, seen with MONITOR on a connection of its
+/// own (the test servers have no password).
+struct SetsOf {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+    /// What precedes the token in a MONITOR line: `... "SET" "<key>" "<token>" "NX" ...`.
+    before_token: String,
+}
+
+impl SetsOf {
+    async fn watch(server: &RedisServer, key: &str) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        assert_eq!(server.password(), None, "MONITOR is sent without AUTH");
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
+            .await
+            .unwrap();
+        stream.write_all(b"MONITOR\r\n").await.unwrap();
+        let mut lines = tokio::io::BufReader::new(stream).lines();
+        assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
+        SetsOf {
+            lines,
+            before_token: format!(r#""SET" "{key}" ""#),
+        }
+    }
+
+    /// The token of the next `SET` of the key; `None` when the server shows nothing for
+    /// `quiet`.
+    async fn next(&mut self, quiet: Duration) -> Option<String> {
+        loop {
+            let line = tokio::time::timeout(quiet, self.lines.next_line())
+                .await
+                .ok()?
+                .unwrap()?;
+            if let Some((_, rest)) = line.split_once(&self.before_token) {
+                return Some(rest.split('"').next().unwrap().to_owned());
+            }
         }
     }
 }
