@@ -255,15 +255,14 @@ impl Drop for Ballot {
             return;
         }
         let bound = self.backend.inner.settings.response_timeout * 2;
-        let mut any = false;
+        let mut taken = vec![None; self.tasks.len()];
         for (i, task) in self.tasks.iter_mut().enumerate() {
             let known = self.votes.get(i).copied().flatten();
             let server = self.backend.inner.servers[i].get().cloned();
             let (Some(server), false) = (server, matches!(known, Some(Vote::Busy(_)))) else {
                 continue;
             };
-            any = true;
-            self.parts[i].start();
+            taken[i] = Some(self.parts[i].clone());
             // Ended however the task ends: dropped unpolled by a runtime shutting down, or
             // never spawned (outside a runtime), it must not look as if it ran forever.
             let ending = Ending(self.parts[i].clone());
@@ -286,10 +285,10 @@ impl Drop for Ballot {
                 }
             });
         }
-        if any {
+        if taken.iter().any(Option::is_some) {
             let back = TakingBack {
                 key: self.key.name().to_owned(),
-                parts: std::mem::take(&mut self.parts),
+                parts: taken,
             };
             let mut taking_back = self.backend.inner.taking_back.lock();
             taking_back.insert(self.token.clone(), back);

@@ -36,18 +36,11 @@ pub(super) struct Part {
     pub(super) granted: AtomicBool,
     /// The server answered the attempt (its task has its reply; `granted` is set before).
     pub(super) answered: AtomicBool,
-    /// When the take-back there ended; unset while it runs, and where none runs.
+    /// When the take-back there ended; unset while it runs.
     ended: OnceLock<Instant>,
-    /// A take-back runs (or ran) there.
-    taken_back: AtomicBool,
 }
 
 impl Part {
-    /// The take-back there starts.
-    pub(super) fn start(&self) {
-        self.taken_back.store(true, Ordering::Release);
-    }
-
     /// The take-back there ended (`deleted`: its delete found the attempt's key).
     pub(super) fn end(&self, deleted: bool) {
         if deleted {
@@ -57,7 +50,7 @@ impl Part {
     }
 
     fn running(&self) -> bool {
-        self.taken_back.load(Ordering::Acquire) && self.ended.get().is_none()
+        self.ended.get().is_none()
     }
 
     /// Whether a busy vote of this server, to an attempt begun at `started`, may have been
@@ -66,9 +59,6 @@ impl Part {
     /// delivered but not yet read by its task (replies on one connection come in order, so
     /// it is read within moments of a later reply).
     fn may_have_answered(&self, started: Instant) -> Ours {
-        if !self.taken_back.load(Ordering::Acquire) {
-            return Ours::No;
-        }
         let ended = self.ended.get();
         if ended.is_some_and(|ended| *ended < started) {
             return Ours::No;
@@ -93,16 +83,17 @@ pub(super) enum Ours {
     Unsure,
 }
 
-/// A refused attempt's parts, one per server.
+/// A refused attempt's parts, one per server: `None` where nothing is taken back (the server
+/// answered busy, or had no connection).
 pub(super) struct TakingBack {
     /// The lock's name.
     pub(super) key: String,
-    pub(super) parts: Vec<Arc<Part>>,
+    pub(super) parts: Vec<Option<Arc<Part>>>,
 }
 
 /// Still of use: a take-back runs, or one ended within [`KEEP_ENDED`].
-fn live(parts: &[Arc<Part>], now: Instant) -> bool {
-    parts.iter().any(|p| {
+fn live(parts: &[Option<Arc<Part>>], now: Instant) -> bool {
+    parts.iter().flatten().any(|p| {
         p.running()
             || p.ended
                 .get()
@@ -111,7 +102,7 @@ fn live(parts: &[Arc<Part>], now: Instant) -> bool {
 }
 
 /// A refused attempt's token and its parts.
-type Entry = (Token, Vec<Arc<Part>>);
+type Entry = (Token, Vec<Option<Arc<Part>>>);
 
 /// The entries by lock name, then by the refused attempt's token (each attempt has a token of
 /// its own): a busy check looks at its own key's entries only.
@@ -166,6 +157,7 @@ impl TakeBacks {
         list.retain(|(t, parts)| {
             if t != token {
                 for (part, vote) in parts.iter().zip(votes) {
+                    let Some(part) = part else { continue };
                     if matches!(vote, Some(Vote::Busy(_))) && found != Ours::Yes {
                         match part.may_have_answered(started) {
                             Ours::No => {}
@@ -198,14 +190,13 @@ mod tests {
     /// or ended.
     fn entry(granted: bool, ended: bool) -> TakingBack {
         let part = Arc::new(Part::default());
-        part.start();
         part.granted.store(granted, Ordering::Release);
         if ended {
             part.end(false);
         }
         TakingBack {
             key: "lock:{hot}".to_owned(),
-            parts: vec![part],
+            parts: vec![Some(part)],
         }
     }
 
@@ -226,7 +217,7 @@ mod tests {
         // Running, its reply from the server not read yet: unsure (asked again in a moment).
         let stalled = Token::new(false);
         let back = entry(false, false);
-        let unread = back.parts[0].clone();
+        let unread = back.parts[0].clone().unwrap();
         map.insert(stalled.clone(), back);
         assert_eq!(
             Ours::Unsure,
@@ -242,7 +233,7 @@ mod tests {
         // Granted, and ended after the attempt began (the key may have answered it): counted.
         let late = Token::new(false);
         let back = entry(true, false);
-        let part = back.parts[0].clone();
+        let part = back.parts[0].clone().unwrap();
         map.insert(late.clone(), back);
         tokio::time::advance(Duration::from_millis(1)).await;
         part.end(true);
