@@ -104,23 +104,26 @@ pub(crate) async fn acquire_owned(
         return Err(LockError::config(why));
     }
     let start = Instant::now();
-    let engine = async {
+    // A function making the future, not one future: each branch below then holds only the
+    // future it awaits, instead of a future kept across both (twice its size in this one).
+    let engine = || async {
         if options.fair {
-            acquire_fair(inner, &key, &spec, start).await
+            // Boxed for the same reason as `acquire`'s wait in the queue.
+            Box::pin(acquire_fair(inner, &key, &spec, start)).await
         } else {
             acquire(inner, &key, &spec, start).await
         }
     };
     if spec.wait.is_zero() {
         // One attempt: bounded by the backend's own response timeout.
-        return engine.await;
+        return engine().await;
     }
     // The wait is a bound, whatever the backend does: an attempt or a clean-up still in
     // flight at the deadline is dropped here and finished in the background (an attempt
     // that turns out to have taken the lock releases it; a queued ticket leaves), and a
     // lock granted after the bound is released, never returned.
     let bound = start + spec.wait + DEADLINE_SLACK;
-    match tokio::time::timeout_at(bound, engine).await {
+    match tokio::time::timeout_at(bound, engine()).await {
         Ok(Ok(guard)) if Instant::now() > bound => {
             drop(guard);
             Err(timed_out(&key, start))
@@ -151,6 +154,19 @@ async fn acquire(
             Outcome::Busy(_) => {}
         }
     }
+    // Boxed: the wait's state (local queue ticket, subscription, queued attempts) is large;
+    // inline, it would size every acquire's future, moved and copied on the uncontended path.
+    Box::pin(wait_in_queue(inner, key, spec, start, deadline)).await
+}
+
+/// The rest of [`acquire`] once its first attempt found the key busy (or queued for here).
+async fn wait_in_queue(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: &Spec,
+    start: Instant,
+    deadline: Instant,
+) -> Result<LockGuard, LockError> {
     // A lock passed by local hand-off keeps the lease its giver had in the backend: only a
     // request the watchdog renews for may take one, and only one without a fence (every holder
     // of a fenced lock gets a new token from the backend).

@@ -85,7 +85,9 @@ impl RedisBackend {
                 if let Some(error) = entry.recent_failure() {
                     return Err(error);
                 }
-                self.probe(prefix).await.inspect_err(|e| {
+                // Boxed: run once per prefix, its state would otherwise size every acquire's
+                // future.
+                Box::pin(self.probe(prefix)).await.inspect_err(|e| {
                     *entry.failed.lock() = Some((Instant::now(), e.clone()));
                 })
             })
