@@ -31,18 +31,6 @@ async fn locker(server: &RedisServer) -> Locker {
     Locker::builder(backend).lease(LEASE).build()
 }
 
-/// How many EVALSHA calls the server has run so far.
-async fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info: String = server
-        .query(redis::cmd("INFO").arg("commandstats").clone())
-        .await;
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Many callers lock one key at the same moment: exactly one wins, whether their requests
 /// went out alone or several in one batch; the others find it held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,8 +79,7 @@ async fn a_batch_takes_the_free_keys_and_leaves_the_held_ones() {
     for i in (0..TASKS).step_by(4) {
         theirs.push(other.lock(format!("b:k{i}")).await.unwrap());
     }
-    // Free keys only: no waiting, so every script call is a batch (a lone acquire is SET).
-    let before = evalsha_calls(&server).await;
+    let before = ours.stats().batched_requests;
     let mut set = JoinSet::new();
     for i in 0..TASKS {
         let ours = ours.clone();
@@ -100,7 +87,7 @@ async fn a_batch_takes_the_free_keys_and_leaves_the_held_ones() {
     }
     let free: Vec<_> = set.join_all().await;
     assert!(
-        evalsha_calls(&server).await > before,
+        ours.stats().batched_requests > before,
         "no batch formed for {TASKS} concurrent acquires"
     );
     drop(free);
@@ -150,16 +137,19 @@ async fn a_batch_takes_the_free_keys_and_leaves_the_held_ones() {
 }
 
 /// Releases in one batch hand a lock to a waiter of another process at once, as a lone
-/// release does (no second round trip, no wait for the lease).
+/// release does (no second round trip, no wait for the lease). The server is frozen while the
+/// other releases go out, so they stay in flight and the one with the waiter must queue: it
+/// goes out in a batch, whatever the timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batched_release_hands_the_lock_to_a_queued_waiter() {
-    let server = RedisServer::start();
+    let mut server = RedisServer::start();
     let ours = locker(&server).await;
     let other = locker(&server).await;
     let mut guards = Vec::new();
     for i in 0..TASKS {
         guards.push(ours.lock(format!("b:h{i}")).await.unwrap());
     }
+    let handed = guards.remove(7);
     let waiter = tokio::spawn(async move {
         let g = other
             .lock("b:h7")
@@ -168,24 +158,101 @@ async fn a_batched_release_hands_the_lock_to_a_queued_waiter() {
             .unwrap();
         g.release().await.unwrap();
     });
-    // Let the waiter queue.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let start = Arc::new(Barrier::new(TASKS));
+    eventually("the waiter queued", Duration::from_secs(5), async || {
+        let queues: Vec<String> = server
+            .query(redis::cmd("KEYS").arg("*b:h7*queue*").clone())
+            .await;
+        !queues.is_empty()
+    })
+    .await;
+    let sent = ours.stats().backend_calls;
+    let batched = ours.stats().batched_requests;
+    server.pause();
     let mut releases = JoinSet::new();
     for g in guards {
-        let start = start.clone();
-        releases.spawn(async move {
-            start.wait().await;
-            g.release().await
-        });
+        releases.spawn(async move { g.release().await });
     }
+    let others = u64::try_from(TASKS - 1).unwrap();
+    eventually(
+        "the other releases sent",
+        Duration::from_secs(1),
+        async || ours.stats().backend_calls >= sent + others,
+    )
+    .await;
+    releases.spawn(async move { handed.release().await });
+    server.resume();
     while let Some(joined) = releases.join_next().await {
         joined.unwrap().unwrap();
     }
+    assert!(
+        ours.stats().batched_requests > batched,
+        "no release went out in a batch"
+    );
     tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
         .expect("the waiter was not handed the lock promptly")
         .unwrap();
+}
+
+/// Bytes waiting in the kernel to be read by the server listening on `port` (the sum of
+/// `rx_queue` in /proc/net/tcp over its accepted connections): what clients have sent it that it
+/// has not read yet.
+fn unread_by_server(port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local_port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, queues) = (fields.get(1)?, fields.get(3)?, fields.get(4)?);
+            // 01: ESTABLISHED (the listening socket is 0A).
+            if !local.ends_with(&local_port) || *state != "01" {
+                return None;
+            }
+            u64::from_str_radix(queues.split_once(':')?.1, 16).ok()
+        })
+        .sum()
+}
+
+/// A request that queues behind the ones in flight does not wait for their answers: with the
+/// server frozen (nothing is answered), the queued acquires still reach its socket, in one
+/// batch. Before, they waited for an in-flight call to come back, so only the first ones got
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_go_out_without_waiting_for_the_ones_in_flight() {
+    const N: usize = 32;
+    let mut server = RedisServer::start();
+    let ours = locker(&server).await;
+    // The prefix's permission check is done before the server freezes.
+    ours.lock("b:q-warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.pause();
+    let batched = ours.stats().batched_requests;
+    let mut set = JoinSet::new();
+    for i in 0..N {
+        let ours = ours.clone();
+        set.spawn(async move { ours.lock(format!("b:q{i}")).wait(LEASE).await });
+    }
+    // Each SET NX PX GET carries its 32-digit token and its key: at least 60 bytes, at most
+    // 120 here. If the queued ones waited for an answer, only those sent alone (a few) would
+    // be there: under 60 * N bytes.
+    let all = u64::try_from(60 * N).unwrap();
+    eventually(
+        "every acquire written to the frozen server",
+        Duration::from_secs(1),
+        async || unread_by_server(server.port()) >= all,
+    )
+    .await;
+    server.resume();
+    for guard in set.join_all().await {
+        guard.unwrap().release().await.unwrap();
+    }
+    assert!(ours.stats().batched_requests > batched);
 }
 
 /// Callers that give up while their acquires wait for a batch leave no lock behind: a lock

@@ -371,6 +371,17 @@ impl BackendKind {
     }
 
     /// Whether the backend may evict lock keys under memory pressure (`None`: unknown).
+    /// Acquires and releases sent in a batch with others (group commit; none on memory).
+    pub(crate) fn batched_requests(&self) -> u64 {
+        match self {
+            BackendKind::Memory(_) => 0,
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.batched_requests(),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.batched_requests(),
+        }
+    }
+
     pub(crate) fn eviction_risk(&self) -> Option<bool> {
         match self {
             BackendKind::Memory(_) => Some(false),

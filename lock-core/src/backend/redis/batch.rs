@@ -3,12 +3,14 @@
 //!
 //! A request is sent at once, alone, while fewer than [`DIRECT`] of its kind are in flight: a
 //! lone or lightly loaded caller pays no added latency. Requests that arrive while [`DIRECT`]
-//! are in flight wait in a queue; the first in-flight call of that kind to finish sends the
-//! whole queue together: acquires as one pipeline of native `SET NX PX GET` commands (one
-//! request, one read and one write for the server; a native command costs the server less than
-//! the same command from a script), releases as one `EVALSHA` of release_many.lua (one script
-//! set-up for all the keys: Redis has no native compare-and-delete). Under load that is one
-//! request and one reply for dozens of locks, where the direct path pays each per lock.
+//! are in flight wait in a queue, which goes out whole at the runtime's next turn (a flush task
+//! that yields once, so that the tasks woken with the first one queue their requests too), or
+//! sooner when an in-flight call of that kind finishes first: a queued request never waits for
+//! another call's round trip. Acquires go as one pipeline of native `SET NX PX GET` commands
+//! (one request, one read and one write for the server; a native command costs the server less
+//! than the same command from a script), releases as one `EVALSHA` of release_many.lua (one
+//! script set-up for all the keys: Redis has no native compare-and-delete). Under load that is
+//! one request and one reply for dozens of locks, where the direct path pays each per lock.
 //!
 //! Per key nothing changes: each key's step is the same atomic step as the lone call (SET NX
 //! PX GET, or the token-checked delete, and for a release the hand-over to a queued
@@ -30,15 +32,13 @@ use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 
-/// How many requests of one kind go out alone at once before the next ones wait for a batch.
+/// How many requests of one kind go out alone at once before the next ones queue for a batch.
 ///
-/// A queued request waits for an in-flight call to come back (a round trip) before it is
-/// sent, so a low limit costs latency at moderate concurrency, while the batch saves the
-/// server a script set-up per release only when many requests pile up. Measured with lock-bench's
-/// many-keys scenario, the same binary alternating limits (3 runs each): 8 in flight did 25 %
-/// more lock cycles/s than 2 at 16 tasks (55,600-63,200/s against 42,900-48,900/s) and 8 %
-/// more at 64, and the same at 256 (where batches still form).
-pub(super) const DIRECT: usize = 8;
+/// Measured with lock-bench's many-keys scenario, one process alternating 0.4 s windows (10
+/// rounds): with the queue flushed at the runtime's next turn, 2 did 16 % more lock cycles/s
+/// than 8 without that flush at 64 tasks and 27 % more at 256, the same at 16; 1 and 4 were
+/// within a few percent of 2.
+pub(super) const DIRECT: usize = 2;
 
 /// The most requests in one batch (the rest wait for the next one).
 const MAX_BATCH: usize = 256;
@@ -65,6 +65,8 @@ pub(super) enum Kind {
 struct State {
     in_flight: usize,
     queue: Vec<Request>,
+    /// A flush task is spawned and has not taken the queue yet.
+    flush_scheduled: bool,
 }
 
 /// The in-flight count and queue of one kind.
@@ -84,6 +86,16 @@ impl Lane {
 pub(crate) struct Batches {
     pub(super) acquire: Lane,
     pub(super) release: Lane,
+    /// Requests sent together with at least one other (see [`RedisBackend::batched_requests`]).
+    batched: std::sync::atomic::AtomicU64,
+}
+
+impl RedisBackend {
+    /// How many acquires and releases went out in a batch of two or more so far.
+    pub(crate) fn batched_requests(&self) -> u64 {
+        let batches = &self.inner.batches;
+        batches.batched.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Either a slot to send at once (held until the call is over), or a queued request's answer.
@@ -112,7 +124,8 @@ fn lane(backend: &RedisBackend, kind: Kind) -> &Lane {
     }
 }
 
-/// Takes a place for a request of `kind`: at once while few are in flight, else in the queue.
+/// Takes a place for a request of `kind`: at once while few are in flight, else in the queue,
+/// sent at the runtime's next turn by a flush task (one per lane at a time).
 pub(super) fn enter<'a>(
     backend: &'a RedisBackend,
     kind: Kind,
@@ -121,20 +134,78 @@ pub(super) fn enter<'a>(
     lease: Duration,
     remaining: bool,
 ) -> Turn<'a> {
-    let mut state = lane(backend, kind).state();
-    if state.in_flight < DIRECT {
-        state.in_flight += 1;
-        return Turn::Direct(Slot { backend, kind });
-    }
     let (answer, receiver) = oneshot::channel();
-    state.queue.push(Request {
-        key: key.clone(),
-        token: token.clone(),
-        lease,
-        remaining,
-        answer,
-    });
+    {
+        let mut state = lane(backend, kind).state();
+        if state.in_flight < DIRECT {
+            state.in_flight += 1;
+            return Turn::Direct(Slot { backend, kind });
+        }
+        state.queue.push(Request {
+            key: key.clone(),
+            token: token.clone(),
+            lease,
+            remaining,
+            answer,
+        });
+        if state.flush_scheduled {
+            return Turn::Queued(receiver);
+        }
+        // The flush is a call in flight: it holds a place until its batch is answered.
+        state.flush_scheduled = true;
+        state.in_flight += 1;
+    }
+    // Spawned with the lane unlocked: a runtime that is shutting down drops the task at once,
+    // and the drop takes the lock.
+    let place = SpawnedSlot {
+        backend: backend.clone(),
+        kind,
+        pending_flush: true,
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(flush(place))),
+        // No runtime: the drop answers the queue (see `finished`).
+        Err(_) => drop(place),
+    }
     Turn::Queued(receiver)
+}
+
+/// A place in flight held by a spawned call (a flush, or a batch `finished` sends). Dropped
+/// (after its call is answered, or unpolled, with its runtime), it gives the place back, or
+/// passes it to what queued meanwhile; a flush that never took the queue also lets the next
+/// queued request schedule one.
+struct SpawnedSlot {
+    backend: RedisBackend,
+    kind: Kind,
+    /// A flush that has not taken the queue yet (`flush_scheduled` is still its own).
+    pending_flush: bool,
+}
+
+impl Drop for SpawnedSlot {
+    fn drop(&mut self) {
+        if self.pending_flush {
+            lane(&self.backend, self.kind).state().flush_scheduled = false;
+        }
+        finished(&self.backend, self.kind);
+    }
+}
+
+/// Sends the lane's queue one turn of the runtime after the first request queued, so that the
+/// tasks woken together with it (by one read of replies, say) queue theirs too and go in the
+/// same batch.
+async fn flush(mut place: SpawnedSlot) {
+    tokio::task::yield_now().await;
+    let batch = {
+        let mut state = lane(&place.backend, place.kind).state();
+        state.flush_scheduled = false;
+        place.pending_flush = false;
+        let take = state.queue.len().min(MAX_BATCH);
+        state.queue.drain(..take).collect::<Vec<_>>()
+    };
+    // Empty when an in-flight call that finished first took the queue.
+    if !batch.is_empty() {
+        send(&place.backend, place.kind, batch).await;
+    }
 }
 
 /// A call of `kind` is over: its place goes to the queue, sent as one batch, if anything queued.
@@ -162,14 +233,16 @@ fn finished(backend: &RedisBackend, kind: Kind) {
         }
         return;
     };
-    let backend = backend.clone();
+    // The place is owned before the task runs: a task dropped unpolled (its runtime shutting
+    // down) still gives it back, instead of leaving the lane one call fuller for good.
+    let place = SpawnedSlot {
+        backend: backend.clone(),
+        kind,
+        pending_flush: false,
+    };
     runtime.spawn(async move {
-        let slot = Slot {
-            backend: &backend,
-            kind,
-        };
-        send(&backend, kind, batch).await;
-        drop(slot);
+        send(&place.backend, place.kind, batch).await;
+        drop(place);
     });
 }
 
@@ -241,6 +314,11 @@ async fn acquire_pipeline(backend: &RedisBackend, batch: &[Request]) -> Result<V
 
 /// Sends one batch and hands every caller its own answer.
 async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
+    if batch.len() > 1 {
+        let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
+        let batched = &backend.inner.batches.batched;
+        batched.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
     let reply = match kind {
         Kind::Acquire => acquire_pipeline(backend, &batch).await,
         Kind::Release => {
@@ -329,4 +407,54 @@ pub(super) async fn queued(
             "the batch carrying this request was dropped",
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane_state(backend: &RedisBackend) -> (usize, bool, usize) {
+        let state = lane(backend, Kind::Acquire).state();
+        (state.in_flight, state.flush_scheduled, state.queue.len())
+    }
+
+    /// Calls spawned by the lane (a flush, a batch sent when a call finished) whose runtime
+    /// shuts down before they run still give their places back: the lane ends empty, and the
+    /// next request goes out at once. Before, a batch task dropped unpolled kept its place for
+    /// good, and a flush never run would have kept the lane flushing nothing.
+    #[test]
+    fn spawned_calls_dropped_with_their_runtime_give_their_places_back() {
+        let server = lock_testkit::RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backend = runtime
+            .block_on(RedisBackend::connect(&server.url()))
+            .unwrap();
+        let key = |n: &str| LockKey::new("lock:", n).unwrap();
+        let token = Token::new(true);
+        let lease = Duration::from_secs(5);
+        let context = runtime.enter();
+        let first = enter(&backend, Kind::Acquire, &key("a"), &token, lease, false);
+        let second = enter(&backend, Kind::Acquire, &key("b"), &token, lease, false);
+        assert!(matches!(first, Turn::Direct(_)) && matches!(second, Turn::Direct(_)));
+        // The third queues and schedules a flush; nothing runs (the runtime is never driven).
+        let Turn::Queued(answer) = enter(&backend, Kind::Acquire, &key("c"), &token, lease, false)
+        else {
+            panic!("a third request went out alone");
+        };
+        assert_eq!(lane_state(&backend), (3, true, 1));
+        // A direct call finishing sends the queue as a batch, in a task of its own.
+        drop(first);
+        assert_eq!(lane_state(&backend), (3, true, 0));
+        drop(context);
+        drop(runtime);
+        // Both spawned tasks went unpolled: the flush's place and the batch's are back, the
+        // queued caller has its answer (an error), the lane may flush again.
+        assert_eq!(lane_state(&backend), (1, false, 0));
+        assert!(answer.blocking_recv().map_or(true, |a| a.is_err()));
+        drop(second);
+        assert_eq!(lane_state(&backend), (0, false, 0));
+    }
 }
