@@ -370,7 +370,6 @@ impl BackendKind {
         }
     }
 
-    /// Whether the backend may evict lock keys under memory pressure (`None`: unknown).
     /// Acquires and releases sent in a batch with others (group commit; none on memory).
     pub(crate) fn batched_requests(&self) -> u64 {
         match self {
@@ -382,6 +381,7 @@ impl BackendKind {
         }
     }
 
+    /// Whether the backend may evict lock keys under memory pressure (`None`: unknown).
     pub(crate) fn eviction_risk(&self) -> Option<bool> {
         match self {
             BackendKind::Memory(_) => Some(false),

@@ -85,7 +85,7 @@ pub struct LockerStats {
     /// Acquires and releases the backend sent grouped with others in one request (group
     /// commit: while two of a kind are in flight, the next ones go out together at the
     /// runtime's next turn). Always 0 on memory and Redis Cluster (a batch's keys would span
-    /// slots); on Redlock, the releases each server was sent, summed. Counted per backend, so
+    /// slots); on Redlock, the requests sent to each server, summed. Counted per backend, so
     /// lockers built on one backend share it.
     ///
     /// ```

@@ -6,7 +6,10 @@
 //! are in flight wait in a queue, which goes out whole at the runtime's next turn (a flush task
 //! that yields once, so that the tasks woken with the first one queue their requests too), or
 //! sooner when an in-flight call of that kind finishes first: a queued request never waits for
-//! another call's round trip. Acquires go as one pipeline of native `SET NX PX GET` commands
+//! another call's round trip (more than [`MAX_BATCH`] queued get a flush per batch). So
+//! [`DIRECT`] does not bound the calls in flight: besides the direct ones, each runtime turn
+//! in which requests queued sends one batch (requests arriving apart go as batches of one);
+//! what it saves is the per-request cost when many arrive together. Acquires go as one pipeline of native `SET NX PX GET` commands
 //! (one request, one read and one write for the server; a native command costs the server less
 //! than the same command from a script), releases as one `EVALSHA` of release_many.lua (one
 //! script set-up for all the keys: Redis has no native compare-and-delete). Under load that is
@@ -148,15 +151,28 @@ pub(super) fn enter<'a>(
             remaining,
             answer,
         });
-        if state.flush_scheduled {
+        if !schedule_flush(&mut state) {
             return Turn::Queued(receiver);
         }
-        // The flush is a call in flight: it holds a place until its batch is answered.
-        state.flush_scheduled = true;
-        state.in_flight += 1;
     }
-    // Spawned with the lane unlocked: a runtime that is shutting down drops the task at once,
-    // and the drop takes the lock.
+    spawn_flush(backend, kind);
+    Turn::Queued(receiver)
+}
+
+/// Whether a flush must be spawned for the queue: none is pending yet. It is then counted as
+/// pending and as a call in flight (it holds a place until its batch is answered).
+fn schedule_flush(state: &mut State) -> bool {
+    if state.flush_scheduled {
+        return false;
+    }
+    state.flush_scheduled = true;
+    state.in_flight += 1;
+    true
+}
+
+/// Spawns the flush [`schedule_flush`] counted, with the lane unlocked: a runtime that is
+/// shutting down drops the task at once, and the drop takes the lock.
+fn spawn_flush(backend: &RedisBackend, kind: Kind) {
     let place = SpawnedSlot {
         backend: backend.clone(),
         kind,
@@ -167,7 +183,6 @@ pub(super) fn enter<'a>(
         // No runtime: the drop answers the queue (see `finished`).
         Err(_) => drop(place),
     }
-    Turn::Queued(receiver)
 }
 
 /// A place in flight held by a spawned call (a flush, or a batch `finished` sends). Dropped
@@ -195,13 +210,19 @@ impl Drop for SpawnedSlot {
 /// same batch.
 async fn flush(mut place: SpawnedSlot) {
     tokio::task::yield_now().await;
-    let batch = {
+    let (batch, more) = {
         let mut state = lane(&place.backend, place.kind).state();
         state.flush_scheduled = false;
         place.pending_flush = false;
         let take = state.queue.len().min(MAX_BATCH);
-        state.queue.drain(..take).collect::<Vec<_>>()
+        let batch = state.queue.drain(..take).collect::<Vec<_>>();
+        // More than a batch queued: the rest gets a flush of its own, not a wait for an answer.
+        let more = !state.queue.is_empty() && schedule_flush(&mut state);
+        (batch, more)
     };
+    if more {
+        spawn_flush(&place.backend, place.kind);
+    }
     // Empty when an in-flight call that finished first took the queue.
     if !batch.is_empty() {
         send(&place.backend, place.kind, batch).await;
@@ -456,5 +477,43 @@ mod tests {
         assert!(answer.blocking_recv().map_or(true, |a| a.is_err()));
         drop(second);
         assert_eq!(lane_state(&backend), (0, false, 0));
+    }
+
+    /// More than a batch queued at once all goes out without waiting for an answer: what the
+    /// first flush leaves gets a flush of its own. The server is frozen, so nothing is answered.
+    #[test]
+    fn more_than_a_batch_queued_all_goes_out() {
+        let mut server = lock_testkit::RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let backend = runtime
+            .block_on(RedisBackend::connect(&server.url()))
+            .unwrap();
+        let token = Token::new(true);
+        let lease = Duration::from_secs(5);
+        server.pause();
+        runtime.block_on(async {
+            let mut turns = Vec::new();
+            for i in 0..DIRECT + MAX_BATCH + 44 {
+                let key = LockKey::new("lock:", &format!("m{i}")).unwrap();
+                turns.push(enter(&backend, Kind::Acquire, &key, &token, lease, false));
+            }
+            assert_eq!(lane_state(&backend).2, MAX_BATCH + 44);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+            while lane_state(&backend).2 > 0 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{} requests left queued",
+                    lane_state(&backend).2
+                );
+                tokio::task::yield_now().await;
+            }
+            // Two flushes in flight besides the direct calls.
+            assert_eq!(lane_state(&backend), (DIRECT + 2, false, 0));
+        });
+        drop(runtime);
+        server.resume();
     }
 }

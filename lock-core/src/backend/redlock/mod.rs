@@ -437,7 +437,7 @@ impl RedlockBackend {
             >= self.inner.quorum
     }
 
-    /// Releases the servers' backends sent in a batch with others, summed over the servers.
+    /// Requests the servers' backends sent in a batch with others, summed over the servers.
     pub(crate) fn batched_requests(&self) -> u64 {
         let servers = self.inner.servers.iter().filter_map(|s| s.get());
         servers.map(RedisBackend::batched_requests).sum()
