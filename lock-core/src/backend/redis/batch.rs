@@ -85,13 +85,34 @@ impl Lane {
 }
 
 /// The lanes of one backend.
-#[derive(Default)]
 pub(crate) struct Batches {
     pub(super) acquire: Lane,
     pub(super) release: Lane,
     /// Requests sent together with at least one other (see [`RedisBackend::batched_requests`]).
     batched: std::sync::atomic::AtomicU64,
+    /// The longest a queued request waits for its batch's answer (see [`queued`]).
+    answer_bound: Duration,
 }
+
+impl Batches {
+    /// The lanes of a backend whose connection waits at most `connect` for a connection and
+    /// `response` for an answer. A batch is one request: tried, retried by the connection
+    /// after a reconnect, retried once more by the backend (on a Sentinel backend, after
+    /// asking the sentinels for the primary), with reconnect back-offs of up to 500 ms. Its
+    /// answer comes well within four connects and responses plus that, unless the task
+    /// sending it stops being run: the bound is a stop to a wait without end, not a latency.
+    pub(super) fn new(connect: Duration, response: Duration) -> Self {
+        Batches {
+            acquire: Lane::default(),
+            release: Lane::default(),
+            batched: std::sync::atomic::AtomicU64::new(0),
+            answer_bound: (connect + response) * 4 + ANSWER_SLACK,
+        }
+    }
+}
+
+/// Added to a queued request's bound: the connection's longest reconnect back-off.
+const ANSWER_SLACK: Duration = Duration::from_millis(500);
 
 impl RedisBackend {
     /// How many acquires and releases went out in a batch of two or more so far.
@@ -415,24 +436,58 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
     }
 }
 
-/// The answer of a queued request, as the lone call would have given it.
+/// The answer of a queued request, as the lone call would have given it. Bounded like the
+/// lone call: the batch is sent by a spawned task, which may stop being run (a runtime that is
+/// only driven now and then, sharing the backend with others) while the connection's own
+/// timeouts wait for it; the caller then gets a `Backend` error at the bound, and the batch,
+/// if it ever runs, releases a lock it took for this caller (see [`send`]).
 pub(super) async fn queued(
+    backend: &RedisBackend,
     receiver: oneshot::Receiver<Result<Value, LockError>>,
     kind: Kind,
     key: &LockKey,
 ) -> Result<Value, LockError> {
-    receiver.await.unwrap_or_else(|_| {
-        Err(LockError::protocol(
+    let bound = backend.inner.batches.answer_bound;
+    match tokio::time::timeout(bound, receiver).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => Err(LockError::protocol(
             operation(kind),
             key.user(),
             "the batch carrying this request was dropped",
-        ))
-    })
+        )),
+        Err(_) => Err(LockError::backend(
+            operation(kind),
+            key.user(),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the batch carrying this request got no answer in {bound:?}"),
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DEFAULT_TIMEOUTS: Duration = Duration::from_secs(2);
+
+    /// A current-thread runtime (driven only when the test says so) and a backend connected
+    /// on it, with this connect and response timeout.
+    fn connected(
+        server: &lock_testkit::RedisServer,
+        timeouts: Duration,
+    ) -> (tokio::runtime::Runtime, RedisBackend) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let builder = RedisBackend::builder(&server.url())
+            .connect_timeout(timeouts)
+            .response_timeout(timeouts);
+        let backend = runtime.block_on(builder.connect()).unwrap();
+        (runtime, backend)
+    }
 
     fn lane_state(backend: &RedisBackend) -> (usize, bool, usize) {
         let state = lane(backend, Kind::Acquire).state();
@@ -446,13 +501,7 @@ mod tests {
     #[test]
     fn spawned_calls_dropped_with_their_runtime_give_their_places_back() {
         let server = lock_testkit::RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let backend = runtime
-            .block_on(RedisBackend::connect(&server.url()))
-            .unwrap();
+        let (runtime, backend) = connected(&server, DEFAULT_TIMEOUTS);
         let key = |n: &str| LockKey::new("lock:", n).unwrap();
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
@@ -484,13 +533,7 @@ mod tests {
     #[test]
     fn more_than_a_batch_queued_all_goes_out() {
         let mut server = lock_testkit::RedisServer::start();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let backend = runtime
-            .block_on(RedisBackend::connect(&server.url()))
-            .unwrap();
+        let (runtime, backend) = connected(&server, DEFAULT_TIMEOUTS);
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
         server.pause();
@@ -515,5 +558,47 @@ mod tests {
         });
         drop(runtime);
         server.resume();
+    }
+
+    /// A queued request whose batch is never sent (its flush was spawned on a runtime that is
+    /// not driven any more, while another runtime waits for the answer) gets a `Backend` error
+    /// at its bound (four connects and responses, plus slack), not a wait without end.
+    #[test]
+    fn a_queued_request_whose_batch_never_runs_gets_an_error_at_its_bound() {
+        let server = lock_testkit::RedisServer::start();
+        let timeouts = Duration::from_millis(100);
+        let (idle, backend) = connected(&server, timeouts);
+        let key = LockKey::new("lock:", "stranded").unwrap();
+        let token = Token::new(true);
+        let lease = Duration::from_secs(5);
+        let context = idle.enter();
+        let first = enter(&backend, Kind::Acquire, &key, &token, lease, false);
+        let second = enter(&backend, Kind::Acquire, &key, &token, lease, false);
+        let Turn::Queued(answer) = enter(&backend, Kind::Acquire, &key, &token, lease, false)
+        else {
+            panic!("a third request went out alone");
+        };
+        drop(context);
+        let other = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let bound = timeouts * 8 + ANSWER_SLACK;
+        other.block_on(async {
+            let start = tokio::time::Instant::now();
+            let waited = tokio::time::timeout(
+                bound + Duration::from_secs(2),
+                queued(&backend, answer, Kind::Acquire, &key),
+            )
+            .await
+            .expect("the queued request waited past its bound");
+            assert!(
+                matches!(waited, Err(LockError::Backend { .. })),
+                "{waited:?}"
+            );
+            assert!(start.elapsed() >= bound);
+        });
+        drop((first, second));
+        drop(idle);
     }
 }

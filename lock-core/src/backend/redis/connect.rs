@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ProtocolVersion};
 
+use super::batch::Batches;
 use super::conn::Conn;
 use super::eviction::{maxmemory_policy, warn_if_evicting};
 use super::permissions::Permissions;
@@ -123,7 +124,15 @@ impl RedisBackendBuilder {
             self.response_timeout,
         )?;
         let watcher = Watcher::new(&client, server.major >= 6, self.connect_timeout)?;
-        let inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
+        let batches = Batches::new(self.connect_timeout, self.response_timeout);
+        let inner = assemble(
+            conn,
+            &server,
+            maxmemory_policy,
+            subscriber,
+            watcher,
+            batches,
+        );
         Ok(RedisBackend {
             inner: Arc::new(inner),
         })
@@ -147,6 +156,7 @@ fn assemble(
     maxmemory_policy: Option<String>,
     subscriber: Subscriber,
     watcher: Watcher,
+    batches: Batches,
 ) -> Inner {
     Inner {
         conn,
@@ -157,7 +167,7 @@ fn assemble(
         maxmemory_policy,
         permissions: Permissions::default(),
         watcher,
-        batches: Default::default(),
+        batches,
         #[cfg(feature = "cluster")]
         topology: None,
         #[cfg(feature = "sentinel")]
@@ -192,8 +202,17 @@ pub(crate) async fn connect_cluster(
     }
     let watcher = Watcher::cluster(settings.clone());
     watcher.ready(settings.connect_timeout * 2).await;
+    // A cluster node never batches (a batch's keys would span slots).
+    let batches = Batches::new(settings.connect_timeout, settings.response_timeout);
     let subscriber = Subscriber::cluster(settings);
-    let mut inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
+    let mut inner = assemble(
+        conn,
+        &server,
+        maxmemory_policy,
+        subscriber,
+        watcher,
+        batches,
+    );
     // Whatever the node said of its mode: every request goes through the cluster connection.
     inner.cluster = true;
     inner.topology = Some(topology);
@@ -222,7 +241,15 @@ pub(crate) async fn connect_sentinel(
         settings.response_timeout,
     );
     let watcher = Watcher::sentinel(master.clone(), server.major >= 6, settings.connect_timeout);
-    let mut inner = assemble(conn, &server, maxmemory_policy, subscriber, watcher);
+    let batches = Batches::new(settings.connect_timeout, settings.response_timeout);
+    let mut inner = assemble(
+        conn,
+        &server,
+        maxmemory_policy,
+        subscriber,
+        watcher,
+        batches,
+    );
     inner.master = Some(master);
     Ok(RedisBackend {
         inner: Arc::new(inner),

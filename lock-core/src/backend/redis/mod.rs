@@ -357,7 +357,7 @@ impl RedisBackend {
             match batch::enter(self, batch::Kind::Acquire, key, token, lease, remaining) {
                 batch::Turn::Direct(slot) => Some(slot),
                 batch::Turn::Queued(answer) => {
-                    let reply = batch::queued(answer, batch::Kind::Acquire, key).await?;
+                    let reply = batch::queued(self, answer, batch::Kind::Acquire, key).await?;
                     let pair = match &reply {
                         Value::Array(pair) => pair.as_slice(),
                         _ => &[],
@@ -445,7 +445,9 @@ impl RedisBackend {
                 drop(slot);
                 return answer;
             }
-            batch::Turn::Queued(answer) => batch::queued(answer, batch::Kind::Release, key).await?,
+            batch::Turn::Queued(answer) => {
+                batch::queued(self, answer, batch::Kind::Release, key).await?
+            }
         };
         let channel = key.channel_name();
         match reply {
