@@ -9,11 +9,12 @@
 //! another call's round trip (more than [`MAX_BATCH`] queued get a flush per batch). So
 //! [`DIRECT`] does not bound the calls in flight: besides the direct ones, each runtime turn
 //! in which requests queued sends one batch (requests arriving apart go as batches of one);
-//! what it saves is the per-request cost when many arrive together. Acquires go as one pipeline of native `SET NX PX GET` commands
-//! (one request, one read and one write for the server; a native command costs the server less
-//! than the same command from a script), releases as one `EVALSHA` of release_many.lua (one
-//! script set-up for all the keys: Redis has no native compare-and-delete). Under load that is
-//! one request and one reply for dozens of locks, where the direct path pays each per lock.
+//! what it saves is the per-request cost when many arrive together. Acquires go as one
+//! pipeline of native `SET NX PX GET` commands (one request, one read and one write for the
+//! server; a native command costs the server less than the same command from a script),
+//! releases as one `EVALSHA` of release_many.lua (one script set-up for all the keys: Redis has
+//! no native compare-and-delete). Under load that is one request and one reply for dozens of
+//! locks, where the direct path pays each per lock.
 //!
 //! Per key nothing changes: each key's step is the same atomic step as the lone call (SET NX
 //! PX GET, or the token-checked delete, and for a release the hand-over to a queued
