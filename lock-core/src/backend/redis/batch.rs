@@ -160,13 +160,14 @@ pub(super) fn enter<'a>(
     lease: Duration,
     remaining: bool,
 ) -> Turn<'a> {
-    let (answer, receiver) = oneshot::channel();
-    {
+    let receiver = {
         let mut state = lane(backend, kind).state();
         if state.in_flight < DIRECT {
             state.in_flight += 1;
             return Turn::Direct(Slot { backend, kind });
         }
+        // Made here, not for every request: the direct path needs no channel.
+        let (answer, receiver) = oneshot::channel();
         state.queue.push(Request {
             key: key.clone(),
             token: token.clone(),
@@ -177,7 +178,8 @@ pub(super) fn enter<'a>(
         if !schedule_flush(&mut state) {
             return Turn::Queued(receiver);
         }
-    }
+        receiver
+    };
     spawn_flush(backend, kind);
     Turn::Queued(receiver)
 }

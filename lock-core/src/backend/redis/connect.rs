@@ -124,14 +124,14 @@ impl RedisBackendBuilder {
             self.response_timeout,
         )?;
         let watcher = Watcher::new(&client, server.major >= 6, self.connect_timeout)?;
-        let batches = Batches::new(self.connect_timeout, self.response_timeout);
+        let timeouts = (self.connect_timeout, self.response_timeout);
         let inner = assemble(
             conn,
             &server,
             maxmemory_policy,
             subscriber,
             watcher,
-            batches,
+            timeouts,
         );
         Ok(RedisBackend {
             inner: Arc::new(inner),
@@ -149,14 +149,15 @@ async fn probe(conn: &mut Conn) -> Result<(ServerInfo, Option<String>), LockErro
 }
 
 /// The backend's state over `conn`, for one server (a cluster or Sentinel backend then sets
-/// what is its own: the slot map, the primary it follows).
+/// what is its own: the slot map, the primary it follows). `timeouts` are the connection's
+/// connect and response timeouts, from which a queued request's bound is set (batch.rs).
 fn assemble(
     conn: Conn,
     server: &ServerInfo,
     maxmemory_policy: Option<String>,
     subscriber: Subscriber,
     watcher: Watcher,
-    batches: Batches,
+    (connect_timeout, response_timeout): (Duration, Duration),
 ) -> Inner {
     Inner {
         conn,
@@ -167,7 +168,7 @@ fn assemble(
         maxmemory_policy,
         permissions: Permissions::default(),
         watcher,
-        batches,
+        batches: Batches::new(connect_timeout, response_timeout),
         #[cfg(feature = "cluster")]
         topology: None,
         #[cfg(feature = "sentinel")]
@@ -202,8 +203,8 @@ pub(crate) async fn connect_cluster(
     }
     let watcher = Watcher::cluster(settings.clone());
     watcher.ready(settings.connect_timeout * 2).await;
-    // A cluster node never batches (a batch's keys would span slots).
-    let batches = Batches::new(settings.connect_timeout, settings.response_timeout);
+    // A cluster node never batches (a batch's keys would span slots): its lanes stay empty.
+    let timeouts = (settings.connect_timeout, settings.response_timeout);
     let subscriber = Subscriber::cluster(settings);
     let mut inner = assemble(
         conn,
@@ -211,7 +212,7 @@ pub(crate) async fn connect_cluster(
         maxmemory_policy,
         subscriber,
         watcher,
-        batches,
+        timeouts,
     );
     // Whatever the node said of its mode: every request goes through the cluster connection.
     inner.cluster = true;
@@ -241,14 +242,14 @@ pub(crate) async fn connect_sentinel(
         settings.response_timeout,
     );
     let watcher = Watcher::sentinel(master.clone(), server.major >= 6, settings.connect_timeout);
-    let batches = Batches::new(settings.connect_timeout, settings.response_timeout);
+    let timeouts = (settings.connect_timeout, settings.response_timeout);
     let mut inner = assemble(
         conn,
         &server,
         maxmemory_policy,
         subscriber,
         watcher,
-        batches,
+        timeouts,
     );
     inner.master = Some(master);
     Ok(RedisBackend {
