@@ -116,7 +116,11 @@ on_both!(
 
 /// Holds `key` in one task while `n` tasks of the same locker queue for it, then releases:
 /// each waiter takes the lock in turn and releases it. Returns how many got it.
-async fn chain(locker: &Locker, key: &str, n: usize) -> usize {
+///
+/// The release waits until the first waiter's ticket is in the backend's queue, not only in
+/// the locker's: a release that came before it would find nobody to hand over to, and the
+/// waiter's own attempt would then take the free lock (a turn that is not a hand-over).
+async fn chain(store: &Store, locker: &Locker, key: &str, n: usize) -> usize {
     let first = locker.lock(key).await.unwrap();
     let got = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
@@ -132,6 +136,10 @@ async fn chain(locker: &Locker, key: &str, n: usize) -> usize {
         locker.stats().waiters == n
     })
     .await;
+    eventually("the first waiter queued in the backend", SOON, async || {
+        store.queued(key).await >= 1
+    })
+    .await;
     first.release().await.unwrap();
     while let Some(done) = tasks.join_next().await {
         done.unwrap();
@@ -142,7 +150,7 @@ async fn chain(locker: &Locker, key: &str, n: usize) -> usize {
 async fn waiters_of_one_locker_take_their_turns_without_the_backend(store: Store) {
     let locker = store.builder().await.build();
     let before = locker.stats();
-    assert_eq!(chain(&locker, "hot", 10).await, 10);
+    assert_eq!(chain(&store, &locker, "hot", 10).await, 10);
     let after = locker.stats();
     // The first holder took the lock before anyone queued here, when the locker keeps no note
     // of holders (the uncontended path does no bookkeeping): it releases in the backend, which
@@ -366,7 +374,7 @@ async fn a_passed_lock_keeps_its_lease_and_its_loss_detection(store: Store) {
 
 async fn turned_off_every_turn_goes_through_the_backend(store: Store) {
     let locker = store.builder().await.local_handoff(false).build();
-    assert_eq!(chain(&locker, "cold", 5).await, 5);
+    assert_eq!(chain(&store, &locker, "cold", 5).await, 5);
     assert_eq!(locker.stats().local_handoffs, 0);
 }
 
