@@ -45,9 +45,12 @@ struct Queue {
     inbox: Arc<Inbox>,
     /// Whether the backend confirmed the release subscription (set once per queue).
     subscribed: Arc<OnceCell<bool>>,
-    /// Bumped whenever the queue empties or is joined: a pending removal of an emptied queue
-    /// goes ahead only if nothing happened since.
-    generation: u64,
+    /// When the queue last emptied; `None` while anyone waits. It is removed (with its
+    /// subscription) once it has stayed empty for [`LINGER`].
+    idle_since: Option<Instant>,
+    /// Whether a [`Sweeper`] watches this queue: one at a time, so a key whose queue empties
+    /// at every release (one waiter at a time) does not start a task each time.
+    swept: bool,
     /// The acquisition of this locker that holds the key and may pass it to the head.
     holder: Option<Cohort>,
     /// A lock passed to the head and not taken yet: the waiter's id and the lock.
@@ -255,11 +258,12 @@ impl WaitQueues {
             waiters: VecDeque::new(),
             inbox: Arc::new(Inbox::default()),
             subscribed: Arc::new(OnceCell::new()),
-            generation: 0,
+            idle_since: None,
+            swept: false,
             holder: None,
             handed: None,
         });
-        q.generation += 1;
+        q.idle_since = None;
         q.waiters.push_back(Waiter {
             id,
             turn: turn.clone(),
@@ -402,38 +406,171 @@ impl Drop for Ticket {
         {
             next.turn.notify_one();
         }
-        let emptied = q.waiters.is_empty().then(|| {
-            q.generation += 1;
-            q.generation
-        });
+        let mut sweep = false;
+        if q.waiters.is_empty() {
+            q.idle_since = Some(Instant::now());
+            sweep = !std::mem::replace(&mut q.swept, true);
+        }
         drop(map);
         if let Some(held) = unclaimed {
             held.release_in_background();
         }
-        if let Some(generation) = emptied {
-            let (locker, key) = (self.locker.clone(), self.key.clone());
-            let lingering = background::spawn(async move {
-                tokio::time::sleep(LINGER).await;
-                locker.queues.remove_if_idle(&locker, &key, generation);
-            });
-            if lingering.is_none() {
-                queues.remove_if_idle(&self.locker, &self.key, generation);
-            }
+        if sweep {
+            let sweeper = Sweeper {
+                locker: self.locker.clone(),
+                key: self.key.clone(),
+                done: false,
+            };
+            // Without a runtime the task is dropped at once, and the drop removes the queue.
+            drop(background::spawn(sweeper.run()));
         }
     }
 }
 
-impl WaitQueues {
-    /// Removes an emptied queue and its subscription, unless it was joined since `generation`.
-    fn remove_if_idle(&self, locker: &LockerInner, key: &LockKey, generation: u64) {
-        let mut map = self.map();
-        let idle = map
-            .get(key.name())
-            .is_some_and(|q| q.waiters.is_empty() && q.generation == generation);
-        if idle && let Some(q) = map.remove(key.name()) {
-            drop(map);
-            // Unconditional: removing a listener that was never registered does nothing.
-            locker.backend.unsubscribe(key, &q.inbox);
+/// Removes a key's emptied queue, and its release subscription, once it has stayed empty for
+/// [`LINGER`]. It ends early when the queue is in use again (its next emptying starts a new
+/// one). Dropped before it is done (its runtime shut down), it removes an empty queue at once.
+struct Sweeper {
+    locker: Arc<LockerInner>,
+    key: LockKey,
+    done: bool,
+}
+
+impl Sweeper {
+    async fn run(mut self) {
+        while let Some(until) = self.look() {
+            tokio::time::sleep_until(until).await;
         }
+    }
+
+    /// Removes the queue if it has been empty long enough (`now`), or gives it up if it is in
+    /// use; otherwise returns when to look again.
+    fn look(&mut self) -> Option<Instant> {
+        let until = self.remove_or_give_up(false);
+        self.done = until.is_none();
+        until
+    }
+
+    fn remove_or_give_up(&self, now: bool) -> Option<Instant> {
+        let mut map = self.locker.queues.map();
+        let q = map.get_mut(self.key.name())?;
+        let Some(idle_since) = q.idle_since else {
+            q.swept = false;
+            return None;
+        };
+        let until = idle_since + LINGER;
+        if !now && Instant::now() < until {
+            return Some(until);
+        }
+        let q = map.remove(self.key.name())?;
+        drop(map);
+        // Unconditional: removing a listener that was never registered does nothing.
+        self.locker.backend.unsubscribe(&self.key, &q.inbox);
+        None
+    }
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        if !self.done {
+            self.remove_or_give_up(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Locker;
+
+    fn key() -> LockKey {
+        LockKey::new("lock:", "k").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Joins the key's queue and leaves it at once: the queue empties.
+    fn join_and_leave(locker: &Locker, key: &LockKey) {
+        drop(locker.inner.queues.join(&locker.inner, key, None));
+    }
+
+    fn has_queue(locker: &Locker, key: &LockKey) -> bool {
+        locker.inner.queues.map().contains_key(key.name())
+    }
+
+    fn alive_tasks() -> usize {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    }
+
+    /// Lets the spawned sweepers run at the current (paused) time.
+    async fn settle() {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_that_empties_again_and_again_has_one_sweeper() {
+        let (locker, key) = (Locker::memory(), key());
+        let before = alive_tasks();
+        for _ in 0..50 {
+            join_and_leave(&locker, &key);
+            settle().await;
+        }
+        assert_eq!(alive_tasks() - before, 1, "one sweeper for 50 emptyings");
+        tokio::time::advance(LINGER + Duration::from_millis(1)).await;
+        settle().await;
+        assert!(!has_queue(&locker, &key), "removed after LINGER idle");
+        assert_eq!(alive_tasks(), before, "the sweeper ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_is_removed_linger_after_it_last_emptied() {
+        let (locker, key) = (Locker::memory(), key());
+        join_and_leave(&locker, &key);
+        settle().await;
+        tokio::time::advance(Duration::from_millis(200)).await;
+        join_and_leave(&locker, &key);
+        settle().await;
+        // LINGER after the first emptying, not after the second.
+        tokio::time::advance(Duration::from_millis(100)).await;
+        settle().await;
+        assert!(has_queue(&locker, &key), "kept: emptied again 100 ms ago");
+        tokio::time::advance(LINGER).await;
+        settle().await;
+        assert!(!has_queue(&locker, &key));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_in_use_when_its_sweeper_looks_is_kept() {
+        let (locker, key) = (Locker::memory(), key());
+        join_and_leave(&locker, &key);
+        let waiting = locker.inner.queues.join(&locker.inner, &key, None);
+        tokio::time::advance(LINGER * 3).await;
+        settle().await;
+        assert!(has_queue(&locker, &key), "a waiter is in it");
+        drop(waiting);
+        settle().await;
+        assert!(has_queue(&locker, &key), "lingers after the new emptying");
+        tokio::time::advance(LINGER + Duration::from_millis(1)).await;
+        settle().await;
+        assert!(!has_queue(&locker, &key), "a new sweeper removed it");
+    }
+
+    #[test]
+    fn a_sweeper_dropped_with_its_runtime_removes_the_queue() {
+        let (locker, key) = (Locker::memory(), key());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Spawned, never run: the runtime is not driven after this.
+        runtime.block_on(async { join_and_leave(&locker, &key) });
+        assert!(has_queue(&locker, &key));
+        drop(runtime);
+        assert!(!has_queue(&locker, &key), "no queue left behind for good");
+        // Outside any runtime no sweeper can start: removed at once.
+        join_and_leave(&locker, &key);
+        assert!(!has_queue(&locker, &key));
     }
 }
