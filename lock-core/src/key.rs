@@ -45,8 +45,10 @@ const DISPLAY_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey(Arc<KeyNames>);
 
-/// Every name a lock cycle needs, in one allocation: `buf` is `NAME:queueNAME:released`, the
-/// user's key a slice of `NAME` (the hash tag of a plain key, the tail of a hashed one).
+/// Every name a lock cycle needs, in one allocation: `buf` is
+/// `NAME:queueNAME:releasedNAME:fenceNAME:waiters`, the user's key a slice of `NAME` (the hash
+/// tag of a plain key, the tail of a hashed one). A release names four of them: made once
+/// here, not formatted again for each call.
 #[derive(Debug)]
 pub(crate) struct KeyNames {
     buf: String,
@@ -59,6 +61,8 @@ pub(crate) struct KeyNames {
 
 const QUEUE_SUFFIX: &str = ":queue";
 const CHANNEL_SUFFIX: &str = ":released";
+const FENCE_SUFFIX: &str = ":fence";
+const WAITERS_SUFFIX: &str = ":waiters";
 
 impl LockKey {
     pub(crate) fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
@@ -67,8 +71,13 @@ impl LockKey {
         let hashed = user.contains(['{', '}']);
         // prefix, braces, user, and for a hashed key '#' and 16 hex digits.
         let name_len = prefix.len() + 2 + user.len() + if hashed { 17 } else { 0 };
-        let mut buf =
-            String::with_capacity(2 * name_len + QUEUE_SUFFIX.len() + CHANNEL_SUFFIX.len());
+        let mut buf = String::with_capacity(
+            4 * name_len
+                + QUEUE_SUFFIX.len()
+                + CHANNEL_SUFFIX.len()
+                + FENCE_SUFFIX.len()
+                + WAITERS_SUFFIX.len(),
+        );
         buf.push_str(prefix);
         buf.push('{');
         let user_start = if hashed {
@@ -89,9 +98,12 @@ impl LockKey {
             start
         };
         debug_assert_eq!(buf.len(), name_len);
-        buf.push_str(QUEUE_SUFFIX);
-        buf.extend_from_within(..name_len);
-        buf.push_str(CHANNEL_SUFFIX);
+        for suffix in [QUEUE_SUFFIX, CHANNEL_SUFFIX, FENCE_SUFFIX, WAITERS_SUFFIX] {
+            if suffix != QUEUE_SUFFIX {
+                buf.extend_from_within(..name_len);
+            }
+            buf.push_str(suffix);
+        }
         Ok(LockKey(Arc::new(KeyNames {
             buf,
             name_len,
@@ -116,9 +128,19 @@ impl LockKey {
         &self.0.buf[..self.0.name_len]
     }
 
+    /// Where `NAME:fence` starts in `buf` (after `NAME:queue` and `NAME:released`).
+    fn fence_start(&self) -> usize {
+        2 * self.0.name_len + QUEUE_SUFFIX.len() + CHANNEL_SUFFIX.len()
+    }
+
+    /// Where `NAME:waiters` starts in `buf`.
+    fn waiters_start(&self) -> usize {
+        self.fence_start() + self.0.name_len + FENCE_SUFFIX.len()
+    }
+
     /// The backend name of the fencing counter.
-    pub(crate) fn fence(&self) -> String {
-        format!("{}:fence", self.name())
+    pub(crate) fn fence(&self) -> &str {
+        &self.0.buf[self.fence_start()..self.waiters_start()]
     }
 
     /// The idempotency record stored for this key (a hash: `fingerprint`, `result`; with a TTL).
@@ -135,7 +157,7 @@ impl LockKey {
     #[cfg(any(feature = "redis", test))]
     /// The release notification channel, borrowed.
     pub(crate) fn channel_name(&self) -> &str {
-        &self.0.buf[self.0.name_len + QUEUE_SUFFIX.len()..]
+        &self.0.buf[self.0.name_len + QUEUE_SUFFIX.len()..self.fence_start()]
     }
 
     #[cfg(feature = "redis")]
@@ -150,10 +172,10 @@ impl LockKey {
         &self.0.buf[..self.0.name_len + QUEUE_SUFFIX.len()]
     }
 
-    #[cfg(feature = "redis")]
+    #[cfg(any(feature = "redis", test))]
     /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
-    pub(crate) fn waiters(&self) -> String {
-        format!("{}:waiters", self.name())
+    pub(crate) fn waiters(&self) -> &str {
+        &self.0.buf[self.waiters_start()..]
     }
 }
 
@@ -232,6 +254,7 @@ mod tests {
         assert_eq!(k.result(), "lock:{order:42}:result");
         assert_eq!(k.queue_name(), "lock:{order:42}:queue");
         assert_eq!(k.channel_name(), "lock:{order:42}:released");
+        assert_eq!(k.waiters(), "lock:{order:42}:waiters");
         assert_eq!(k.user(), "order:42");
     }
 
@@ -246,6 +269,8 @@ mod tests {
         assert_eq!(k.user(), "a}b{c");
         assert_eq!(k.queue_name(), format!("{}:queue", k.name()));
         assert_eq!(k.channel_name(), format!("{}:released", k.name()));
+        assert_eq!(k.fence(), format!("{}:fence", k.name()));
+        assert_eq!(k.waiters(), format!("{}:waiters", k.name()));
         let empty_prefix = LockKey::new("", "é{x").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(empty_prefix.user(), "é{x");
         assert_eq!(
