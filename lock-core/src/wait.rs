@@ -48,9 +48,11 @@ struct Queue {
     /// When the queue last emptied; `None` while anyone waits. It is removed (with its
     /// subscription) once it has stayed empty for [`LINGER`].
     idle_since: Option<Instant>,
-    /// Whether a [`Sweeper`] watches this queue: one at a time, so a key whose queue empties
-    /// at every release (one waiter at a time) does not start a task each time.
-    swept: bool,
+    /// The runtime of the last [`Sweeper`] started for this queue, while it watches: a key
+    /// whose queue empties at every release (one waiter at a time) does not start a task each
+    /// time. An emptying on another runtime starts one there: the first may sit on a runtime
+    /// that is no longer driven.
+    swept: Option<tokio::runtime::Id>,
     /// The acquisition of this locker that holds the key and may pass it to the head.
     holder: Option<Cohort>,
     /// A lock passed to the head and not taken yet: the waiter's id and the lock.
@@ -259,7 +261,7 @@ impl WaitQueues {
             inbox: Arc::new(Inbox::default()),
             subscribed: Arc::new(OnceCell::new()),
             idle_since: None,
-            swept: false,
+            swept: None,
             holder: None,
             handed: None,
         });
@@ -406,19 +408,24 @@ impl Drop for Ticket {
         {
             next.turn.notify_one();
         }
-        let mut sweep = false;
+        let mut sweep = None;
         if q.waiters.is_empty() {
             q.idle_since = Some(Instant::now());
-            sweep = !std::mem::replace(&mut q.swept, true);
+            let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+            if runtime.is_none() || q.swept != runtime {
+                q.swept = runtime;
+                sweep = Some(runtime);
+            }
         }
         drop(map);
         if let Some(held) = unclaimed {
             held.release_in_background();
         }
-        if sweep {
+        if let Some(runtime) = sweep {
             let sweeper = Sweeper {
                 locker: self.locker.clone(),
                 key: self.key.clone(),
+                runtime,
                 done: false,
             };
             // Without a runtime the task is dropped at once, and the drop removes the queue.
@@ -433,6 +440,8 @@ impl Drop for Ticket {
 struct Sweeper {
     locker: Arc<LockerInner>,
     key: LockKey,
+    /// Where it runs (`None`: nowhere, dropped at once).
+    runtime: Option<tokio::runtime::Id>,
     done: bool,
 }
 
@@ -455,7 +464,9 @@ impl Sweeper {
         let mut map = self.locker.queues.map();
         let q = map.get_mut(self.key.name())?;
         let Some(idle_since) = q.idle_since else {
-            q.swept = false;
+            if q.swept == self.runtime {
+                q.swept = None;
+            }
             return None;
         };
         let until = idle_since + LINGER;
@@ -557,13 +568,46 @@ mod tests {
         assert!(!has_queue(&locker, &key), "a new sweeper removed it");
     }
 
+    fn listeners(locker: &Locker) -> usize {
+        match &locker.inner.backend {
+            crate::backend::BackendKind::Memory(m) => m.listener_count(),
+            #[allow(unreachable_patterns, reason = "other backends with their features")]
+            _ => panic!("a memory locker"),
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Found by review: the one sweeper of a queue sat on a runtime no longer driven, and
+    /// emptyings on a running runtime started none: queue and subscription kept for good.
+    #[test]
+    fn a_queue_emptied_on_a_running_runtime_is_removed_though_its_sweeper_idles_elsewhere() {
+        let (locker, key) = (Locker::memory(), key());
+        let idle = runtime();
+        idle.block_on(async { join_and_leave(&locker, &key) });
+        runtime().block_on(async {
+            let ticket = locker.inner.queues.join(&locker.inner, &key, None);
+            assert!(ticket.subscribe().await);
+            drop(ticket);
+            tokio::time::sleep(LINGER * 4).await;
+        });
+        assert!(
+            !has_queue(&locker, &key),
+            "queue kept on the running runtime"
+        );
+        assert_eq!(listeners(&locker), 0, "subscription kept");
+        drop(idle);
+    }
+
     #[test]
     fn a_sweeper_dropped_with_its_runtime_removes_the_queue() {
         let (locker, key) = (Locker::memory(), key());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let runtime = runtime();
         // Spawned, never run: the runtime is not driven after this.
         runtime.block_on(async { join_and_leave(&locker, &key) });
         assert!(has_queue(&locker, &key));

@@ -517,3 +517,49 @@ async fn a_hand_over_is_renewed_after_5_ms_unless_released_before() {
     }
     assert_eq!(b.stats().handovers, 2);
 }
+
+/// One contended turn on "k": `a` holds, a task of `b` queues (with a subscription), `a`
+/// releases, the waiter takes the lock and releases it: `b`'s queue empties.
+#[allow(clippy::unwrap_used, reason = "test helper: a failed step fails the test")]
+async fn contend(a: &Locker, b: &Locker) {
+    let held = a.lock("k").await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("k").await.unwrap().release().await.unwrap() }
+    });
+    // Paused clock: time moves only once every task waits, so the waiter has queued.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(b.stats().waiters, 1);
+    held.release().await.unwrap();
+    waiter.await.unwrap();
+}
+
+/// A locker used from two runtimes, the first never driven again (found by review: the queue's
+/// one sweeper sat there): the queue emptied on the running runtime still drops its
+/// subscription once it has lingered.
+#[test]
+fn a_queue_used_on_a_running_runtime_drops_its_subscription_though_another_runtime_idles() {
+    let (backend, a, b) = pair();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let idle = runtime();
+    idle.block_on(contend(&a, &b));
+    runtime().block_on(async {
+        for _ in 0..3 {
+            contend(&a, &b).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    assert_eq!(
+        backend.listener_count(),
+        0,
+        "b's queue kept its subscription 1 s after it last emptied"
+    );
+    drop(idle);
+    assert_eq!(backend.listener_count(), 0);
+}
