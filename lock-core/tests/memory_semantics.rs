@@ -520,7 +520,10 @@ async fn a_hand_over_is_renewed_after_5_ms_unless_released_before() {
 
 /// One contended turn on "k": `a` holds, a task of `b` queues (with a subscription), `a`
 /// releases, the waiter takes the lock and releases it: `b`'s queue empties.
-#[allow(clippy::unwrap_used, reason = "test helper: a failed step fails the test")]
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failed step fails the test"
+)]
 async fn contend(a: &Locker, b: &Locker) {
     let held = a.lock("k").await.unwrap();
     let waiter = tokio::spawn({
