@@ -115,7 +115,8 @@ impl RedisBackendBuilder {
                 .await
                 .map_err(|e| LockError::backend("connect", None, e))?,
         );
-        let (server, maxmemory_policy) = probe(&mut conn).await?;
+        let probed = probe(&mut conn).await?;
+        let server = &probed.server;
         let subscriber = Subscriber::new(
             &client,
             server.major >= 7,
@@ -125,41 +126,50 @@ impl RedisBackendBuilder {
         )?;
         let watcher = Watcher::new(&client, server.major >= 6, self.connect_timeout)?;
         let timeouts = (self.connect_timeout, self.response_timeout);
-        let inner = assemble(
+        Ok(assemble(
             conn,
-            &server,
-            maxmemory_policy,
+            probed,
             subscriber,
             watcher,
             timeouts,
-        );
-        Ok(RedisBackend {
-            inner: Arc::new(inner),
-        })
+            |_| {},
+        ))
     }
 }
 
-/// What the backend learns from its server at connect: version and mode, and the eviction
-/// policy (a warning is logged when it may evict lock keys).
-async fn probe(conn: &mut Conn) -> Result<(ServerInfo, Option<String>), LockError> {
+/// What the backend learns from its server at connect.
+struct Probed {
+    /// Version and mode.
+    server: ServerInfo,
+    /// The eviction policy (a warning is logged when it may evict lock keys).
+    maxmemory_policy: Option<String>,
+}
+
+async fn probe(conn: &mut Conn) -> Result<Probed, LockError> {
     let server = server_info(conn).await?;
     let maxmemory_policy = maxmemory_policy(conn).await;
     warn_if_evicting(maxmemory_policy.as_deref());
-    Ok((server, maxmemory_policy))
+    Ok(Probed {
+        server,
+        maxmemory_policy,
+    })
 }
 
-/// The backend's state over `conn`, for one server (a cluster or Sentinel backend then sets
-/// what is its own: the slot map, the primary it follows). `timeouts` are the connection's
+/// The backend over `conn`, for one server; `own` then sets what a cluster or Sentinel backend
+/// has of its own (the slot map, the primary it follows). `timeouts` are the connection's
 /// connect and response timeouts, from which a queued request's bound is set (batch.rs).
 fn assemble(
     conn: Conn,
-    server: &ServerInfo,
-    maxmemory_policy: Option<String>,
+    Probed {
+        server,
+        maxmemory_policy,
+    }: Probed,
     subscriber: Subscriber,
     watcher: Watcher,
     (connect_timeout, response_timeout): (Duration, Duration),
-) -> Inner {
-    Inner {
+    own: impl FnOnce(&mut Inner),
+) -> RedisBackend {
+    let mut inner = Inner {
         conn,
         sharded: server.major >= 7,
         cluster: server.cluster,
@@ -173,6 +183,10 @@ fn assemble(
         topology: None,
         #[cfg(feature = "sentinel")]
         master: None,
+    };
+    own(&mut inner);
+    RedisBackend {
+        inner: Arc::new(inner),
     }
 }
 
@@ -195,8 +209,8 @@ pub(crate) async fn connect_cluster(
     let mut conn = Conn::Cluster(conn);
     // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
     // and the policy should be the same on every node (the docs say so).
-    let (server, maxmemory_policy) = probe(&mut conn).await?;
-    if server.major < 7 {
+    let probed = probe(&mut conn).await?;
+    if probed.server.major < 7 {
         return Err(LockError::config(
             "the Redis Cluster backend needs Redis 7 or later (sharded pub/sub)",
         ));
@@ -206,20 +220,19 @@ pub(crate) async fn connect_cluster(
     // A cluster node never batches (a batch's keys would span slots): its lanes stay empty.
     let timeouts = (settings.connect_timeout, settings.response_timeout);
     let subscriber = Subscriber::cluster(settings);
-    let mut inner = assemble(
+    Ok(assemble(
         conn,
-        &server,
-        maxmemory_policy,
+        probed,
         subscriber,
         watcher,
         timeouts,
-    );
-    // Whatever the node said of its mode: every request goes through the cluster connection.
-    inner.cluster = true;
-    inner.topology = Some(topology);
-    Ok(RedisBackend {
-        inner: Arc::new(inner),
-    })
+        |inner| {
+            // Whatever the node said of its mode: every request goes through the cluster
+            // connection.
+            inner.cluster = true;
+            inner.topology = Some(topology);
+        },
+    ))
 }
 
 /// Connects a Sentinel backend: the Redis backend on the primary the sentinels name, its
@@ -231,7 +244,8 @@ pub(crate) async fn connect_sentinel(
     use crate::backend::sentinel::{Master, SentinelConn};
     let master = Master::connect(settings).await?;
     let mut conn = Conn::Sentinel(SentinelConn::new(master.clone()));
-    let (server, maxmemory_policy) = probe(&mut conn).await?;
+    let probed = probe(&mut conn).await?;
+    let server = &probed.server;
     let sharded = server.major >= 7;
     let settings = master.settings();
     let subscriber = Subscriber::sentinel(
@@ -243,18 +257,16 @@ pub(crate) async fn connect_sentinel(
     );
     let watcher = Watcher::sentinel(master.clone(), server.major >= 6, settings.connect_timeout);
     let timeouts = (settings.connect_timeout, settings.response_timeout);
-    let mut inner = assemble(
+    Ok(assemble(
         conn,
-        &server,
-        maxmemory_policy,
+        probed,
         subscriber,
         watcher,
         timeouts,
-    );
-    inner.master = Some(master);
-    Ok(RedisBackend {
-        inner: Arc::new(inner),
-    })
+        |inner| {
+            inner.master = Some(master);
+        },
+    ))
 }
 
 pub(crate) fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
