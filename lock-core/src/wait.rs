@@ -20,7 +20,7 @@ use std::sync::{Arc, Weak};
 
 use std::time::Duration;
 
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::{Mutex as AsyncMutex, Notify};
 use tokio::time::Instant;
 
 use crate::backend::Inbox;
@@ -43,8 +43,8 @@ struct Queue {
     waiters: VecDeque<Waiter>,
     /// Where the head hears of releases and handovers (notifications and local releases).
     inbox: Arc<Inbox>,
-    /// Whether the backend confirmed the release subscription (set once per queue).
-    subscribed: Arc<OnceCell<bool>>,
+    /// The queue's release subscription: whether the backend confirmed it.
+    subscription: Arc<Subscription>,
     /// When the queue last emptied; `None` while anyone waits. It is removed (with its
     /// subscription) once it has stayed empty for [`LINGER`].
     idle_since: Option<Instant>,
@@ -57,6 +57,24 @@ struct Queue {
     holder: Option<Cohort>,
     /// A lock passed to the head and not taken yet: the waiter's id and the lock.
     handed: Option<(u64, Arc<Held>)>,
+}
+
+/// A queue's release subscription: not asked for yet, confirmed by the backend, or failed.
+#[derive(Debug, Default)]
+struct Subscription {
+    /// One head at a time asks the backend.
+    attempt: AsyncMutex<()>,
+    /// 0 until asked, then [`CONFIRMED`] or [`FAILED`].
+    state: std::sync::atomic::AtomicU8,
+}
+
+const CONFIRMED: u8 = 1;
+const FAILED: u8 = 2;
+
+impl Subscription {
+    fn confirmed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CONFIRMED
+    }
 }
 
 /// This locker's holder of a key, and how long the key has stayed in the locker.
@@ -178,7 +196,7 @@ impl WaitQueues {
         // The backend is asked (one round trip) before the first local turn of a run (a fair
         // waiter may queue there already), whenever a fair waiter announced itself since, while
         // such announcements could be missed (no confirmed subscription), and at the bounds.
-        let heard = q.subscribed.get() == Some(&true) && inner.backend.notifications_healthy();
+        let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
         if asked {
             cohort.turns = 0;
             cohort.since = Instant::now();
@@ -259,7 +277,7 @@ impl WaitQueues {
         let q = map.entry(key.name().to_owned()).or_insert_with(|| Queue {
             waiters: VecDeque::new(),
             inbox: Arc::new(Inbox::default()),
-            subscribed: Arc::new(OnceCell::new()),
+            subscription: Arc::default(),
             idle_since: None,
             swept: None,
             holder: None,
@@ -277,7 +295,7 @@ impl WaitQueues {
             id,
             turn,
             inbox: q.inbox.clone(),
-            subscribed: q.subscribed.clone(),
+            subscription: q.subscription.clone(),
         }
     }
 }
@@ -290,7 +308,7 @@ pub(crate) struct Ticket {
     id: u64,
     turn: Arc<Notify>,
     inbox: Arc<Inbox>,
-    subscribed: Arc<OnceCell<bool>>,
+    subscription: Arc<Subscription>,
 }
 
 impl Ticket {
@@ -315,11 +333,27 @@ impl Ticket {
 
     /// Makes sure the backend delivers release notifications for this key to the queue.
     /// `false` when it could not confirm them (the caller then retries on timers).
+    ///
+    /// Each head asks; the backend is called once per queue while that succeeds. A subscription
+    /// that failed is asked for again by the next head once the backend's notifications may
+    /// work again (`may_resubscribe`): a queue that never empties long enough to be removed
+    /// would otherwise keep the failure for good, and its holders would ask the backend for
+    /// waiters of other processes at every local turn.
     pub(crate) async fn subscribe(&self) -> bool {
-        *self
-            .subscribed
-            .get_or_init(|| self.locker.backend.subscribe(&self.key, &self.inbox))
-            .await
+        let subscription = &self.subscription;
+        if subscription.confirmed() {
+            return true;
+        }
+        let _one_at_a_time = subscription.attempt.lock().await;
+        match subscription.state.load(Ordering::Acquire) {
+            CONFIRMED => return true,
+            FAILED if !self.locker.backend.may_resubscribe() => return false,
+            _ => {}
+        }
+        let confirmed = self.locker.backend.subscribe(&self.key, &self.inbox).await;
+        let state = if confirmed { CONFIRMED } else { FAILED };
+        subscription.state.store(state, Ordering::Release);
+        confirmed
     }
 
     /// The queue's inbox, which its head uses while it waits.

@@ -539,3 +539,196 @@ async fn fair_before_late(store: &Store, locker: &Locker) {
     late.await.unwrap();
     assert_eq!(*order.lock().unwrap(), ["fair", "late"]);
 }
+
+/// `n` waiters of `locker` queue for `key` behind `head` (a waiter queued there already, whose
+/// release subscription failed) while `first` holds it; then `first` is released, and once
+/// the head holds the lock, every waiter takes its turn. Returns the locker's backend calls
+/// over the turns.
+async fn turns_after_a_failed_subscription(
+    locker: &Locker,
+    first: lock_core::LockGuard,
+    head: Head,
+    key: &str,
+    n: usize,
+) -> u64 {
+    let mut tasks = JoinSet::new();
+    for _ in 0..n {
+        let (locker, key) = (locker.clone(), key.to_owned());
+        tasks.spawn(async move {
+            locker.lock(&key).await.unwrap().release().await.unwrap();
+        });
+    }
+    eventually("every waiter queued", SOON, async || {
+        locker.stats().waiters == n + 1
+    })
+    .await;
+    first.release().await.unwrap();
+    let Head { holds, go, task } = head;
+    holds.await.unwrap();
+    let before = locker.stats();
+    go.send(()).unwrap();
+    task.await.unwrap();
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let after = locker.stats();
+    assert_eq!(
+        after.local_handoffs - before.local_handoffs,
+        u64::try_from(n).unwrap(),
+        "every turn after the head's is local: {after:?}"
+    );
+    after.backend_calls - before.backend_calls
+}
+
+/// A locker whose runs of local turns end only at `local_turns` (64, more than the tests'
+/// turns): `local_hold` cannot end one on a slow machine.
+fn hot_key_locker(backend: RedisBackend) -> Locker {
+    Locker::builder(backend)
+        .wait(SOON)
+        .local_hold(Duration::from_secs(600))
+        .build()
+}
+
+/// The head's waiter: takes `key`, says so, and releases it when told.
+struct Head {
+    holds: tokio::sync::oneshot::Receiver<()>,
+    go: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn queued_head(locker: &Locker, key: &str) -> Head {
+    let (locker, key) = (locker.clone(), key.to_owned());
+    let (said, holds) = tokio::sync::oneshot::channel();
+    let (go, told) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let guard = locker.lock(&key).await.unwrap();
+        said.send(()).unwrap();
+        told.await.unwrap();
+        guard.release().await.unwrap();
+    });
+    Head { holds, go, task }
+}
+
+/// How many backend calls 20 local turns may cost: the backend asked for other processes'
+/// waiters before the first local turn, the last release (2), and one to spare. A queue that
+/// cannot hear other processes' waiters asks at every turn: 21. So does one whose next head's
+/// subscription is refused for a recovery that was about to subscribe it (a few turns).
+const CALLS_FOR_20_TURNS: u64 = 3;
+
+/// A queue whose release subscription was refused (its user lost the channel permission for a
+/// while) subscribes again once notifications are back. Before, the refusal was kept for the
+/// queue's life: on a key whose queue never empties, every local turn then asked the backend
+/// for waiters of other processes, as if none could be heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscription_is_made_again_once_notifications_are_back() {
+    let user = lock_testkit::AclUser::new("app", "secret").rules(["~*", "&*", "+@all"]);
+    let server = RedisServer::builder().user(&user).start();
+    let backend = RedisBackend::connect(&server.url_for(&user)).await.unwrap();
+    let locker = hot_key_locker(backend);
+    let set_user = async |rule: &str| {
+        let ok: String = server
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("app")
+                    .arg(rule)
+                    .clone(),
+            )
+            .await;
+        assert_eq!(ok, "OK");
+    };
+    let first = locker.lock("hot").await.unwrap();
+    set_user("resetchannels").await;
+    let head = queued_head(&locker, "hot");
+    // The head subscribes before it takes a place in the backend's queue.
+    eventually("the head queued in the backend", SOON, async || {
+        let waiters: i64 = server
+            .query(redis::cmd("HLEN").arg("lock:{hot}:waiters").clone())
+            .await;
+        waiters == 1
+    })
+    .await;
+    assert!(
+        server.subscribed_channels().await.is_empty(),
+        "the subscription was refused"
+    );
+    set_user("allchannels").await;
+    eventually("the subscriber recovered", SOON, async || {
+        !server.subscribed_channels().await.is_empty()
+    })
+    .await;
+    let calls = turns_after_a_failed_subscription(&locker, first, head, "hot", 20).await;
+    assert!(
+        calls <= CALLS_FOR_20_TURNS,
+        "{calls} backend calls for 20 local turns"
+    );
+}
+
+/// A queue whose subscriber could not connect at all (the server refused the connection: too
+/// many clients) subscribes again at the next head, which connects it. Before, nobody
+/// connected it again while the queue lived: notifications stayed off for the key, and every
+/// local turn asked the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_could_not_connect_is_connected_by_the_next_head() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.unwrap();
+    let locker = hot_key_locker(backend);
+    // One connection of the test's own, kept: new ones are refused for a while.
+    let mut admin = server.client().await;
+    let mut query = async |cmd: &mut redis::Cmd| -> String {
+        match cmd.query_async::<redis::Value>(&mut admin).await.unwrap() {
+            redis::Value::Int(n) => n.to_string(),
+            redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+            redis::Value::VerbatimString { text, .. } => text,
+            redis::Value::SimpleString(s) => s,
+            redis::Value::Okay => "OK".to_owned(),
+            other => panic!("unexpected answer {other:?}"),
+        }
+    };
+    let field = |text: &str, name: &str| -> u64 {
+        let prefix = format!("{name}:");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let first = locker.lock("hot").await.unwrap();
+    let clients = query(redis::cmd("INFO").arg("clients")).await;
+    let connected = field(&clients, "connected_clients");
+    query(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg(connected),
+    )
+    .await;
+    let head = queued_head(&locker, "hot");
+    // The head subscribes before it takes a place in the backend's queue.
+    eventually("the head queued in the backend", SOON, async || {
+        query(redis::cmd("HLEN").arg("lock:{hot}:waiters")).await == "1"
+    })
+    .await;
+    let stats = query(redis::cmd("INFO").arg("stats")).await;
+    assert!(
+        field(&stats, "rejected_connections") > 0,
+        "the subscriber's connection was refused: {stats}"
+    );
+    query(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg("10000"),
+    )
+    .await;
+    let calls = turns_after_a_failed_subscription(&locker, first, head, "hot", 20).await;
+    assert!(
+        calls <= CALLS_FOR_20_TURNS,
+        "{calls} backend calls for 20 local turns"
+    );
+    assert!(
+        !server.subscribed_channels().await.is_empty(),
+        "notifications for the key are back"
+    );
+}

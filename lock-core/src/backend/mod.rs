@@ -359,6 +359,21 @@ impl BackendKind {
         }
     }
 
+    /// Whether a subscription that failed may succeed if asked for again: notifications are
+    /// flowing again (the backend recovered, and with it every channel registered), or no
+    /// connection is trying to restore them (the next subscription connects). Not while a
+    /// connection is recovering: it subscribes every registered channel itself, and asking
+    /// meanwhile would only be refused.
+    pub(crate) fn may_resubscribe(&self) -> bool {
+        match self {
+            BackendKind::Memory(_) => true,
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.may_resubscribe(),
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.may_resubscribe(),
+        }
+    }
+
     /// Whether release notifications are flowing right now.
     pub(crate) fn notifications_healthy(&self) -> bool {
         match self {

@@ -604,6 +604,10 @@ impl RedisBackend {
     pub(crate) fn notifications_healthy(&self) -> bool {
         self.inner.subscriber.healthy()
     }
+
+    pub(crate) fn may_resubscribe(&self) -> bool {
+        self.inner.subscriber.may_resubscribe()
+    }
 }
 
 /// The answers of one renew script call over `n` locks: `true` when still ours.

@@ -141,6 +141,13 @@ impl Subscriber {
         self.shared.healthy.load(Ordering::Acquire)
     }
 
+    /// Whether a subscription that failed may succeed if asked for again: the connection is
+    /// healthy, or there is none (the next subscription connects, and subscribes every
+    /// registered channel). Never on a server too old for pushes.
+    pub(super) fn may_resubscribe(&self) -> bool {
+        self.source.is_some() && (self.healthy() || self.live_sender().is_none())
+    }
+
     /// Registers `notify` for `channel` and waits until the server confirmed the subscription.
     /// `false` when it could not be confirmed (the caller falls back to bounded retries).
     pub(super) async fn subscribe(&self, channel: &str, inbox: &Arc<Inbox>) -> bool {
@@ -394,16 +401,18 @@ async fn run<C: SubConn>(
     shared: Arc<Shared>,
     resync: bool,
 ) {
-    let (sub, unsub) = if shared.sharded {
-        ("SSUBSCRIBE", "SUNSUBSCRIBE")
-    } else {
-        ("SUBSCRIBE", "UNSUBSCRIBE")
-    };
-    let mut backoff: Option<Duration> = resync.then_some(Duration::ZERO);
+    let (sub, unsub) = verbs(&shared);
     // Unsubscribes not sent while in backoff. The connection may have survived (a command that
     // timed out, not a drop), its server side still subscribed: recovery unsubscribes these
     // unless someone listens to them again by then.
     let mut unsent_unsubscribes: HashSet<String> = HashSet::new();
+    // Channels registered while there was no connection are subscribed before any command is
+    // read: the subscription that made this connection is then confirmed, not refused for a
+    // recovery about to happen.
+    let mut backoff: Option<Duration> = None;
+    if resync && !recover(&mut conn, &shared, &mut unsent_unsubscribes).await {
+        backoff = Some(RECOVERY_MIN);
+    }
     loop {
         let recovery = async {
             match backoff {
@@ -460,31 +469,53 @@ async fn run<C: SubConn>(
                 },
             },
             () = recovery => {
-                let channels: Vec<String> =
-                    shared.listeners().channels().map(str::to_owned).collect();
-                let mut ok = conn.ping().await;
-                for channel in &channels {
-                    ok = ok && conn.send(sub, channel).await;
-                }
-                let stale: Vec<String> = unsent_unsubscribes
-                    .iter()
-                    .filter(|c| !channels.contains(c))
-                    .cloned()
-                    .collect();
-                for channel in &stale {
-                    ok = ok && conn.send(unsub, channel).await;
-                }
-                if ok {
-                    unsent_unsubscribes.clear();
-                    backoff = None;
-                    shared.healthy.store(true, Ordering::Release);
-                    tracing::info!(channels = channels.len(), "lock notifications restored");
-                    shared.listeners().wake_all();
+                backoff = if recover(&mut conn, &shared, &mut unsent_unsubscribes).await {
+                    None
                 } else {
-                    backoff = backoff.map(|d| (d * 2).clamp(RECOVERY_MIN, RECOVERY_MAX));
-                }
+                    backoff.map(|d| (d * 2).clamp(RECOVERY_MIN, RECOVERY_MAX))
+                };
             }
         }
+    }
+}
+
+/// Subscribes every registered channel again and sends the unsubscribes that could not be
+/// sent; when all went through, notifications are healthy again and every listener is woken
+/// (releases published meanwhile were missed). `false` when something failed.
+async fn recover<C: SubConn>(
+    conn: &mut C,
+    shared: &Shared,
+    unsent_unsubscribes: &mut HashSet<String>,
+) -> bool {
+    let (sub, unsub) = verbs(shared);
+    let channels: Vec<String> = shared.listeners().channels().map(str::to_owned).collect();
+    let mut ok = conn.ping().await;
+    for channel in &channels {
+        ok = ok && conn.send(sub, channel).await;
+    }
+    let stale: Vec<String> = unsent_unsubscribes
+        .iter()
+        .filter(|c| !channels.contains(c))
+        .cloned()
+        .collect();
+    for channel in &stale {
+        ok = ok && conn.send(unsub, channel).await;
+    }
+    if ok {
+        unsent_unsubscribes.clear();
+        shared.healthy.store(true, Ordering::Release);
+        tracing::info!(channels = channels.len(), "lock notifications restored");
+        shared.listeners().wake_all();
+    }
+    ok
+}
+
+/// The subscribe and unsubscribe commands of the subscriber's kind of pub/sub.
+fn verbs(shared: &Shared) -> (&'static str, &'static str) {
+    if shared.sharded {
+        ("SSUBSCRIBE", "SUNSUBSCRIBE")
+    } else {
+        ("SUBSCRIBE", "UNSUBSCRIBE")
     }
 }
 
