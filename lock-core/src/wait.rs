@@ -62,18 +62,24 @@ struct Queue {
 /// A queue's release subscription: not asked for yet, confirmed by the backend, or failed.
 #[derive(Debug, Default)]
 struct Subscription {
-    /// One head at a time asks the backend.
-    attempt: AsyncMutex<()>,
-    /// 0 until asked, then [`CONFIRMED`] or [`FAILED`].
+    /// One request to the backend at a time (a head's, or one made again in the background).
+    attempt: Arc<AsyncMutex<()>>,
+    /// [`NOT_ASKED`], [`CONFIRMED`] or [`FAILED`].
     state: std::sync::atomic::AtomicU8,
 }
 
+const NOT_ASKED: u8 = 0;
 const CONFIRMED: u8 = 1;
 const FAILED: u8 = 2;
 
 impl Subscription {
     fn confirmed(&self) -> bool {
         self.state.load(Ordering::Acquire) == CONFIRMED
+    }
+
+    fn answered(&self, confirmed: bool) {
+        let state = if confirmed { CONFIRMED } else { FAILED };
+        self.state.store(state, Ordering::Release);
     }
 }
 
@@ -300,6 +306,30 @@ impl WaitQueues {
     }
 }
 
+/// A subscription asked for again in the background. When it ends (answered, or dropped with
+/// its runtime), a queue removed meanwhile (its waiters gone) has unsubscribed already: the
+/// listener this request registered again is removed.
+struct Resubscribe {
+    locker: Arc<LockerInner>,
+    key: LockKey,
+    inbox: Arc<Inbox>,
+    subscription: Arc<Subscription>,
+}
+
+impl Drop for Resubscribe {
+    fn drop(&mut self) {
+        let still_queued = self
+            .locker
+            .queues
+            .map()
+            .get(self.key.name())
+            .is_some_and(|q| Arc::ptr_eq(&q.subscription, &self.subscription));
+        if !still_queued {
+            self.locker.backend.unsubscribe(&self.key, &self.inbox);
+        }
+    }
+}
+
 /// A place in a key's local queue. Dropping it leaves the queue.
 #[derive(Debug)]
 pub(crate) struct Ticket {
@@ -332,28 +362,54 @@ impl Ticket {
     }
 
     /// Makes sure the backend delivers release notifications for this key to the queue.
-    /// `false` when it could not confirm them (the caller then retries on timers).
+    /// `false` when they are not confirmed to flow now (the caller then retries on timers).
     ///
-    /// Each head asks; the backend is called once per queue while that succeeds. A subscription
-    /// that failed is asked for again by the next head once the backend's notifications may
-    /// work again (`may_resubscribe`): a queue that never empties long enough to be removed
-    /// would otherwise keep the failure for good, and its holders would ask the backend for
-    /// waiters of other processes at every local turn.
+    /// The queue's first head asks the backend and waits for its answer. Later heads ask again
+    /// only when the subscription failed, or was confirmed on a connection that has gone since
+    /// (the backend's notifications are down), and the backend's notifications may work again
+    /// (`resubscribe_after`); they ask in the background, without waiting for a connection: a
+    /// queue that never empties long enough to be removed would otherwise keep the failure for
+    /// good, and its holders would ask the backend for waiters of other processes at every
+    /// local turn.
     pub(crate) async fn subscribe(&self) -> bool {
-        let subscription = &self.subscription;
-        if subscription.confirmed() {
-            return true;
+        let (subscription, backend) = (&self.subscription, &self.locker.backend);
+        if subscription.state.load(Ordering::Acquire) == NOT_ASKED {
+            let _one_at_a_time = subscription.attempt.lock().await;
+            if subscription.state.load(Ordering::Acquire) == NOT_ASKED {
+                let confirmed = backend.subscribe(&self.key, &self.inbox).await;
+                subscription.answered(confirmed);
+                return confirmed;
+            }
         }
-        let _one_at_a_time = subscription.attempt.lock().await;
-        match subscription.state.load(Ordering::Acquire) {
-            CONFIRMED => return true,
-            FAILED if !self.locker.backend.may_resubscribe() => return false,
-            _ => {}
+        let heard = subscription.confirmed() && backend.notifications_healthy();
+        if !heard && let Some(after) = backend.resubscribe_after() {
+            self.subscribe_again(after);
         }
-        let confirmed = self.locker.backend.subscribe(&self.key, &self.inbox).await;
-        let state = if confirmed { CONFIRMED } else { FAILED };
-        subscription.state.store(state, Ordering::Release);
-        confirmed
+        heard
+    }
+
+    /// Asks the backend for the queue's subscription again, in the background, `after` from
+    /// now (a failed connect's back-off); nothing when a request is on its way already.
+    fn subscribe_again(&self, after: Duration) {
+        let Ok(one_at_a_time) = self.subscription.attempt.clone().try_lock_owned() else {
+            return;
+        };
+        let again = Resubscribe {
+            locker: self.locker.clone(),
+            key: self.key.clone(),
+            inbox: self.inbox.clone(),
+            subscription: self.subscription.clone(),
+        };
+        background::spawn(async move {
+            let _one_at_a_time = one_at_a_time;
+            tokio::time::sleep(after).await;
+            let confirmed = again
+                .locker
+                .backend
+                .subscribe(&again.key, &again.inbox)
+                .await;
+            again.subscription.answered(confirmed);
+        });
     }
 
     /// The queue's inbox, which its head uses while it waits.

@@ -542,14 +542,16 @@ async fn fair_before_late(store: &Store, locker: &Locker) {
 
 /// `n` waiters of `locker` queue for `key` behind `head` (a waiter queued there already, whose
 /// release subscription failed) while `first` holds it; then `first` is released, and once
-/// the head holds the lock, every waiter takes its turn. Returns the locker's backend calls
-/// over the turns.
+/// the head holds the lock (and, when `asked_again`, the next head has asked for the
+/// subscription again), every waiter takes its turn. Returns the locker's backend calls over
+/// the turns.
 async fn turns_after_a_failed_subscription(
+    server: &RedisServer,
     locker: &Locker,
-    first: lock_core::LockGuard,
-    head: Head,
+    (first, head): (lock_core::LockGuard, Head),
     key: &str,
     n: usize,
+    asked_again: bool,
 ) -> u64 {
     let mut tasks = JoinSet::new();
     for _ in 0..n {
@@ -562,9 +564,22 @@ async fn turns_after_a_failed_subscription(
         locker.stats().waiters == n + 1
     })
     .await;
+    // (No new connection otherwise: the server may refuse it.)
+    let asked = if asked_again {
+        subscribes(server).await
+    } else {
+        0
+    };
     first.release().await.unwrap();
     let Head { holds, go, task } = head;
     holds.await.unwrap();
+    // The next head asks for the subscription again (in the background).
+    if asked_again {
+        eventually("the subscription asked for again", SOON, async || {
+            subscribes(server).await > asked
+        })
+        .await;
+    }
     let before = locker.stats();
     go.send(()).unwrap();
     task.await.unwrap();
@@ -587,6 +602,15 @@ fn hot_key_locker(backend: RedisBackend) -> Locker {
         .wait(SOON)
         .local_hold(Duration::from_secs(600))
         .build()
+}
+
+/// The subscribe commands the server has run (sharded or not).
+async fn subscribes(server: &RedisServer) -> u64 {
+    let stats = server.commandstats().await;
+    ["ssubscribe", "subscribe"]
+        .iter()
+        .filter_map(|c| stats.get(*c))
+        .sum()
 }
 
 /// The head's waiter: takes `key`, says so, and releases it when told.
@@ -657,7 +681,8 @@ async fn a_refused_subscription_is_made_again_once_notifications_are_back() {
         !server.subscribed_channels().await.is_empty()
     })
     .await;
-    let calls = turns_after_a_failed_subscription(&locker, first, head, "hot", 20).await;
+    let calls =
+        turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, true).await;
     assert!(
         calls <= CALLS_FOR_20_TURNS,
         "{calls} backend calls for 20 local turns"
@@ -722,7 +747,8 @@ async fn a_subscriber_that_could_not_connect_is_connected_by_the_next_head() {
             .arg("10000"),
     )
     .await;
-    let calls = turns_after_a_failed_subscription(&locker, first, head, "hot", 20).await;
+    let calls =
+        turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, true).await;
     assert!(
         calls <= CALLS_FOR_20_TURNS,
         "{calls} backend calls for 20 local turns"
@@ -731,4 +757,124 @@ async fn a_subscriber_that_could_not_connect_is_connected_by_the_next_head() {
         !server.subscribed_channels().await.is_empty(),
         "notifications for the key are back"
     );
+}
+
+/// The ids of the server's clients subscribed to a channel (sharded or not).
+async fn subscriber_ids(server: &RedisServer) -> Vec<String> {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST").clone()).await;
+    list.lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| (f.starts_with("sub=") || f.starts_with("ssub=")) && !f.ends_with("=0"))
+        })
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A subscription confirmed on a runtime that has shut down since (the subscriber's task and
+/// connection went with it) is made again by the next head, on a new connection. Before, the
+/// queue kept it as confirmed and notifications as healthy: nobody connected again, and its
+/// holders passed the lock on locally without hearing other processes' fair waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_whose_runtime_ended_is_made_again_on_a_new_connection() {
+    let server = RedisServer::start();
+    let locker = hot_key_locker(RedisBackend::connect(&server.url()).await.unwrap());
+    let first = locker.lock("hot").await.unwrap();
+    // A head on a runtime of its own subscribes (the subscriber's task starts there), gives up
+    // and its runtime ends.
+    let (gone, gave_up) = tokio::sync::oneshot::channel();
+    let (go, told) = tokio::sync::oneshot::channel::<()>();
+    let short_lived = {
+        let locker = locker.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let waiting = tokio::spawn(async move { locker.lock("hot").await });
+                told.await.unwrap();
+                waiting.abort();
+            });
+            drop(runtime);
+            gone.send(()).unwrap();
+        })
+    };
+    eventually("the short-lived head subscribed", SOON, async || {
+        locker.stats().waiters == 1 && !server.subscribed_channels().await.is_empty()
+    })
+    .await;
+    let old = subscriber_ids(&server).await;
+    assert_eq!(old.len(), 1, "{old:?}");
+    let next = queued_head(&locker, "hot");
+    eventually("the next head queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    go.send(()).unwrap();
+    gave_up.await.unwrap();
+    short_lived.join().unwrap();
+    eventually(
+        "the key's subscription is back, on a new connection",
+        SOON,
+        async || {
+            let now = subscriber_ids(&server).await;
+            now.len() == 1 && now != old
+        },
+    )
+    .await;
+    first.release().await.unwrap();
+    let Head { holds, go, task } = next;
+    holds.await.unwrap();
+    go.send(()).unwrap();
+    task.await.unwrap();
+}
+
+/// While the subscriber cannot connect at all (the server keeps refusing new connections),
+/// heads do not wait for connection attempts, and the attempts are spaced out (one at a
+/// time, with a back-off): every turn still comes at once, by local hand-off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_do_not_wait_for_a_subscriber_that_cannot_connect() {
+    let server = RedisServer::start();
+    let locker = hot_key_locker(RedisBackend::connect(&server.url()).await.unwrap());
+    let mut admin = server.client().await;
+    let first = locker.lock("hot").await.unwrap();
+    let info = async |admin: &mut redis::aio::MultiplexedConnection, section: &str, name: &str| {
+        let text: redis::Value = redis::cmd("INFO")
+            .arg(section)
+            .query_async(admin)
+            .await
+            .unwrap();
+        let text = match text {
+            redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+            redis::Value::VerbatimString { text, .. } => text,
+            other => panic!("unexpected answer {other:?}"),
+        };
+        let prefix = format!("{name}:");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let connected = info(&mut admin, "clients", "connected_clients").await;
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(connected)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let head = queued_head(&locker, "hot");
+    eventually("the head's subscriber was refused", SOON, async || {
+        info(&mut admin, "stats", "rejected_connections").await > 0
+    })
+    .await;
+    turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, false).await;
+    // One attempt at a time, after 20 ms, 40 ms, 80 ms...: a few over the turns, not one per
+    // head (each of which waited for its attempt before).
+    let rejected = info(&mut admin, "stats", "rejected_connections").await;
+    assert!(rejected <= 8, "{rejected} connections refused");
 }

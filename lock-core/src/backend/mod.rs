@@ -359,18 +359,18 @@ impl BackendKind {
         }
     }
 
-    /// Whether a subscription that failed may succeed if asked for again: notifications are
-    /// flowing again (the backend recovered, and with it every channel registered), or no
-    /// connection is trying to restore them (the next subscription connects). Not while a
-    /// connection is recovering: it subscribes every registered channel itself, and asking
-    /// meanwhile would only be refused.
-    pub(crate) fn may_resubscribe(&self) -> bool {
+    /// When a subscription that failed (or whose connection has gone) may succeed if asked for
+    /// again: at once while notifications flow (the backend recovered, and with it every
+    /// registered channel) or no connection is trying to restore them (the next subscription
+    /// connects), after the back-off of a failed connect; `None` while a connection recovers
+    /// (it subscribes every registered channel itself) or never can.
+    pub(crate) fn resubscribe_after(&self) -> Option<std::time::Duration> {
         match self {
-            BackendKind::Memory(_) => true,
+            BackendKind::Memory(_) => Some(std::time::Duration::ZERO),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.may_resubscribe(),
+            BackendKind::Redis(r) => r.resubscribe_after(),
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.may_resubscribe(),
+            BackendKind::Redlock(r) => r.resubscribe_after(),
         }
     }
 

@@ -605,8 +605,8 @@ impl RedisBackend {
         self.inner.subscriber.healthy()
     }
 
-    pub(crate) fn may_resubscribe(&self) -> bool {
-        self.inner.subscriber.may_resubscribe()
+    pub(crate) fn resubscribe_after(&self) -> Option<Duration> {
+        self.inner.subscriber.resubscribe_after()
     }
 }
 

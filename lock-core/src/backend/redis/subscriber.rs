@@ -34,6 +34,9 @@ pub(super) struct Subscriber {
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     /// Serializes (re)connecting.
     connecting: AsyncMutex<()>,
+    /// After a failed connect: when a failed subscription may connect again, and the back-off
+    /// after the next failure.
+    retry: Mutex<Option<(std::time::Instant, Duration)>>,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
@@ -86,6 +89,7 @@ impl Subscriber {
             source,
             commands: Mutex::default(),
             connecting: AsyncMutex::new(()),
+            retry: Mutex::default(),
             connect_timeout,
             response_timeout,
         }
@@ -141,11 +145,23 @@ impl Subscriber {
         self.shared.healthy.load(Ordering::Acquire)
     }
 
-    /// Whether a subscription that failed may succeed if asked for again: the connection is
-    /// healthy, or there is none (the next subscription connects, and subscribes every
-    /// registered channel). Never on a server too old for pushes.
-    pub(super) fn may_resubscribe(&self) -> bool {
-        self.source.is_some() && (self.healthy() || self.live_sender().is_none())
+    /// When a subscription that failed, or whose connection has gone, may succeed if asked for
+    /// again: now while the connection is healthy, or while there is none (the next
+    /// subscription connects, and subscribes every registered channel) once the back-off after
+    /// the last failed connect is over. `None` on a server too old for pushes, and while a
+    /// connection recovers (it subscribes every registered channel itself).
+    pub(super) fn resubscribe_after(&self) -> Option<Duration> {
+        self.source.as_ref()?;
+        if self.healthy() {
+            return Some(Duration::ZERO);
+        }
+        if self.live_sender().is_some() {
+            return None;
+        }
+        let retry = *self.retry.lock();
+        Some(retry.map_or(Duration::ZERO, |(at, _)| {
+            at.saturating_duration_since(std::time::Instant::now())
+        }))
     }
 
     /// Registers `notify` for `channel` and waits until the server confirmed the subscription.
@@ -213,7 +229,8 @@ impl Subscriber {
         };
         let (tx, rx) = mpsc::unbounded_channel();
         // A new connection subscribes whatever is registered already (channels whose
-        // subscription failed while there was no connection).
+        // subscription failed while there was no connection, or whose connection went with
+        // the runtime it ran on); notifications are healthy once it has.
         let resync = self.shared.listeners().len() > 0;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
@@ -251,13 +268,22 @@ impl Subscriber {
         };
         match connected {
             Ok(()) => {
-                self.shared.healthy.store(true, Ordering::Release);
+                if !resync {
+                    self.shared.healthy.store(true, Ordering::Release);
+                }
+                *self.retry.lock() = None;
                 *self.commands.lock() = Some(tx.clone());
                 Some(tx)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "lock notifications unavailable: cannot connect the subscriber; waiters retry on timers");
                 self.shared.healthy.store(false, Ordering::Release);
+                let mut retry = self.retry.lock();
+                let backoff = retry.map_or(RECOVERY_MIN, |(_, d)| d);
+                *retry = Some((
+                    std::time::Instant::now() + backoff,
+                    (backoff * 2).min(RECOVERY_MAX),
+                ));
                 None
             }
         }
@@ -409,9 +435,10 @@ async fn run<C: SubConn>(
     // Channels registered while there was no connection are subscribed before any command is
     // read: the subscription that made this connection is then confirmed, not refused for a
     // recovery about to happen.
+    let _ended = Ended(shared.clone());
     let mut backoff: Option<Duration> = None;
     if resync && !recover(&mut conn, &shared, &mut unsent_unsubscribes).await {
-        backoff = Some(RECOVERY_MIN);
+        backoff = Some(mark_unhealthy(&shared));
     }
     loop {
         let recovery = async {
@@ -476,6 +503,18 @@ async fn run<C: SubConn>(
                 };
             }
         }
+    }
+}
+
+/// Marks notifications unhealthy when the connection's task ends (its runtime shut down, or
+/// the subscriber was dropped): its connection, and every subscription on it, is gone. The
+/// next subscription asked for connects again.
+struct Ended(Arc<Shared>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.healthy.store(false, Ordering::Release);
+        self.0.listeners().wake_all();
     }
 }
 

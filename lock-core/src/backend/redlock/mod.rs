@@ -427,19 +427,23 @@ impl RedlockBackend {
         }
     }
 
-    /// Whether a subscription that failed on a quorum may succeed on one if asked again.
-    pub(crate) fn may_resubscribe(&self) -> bool {
-        self.on_a_quorum(RedisBackend::may_resubscribe)
+    /// When a subscription that failed on a quorum may succeed on one if asked again: when
+    /// it may on a quorum of servers (the quorum's latest).
+    pub(crate) fn resubscribe_after(&self) -> Option<Duration> {
+        let mut after: Vec<Duration> = self
+            .inner
+            .servers
+            .iter()
+            .filter_map(Server::get)
+            .filter_map(RedisBackend::resubscribe_after)
+            .collect();
+        after.sort_unstable();
+        after.get(self.inner.quorum.checked_sub(1)?).copied()
     }
 
     pub(crate) fn notifications_healthy(&self) -> bool {
-        self.on_a_quorum(RedisBackend::notifications_healthy)
-    }
-
-    /// Whether `what` holds for the backends of a quorum of servers (connected ones only).
-    fn on_a_quorum(&self, what: impl Fn(&RedisBackend) -> bool) -> bool {
         let servers = self.inner.servers.iter().filter_map(Server::get);
-        servers.filter(|b| what(b)).count() >= self.inner.quorum
+        servers.filter(|b| b.notifications_healthy()).count() >= self.inner.quorum
     }
 
     /// Requests the servers' backends sent in a batch with others, summed over the servers.
