@@ -540,28 +540,26 @@ async fn fair_before_late(store: &Store, locker: &Locker) {
     assert_eq!(*order.lock().unwrap(), ["fair", "late"]);
 }
 
-/// `n` waiters of `locker` queue for `key` behind `head` (a waiter queued there already, whose
-/// release subscription failed) while `first` holds it; then `first` is released, and once
-/// the head holds the lock (and, when `asked_again`, the next head has asked for the
-/// subscription again), every waiter takes its turn. Returns the locker's backend calls over
-/// the turns.
+/// 20 waiters of `locker` queue for "hot" behind `head` (a waiter queued there already,
+/// whose release subscription failed) while `first` holds it; then `first` is released, and
+/// once the head holds the lock, every waiter takes its turn, by local hand-off. When
+/// `asked_again`, the next head must have asked for the subscription again before the turns,
+/// and they may cost at most [`CALLS_FOR_20_TURNS`] backend calls.
 async fn turns_after_a_failed_subscription(
     server: &RedisServer,
     locker: &Locker,
     (first, head): (lock_core::LockGuard, Head),
-    key: &str,
-    n: usize,
     asked_again: bool,
-) -> u64 {
+) {
     let mut tasks = JoinSet::new();
-    for _ in 0..n {
-        let (locker, key) = (locker.clone(), key.to_owned());
+    for _ in 0..20 {
+        let locker = locker.clone();
         tasks.spawn(async move {
-            locker.lock(&key).await.unwrap().release().await.unwrap();
+            locker.lock("hot").await.unwrap().release().await.unwrap();
         });
     }
     eventually("every waiter queued", SOON, async || {
-        locker.stats().waiters == n + 1
+        locker.stats().waiters == 21
     })
     .await;
     // (No new connection otherwise: the server may refuse it.)
@@ -589,10 +587,64 @@ async fn turns_after_a_failed_subscription(
     let after = locker.stats();
     assert_eq!(
         after.local_handoffs - before.local_handoffs,
-        u64::try_from(n).unwrap(),
+        20,
         "every turn after the head's is local: {after:?}"
     );
-    after.backend_calls - before.backend_calls
+    let calls = after.backend_calls - before.backend_calls;
+    assert!(
+        !asked_again || calls <= CALLS_FOR_20_TURNS,
+        "{calls} backend calls for 20 local turns"
+    );
+}
+
+/// One connection of a test's own, kept open: the server may refuse new ones.
+struct Admin(redis::aio::MultiplexedConnection);
+
+impl Admin {
+    async fn new(server: &RedisServer) -> Self {
+        Admin(server.client().await)
+    }
+
+    /// A numeric field of `INFO section`.
+    async fn info(&mut self, section: &str, name: &str) -> u64 {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut self.0)
+            .await
+            .unwrap();
+        let prefix = format!("{name}:");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Makes the server refuse every new connection (`maxclients` at the connections open
+    /// now), or accept them again.
+    async fn refuse_new_connections(&mut self, refuse: bool) {
+        let max = if refuse {
+            self.info("clients", "connected_clients").await
+        } else {
+            10_000
+        };
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxclients")
+            .arg(max)
+            .query_async(&mut self.0)
+            .await
+            .unwrap();
+    }
+
+    async fn hlen(&mut self, key: &str) -> i64 {
+        redis::cmd("HLEN")
+            .arg(key)
+            .query_async(&mut self.0)
+            .await
+            .unwrap()
+    }
 }
 
 /// A locker whose runs of local turns end only at `local_turns` (64, more than the tests'
@@ -681,12 +733,7 @@ async fn a_refused_subscription_is_made_again_once_notifications_are_back() {
         !server.subscribed_channels().await.is_empty()
     })
     .await;
-    let calls =
-        turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, true).await;
-    assert!(
-        calls <= CALLS_FOR_20_TURNS,
-        "{calls} backend calls for 20 local turns"
-    );
+    turns_after_a_failed_subscription(&server, &locker, (first, head), true).await;
 }
 
 /// A queue whose subscriber could not connect at all (the server refused the connection: too
@@ -698,61 +745,19 @@ async fn a_subscriber_that_could_not_connect_is_connected_by_the_next_head() {
     let server = RedisServer::start();
     let backend = RedisBackend::connect(&server.url()).await.unwrap();
     let locker = hot_key_locker(backend);
-    // One connection of the test's own, kept: new ones are refused for a while.
-    let mut admin = server.client().await;
-    let mut query = async |cmd: &mut redis::Cmd| -> String {
-        match cmd.query_async::<redis::Value>(&mut admin).await.unwrap() {
-            redis::Value::Int(n) => n.to_string(),
-            redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
-            redis::Value::VerbatimString { text, .. } => text,
-            redis::Value::SimpleString(s) => s,
-            redis::Value::Okay => "OK".to_owned(),
-            other => panic!("unexpected answer {other:?}"),
-        }
-    };
-    let field = |text: &str, name: &str| -> u64 {
-        let prefix = format!("{name}:");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
+    let mut admin = Admin::new(&server).await;
     let first = locker.lock("hot").await.unwrap();
-    let clients = query(redis::cmd("INFO").arg("clients")).await;
-    let connected = field(&clients, "connected_clients");
-    query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxclients")
-            .arg(connected),
-    )
-    .await;
+    admin.refuse_new_connections(true).await;
     let head = queued_head(&locker, "hot");
     // The head subscribes before it takes a place in the backend's queue.
     eventually("the head queued in the backend", SOON, async || {
-        query(redis::cmd("HLEN").arg("lock:{hot}:waiters")).await == "1"
+        admin.hlen("lock:{hot}:waiters").await == 1
     })
     .await;
-    let stats = query(redis::cmd("INFO").arg("stats")).await;
-    assert!(
-        field(&stats, "rejected_connections") > 0,
-        "the subscriber's connection was refused: {stats}"
-    );
-    query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("maxclients")
-            .arg("10000"),
-    )
-    .await;
-    let calls =
-        turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, true).await;
-    assert!(
-        calls <= CALLS_FOR_20_TURNS,
-        "{calls} backend calls for 20 local turns"
-    );
+    let rejected = admin.info("stats", "rejected_connections").await;
+    assert!(rejected > 0, "the subscriber's connection was refused");
+    admin.refuse_new_connections(false).await;
+    turns_after_a_failed_subscription(&server, &locker, (first, head), true).await;
     assert!(
         !server.subscribed_channels().await.is_empty(),
         "notifications for the key are back"
@@ -838,43 +843,17 @@ async fn a_subscription_whose_runtime_ended_is_made_again_on_a_new_connection() 
 async fn heads_do_not_wait_for_a_subscriber_that_cannot_connect() {
     let server = RedisServer::start();
     let locker = hot_key_locker(RedisBackend::connect(&server.url()).await.unwrap());
-    let mut admin = server.client().await;
+    let mut admin = Admin::new(&server).await;
     let first = locker.lock("hot").await.unwrap();
-    let info = async |admin: &mut redis::aio::MultiplexedConnection, section: &str, name: &str| {
-        let text: redis::Value = redis::cmd("INFO")
-            .arg(section)
-            .query_async(admin)
-            .await
-            .unwrap();
-        let text = match text {
-            redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
-            redis::Value::VerbatimString { text, .. } => text,
-            other => panic!("unexpected answer {other:?}"),
-        };
-        let prefix = format!("{name}:");
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
-    let connected = info(&mut admin, "clients", "connected_clients").await;
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxclients")
-        .arg(connected)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    admin.refuse_new_connections(true).await;
     let head = queued_head(&locker, "hot");
     eventually("the head's subscriber was refused", SOON, async || {
-        info(&mut admin, "stats", "rejected_connections").await > 0
+        admin.info("stats", "rejected_connections").await > 0
     })
     .await;
-    turns_after_a_failed_subscription(&server, &locker, (first, head), "hot", 20, false).await;
+    turns_after_a_failed_subscription(&server, &locker, (first, head), false).await;
     // One attempt at a time, after 20 ms, 40 ms, 80 ms...: a few over the turns, not one per
     // head (each of which waited for its attempt before).
-    let rejected = info(&mut admin, "stats", "rejected_connections").await;
+    let rejected = admin.info("stats", "rejected_connections").await;
     assert!(rejected <= 8, "{rejected} connections refused");
 }

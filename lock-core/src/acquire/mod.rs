@@ -178,8 +178,10 @@ async fn wait_in_queue(
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
         .map_err(|_| timed_out(key, start))?;
-    // Subscribed before the next attempt, so a release after it cannot go unnoticed; and
-    // before a local hand-off, which needs to hear of fair waiters joining the backend's queue.
+    // The queue's first head is subscribed before its next attempt, so a release after it
+    // cannot go unnoticed; and before a local hand-off, which needs to hear of fair waiters
+    // joining the backend's queue. A later head finds the subscription made, or has it asked
+    // for again in the background (local hand-off then asks the backend until it is confirmed).
     tokio::time::timeout_at(deadline, ticket.subscribe())
         .await
         .map_err(|_| timed_out(key, start))?;
