@@ -138,6 +138,13 @@ async fn an_extension_on_a_minority_is_a_loss() {
     let lease = Duration::from_millis(900);
     let locker = locker(&servers, lease).await;
     let guard = locker.lock("job").await.unwrap();
+    // The acquire returns at a quorum; the last servers' answers land just after.
+    for s in &servers {
+        eventually("the lock is on every server", lease / 2, async || {
+            s.exists("lock:{job}").await
+        })
+        .await;
+    }
     for s in &servers[..3] {
         assert_eq!(s.del("lock:{job}").await, 1);
     }
