@@ -137,7 +137,9 @@ async fn a_batch_takes_the_free_keys_and_leaves_the_held_ones() {
 }
 
 /// Releases in one batch hand a lock to a waiter of another process at once, as a lone
-/// release does (no second round trip, no wait for the lease). The server is frozen while the
+/// release does (the batch's one-key release finds the lock marked by the waiter, and the full
+/// release that follows hands it over; no wait for the lease, nor for the waiter's own next
+/// attempt: the waiter's locker counts the hand-over). The server is frozen while the
 /// other releases go out, so they stay in flight and the one with the waiter must queue: it
 /// goes out in a batch, whatever the timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,6 +158,7 @@ async fn a_batched_release_hands_the_lock_to_a_queued_waiter() {
             .wait(Duration::from_secs(10))
             .await
             .unwrap();
+        assert_eq!(other.stats().handovers, 1, "the lock was not handed over");
         g.release().await.unwrap();
     });
     eventually("the waiter queued", Duration::from_secs(5), async || {

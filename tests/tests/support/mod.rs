@@ -66,3 +66,25 @@ pub async fn until_no_subscriptions(server: &RedisServer) {
     )
     .await;
 }
+
+/// How many waiters have an entry in the queue of lock-core's lock `key` (default prefix) in
+/// Redis.
+pub async fn queued(server: &RedisServer, key: &str) -> i64 {
+    server
+        .query(
+            redis::cmd("HLEN")
+                .arg(format!("lock:{{{key}}}:waiters"))
+                .clone(),
+        )
+        .await
+}
+
+/// Waits (bounded) until `n` waiters queue for `key` in Redis.
+pub async fn until_queued(server: &RedisServer, key: &str, n: i64) {
+    eventually(
+        "the waiters queued in Redis",
+        Duration::from_secs(5),
+        async || queued(server, key).await == n,
+    )
+    .await;
+}

@@ -55,7 +55,21 @@ pub(super) struct Request {
     pub(super) lease: Duration,
     /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
     pub(super) remaining: bool,
+    /// The one-key release (releases only; see release.rs).
+    fast: bool,
     answer: oneshot::Sender<Result<Value, LockError>>,
+}
+
+/// What a caller asks for, as [`enter`] takes it.
+pub(super) struct Entry<'a> {
+    pub(super) key: &'a LockKey,
+    pub(super) token: &'a Token,
+    /// The lease (acquires only).
+    pub(super) lease: Duration,
+    /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
+    pub(super) remaining: bool,
+    /// The one-key release (releases only; see release.rs).
+    pub(super) fast: bool,
 }
 
 /// The two kinds of request that batch.
@@ -152,14 +166,14 @@ fn lane(backend: &RedisBackend, kind: Kind) -> &Lane {
 
 /// Takes a place for a request of `kind`: at once while few are in flight, else in the queue,
 /// sent at the runtime's next turn by a flush task (one per lane at a time).
-pub(super) fn enter<'a>(
-    backend: &'a RedisBackend,
-    kind: Kind,
-    key: &LockKey,
-    token: &Token,
-    lease: Duration,
-    remaining: bool,
-) -> Turn<'a> {
+pub(super) fn enter<'a>(backend: &'a RedisBackend, kind: Kind, entry: Entry<'_>) -> Turn<'a> {
+    let Entry {
+        key,
+        token,
+        lease,
+        remaining,
+        fast,
+    } = entry;
     let receiver = {
         let mut state = lane(backend, kind).state();
         if state.in_flight < DIRECT {
@@ -173,6 +187,7 @@ pub(super) fn enter<'a>(
             token: token.clone(),
             lease,
             remaining,
+            fast,
             answer,
         });
         if !schedule_flush(&mut state) {
@@ -336,7 +351,7 @@ async fn acquire_pipeline(backend: &RedisBackend, batch: &[Request]) -> Result<V
         let pttl = if r.remaining { replies.next() } else { None };
         let answer = match (set, pttl) {
             (Some(Value::Nil), _) => vec![Value::Int(1)],
-            (Some(Value::BulkString(old)), _) if old.as_slice() == r.token.as_str().as_bytes() => {
+            (Some(Value::BulkString(old)), _) if super::release::holds(&old, &r.token) => {
                 vec![Value::Int(1)]
             }
             (Some(Value::BulkString(_) | Value::SimpleString(_)), Some(Value::Int(pttl))) => {
@@ -368,18 +383,24 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
     let reply = match kind {
         Kind::Acquire => acquire_pipeline(backend, &batch).await,
         Kind::Release => {
-            let script = if backend.inner.sharded {
-                &*super::RELEASE_MANY_SHARDED
-            } else {
-                &*super::RELEASE_MANY
+            // One-key releases when every request of the batch asked for one (their answers
+            // are then 1, 2 or 0, see release_fast_many.lua), else the full release for all.
+            let fast = batch.iter().all(|r| r.fast);
+            let script = match (fast, backend.inner.sharded) {
+                (true, _) => &*super::release::RELEASE_FAST_MANY,
+                (false, true) => &*super::release::RELEASE_MANY_SHARDED,
+                (false, false) => &*super::release::RELEASE_MANY,
             };
             let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash()).arg(4 * batch.len());
+            let keys = if fast { batch.len() } else { 4 * batch.len() };
+            cmd.arg(script.get_hash()).arg(keys);
             for r in &batch {
-                cmd.arg(r.key.name())
-                    .arg(r.key.queue_name())
-                    .arg(r.key.fence())
-                    .arg(r.key.waiters());
+                cmd.arg(r.key.name());
+                if !fast {
+                    cmd.arg(r.key.queue_name())
+                        .arg(r.key.fence())
+                        .arg(r.key.waiters());
+                }
             }
             for r in &batch {
                 cmd.arg(r.token.as_str());
@@ -425,11 +446,18 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
     for (r, answer) in batch.into_iter().zip(answers) {
         let acquired = kind == Kind::Acquire
             && matches!(&answer, Value::Array(pair) if matches!(pair.first(), Some(Value::Int(1))));
+        // A one-key release that found the lock marked did nothing: its caller sends the full
+        // release next (release.rs).
+        let marked = kind == Kind::Release && r.fast && answer == Value::Int(2);
         if let Err(Ok(_)) = r.answer.send(Ok(answer))
-            && acquired
+            && (acquired || marked)
         {
-            // The caller gave up while its acquire was in the batch: the lock is nobody's,
-            // released now rather than left to its lease.
+            // The caller gave up while its request was in the batch: an acquire's lock is
+            // nobody's, and a marked lock is still the caller's with a waiter queued for it;
+            // either is released now (handed over) rather than left to its lease.
+            if marked {
+                backend.inner.contention.note(&r.key);
+            }
             let (backend, key, token) = (backend.clone(), r.key, r.token);
             tokio::spawn(async move {
                 if let Err(e) = backend.release(&key, &token).await {
@@ -493,6 +521,16 @@ mod tests {
         (runtime, backend)
     }
 
+    fn acquire<'a>(key: &'a LockKey, token: &'a Token, lease: Duration) -> Entry<'a> {
+        Entry {
+            key,
+            token,
+            lease,
+            remaining: false,
+            fast: false,
+        }
+    }
+
     fn lane_state(backend: &RedisBackend) -> (usize, bool, usize) {
         let state = lane(backend, Kind::Acquire).state();
         (state.in_flight, state.flush_scheduled, state.queue.len())
@@ -510,11 +548,12 @@ mod tests {
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
         let context = runtime.enter();
-        let first = enter(&backend, Kind::Acquire, &key("a"), &token, lease, false);
-        let second = enter(&backend, Kind::Acquire, &key("b"), &token, lease, false);
+        let first = enter(&backend, Kind::Acquire, acquire(&key("a"), &token, lease));
+        let second = enter(&backend, Kind::Acquire, acquire(&key("b"), &token, lease));
         assert!(matches!(first, Turn::Direct(_)) && matches!(second, Turn::Direct(_)));
         // The third queues and schedules a flush; nothing runs (the runtime is never driven).
-        let Turn::Queued(answer) = enter(&backend, Kind::Acquire, &key("c"), &token, lease, false)
+        let Turn::Queued(answer) =
+            enter(&backend, Kind::Acquire, acquire(&key("c"), &token, lease))
         else {
             panic!("a third request went out alone");
         };
@@ -545,7 +584,7 @@ mod tests {
             let mut turns = Vec::new();
             for i in 0..DIRECT + MAX_BATCH + 44 {
                 let key = LockKey::new("lock:", &format!("m{i}")).unwrap();
-                turns.push(enter(&backend, Kind::Acquire, &key, &token, lease, false));
+                turns.push(enter(&backend, Kind::Acquire, acquire(&key, &token, lease)));
             }
             assert_eq!(lane_state(&backend).2, MAX_BATCH + 44);
             let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -576,9 +615,9 @@ mod tests {
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
         let context = idle.enter();
-        let first = enter(&backend, Kind::Acquire, &key, &token, lease, false);
-        let second = enter(&backend, Kind::Acquire, &key, &token, lease, false);
-        let Turn::Queued(answer) = enter(&backend, Kind::Acquire, &key, &token, lease, false)
+        let first = enter(&backend, Kind::Acquire, acquire(&key, &token, lease));
+        let second = enter(&backend, Kind::Acquire, acquire(&key, &token, lease));
+        let Turn::Queued(answer) = enter(&backend, Kind::Acquire, acquire(&key, &token, lease))
         else {
             panic!("a third request went out alone");
         };

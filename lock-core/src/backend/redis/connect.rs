@@ -38,6 +38,9 @@ pub struct RedisBackendBuilder {
     url: String,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// Whether releases try the one-key release first (see release.rs); a Redlock's servers
+    /// do not.
+    fast_release: bool,
 }
 
 impl std::fmt::Debug for RedisBackendBuilder {
@@ -72,6 +75,13 @@ impl RedisBackendBuilder {
     /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// Releases always send the full release (for a Redlock's servers: see release.rs).
+    #[cfg(feature = "redlock")]
+    pub(crate) fn full_releases(mut self) -> Self {
+        self.fast_release = false;
         self
     }
 
@@ -126,13 +136,14 @@ impl RedisBackendBuilder {
         )?;
         let watcher = Watcher::new(&client, server.major >= 6, self.connect_timeout)?;
         let timeouts = (self.connect_timeout, self.response_timeout);
+        let fast_release = self.fast_release;
         Ok(assemble(
             conn,
             probed,
             subscriber,
             watcher,
             timeouts,
-            |_| {},
+            |inner| inner.fast_release = fast_release,
         ))
     }
 }
@@ -179,6 +190,8 @@ fn assemble(
         permissions: Permissions::default(),
         watcher,
         batches: Batches::new(connect_timeout, response_timeout),
+        fast_release: true,
+        contention: super::release::Contention::new(),
         #[cfg(feature = "cluster")]
         topology: None,
         #[cfg(feature = "sentinel")]
@@ -302,6 +315,7 @@ impl RedisBackend {
             url: url.to_owned(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            fast_release: true,
         }
     }
 }

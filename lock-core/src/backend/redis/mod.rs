@@ -21,6 +21,7 @@ mod idempotency;
 mod permissions;
 #[cfg(feature = "redlock")]
 mod redlock_waiter;
+mod release;
 mod server;
 #[cfg(feature = "cluster")]
 mod shards;
@@ -38,46 +39,6 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/fence.lua"),
         include_str!("scripts/acquire.lua")
-    ))
-});
-// The release's common path (release.lua) comes before any function definition; one script
-// per kind of pub/sub (PUBLISH here, SPUBLISH in RELEASE_SHARDED).
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_handover.lua"),
-        "return release_handover('0')\n"
-    ))
-});
-static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_handover.lua"),
-        "return release_handover('1')\n"
-    ))
-});
-// Batches of releases (batch.rs): many in one call. (A batch of acquires is a pipeline of
-// native commands.)
-static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release_many.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_many_handover.lua"),
-        "return release_many_handover('0')\n"
-    ))
-});
-static RELEASE_MANY_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release_many.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_many_handover.lua"),
-        "return release_many_handover('1')\n"
     ))
 });
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
@@ -142,6 +103,11 @@ struct Inner {
     watcher: watcher::Watcher,
     /// Plain acquires and releases waiting to go out together (never on a cluster node).
     batches: batch::Batches,
+    /// Whether a release tries the one-key release first (release.rs): not on a Redlock's
+    /// servers, whose waiters do not mark the lock.
+    fast_release: bool,
+    /// The keys on which waiters were met lately (release.rs).
+    contention: release::Contention,
     /// The cluster's slot map (cluster backend only), to group renewals by shard.
     #[cfg(feature = "cluster")]
     topology: Option<crate::backend::cluster::Topology>,
@@ -327,9 +293,16 @@ impl RedisBackend {
             Some((1, fence)) if fence > 0 => Ok(Attempt::Acquired {
                 fence: Some(fence.unsigned_abs()),
             }),
-            Some((0, pttl)) => Ok(Attempt::Busy {
-                remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-            }),
+            Some((0, pttl)) => {
+                if ticket.is_some_and(|t| !t.ttl.is_zero()) {
+                    // Queued behind the holder: when this backend holds the key later, its
+                    // release goes straight to the hand-over (release.rs).
+                    self.inner.contention.note(key);
+                }
+                Ok(Attempt::Busy {
+                    remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+                })
+            }
             _ => Err(LockError::protocol(
                 "acquire",
                 key.user(),
@@ -354,7 +327,14 @@ impl RedisBackend {
         let slot = if self.inner.cluster {
             None
         } else {
-            match batch::enter(self, batch::Kind::Acquire, key, token, lease, remaining) {
+            let entry = batch::Entry {
+                key,
+                token,
+                lease,
+                remaining,
+                fast: false,
+            };
+            match batch::enter(self, batch::Kind::Acquire, entry) {
                 batch::Turn::Direct(slot) => Some(slot),
                 batch::Turn::Queued(answer) => {
                     let reply = batch::queued(self, answer, batch::Kind::Acquire, key).await?;
@@ -408,7 +388,7 @@ impl RedisBackend {
         drop(slot);
         match reply.as_slice() {
             [Value::Nil, ..] => Ok(Attempt::Acquired { fence: None }),
-            [Value::BulkString(old), ..] if old.as_slice() == token.as_str().as_bytes() => {
+            [Value::BulkString(old), ..] if release::holds(old, token) => {
                 Ok(Attempt::Acquired { fence: None })
             }
             [
@@ -424,96 +404,6 @@ impl RedisBackend {
                 "acquire",
                 key.user(),
                 format!("SET NX GET / PTTL answered {reply:?}"),
-            )),
-        }
-    }
-
-    pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        if self.inner.cluster {
-            return self.release_one(key, token).await;
-        }
-        let reply = match batch::enter(
-            self,
-            batch::Kind::Release,
-            key,
-            token,
-            Duration::ZERO,
-            false,
-        ) {
-            batch::Turn::Direct(slot) => {
-                let answer = self.release_one(key, token).await;
-                drop(slot);
-                return answer;
-            }
-            batch::Turn::Queued(answer) => {
-                batch::queued(self, answer, batch::Kind::Release, key).await?
-            }
-        };
-        let channel = key.channel_name();
-        match reply {
-            Value::Int(1) => {
-                self.inner.subscriber.deliver(channel, b"released");
-                Ok(true)
-            }
-            Value::BulkString(message) => {
-                self.inner.subscriber.deliver(channel, &message);
-                Ok(true)
-            }
-            Value::Int(0) => Ok(false),
-            other => Err(LockError::protocol(
-                "release",
-                key.user(),
-                format!("release script answered {other:?}"),
-            )),
-        }
-    }
-
-    /// One release, alone in its call.
-    async fn release_one(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        let channel = key.channel_name();
-        let script = if self.inner.sharded {
-            &*RELEASE_SHARDED
-        } else {
-            &*RELEASE
-        };
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash())
-            .arg(4)
-            .arg(key.name())
-            .arg(key.queue_name())
-            .arg(key.fence())
-            .arg(key.waiters())
-            .arg(token.as_str());
-        let reply = self
-            .evalsha(script, &cmd, "release", Some(key.user()))
-            .await?;
-        match reply {
-            Value::Int(1) => {
-                self.inner.subscriber.deliver(channel, b"released");
-                Ok(true)
-            }
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::BulkString(message)] => {
-                    // This process's waiters learn at once, without waiting for the message
-                    // to come back through the subscriber (which delivers it again: harmless).
-                    self.inner.subscriber.deliver(channel, message);
-                    Ok(true)
-                }
-                _ => Err(LockError::protocol(
-                    "release",
-                    key.user(),
-                    format!("release script answered {items:?}"),
-                )),
-            },
-            // "Not ours", also on a retry after a dropped connection: the first call may have
-            // deleted our lock and lost only its answer, but the server may equally have
-            // restarted empty and the key be someone else's now. We cannot tell, so it is never
-            // reported as a clean release (the caller gets `LeaseLost`).
-            Value::Int(0) => Ok(false),
-            other => Err(LockError::protocol(
-                "release",
-                key.user(),
-                format!("release script answered {other:?}"),
             )),
         }
     }

@@ -37,7 +37,7 @@ impl RedisBackend {
 
 static TAKE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] or v == ARGV[1] .. '+' then return redis.call('DEL', KEYS[1]) end return 0",
     )
 });
 

@@ -271,6 +271,7 @@ async fn connect_one(url: String, settings: Settings) -> Result<RedisBackend, Lo
     let connect = RedisBackend::builder(&url)
         .connect_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
+        .full_releases()
         .connect();
     match tokio::time::timeout(
         settings.connect_timeout * 2 + settings.response_timeout * 2,

@@ -7,14 +7,22 @@
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  '1' to increment and return the fencing counter, '0' not to
 --
+-- A lock this acquires is not marked (release_fast.lua): waiters that queued while it was free
+-- mark it at their next attempt, which their own timer sends when it was free.
+--
 -- Running it twice with one token is safe: a retry after a dropped connection finds the lock
 -- already holding its token and counts it as acquired.
 --
 -- Returns {1, fence} when acquired (fence is 0 when not fenced),
 --         {0, pttl}  when held by someone else (pttl as PTTL reports it: -1 = no expiry).
 local ours = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if not ours and redis.call('GET', KEYS[1]) == ARGV[1] then
-  ours = redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 1
+if not ours then
+  -- Ours already (a retry), possibly marked since by a waiter (the token plus '+', see
+  -- release_fast.lua).
+  local value = redis.call('GET', KEYS[1])
+  if value == ARGV[1] or value == ARGV[1] .. '+' then
+    ours = redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 1
+  end
 end
 if ours then
   if ARGV[3] == '1' then

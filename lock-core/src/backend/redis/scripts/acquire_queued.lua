@@ -20,6 +20,12 @@
 -- process passing the lock between its own tasks (local hand-off) gives it back to the queue
 -- at its next release instead.
 --
+-- The lock's value is its holder's token, plus '+' once a waiter queues behind it (the mark,
+-- see release_fast.lua): this script marks the lock every time it leaves its caller queued
+-- behind a holder, and marks the lock it takes when other waiters still have entries. So
+-- whenever a live waiter waits on a held lock, the lock is marked, and a one-key release
+-- (release_fast.lua) never deletes it without the hand-over.
+--
 -- Running it twice with one token is safe (a retry after a dropped connection, or a handover
 -- whose message has not arrived yet, finds the lock holding the token: acquired, lease reset).
 -- In fair mode, dead tickets (not refreshed in time, or without an entry: taken or gone) at the
@@ -30,6 +36,12 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function mark()
+  local value = redis.call('GET', KEYS[1])
+  if value and string.sub(value, -1) ~= '+' then
+    redis.call('APPEND', KEYS[1], '+')
+  end
+end
 local function taken()
   -- The ticket's entry goes; its item in the list is dropped when it reaches the head (an item
   -- without an entry counts as dead there). No LREM: it would cost O(queue length) per taker,
@@ -37,13 +49,18 @@ local function taken()
   if redis.call('HDEL', KEYS[4], ARGV[4]) == 1 and redis.call('LINDEX', KEYS[3], 0) == ARGV[4] then
     redis.call('LPOP', KEYS[3])
   end
+  -- Other waiters have entries: the lock taken is marked for them.
+  if redis.call('EXISTS', KEYS[4]) == 1 then
+    mark()
+  end
   if ARGV[3] == '1' then
     return {1, next_fence(KEYS[2], ARGV[2])}
   end
   return {1, 0}
 end
 local function ours()
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local value = redis.call('GET', KEYS[1])
+  if value == ARGV[1] or value == ARGV[1] .. '+' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return true
   end
@@ -95,5 +112,7 @@ if ttl > 0 then
   -- Abandoned queues disappear on their own.
   redis.call('PEXPIRE', KEYS[3], ttl * 2)
   redis.call('PEXPIRE', KEYS[4], ttl * 2)
+  -- Queued behind a holder: its release must hand over (or announce), not just delete.
+  mark()
 end
 return {0, redis.call('PTTL', KEYS[1])}

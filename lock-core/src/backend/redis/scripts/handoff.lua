@@ -32,7 +32,12 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
     if expiry > now then
       local _, generation, lease, fenced, token =
         string.match(entry, '^(%d+)|(%d+)|(%d+)|([01])|(%x+)$')
-      if token and redis.call('SET', lock, token, 'NX', 'PX', lease) then
+      -- Marked (release_fast.lua) when other waiters still have entries.
+      local value = token
+      if token and redis.call('EXISTS', waiters) == 1 then
+        value = token .. '+'
+      end
+      if token and redis.call('SET', lock, value, 'NX', 'PX', lease) then
         local fence = 0
         if fenced == '1' then
           fence = next_fence(fence_key, lease)

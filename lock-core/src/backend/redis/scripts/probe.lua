@@ -19,8 +19,8 @@
 -- Every command the lock's scripts run on its keys (a unit test keeps this list complete),
 -- with arguments that name the key where the command expects it.
 local key_commands = {
-  {'GET'}, {'SET', 'v'}, {'DEL'}, {'EXISTS'}, {'PTTL'}, {'PEXPIRE', '1'}, {'INCR'},
-  {'LINDEX', '0'}, {'LPOP'}, {'LPUSH', 'v'}, {'RPUSH', 'v'}, {'LREM', '0', 'v'},
+  {'GET'}, {'SET', 'v'}, {'APPEND', 'v'}, {'DEL'}, {'EXISTS'}, {'PTTL'}, {'PEXPIRE', '1'},
+  {'INCR'}, {'LINDEX', '0'}, {'LPOP'}, {'LPUSH', 'v'}, {'RPUSH', 'v'}, {'LREM', '0', 'v'},
   {'HGET', 'f'}, {'HSET', 'f', 'v'}, {'HDEL', 'f'},
 }
 -- The idempotency record is read and written with commands of the list above (HGET, HSET,

@@ -1,6 +1,10 @@
 -- Release a lock if, and only if, it is still ours; then, when waiters queue for it, hand it to
 -- the oldest live one or announce that it is free (hand_over, from handoff.lua).
 --
+-- A release that knows of no waiter tries release_fast.lua first (one key, no queue lookup);
+-- this one is sent when that finds the lock marked by a waiter, or at once on a key where
+-- waiters were met lately. It accepts the marked value (the token plus '+') as ours.
+--
 -- Every process that waits on another process's release has a ticket in the queue (the head of
 -- its local queue in the default mode, each waiter in fair mode), so a release that finds the
 -- queue empty has nobody to tell and publishes nothing: the common release is GET, DEL and
@@ -23,7 +27,8 @@
 -- to the queue's dead tickets' waiters), {1, message}
 -- when it was ours and is now handed over or announced to a waiter (message as published),
 -- 0 when it was not ours (expired or taken).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('DEL', KEYS[1])

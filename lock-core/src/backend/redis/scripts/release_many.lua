@@ -19,7 +19,8 @@
 local out, queued = {}, nil
 for i, token in ipairs(ARGV) do
   local lock = KEYS[4 * i - 3]
-  if redis.call('GET', lock) ~= token then
+  local value = redis.call('GET', lock)
+  if value ~= token and value ~= token .. '+' then
     out[i] = 0
   else
     redis.call('DEL', lock)

@@ -8,7 +8,8 @@
 -- Returns an array with one entry per key: 1 when renewed, 0 when no longer ours.
 local out = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[2 * i - 1] then
+  local value, token = redis.call('GET', key), ARGV[2 * i - 1]
+  if value == token or value == token .. '+' then
     redis.call('PEXPIRE', key, ARGV[2 * i])
     out[i] = 1
   else

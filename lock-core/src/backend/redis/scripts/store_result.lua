@@ -10,7 +10,8 @@
 -- ARGV[4]  the record's TTL in milliseconds (at least 1)
 --
 -- Returns 1 when the record was written, 0 when the lock was not ours (nothing written).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'result', ARGV[3])
