@@ -18,6 +18,9 @@ use lock_testkit::{RedisServer, eventually};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
+mod support;
+use support::until_queued;
+
 const LEASE: Duration = Duration::from_secs(30);
 const TASKS: usize = 64;
 
@@ -195,6 +198,78 @@ async fn a_batched_release_hands_the_lock_to_a_queued_waiter() {
         .await
         .expect("the waiter was not handed the lock promptly")
         .unwrap();
+}
+
+/// A batch that mixes keys where waiters were met lately (their releases go straight to the
+/// full release) with the others goes out as two calls: the others keep the one-key release,
+/// which reads no queue. Before, one such key made the whole batch full releases, each with
+/// its queue lookup (`LINDEX`). The hinted key's lock is still handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_waiters_does_not_make_its_whole_batch_full_releases() {
+    let mut server = RedisServer::start();
+    let ours = locker(&server).await;
+    let other = locker(&server).await;
+    // "b:hot" meets a waiter once: its later releases on `ours` skip the one-key release.
+    let guard = ours.lock("b:hot").await.unwrap();
+    let first = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other.lock("b:hot").wait(Duration::from_secs(10)).await;
+            g.unwrap().release().await.unwrap();
+        }
+    });
+    until_queued(&server, "b:hot", 1).await;
+    guard.release().await.unwrap();
+    first.await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..TASKS - 1 {
+        guards.push(ours.lock(format!("b:m{i}")).await.unwrap());
+    }
+    guards.push(ours.lock("b:hot").await.unwrap());
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other.lock("b:hot").wait(Duration::from_secs(10)).await;
+            let handed = other.stats().handovers;
+            g.unwrap().release().await.unwrap();
+            handed
+        }
+    });
+    until_queued(&server, "b:hot", 1).await;
+    let batched = ours.stats().batched_requests;
+    server.reset_stats().await;
+    // Frozen while every release is asked for: they queue and go out in batches.
+    server.pause();
+    let sent = ours.stats().backend_calls;
+    let mut releases = JoinSet::new();
+    for g in guards {
+        releases.spawn(async move { g.release().await });
+    }
+    let all = u64::try_from(TASKS).unwrap();
+    eventually(
+        "every release asked for",
+        Duration::from_secs(2),
+        async || ours.stats().backend_calls >= sent + all,
+    )
+    .await;
+    server.resume();
+    while let Some(joined) = releases.join_next().await {
+        joined.unwrap().unwrap();
+    }
+    let handovers = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not handed the lock")
+        .unwrap();
+    assert_eq!(handovers, 2, "both releases of b:hot handed it over");
+    assert!(
+        ours.stats().batched_requests > batched,
+        "no release went out in a batch"
+    );
+    let stats = server.commandstats().await;
+    // The full release of b:hot looks at its queue twice (before and in the hand-over), the
+    // waiter's own release (full: it queued lately) once; the 63 one-key releases never.
+    let lindex = stats.get("lindex").copied().unwrap_or(0);
+    assert!(lindex <= 4, "{lindex} queue lookups: {stats:?}");
 }
 
 /// Bytes waiting in the kernel to be read by the server listening on `port` (the sum of

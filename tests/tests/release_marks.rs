@@ -195,3 +195,24 @@ async fn the_watchdog_keeps_a_marked_lock() {
     waiter.acquired("the waiter").await;
     waiter.release().await;
 }
+
+/// A one-key release that times out (the server stalled) may still run when the server
+/// resumes, find the lock marked and answer nobody: the full release follows it, in the
+/// background, so the waiter is handed the lock rather than left to the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_key_release_that_timed_out_is_followed_by_the_full_release() {
+    let mut server = RedisServer::start();
+    let holder = locker(&server, Duration::from_millis(300)).await;
+    let guard = holder.lock("stall").lease(LEASE).await.unwrap();
+    let mut waiter = wait_for(locker(&server, Duration::from_secs(2)).await, "stall");
+    until_queued(&server, "stall", 1).await;
+    server.pause();
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(lock_core::LockError::Backend { .. })),
+        "{released:?}"
+    );
+    server.resume();
+    waiter.acquired("the queued waiter").await;
+    waiter.release().await;
+}

@@ -375,6 +375,17 @@ async fn acquire_pipeline(backend: &RedisBackend, batch: &[Request]) -> Result<V
 
 /// Sends one batch and hands every caller its own answer.
 async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
+    if kind == Kind::Release && batch.iter().any(|r| r.fast) && batch.iter().any(|r| !r.fast) {
+        // One-key releases and full ones (keys where waiters were met lately) go as two
+        // calls at once, each of one kind: a full release in the batch does not make every
+        // other key of the batch pay for the queue lookup.
+        let (fast, full): (Vec<_>, Vec<_>) = batch.into_iter().partition(|r| r.fast);
+        tokio::join!(
+            Box::pin(send(backend, kind, fast)),
+            Box::pin(send(backend, kind, full))
+        );
+        return;
+    }
     if batch.len() > 1 {
         let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
         let batched = &backend.inner.batches.batched;
@@ -383,8 +394,8 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
     let reply = match kind {
         Kind::Acquire => acquire_pipeline(backend, &batch).await,
         Kind::Release => {
-            // One-key releases when every request of the batch asked for one (their answers
-            // are then 1, 2 or 0, see release_fast_many.lua), else the full release for all.
+            // One-key releases (answers 1, 2 or 0, see release_fast_many.lua) or full ones: a
+            // batch that mixes them was split above.
             let fast = batch.iter().all(|r| r.fast);
             let script = match (fast, backend.inner.sharded) {
                 (true, _) => &*super::release::RELEASE_FAST_MANY,

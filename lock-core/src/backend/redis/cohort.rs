@@ -45,7 +45,9 @@ impl RedisBackend {
             Value::Int(0) => Ok(Kept::NotOurs),
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::BulkString(message)] => {
-                    // As after a release: this process's waiters learn at once.
+                    // As after a release: this process's waiters learn at once, and the key's
+                    // next releases go straight to the hand-over (release.rs).
+                    self.inner.contention.note(key);
                     self.inner.subscriber.deliver(&channel, message);
                     Ok(Kept::Released)
                 }

@@ -75,8 +75,10 @@ pub(super) fn holds(value: &[u8], token: &Token) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest == b"+")
 }
 
-/// How long after meeting waiters on a key its releases go straight to the full release.
-const WINDOW: Duration = Duration::from_secs(1);
+/// How long after meeting waiters on a key its releases go straight to the full release. A
+/// wrong "contended" costs a release about a microsecond of server time, a wrong "nobody
+/// waits" a round trip on that hand-over: the window leans long.
+const WINDOW: Duration = Duration::from_secs(5);
 
 /// How many keys the hint remembers (a key whose slot another key took gets the one-key
 /// release first again: one round trip more when it is contended, never a lost hand-over).
@@ -117,7 +119,8 @@ impl Contention {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Waiters were met on `key` just now.
+    /// Waiters were met on `key` just now (a release found the lock marked or handed it over,
+    /// this backend queued for it, the local hand-off gave it to a waiter of another process).
     pub(super) fn note(&self, key: &LockKey) {
         let (slot, hash) = self.slot(key);
         let until = self.now_ms().saturating_add(super::millis(WINDOW));
@@ -137,8 +140,34 @@ impl RedisBackend {
     /// Releases `key` if it still holds `token`: `Ok(false)` when it was not ours (expired or
     /// taken). Queued waiters get the lock handed over, or are told it is free.
     pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
+        let fast = self.inner.fast_release && !self.inner.contention.recent(key);
+        match self.release_with(key, token, fast).await {
+            Err(e) if fast => {
+                // The one-key release may still run on the server (a timeout leaves it in the
+                // connection), find the lock marked and answer nobody; or it answered "marked"
+                // and the full release failed. The full release follows, in the background: it
+                // hands the lock over if a waiter marked it, and answers "not ours" if the
+                // one-key release deleted it (tokens are never reused).
+                let (backend, key, token) = (self.clone(), key.clone(), token.clone());
+                crate::background::spawn(async move {
+                    if let Err(e) = backend.release_with(&key, &token, false).await {
+                        tracing::debug!(key = %key.display(), error = %e, "the full release after a failed one-key release failed; the lease will expire");
+                    }
+                });
+                Err(e)
+            }
+            answer => answer,
+        }
+    }
+
+    /// [`release`](Self::release), the one-key release first when `fast`.
+    async fn release_with(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fast: bool,
+    ) -> Result<bool, LockError> {
         let contention = &self.inner.contention;
-        let fast = self.inner.fast_release && !contention.recent(key);
         let mut reply = self.release_call(key, token, fast).await?;
         if fast && reply == Value::Int(2) {
             // Ours, and a waiter queued behind us: the lock is still ours, untouched.
