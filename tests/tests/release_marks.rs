@@ -23,7 +23,7 @@ mod support;
 use std::time::Duration;
 
 use lock_core::Locker;
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, eventually};
 use support::{locker, until_queued};
 use tokio::sync::oneshot;
 
@@ -71,13 +71,18 @@ fn wait_for(locker: Locker, key: &'static str) -> Waiter {
 }
 
 impl Waiter {
-    /// Bounded: a waiter that does not get the lock fails here, and so does one that got it
-    /// otherwise than by a hand-over.
-    async fn acquired(&mut self, what: &str) {
+    /// Bounded: a waiter that does not get the lock fails here.
+    async fn got_lock(&mut self, what: &str) {
         tokio::time::timeout(HANDED_WITHIN, &mut self.acquired)
             .await
             .unwrap_or_else(|_| panic!("{what}: no lock within {HANDED_WITHIN:?}"))
             .unwrap();
+    }
+
+    /// As [`got_lock`](Self::got_lock), and a waiter that got it otherwise than by a
+    /// hand-over fails here too.
+    async fn acquired(&mut self, what: &str) {
+        self.got_lock(what).await;
         assert_eq!(
             self.locker.stats().handovers,
             1,
@@ -176,8 +181,10 @@ async fn a_lock_handed_over_while_others_queue_stays_marked() {
     second.release().await;
 }
 
-/// The watchdog renews a marked lock (it is still its holder's), and a holder whose lock was
-/// marked long ago still hands it over.
+/// The watchdog renews a marked lock (it is still its holder's) for several leases, and the
+/// holder then releases it to the waiter. (Whether by the hand-over or by the waiter's own
+/// attempt is not asserted here: with a 600 ms lease the waiter tries again every few hundred
+/// ms, and an attempt may land between the hand-over and its message.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_a_marked_lock() {
     let server = RedisServer::start();
@@ -192,7 +199,7 @@ async fn the_watchdog_keeps_a_marked_lock() {
     assert!(lost.is_err(), "the watchdog let a marked lock go");
     assert!(value(&server, "job").await.unwrap().ends_with('+'));
     guard.release().await.expect("still the holder's");
-    waiter.acquired("the waiter").await;
+    waiter.got_lock("the waiter").await;
     waiter.release().await;
 }
 
@@ -215,4 +222,70 @@ async fn a_one_key_release_that_timed_out_is_followed_by_the_full_release() {
     server.resume();
     waiter.acquired("the queued waiter").await;
     waiter.release().await;
+}
+
+/// The `EVALSHA` calls the holder's release of `key` takes when a waiter of another locker
+/// queues for it: the waiter's own calls and the holder's renewals in the meantime (both
+/// counted by their lockers) are taken out of the server's count.
+async fn contended_release_calls(server: &RedisServer, holder: &Locker, other: &Locker) -> u64 {
+    let guard = holder.lock("hot").lease(LEASE).await.unwrap();
+    let handovers = other.stats().handovers;
+    let (acquired_tx, acquired) = oneshot::channel();
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other.lock("hot").lease(LEASE).wait(HANDED_WITHIN).await;
+            acquired_tx.send(()).unwrap();
+            release_rx.await.unwrap();
+            g.unwrap().release().await.unwrap();
+        }
+    });
+    until_queued(server, "hot", 1).await;
+    let (calls, renewals) = (other.stats().backend_calls, holder.stats().renewal_calls);
+    let handed_renewals = other.stats().renewal_calls;
+    let before = server.commandstats().await;
+    guard.release().await.unwrap();
+    tokio::time::timeout(HANDED_WITHIN, acquired)
+        .await
+        .expect("not handed the lock")
+        .unwrap();
+    // A handed-over lock comes with a short lease, which the new holder's watchdog renews at
+    // once, in the background: counted once it is done.
+    eventually(
+        "renewed to the full lease",
+        Duration::from_secs(2),
+        async || other.stats().renewal_calls > handed_renewals,
+    )
+    .await;
+    let after = server.commandstats().await;
+    let others = (other.stats().backend_calls - calls) + (holder.stats().renewal_calls - renewals);
+    assert_eq!(other.stats().handovers - handovers, 1, "not a hand-over");
+    release_tx.send(()).unwrap();
+    waiter.await.unwrap();
+    let evalsha = |stats: &std::collections::BTreeMap<String, u64>| {
+        stats.get("evalsha").copied().unwrap_or(0)
+    };
+    evalsha(&after) - evalsha(&before) - others
+}
+
+/// A key's first contended release tries the one-key release, finds the lock marked and
+/// sends the full release (two calls); the next one, seconds later, goes straight to the full
+/// release (one call): the backend met waiters on that key lately.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_met_waiters_lately_goes_straight_to_the_hand_over() {
+    let server = RedisServer::start();
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let other = locker(&server, Duration::from_secs(2)).await;
+    // Every script loaded first (renewal's, and both releases': a contended release of
+    // another key), so that no NOSCRIPT retry shows in the counts.
+    let guard = holder.lock("warm-up").lease(LEASE).await.unwrap();
+    guard.extend(LEASE).await.unwrap();
+    let mut warm = wait_for(other.clone(), "warm-up");
+    until_queued(&server, "warm-up", 1).await;
+    guard.release().await.unwrap();
+    warm.acquired("the warm-up waiter").await;
+    warm.release().await;
+    assert_eq!(contended_release_calls(&server, &holder, &other).await, 2);
+    assert_eq!(contended_release_calls(&server, &holder, &other).await, 1);
 }
