@@ -75,7 +75,8 @@ pub struct LockerStats {
     /// Calls made to the backend so far (round trips on Redis): acquire attempts, releases,
     /// renewals, queue leaves. Subscriptions are not counted, nor the one retry a Redis call
     /// gets after a dropped connection, nor the full release that follows a one-key release
-    /// which found the lock marked by a waiter (one release, two round trips; see the README).
+    /// which found the lock marked by a waiter or failed (one release, two round trips; see
+    /// the README).
     pub backend_calls: u64,
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).

@@ -397,11 +397,7 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
             // One-key releases (answers 1, 2 or 0, see release_fast_many.lua) or full ones: a
             // batch that mixes them was split above.
             let fast = batch.iter().all(|r| r.fast);
-            let script = match (fast, backend.inner.sharded) {
-                (true, _) => &*super::release::RELEASE_FAST_MANY,
-                (false, true) => &*super::release::RELEASE_MANY_SHARDED,
-                (false, false) => &*super::release::RELEASE_MANY,
-            };
+            let script = super::release::script(fast, true, backend.inner.sharded);
             let mut cmd = redis::cmd("EVALSHA");
             let keys = if fast { batch.len() } else { 4 * batch.len() };
             cmd.arg(script.get_hash()).arg(keys);
@@ -545,6 +541,48 @@ mod tests {
     fn lane_state(backend: &RedisBackend) -> (usize, bool, usize) {
         let state = lane(backend, Kind::Acquire).state();
         (state.in_flight, state.flush_scheduled, state.queue.len())
+    }
+
+    /// A batch of releases that mixes one-key releases with full ones goes out as two calls,
+    /// one of each kind: the one-key releases read no queue (the full release reads its key's
+    /// queue with `LINDEX`), and every caller gets its own answer.
+    #[test]
+    fn a_mixed_batch_of_releases_goes_out_as_one_call_of_each_kind() {
+        let server = lock_testkit::RedisServer::start();
+        let (runtime, backend) = connected(&server, DEFAULT_TIMEOUTS);
+        let mixed = async |name: &str| {
+            let mut batch = Vec::new();
+            let mut answers = Vec::new();
+            for (i, fast) in [true, false, true, true].into_iter().enumerate() {
+                let key = LockKey::new("lock:", &format!("{name}{i}")).unwrap();
+                let token = Token::new(true);
+                server.set(key.name(), token.as_str()).await;
+                let (answer, receiver) = oneshot::channel();
+                batch.push(Request {
+                    key,
+                    token,
+                    lease: Duration::ZERO,
+                    remaining: false,
+                    fast,
+                    answer,
+                });
+                answers.push(receiver);
+            }
+            send(&backend, Kind::Release, batch).await;
+            for receiver in answers {
+                assert_eq!(receiver.await.unwrap().unwrap(), Value::Int(1));
+            }
+        };
+        runtime.block_on(async {
+            // Both scripts loaded first: no NOSCRIPT retry in the counts.
+            mixed("warm").await;
+            server.reset_stats().await;
+            mixed("mixed").await;
+            let stats = server.commandstats().await;
+            assert_eq!(stats.get("evalsha"), Some(&2), "{stats:?}");
+            assert_eq!(stats.get("lindex"), Some(&1), "{stats:?}");
+            assert_eq!(stats.get("del"), Some(&4), "{stats:?}");
+        });
     }
 
     /// Calls spawned by the lane (a flush, a batch sent when a call finished) whose runtime

@@ -22,50 +22,65 @@ use crate::LockError;
 use crate::key::LockKey;
 use crate::token::Token;
 
-// The release's common path (release.lua) comes before any function definition; one script
-// per kind of pub/sub (PUBLISH here, SPUBLISH in RELEASE_SHARDED).
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_handover.lua"),
-        "return release_handover('0')\n"
-    ))
-});
-static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_handover.lua"),
-        "return release_handover('1')\n"
-    ))
-});
+/// The two scripts of a full release, `$plain` publishing with PUBLISH and `$sharded` with
+/// SPUBLISH (one script per kind of pub/sub rather than one more argument on every release):
+/// `$head` (the common path, before any function definition), the fencing and hand-over
+/// code, then `$tail`, whose function `$call` the script's last line calls.
+macro_rules! full_release {
+    ($plain:ident, $sharded:ident, $head:literal, $tail:literal, $call:literal) => {
+static $plain: LazyLock<Script> = full_release!(@one $head, $tail, $call, "0");
+static $sharded: LazyLock<Script> = full_release!(@one $head, $tail, $call, "1");
+    };
+    (@one $head:literal, $tail:literal, $call:literal, $pubsub:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!($head),
+                include_str!("scripts/fence.lua"),
+                include_str!("scripts/handoff.lua"),
+                include_str!($tail),
+                "return ",
+                $call,
+                "('",
+                $pubsub,
+                "')\n"
+            ))
+        })
+    };
+}
+
+full_release!(
+    RELEASE,
+    RELEASE_SHARDED,
+    "scripts/release.lua",
+    "scripts/release_handover.lua",
+    "release_handover"
+);
 // Batches of releases (batch.rs): many in one call. (A batch of acquires is a pipeline of
 // native commands.)
-pub(super) static RELEASE_MANY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release_many.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_many_handover.lua"),
-        "return release_many_handover('0')\n"
-    ))
-});
-pub(super) static RELEASE_MANY_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/release_many.lua"),
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release_many_handover.lua"),
-        "return release_many_handover('1')\n"
-    ))
-});
+full_release!(
+    RELEASE_MANY,
+    RELEASE_MANY_SHARDED,
+    "scripts/release_many.lua",
+    "scripts/release_many_handover.lua",
+    "release_many_handover"
+);
 static RELEASE_FAST: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release_fast.lua")));
-pub(super) static RELEASE_FAST_MANY: LazyLock<Script> =
+static RELEASE_FAST_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release_fast_many.lua")));
+
+/// The release script: the one-key release when `fast`, else the full one publishing with
+/// SPUBLISH when `sharded`; for a batch of locks when `many` (batch.rs).
+pub(super) fn script(fast: bool, many: bool, sharded: bool) -> &'static Script {
+    match (fast, many, sharded) {
+        (true, false, _) => &RELEASE_FAST,
+        (true, true, _) => &RELEASE_FAST_MANY,
+        (false, false, false) => &RELEASE,
+        (false, false, true) => &RELEASE_SHARDED,
+        (false, true, false) => &RELEASE_MANY,
+        (false, true, true) => &RELEASE_MANY_SHARDED,
+    }
+}
 
 /// Whether a lock's value (as `SET ... GET` answered it) holds `token`: the token alone, or the
 /// token marked by a waiter (plus `'+'`, see release_fast.lua).
@@ -148,12 +163,15 @@ impl RedisBackend {
                 // and the full release failed. The full release follows, in the background: it
                 // hands the lock over if a waiter marked it, and answers "not ours" if the
                 // one-key release deleted it (tokens are never reused).
-                let (backend, key, token) = (self.clone(), key.clone(), token.clone());
-                crate::background::spawn(async move {
-                    if let Err(e) = backend.release_with(&key, &token, false).await {
-                        tracing::debug!(key = %key.display(), error = %e, "the full release after a failed one-key release failed; the lease will expire");
+                let (backend, name, token) = (self.clone(), key.clone(), token.clone());
+                let follow_up = crate::background::spawn(async move {
+                    if let Err(e) = backend.release_with(&name, &token, false).await {
+                        tracing::debug!(key = %name.display(), error = %e, "the full release after a failed one-key release failed; the lease will expire");
                     }
                 });
+                if follow_up.is_none() {
+                    tracing::debug!(key = %key.display(), "no runtime for the full release after a failed one-key release; the lease will expire");
+                }
                 Err(e)
             }
             answer => answer,
@@ -243,11 +261,7 @@ impl RedisBackend {
         token: &Token,
         fast: bool,
     ) -> Result<Value, LockError> {
-        let script = match (fast, self.inner.sharded) {
-            (true, _) => &*RELEASE_FAST,
-            (false, true) => &*RELEASE_SHARDED,
-            (false, false) => &*RELEASE,
-        };
+        let script = script(fast, false, self.inner.sharded);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash());
         if fast {
