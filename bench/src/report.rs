@@ -272,11 +272,15 @@ pub(crate) fn watchdog_row(w: &Watchdog) -> String {
     let allowed = ((w.window.as_secs_f64() / period).floor() + 1.0) / w.window.as_secs_f64();
     let (ours, rslock) = (w.ours.evalsha_per_s, w.rslock.evalsha_per_s);
     format!(
-        "| Watchdog: {} held locks, renewal traffic | {ours:.2} EVALSHA/s ({} cmds/s incl. in-script); stats().renewal_calls {:.2}/s | n/a (no renewal: the lock just expires) | {rslock:.1} EVALSHA/s ({} cmds/s incl. in-script) | 1 batched call per lease/3 = {:.2}/s (lease {:?}) | rslock sends {:.0}× more calls | one batched call per lease/3 per Locker | {} |\n",
+        "| Watchdog: {} held locks, renewal traffic | {ours:.2} EVALSHA/s ({} cmds/s incl. in-script); stats().renewal_calls {:.2}/s | n/a (no renewal: the lock just expires) | {rslock:.1} EVALSHA/s ({} cmds/s incl. in-script){} | 1 batched call per lease/3 = {:.2}/s (lease {:?}) | rslock sends {:.0}× more calls | one batched call per lease/3 per Locker | {} |\n",
         group(w.locks as u64),
         group(w.ours.commands_per_s.round() as u64),
         w.ours_renewal_calls_per_s,
         group(w.rslock.commands_per_s.round() as u64),
+        match w.rslock_lost {
+            0 => String::new(),
+            lost => format!("; lost {lost} of its locks: a renewal came too late"),
+        },
         1.0 / period,
         w.lease,
         rslock / ours.max(1e-9),
