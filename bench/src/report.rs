@@ -124,9 +124,10 @@ pub(crate) fn many_rows(t: &Throughput) -> String {
     for mk in &t.levels {
         let [ours, seed, rslock] = [0, 1, 2].map(|i| {
             format!(
-                "{}; Redis CPU {:.1} µs/cycle",
+                "{}; Redis CPU {:.1} µs/cycle; client CPU {:.1} µs/cycle",
                 fmt_rate(mk.cycles[i]),
-                mk.cpu_us[i]
+                mk.cpu_us[i],
+                mk.client_us[i]
             )
         });
         let set = fmt_rate(mk.redisrs_set);
@@ -451,7 +452,9 @@ fn method(r: &Results) -> String {
   (c connections, no pipelining; mean of a run before and one after the windows) and
   redis-rs SET with `c` tasks on one connection are context. *Redis CPU* = the delta of
   `INFO cpu` `used_cpu_sys` + `used_cpu_user` over the measured window ÷ the cycles in it
-  (median window).
+  (median window); *client CPU* = the same for the bench process itself (user + sys of all
+  its threads, `/proc/self/stat`, in 10 ms ticks): with the client and Redis on the same
+  cores, a design's cycles/s is bounded by the two together.
 - **Server time per lock cycle**: each design locks and releases {server_n} fresh keys (never
   used before), one at a time, in {rounds} interleaved rounds between `INFO commandstats`
   snapshots; the figure is the usec of the commands the client sent (`SET`, ours' pipelined

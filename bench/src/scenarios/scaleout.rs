@@ -119,7 +119,8 @@ pub(crate) async fn cluster(plan: &Plan) -> Result<Cluster> {
         progress(&format!(
             "  many keys, {tasks} tasks: cluster and one server"
         ));
-        let m = throughput::passes(plan, &contenders, tasks, &mut info).await?;
+        let passes = throughput::passes(plan, &contenders, tasks, &mut info).await?;
+        let m: Vec<(f64, f64)> = passes.iter().map(|w| (w.rate, w.server_us)).collect();
         levels.push(ClusterLevel {
             tasks,
             ours: [m[0], m[1]],

@@ -1,7 +1,8 @@
 //! Many keys in parallel: `c` tasks, each locking and releasing its own keys in a loop, against
 //! `redis-benchmark` SET at the same concurrency (and redis-rs SET with `c` tasks on one
-//! connection, the same-client floor); Redis's CPU per cycle over the same windows; and Redis
-//! server time per uncontended cycle of each design (`INFO commandstats`).
+//! connection, the same-client floor); Redis's CPU and the client's (this process's) per cycle
+//! over the same windows; and Redis server time per uncontended cycle of each design (`INFO
+//! commandstats`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +34,9 @@ pub(crate) struct ManyKeys {
     pub(crate) cycles: [f64; 3],
     /// Redis CPU (`INFO cpu`, user + sys) per cycle in µs, per design, over the same windows.
     pub(crate) cpu_us: [f64; 3],
+    /// This process's CPU (user + sys) per cycle in µs, per design, over the same windows: the
+    /// client's share of the machine.
+    pub(crate) client_us: [f64; 3],
 }
 
 /// The many-keys section.
@@ -65,14 +69,42 @@ async fn redis_cpu(servers: &mut [ConnectionManager]) -> Result<f64> {
     Ok(sum)
 }
 
+/// This process's CPU time so far (user + sys, all threads), in seconds, from
+/// `/proc/self/stat` (in clock ticks of 1/100 s, the `USER_HZ` of Linux's `/proc`); 0 where it
+/// cannot be read.
+fn client_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// One window of [`throughput`]: operations/s, and the CPU µs per operation of the servers and
+/// of this process.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Window {
+    pub(crate) rate: f64,
+    pub(crate) server_us: f64,
+    pub(crate) client_us: f64,
+}
+
 /// Runs `op` in a loop on `tasks` tasks, each over its own keys; operations per second after
-/// `warm`, and the CPU µs per operation of the servers `info` reaches over the same time.
+/// `warm`, and the CPU µs per operation of the servers `info` reaches and of this process over
+/// the same time.
 async fn throughput(
     op: &Op,
     tasks: usize,
     (warm, run): (Duration, Duration),
     info: &mut [ConnectionManager],
-) -> Result<(f64, f64)> {
+) -> Result<Window> {
     let count = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut set = JoinSet::new();
@@ -92,16 +124,21 @@ async fn throughput(
     }
     tokio::time::sleep(warm).await;
     let cpu0 = redis_cpu(info).await?;
-    let (c0, t0) = (count.load(Ordering::Relaxed), Instant::now());
+    let (c0, t0, client0) = (count.load(Ordering::Relaxed), Instant::now(), client_cpu());
     tokio::time::sleep(run).await;
     let (c1, elapsed) = (count.load(Ordering::Relaxed), t0.elapsed());
+    let client = client_cpu() - client0;
     let cpu = redis_cpu(info).await? - cpu0;
     stop.store(true, Ordering::Relaxed);
     while let Some(joined) = set.join_next().await {
         joined??;
     }
     let ops = (c1 - c0).max(1) as f64;
-    Ok((ops / elapsed.as_secs_f64(), cpu * 1e6 / ops))
+    Ok(Window {
+        rate: ops / elapsed.as_secs_f64(),
+        server_us: cpu * 1e6 / ops,
+        client_us: client * 1e6 / ops,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -114,25 +151,27 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Each contender at `tasks` tasks in `plan.throughput_passes` windows, in turn, so a burst of
-/// background load hits all of them alike: the median window's operations/s and CPU µs per
-/// operation of the servers `info` reaches, per contender.
+/// background load hits all of them alike: per contender, the median window's operations/s,
+/// and the median CPU µs per operation of the servers `info` reaches and of this process.
 pub(crate) async fn passes(
     plan: &Plan,
     contenders: &[Op],
     tasks: usize,
     info: &mut [ConnectionManager],
-) -> Result<Vec<(f64, f64)>> {
+) -> Result<Vec<Window>> {
     let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
-    let mut rates = vec![(Vec::new(), Vec::new()); contenders.len()];
+    let mut windows = vec![Vec::new(); contenders.len()];
     for _ in 0..plan.throughput_passes {
-        for (op, (rates, cpu)) in contenders.iter().zip(rates.iter_mut()) {
+        for (op, windows) in contenders.iter().zip(windows.iter_mut()) {
             let times = (plan.throughput_warm, window);
-            let (rate, cpu_us) = throughput(op, tasks, times, info).await?;
-            rates.push(rate);
-            cpu.push(cpu_us);
+            windows.push(throughput(op, tasks, times, info).await?);
         }
     }
-    let medians = rates.into_iter().map(|(r, c)| (median(r), median(c)));
+    let medians = windows.into_iter().map(|w| Window {
+        rate: median(w.iter().map(|w| w.rate).collect()),
+        server_us: median(w.iter().map(|w| w.server_us).collect()),
+        client_us: median(w.iter().map(|w| w.client_us).collect()),
+    });
     Ok(medians.collect())
 }
 
@@ -183,9 +222,10 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput
         levels.push(ManyKeys {
             tasks,
             redis_benchmark: first.zip(second).map(|(a, b)| (a + b) / 2.0),
-            redisrs_set: medians[0].0,
-            cycles: [1, 2, 3].map(|i| medians[i].0),
-            cpu_us: [1, 2, 3].map(|i| medians[i].1),
+            redisrs_set: medians[0].rate,
+            cycles: [1, 2, 3].map(|i| medians[i].rate),
+            cpu_us: [1, 2, 3].map(|i| medians[i].server_us),
+            client_us: [1, 2, 3].map(|i| medians[i].client_us),
         });
     }
     Ok(Throughput {
