@@ -357,7 +357,12 @@ impl Held {
     pub(crate) async fn release(self: &Arc<Self>) -> Result<(), LockError> {
         let valid = self.is_held();
         if valid && self.locker.config.local.on {
-            match self.pass_on().await {
+            // Dropped while it asks the backend, the release is finished in the background
+            // (in the backend: see `PassingOn`).
+            let mut passing = PassingOn(Some(self));
+            let passed = self.pass_on().await;
+            passing.0 = None;
+            match passed {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => return Err(e),
@@ -568,6 +573,27 @@ impl Drop for UnsureLease<'_> {
 
 /// Finishes a release whose future was dropped before the backend answered.
 struct Unfinished<'a>(Option<&'a Arc<Held>>);
+
+/// A release dropped while its local hand-off asks the backend: finished in the background,
+/// in the backend only. `keep.lua` may have run already and given the lock to another
+/// process's waiter, so it is never passed to a local task from here (that task would hold it
+/// beside that process); the backend's release checks the token, and the local waiters are
+/// woken to take their turn through the backend.
+struct PassingOn<'a>(Option<&'a Arc<Held>>);
+
+impl Drop for PassingOn<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.0.take() {
+            held.locker.queues.holder_left(held);
+            held.locker.watchdog.remove(held.id);
+            if held.mark_released() != Phase::Released {
+                held.locker
+                    .release_later(held.key.clone(), held.token.clone());
+            }
+            held.locker.queues.wake_local(&held.key);
+        }
+    }
+}
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {

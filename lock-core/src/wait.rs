@@ -218,7 +218,13 @@ impl WaitQueues {
             q.holder = None;
             return PassOn::Release;
         };
-        inner.watchdog.transfer(inner, held.id, &next);
+        // Renewed within a tenth of its lease at the latest (not a third): a lock passed
+        // without asking the backend learns sooner of a loss behind its back (data lost on the
+        // server, the key deleted), even when the task it is passed to holds it long. Not
+        // sooner: the watchdog renews every lock due within a tenth of its lease together, so
+        // an earlier bound would have each hot key's passes renew every other hot key.
+        let renew_by = Instant::now() + next.lease() / 10;
+        inner.watchdog.transfer(inner, held.id, &next, renew_by);
         q.holder = Some(Cohort {
             held: next.id,
             lock: Arc::downgrade(&next),
@@ -381,7 +387,17 @@ impl Ticket {
                 return confirmed;
             }
         }
-        let heard = subscription.confirmed() && backend.notifications_healthy();
+        self.heard_or_ask_again()
+    }
+
+    /// Whether release notifications for this key are confirmed to flow now; when they are not
+    /// and may work again, the subscription is asked for again in the background. Also checked
+    /// by a head each time its wait is woken (local or in the backend's queue): a subscription
+    /// can go (its connection ended with the runtime it ran on) after the head found it
+    /// confirmed.
+    pub(crate) fn heard_or_ask_again(&self) -> bool {
+        let backend = &self.locker.backend;
+        let heard = self.subscription.confirmed() && backend.notifications_healthy();
         if !heard && let Some(after) = backend.resubscribe_after() {
             self.subscribe_again(after);
         }
@@ -443,17 +459,24 @@ impl Ticket {
             if let Some(held) = self.take_handed() {
                 return Local::Handed(held);
             }
+            // The subscription's connection may have ended since this head was woken last
+            // (that wakes every queue): asked for again, so that the holder's local turns go
+            // on hearing other processes' waiters.
+            self.heard_or_ask_again();
             let holder = self
                 .locker
                 .queues
                 .map()
                 .get(self.key.name())
                 .and_then(|q| q.holder.as_ref().map(|c| c.lock.clone()));
-            let Some(holder) = holder.and_then(|h| h.upgrade()) else {
+            let Some(strong) = holder.and_then(|h| h.upgrade()) else {
                 return Local::NotHeldHere;
             };
-            let until = holder.snapshot().valid_until;
-            let holder = Arc::downgrade(&holder);
+            let until = strong.snapshot().valid_until;
+            // Not kept alive by this wait: a holder nobody has any more ends (and stops being
+            // renewed) while its waiters sleep.
+            let holder = Arc::downgrade(&strong);
+            drop(strong);
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(until) => {

@@ -129,10 +129,18 @@ impl Watchdog {
 
     /// A local hand-off passed the lock of entry `from` on to `to` (same token, same lease in
     /// the backend): `to` is renewed when `from` would have been (at once if `from` had no
-    /// entry: it may have been between a renewal and its answer, or not renewed at all).
-    pub(crate) fn transfer(&self, inner: &Arc<LockerInner>, from: u64, to: &Arc<Held>) {
+    /// entry: it may have been between a renewal and its answer, or not renewed at all), or at
+    /// `renew_by` if that is sooner.
+    pub(crate) fn transfer(
+        &self,
+        inner: &Arc<LockerInner>,
+        from: u64,
+        to: &Arc<Held>,
+        renew_by: Instant,
+    ) {
         let renew_at = self.entries().remove(&from).map(|e| e.renew_at);
-        self.add_at(inner, to, renew_at.unwrap_or(to.first_renewal));
+        let renew_at = renew_at.unwrap_or(to.first_renewal).min(renew_by);
+        self.add_at(inner, to, renew_at);
     }
 
     /// Stops renewing a lock. Takes effect before the next tick: a released lock is never renewed.
@@ -231,10 +239,8 @@ impl Watchdog {
         let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
         let Some(groups) = inner.backend.renewal_groups(&items) else {
             let lost = self.renew_group(inner, &due, &items).await;
+            mark_lost(lost);
             drop(serials);
-            for held in lost {
-                held.mark_lost("renewal found the lock no longer ours");
-            }
             return Some(Instant::now());
         };
         // Shards (a cluster): one call each, each on a task of its own that applies
@@ -249,10 +255,8 @@ impl Watchdog {
             let inner = inner.clone();
             tokio::spawn(async move {
                 let lost = inner.watchdog.renew_group(&inner, &due, &items).await;
+                mark_lost(lost);
                 drop(serials);
-                for held in lost {
-                    held.mark_lost("renewal found the lock no longer ours");
-                }
                 inner.watchdog.wake.notify_one();
             });
         }
@@ -261,7 +265,7 @@ impl Watchdog {
     }
 
     /// Renews one group of due locks in one backend call and applies the answers; returns the
-    /// locks found lost (to be marked so once their renewal serials are released).
+    /// locks found lost (see [`mark_lost`]).
     async fn renew_group(
         &self,
         inner: &LockerInner,
@@ -321,6 +325,16 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         // Ends the scheduler task when its locker goes away.
         self.wake.notify_one();
+    }
+}
+
+/// Marks the locks a renewal found no longer ours as lost, while their renewal serials are
+/// still held: a release that passes the lock on locally takes the serial first, so it either
+/// passes it before the answer came (and the loss reaches the task it was passed to), or finds
+/// it lost; it never reports a lock the backend just called someone else's as released.
+fn mark_lost(lost: Vec<Arc<Held>>) {
+    for held in lost {
+        held.mark_lost("renewal found the lock no longer ours");
     }
 }
 

@@ -53,16 +53,7 @@ impl Store {
     async fn queued(&self, key: &str) -> usize {
         match self {
             Store::Memory(m) => m.queued(key),
-            Store::Redis(s) => {
-                let waiters: i64 = s
-                    .query(
-                        redis::cmd("HLEN")
-                            .arg(format!("lock:{{{key}}}:waiters"))
-                            .clone(),
-                    )
-                    .await;
-                usize::try_from(waiters).unwrap_or(0)
-            }
+            Store::Redis(s) => queued_in(s, key).await,
         }
     }
 
@@ -75,6 +66,18 @@ impl Store {
             }
         }
     }
+}
+
+/// How many waiters queue for `key` in a Redis server (default prefix).
+async fn queued_in(server: &RedisServer, key: &str) -> usize {
+    let waiters: i64 = server
+        .query(
+            redis::cmd("HLEN")
+                .arg(format!("lock:{{{key}}}:waiters"))
+                .clone(),
+        )
+        .await;
+    usize::try_from(waiters).unwrap_or(0)
 }
 
 /// Runs each property on both backends.
@@ -112,6 +115,7 @@ on_both!(
     a_fair_waiter_is_not_overtaken_by_local_turns,
     a_fair_waiter_ends_a_run_of_local_turns,
     a_fair_waiter_is_not_overtaken_when_local_handoff_is_off,
+    a_lock_passed_after_its_key_was_lost_learns_it_within_a_tenth_of_its_lease,
 );
 
 /// Holds `key` in one task while `n` tasks of the same locker queue for it, then releases:
@@ -370,6 +374,59 @@ async fn a_passed_lock_keeps_its_lease_and_its_loss_detection(store: Store) {
         passed.release().await,
         Err(LockError::LeaseLost { .. })
     ));
+}
+
+/// The key is lost behind the holders' backs (an operator's `DEL`, `FLUSHALL`, eviction) and
+/// another locker takes it, between two local turns: the turn after it is passed without the
+/// backend (it comes within `local_hold` of the backend's last word), so the task it goes to
+/// holds a lock that is someone else's in the backend. That task is told (its `lost()`
+/// resolves) by a renewal due within a tenth of its lease (3 s of the default 30 s), not a
+/// third of a lease later: before, it held on for 9 s beside the other locker.
+async fn a_lock_passed_after_its_key_was_lost_learns_it_within_a_tenth_of_its_lease(store: Store) {
+    let key = "lost-between-turns";
+    let locker = store.builder().await.build();
+    let first = locker.lock(key).await.unwrap();
+    let mut waiters = Vec::new();
+    for n in 1..=3 {
+        let l = locker.clone();
+        waiters.push(tokio::spawn(async move { l.lock(key).await.unwrap() }));
+        eventually("the waiter queued", SOON, async || {
+            locker.stats().waiters == n
+        })
+        .await;
+    }
+    eventually("the head queued in the backend", SOON, async || {
+        store.queued(key).await >= 1
+    })
+    .await;
+    let mut waiters = waiters.into_iter();
+    let mut next = async || waiters.next().unwrap().await.unwrap();
+    first.release().await.unwrap();
+    // The first waiter has it from the backend, and holds it until the watchdog has renewed it
+    // once (the next renewal is a third of a lease away); its release asks the backend (the
+    // first turn of a run) and passes it on.
+    let renewals = locker.stats().renewal_calls;
+    let taken = next().await;
+    eventually("the taken lock was renewed", SOON, async || {
+        locker.stats().renewal_calls > renewals
+    })
+    .await;
+    taken.release().await.unwrap();
+    let second = next().await;
+    assert_eq!(locker.stats().local_handoffs, 1);
+    store.delete(key).await;
+    let other = store.builder().await.build();
+    let others = other.try_lock(key).await.unwrap();
+    // Within the local hold of the backend's answer: passed on without asking it. (This
+    // release says `Ok`: FAULTS.md, local hand-off.)
+    let _ = second.release().await;
+    let third = next().await;
+    assert_eq!(locker.stats().local_handoffs, 2);
+    tokio::time::timeout(Duration::from_secs(6), third.lost())
+        .await
+        .expect("the task the lock was passed to learns of the loss within a tenth of its lease");
+    assert!(!third.is_held());
+    assert!(others.is_held());
 }
 
 async fn turned_off_every_turn_goes_through_the_backend(store: Store) {
@@ -856,4 +913,58 @@ async fn heads_do_not_wait_for_a_subscriber_that_cannot_connect() {
     // head (each of which waited for its attempt before).
     let rejected = admin.info("stats", "rejected_connections").await;
     assert!(rejected <= 8, "{rejected} connections refused");
+}
+
+/// A release given up while it asks the backend whether another process waits (the first
+/// local turn of a run; the server is stalled) is finished in the background: the lock goes to
+/// the local waiter once the server answers. Before, nothing finished it, and the holder (kept
+/// alive by its waiter's wait) was renewed on: the waiter got the lock a lease and a half later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_background() {
+    let mut server = RedisServer::start();
+    let key = "given-up";
+    let lease = Duration::from_secs(10);
+    let locker = Locker::builder(RedisBackend::connect(&server.url()).await.unwrap())
+        .lease(lease)
+        .wait(lease * 3)
+        .build();
+    let first = locker.lock(key).await.unwrap();
+    let l = locker.clone();
+    let giver = tokio::spawn(async move { l.lock(key).await.unwrap() });
+    eventually("the giver queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    let l = locker.clone();
+    let waiter = tokio::spawn(async move { l.lock(key).await.unwrap() });
+    eventually("the waiter queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    eventually("the giver queued in the backend", SOON, async || {
+        queued_in(&server, key).await >= 1
+    })
+    .await;
+    first.release().await.unwrap();
+    // Handed over in the backend, with a local waiter behind it: its release is the first
+    // local turn of a run, which asks the backend.
+    let giver = giver.await.unwrap();
+    server.pause();
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), giver.release()).await;
+    assert!(
+        gave_up.is_err(),
+        "the release answered with the server stalled"
+    );
+    server.resume();
+    let waited = std::time::Instant::now();
+    let passed = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the given-up release was finished, the lock passed on")
+        .unwrap();
+    assert!(
+        passed.is_held(),
+        "{:?} after the server resumed",
+        waited.elapsed()
+    );
+    passed.release().await.unwrap();
 }

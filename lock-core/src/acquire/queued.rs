@@ -345,6 +345,11 @@ impl QueuedWaiter {
             // The holder's lease bounds every wait: a key that expires publishes nothing.
             let mut nap = remaining.map_or(refresh, |r| (r + EXPIRY_SLACK).min(refresh));
             if !self.inner.backend.notifications_healthy() || trouble.is_some() {
+                // The key's subscription may have gone with its connection since this head
+                // found it made: asked for again (in the background) once it may work.
+                if let Some(ticket) = local {
+                    ticket.heard_or_ask_again();
+                }
                 nap = nap.min(jittered(backoff));
                 backoff = (backoff * 2).min(DEGRADED_MAX);
             } else {

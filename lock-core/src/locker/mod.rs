@@ -427,6 +427,13 @@ impl LockerBuilder {
     /// lock passed on keeps its lease in the backend (the watchdog renews it as before) and
     /// its loss detection.
     ///
+    /// A turn passed without asking the backend rests on the backend's last answer for the
+    /// lock, at most `local_hold` old: if the server loses the key in between (`FLUSHALL`, an
+    /// operator's `DEL`, eviction) and another process takes it, the task the lock is passed to
+    /// holds it beside that process until its renewal, due within a tenth of the lease,
+    /// tells it (`lost()` resolves, `run` is cancelled), and the release that passed it on says
+    /// `Ok`. Fencing, or `local_handoff(false)`, is the answer to data loss (FAULTS.md).
+    ///
     /// Requests that take no part: `.fenced()` ones (each holder gets a new fencing token
     /// from the backend), `.fair()` ones (strict FIFO across processes), and those without the
     /// watchdog (the lease they would inherit is not theirs to keep).
