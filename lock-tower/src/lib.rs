@@ -12,6 +12,7 @@ mod layer;
 mod metrics;
 pub mod rejection;
 mod service;
+mod uri;
 
 pub use body::{BodyError, LeaseLostError, ResponseBody};
 #[cfg(feature = "axum")]

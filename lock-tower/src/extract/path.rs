@@ -7,6 +7,11 @@ use super::{KeyExtractor, KeyRejection, RawKey};
 /// The key is the method and the path, `"PUT /carts/7"` (the query string is left out): one
 /// request at a time per resource and verb.
 ///
+/// The path is the one the client sent (axum's `OriginalUri` under a `Router::nest`), with one
+/// spelling per percent-encoded path: `/carts/%37` is `/carts/7`, as the route parameter is
+/// `"7"` for both (escapes of `/`, `%`, `?`, `#`, control and non-ASCII bytes stay escapes,
+/// their hex digits upper-cased).
+///
 /// ```
 /// use lock_tower::extract::{KeyExtractor, MethodAndPath};
 ///
@@ -19,11 +24,11 @@ pub struct MethodAndPath;
 impl KeyExtractor for MethodAndPath {
     fn extract<'a>(&self, parts: &'a mut Parts) -> Result<Option<RawKey<'a>>, KeyRejection> {
         let method = parts.method.as_str();
-        let path = parts.uri.path();
+        let path = crate::uri::normalized_path(crate::uri::original_uri(parts).path());
         let mut key = String::with_capacity(method.len() + 1 + path.len());
         key.push_str(method);
         key.push(' ');
-        key.push_str(path);
+        key.push_str(&path);
         Ok(Some(RawKey::from(key)))
     }
 }

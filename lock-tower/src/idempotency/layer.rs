@@ -184,7 +184,10 @@ impl IdempotencyLayer {
     /// Runs the handler (with the storing of its response and the release) in a task of its
     /// own, so that a client that goes away, or a timeout layer above that gives up, no longer
     /// stops it: it runs to its end, its response is stored, and the retry replays it instead
-    /// of running the handler again.
+    /// of running the handler again. One thing still stops a detached handler: the loss of the
+    /// key's lease (the lock deleted on the server, a partition longer than the lease). It is
+    /// then cancelled at once, nothing is stored and the request gets 503 `lease-lost`, because
+    /// past that point a retry could take the key and run the handler beside it.
     ///
     /// Off by default, because it changes what cancelling a request means for every layer
     /// above: a [`LockLayer`](crate::LockLayer) or a timeout outside this layer stops its work

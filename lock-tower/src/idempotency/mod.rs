@@ -42,7 +42,9 @@
 //!   runs the handler again. With [`detach_handler`](IdempotencyLayer::detach_handler), the
 //!   handler, the storing of its response and the release run in a task of their own
 //!   (`tokio::spawn`): the handler runs to its end, its response is stored, and the retry
-//!   replays it (or gets 409 while it still runs, or with `wait` waits for it). Hence the
+//!   replays it (or gets 409 while it still runs, or with `wait` waits for it). Only the loss
+//!   of the key's lease stops it, detached or not: the handler is cancelled, nothing is stored,
+//!   and the request gets 503 `lease-lost`. Hence the
 //!   bounds: the inner service, its future, its error and both body types are
 //!   `Send + 'static`, as axum's and hyper's are, and the layer runs inside a Tokio runtime.
 //!

@@ -139,8 +139,8 @@ where
                 }
             },
         };
-        let Some(record_key) = config.record_key(&parts.method, parts.uri.path(), &principal, &key)
-        else {
+        let path = crate::uri::normalized_path(crate::uri::original_uri(&parts).path());
+        let Some(record_key) = config.record_key(&parts.method, &path, &principal, &key) else {
             return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
         };
         IdempotencyFuture::new(async move {
@@ -182,18 +182,18 @@ where
     Ok((Request::from_parts(parts, ReqB::from(bytes)), fingerprint))
 }
 
-/// `v1:` and the SHA-256 of the method, the path and query, and the body.
+/// `v1:` and the SHA-256 of the method, the path (as the client sent it, normalized: see
+/// `uri.rs`) and query, and the body.
 fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
+    let uri = crate::uri::original_uri(parts);
     let mut hash = Sha256::new();
     hash.update(parts.method.as_str().as_bytes());
     hash.update(b"\n");
-    hash.update(
-        parts
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .as_bytes(),
-    );
+    hash.update(crate::uri::normalized_path(uri.path()).as_bytes());
+    if let Some(query) = uri.query() {
+        hash.update(b"?");
+        hash.update(query.as_bytes());
+    }
     hash.update(b"\n");
     hash.update(body);
     let mut out = String::with_capacity(67);
@@ -269,9 +269,9 @@ where
         return complete(config.clone(), service, request, guard, key, fingerprint).await;
     }
     // Detached: the work runs in its own task. If this future is dropped (the client went
-    // away, a timeout layer above gave up), the handler still runs to its end, its response
-    // is stored and the lock released, so a retry replays it (or gets 409 while it runs)
-    // instead of running the handler a second time.
+    // away, a timeout layer above gave up), the handler still runs to its end (or to a lease
+    // loss, which `complete` answers with 503), its response is stored and the lock released,
+    // so a retry replays it (or gets 409 while it runs) instead of running it a second time.
     let task = tokio::spawn(complete(
         config.clone(),
         service,
@@ -303,12 +303,17 @@ where
 {
     let key = key.as_str();
     request.extensions_mut().insert(guard.info());
-    let response = match guard.scope(service.call(request)).await {
-        Ok(response) => response,
-        Err(error) => {
+    // The handler runs while the lease is ours, never after: a loss (the lock gone from the
+    // server, a partition longer than the lease) drops its future at once, as `LockLayer`
+    // does, before a retry can take the freed key and run it a second time beside it.
+    let called = until_lost(&guard, guard.scope(service.call(request))).await;
+    let response = match called {
+        Some(Ok(response)) => response,
+        Some(Err(error)) => {
             release(guard).await;
             return Err(error);
         }
+        None => return Ok(lease_lost(guard, key).await),
     };
     let (parts, body) = response.into_parts();
     if !storable(parts.status) {
@@ -316,7 +321,11 @@ where
         release(guard).await;
         return Ok(Response::from_parts(parts, ResponseBody::new(body)));
     }
-    let (stored, answer) = match body.collect().await {
+    let Some(collected) = until_lost(&guard, body.collect()).await else {
+        return Ok(lease_lost(guard, key).await);
+    };
+    // The body's error is not kept (it may not be `Send`, and this future may be spawned).
+    let (stored, answer) = match collected.map_err(drop) {
         Ok(collected) => {
             let body = collected.to_bytes();
             let stored = Stored::Response {
@@ -378,6 +387,23 @@ where
 /// limited). Other 4xx answers are the handler's verdict on the request and are replayed.
 fn storable(status: http::StatusCode) -> bool {
     !status.is_server_error() && !matches!(status.as_u16(), 401 | 408 | 429)
+}
+
+/// `work`'s output, or `None` when the lease was lost first (`work` is then dropped).
+async fn until_lost<F: Future>(guard: &LockGuard, work: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = guard.lost() => None,
+        output = work => Some(output),
+    }
+}
+
+/// The answer when the lease was lost while the handler ran: 503, nothing stored (the store
+/// would be refused), the handler's future dropped.
+async fn lease_lost<B>(guard: LockGuard, key: &str) -> Response<ResponseBody<B>> {
+    tracing::warn!(key = %LogKey(key), "lease lost while the handler ran: handler cancelled, answering 503");
+    release(guard).await;
+    reject(&IdempotencyRejection::LeaseLost)
 }
 
 async fn release(guard: LockGuard) {

@@ -7,7 +7,7 @@ use lock_core::{Locker, MemoryBackend};
 use lock_tower::IdempotencyLayer;
 use lock_tower::extract::HeaderKey;
 
-use crate::common::{Call, Handler, send, serve};
+use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve};
 
 #[tokio::test]
 async fn sequential_retries_run_once_and_replay_byte_for_byte() {
@@ -425,6 +425,85 @@ async fn a_store_after_a_lost_lease_is_503_not_success() {
     // Nothing was stored: the retry runs.
     assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
     assert_eq!(handler.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_lost_lease_cancels_the_handler_before_a_retry_runs() {
+    for detach in [false, true] {
+        let backend = MemoryBackend::new();
+        let locker = Locker::builder(backend.clone())
+            .lease(Duration::from_millis(600))
+            .build();
+        a_lost_lease_cancels_the_handler(locker, detach, async |key| {
+            assert!(backend.force_delete(&key), "the request holds the lock");
+        })
+        .await;
+    }
+}
+
+/// A charge handler on `/accounts/{acct}/charges` that counts its calls and names the account.
+fn charges(calls: &Arc<std::sync::atomic::AtomicUsize>) -> axum::routing::MethodRouter {
+    let calls = calls.clone();
+    axum::routing::post(
+        move |axum::extract::Path(acct): axum::extract::Path<String>| async move {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            (http::StatusCode::CREATED, format!("charge #{n} on {acct}"))
+        },
+    )
+}
+
+/// Status, body and whether it was replayed, for a POST of `10 EUR` to `uri` with key `k`.
+async fn charge(app: &axum::Router, uri: &str) -> (u16, String, bool) {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let request = http::Request::post(uri)
+        .header("idempotency-key", "k")
+        .body(axum::body::Body::from("10 EUR"))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let replayed = response.headers().contains_key("idempotent-replayed");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        replayed,
+    )
+}
+
+/// Under `Router::nest("/accounts/{acct}", ..)` the layer sees the path the client sent, not
+/// what the nesting router left of it: bob's charge with the same key and body as alice's runs
+/// for bob. Before, both were `/charges` to the layer, and bob got alice's stored answer.
+#[tokio::test]
+async fn under_a_nest_another_accounts_request_is_not_answered_with_this_ones_record() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let account = axum::Router::new()
+        .route("/charges", charges(&calls))
+        .layer(IdempotencyLayer::new(Locker::memory()));
+    let app = axum::Router::new().nest("/accounts/{acct}", account);
+    let alice = charge(&app, "/accounts/alice/charges").await;
+    assert_eq!(alice, (201, "charge #1 on alice".into(), false));
+    let bob = charge(&app, "/accounts/bob/charges").await;
+    assert_eq!(bob, (201, "charge #2 on bob".into(), false));
+    // Alice's retry is still hers.
+    let retry = charge(&app, "/accounts/alice/charges").await;
+    assert_eq!(retry, (201, "charge #1 on alice".into(), true));
+}
+
+/// A retry whose path is percent-encoded another way (`/accounts/%61lice`: a proxy or a client
+/// library re-encoding it) is the same request: it is replayed. Before, the raw path made it
+/// another record, and the charge ran twice.
+#[tokio::test]
+async fn a_retry_with_the_path_encoded_another_way_is_replayed() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new()
+        .route("/accounts/{acct}/charges", charges(&calls))
+        .layer(IdempotencyLayer::new(Locker::memory()));
+    let first = charge(&app, "/accounts/alice/charges").await;
+    assert_eq!(first, (201, "charge #1 on alice".into(), false));
+    let retry = charge(&app, "/accounts/%61lice/charges").await;
+    assert_eq!(retry, (201, "charge #1 on alice".into(), true));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 /// A LockLayer outside the idempotency layer serializes requests for one resource, whatever

@@ -187,3 +187,85 @@ pub(crate) async fn send(addr: SocketAddr, call: &Call<'_>) -> Answer {
         body,
     }
 }
+
+/// A request whose lease is lost while its handler runs (`lose` takes the lock out of the
+/// backend, as `FLUSHALL`, eviction or an operator's `DEL` would): its handler is cancelled
+/// then, before a retry with the same key can run it again, and it answers 503 lease-lost.
+/// `lose` gets the record's lock key (as `IdempotencyLayer::record_key` names it). With
+/// `detach`, the handler runs in a task of its own (`detach_handler`), which a loss stops too.
+pub(crate) async fn a_lost_lease_cancels_the_handler<F, Fut>(
+    locker: lock_core::Locker,
+    detach: bool,
+    lose: F,
+) where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt as _;
+
+    /// Leaves the count when the handler ends, cancelled or not.
+    struct Running(Arc<AtomicUsize>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let running = Arc::new(AtomicUsize::new(0));
+    let (most, calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (running, most, calls) = (running.clone(), most.clone(), calls.clone());
+        move || async move {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            let _running = Running(running);
+            most.fetch_max(now, Ordering::SeqCst);
+            let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            started.send(()).unwrap();
+            // The first call works long enough to see its lease lost; the retry at once.
+            if call == 1 {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            (http::StatusCode::CREATED, "charged")
+        }
+    };
+    let layer = match detach {
+        true => lock_tower::IdempotencyLayer::new(locker).detach_handler(),
+        false => lock_tower::IdempotencyLayer::new(locker),
+    };
+    let key = layer
+        .record_key(&http::Method::POST, "/pay", b"", b"k")
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/pay", axum::routing::post(handler))
+        .layer(layer);
+    let request = || {
+        http::Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(axum::body::Body::from("10 EUR"))
+            .unwrap()
+    };
+    let first = tokio::spawn(app.clone().oneshot(request()));
+    starts.recv().await.unwrap();
+    lose(key).await;
+    // Its watchdog finds the lock gone within a third of the lease.
+    let first = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the first request answers once its lease is lost")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.status(), 503);
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        0,
+        "the handler was cancelled"
+    );
+    let retry = app.oneshot(request()).await.unwrap();
+    assert_eq!(retry.status(), 201);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "the retry ran beside the first request's handler"
+    );
+}

@@ -6,7 +6,7 @@ use lock_core::{Locker, RedisBackend};
 use lock_testkit::RedisServer;
 use lock_tower::IdempotencyLayer;
 
-use crate::common::{Call, Handler, send, serve};
+use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve};
 
 async fn locker(redis: &RedisServer) -> Locker {
     let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
@@ -79,4 +79,17 @@ async fn redis_ttl_expiry_and_5xx() {
     let again = send(addr, &Call::new("k", "a")).await;
     assert!(!again.replayed());
     assert_eq!(handler.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_lost_lease_cancels_the_handler_before_a_retry_runs() {
+    let redis = RedisServer::start();
+    let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
+    let locker = Locker::builder(backend)
+        .lease(Duration::from_millis(600))
+        .build();
+    a_lost_lease_cancels_the_handler(locker, false, async |key| {
+        assert_eq!(redis.del(&format!("lock:{{{key}}}")).await, 1);
+    })
+    .await;
 }

@@ -175,3 +175,45 @@ async fn fencing_token_extractor() {
         StatusCode::INTERNAL_SERVER_ERROR
     );
 }
+
+/// The lock key a route's handler ran under.
+async fn lock_key(axum::Extension(info): axum::Extension<lock_core::LockInfo>) -> String {
+    info.key().to_owned()
+}
+
+async fn key_of(app: &Router, uri: &str) -> String {
+    let req = Request::post(uri).body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    text(response.into_body()).await
+}
+
+/// `MethodAndPath` keys a path however the client percent-encoded it: `/inventory/%34%32` is
+/// SKU `42` to the handler, and one lock with `/inventory/42`. Before, the raw path was the key,
+/// and two reservations of one SKU ran at once.
+#[tokio::test]
+async fn method_and_path_has_one_key_per_path_however_it_is_encoded() {
+    use lock_tower::extract::MethodAndPath;
+    let app = Router::new()
+        .route("/inventory/{sku}/reserve", post(lock_key))
+        .layer(LockLayer::new(Locker::memory(), MethodAndPath));
+    let plain = key_of(&app, "/inventory/42/reserve").await;
+    assert_eq!(key_of(&app, "/inventory/%34%32/reserve").await, plain);
+    assert_eq!(key_of(&app, "/inventory/4%32/reserve").await, plain);
+    assert_ne!(key_of(&app, "/inventory/43/reserve").await, plain);
+}
+
+/// Under `Router::nest`, `MethodAndPath` keys the whole path the client sent: the nesting
+/// router's prefix (route parameters included) is cut off the URI the layer sees, and two
+/// shops' reservations of one SKU shared a lock before.
+#[tokio::test]
+async fn method_and_path_under_a_nest_keys_the_whole_path() {
+    use lock_tower::extract::MethodAndPath;
+    let shop = Router::new()
+        .route("/inventory/{sku}/reserve", post(lock_key))
+        .layer(LockLayer::new(Locker::memory(), MethodAndPath));
+    let app = Router::new().nest("/shops/{shop}", shop);
+    let a = key_of(&app, "/shops/a/inventory/42/reserve").await;
+    assert_ne!(key_of(&app, "/shops/b/inventory/42/reserve").await, a);
+    assert_eq!(key_of(&app, "/shops/%61/inventory/42/reserve").await, a);
+}
