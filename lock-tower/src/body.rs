@@ -1,5 +1,6 @@
 //! [`ResponseBody`]: the body of every response that went through the layer.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -60,6 +61,12 @@ pin_project! {
         Custom {
             body: UnsyncBoxBody<Bytes, BodyError>,
         },
+        // A body whose head was already read (by the idempotency layer, up to the record's
+        // limit): the head, then the rest as the service streams it.
+        Rest {
+            head: VecDeque<Bytes>,
+            rest: Pin<Box<B>>,
+        },
     }
 }
 
@@ -95,6 +102,13 @@ impl<B> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+        }
+    }
+
+    /// `head`, read from `rest` already, then what `rest` still has.
+    pub(crate) fn rest(head: VecDeque<Bytes>, rest: Pin<Box<B>>) -> Self {
+        ResponseBody {
+            kind: Kind::Rest { head, rest },
         }
     }
 
@@ -156,6 +170,13 @@ where
             }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Custom { body } => Pin::new(body).poll_frame(cx),
+            KindProj::Rest { head, rest } => match head.pop_front() {
+                Some(head) => Poll::Ready(Some(Ok(Frame::data(head)))),
+                None => rest
+                    .as_mut()
+                    .poll_frame(cx)
+                    .map(|f| f.map(|f| f.map_err(Into::into))),
+            },
         }
     }
 
@@ -164,6 +185,7 @@ where
             Kind::Inner { body, failed, .. } => *failed || body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
             Kind::Custom { body } => body.is_end_stream(),
+            Kind::Rest { head, rest } => head.is_empty() && rest.is_end_stream(),
         }
     }
 
@@ -174,11 +196,26 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             Kind::Custom { body } => body.size_hint(),
+            Kind::Rest { head, rest } => {
+                let head = head.iter().map(|c| c.len() as u64).sum();
+                shifted_hint(&rest.size_hint(), head, 0)
+            }
         }
     }
 }
 
 /// The lease was lost while the body streamed: end the body with an error.
+/// `hint` with `plus` bytes more and `minus` fewer, saturating (a hint may say `u64::MAX`).
+pub(crate) fn shifted_hint(hint: &SizeHint, plus: u64, minus: u64) -> SizeHint {
+    let shift = |n: u64| n.saturating_add(plus).saturating_sub(minus);
+    let mut shifted = SizeHint::new();
+    shifted.set_lower(shift(hint.lower()));
+    if let Some(upper) = hint.upper() {
+        shifted.set_upper(shift(upper));
+    }
+    shifted
+}
+
 fn fail(
     hold: &mut Option<Hold>,
     failed: &mut bool,
@@ -198,6 +235,7 @@ impl<B> fmt::Debug for ResponseBody<B> {
             Kind::Inner { .. } => "service",
             Kind::Full { .. } => "rejection",
             Kind::Custom { .. } => "custom rejection",
+            Kind::Rest { .. } => "service, its head read",
         };
         f.debug_struct("ResponseBody")
             .field("kind", &kind)

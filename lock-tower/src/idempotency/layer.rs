@@ -184,7 +184,9 @@ impl IdempotencyLayer {
     /// Runs the handler (with the storing of its response and the release) in a task of its
     /// own, so that a client that goes away, or a timeout layer above that gives up, no longer
     /// stops it: it runs to its end, its response is stored, and the retry replays it instead
-    /// of running the handler again. One thing still stops a detached handler: the loss of the
+    /// of running the handler again. A response body longer than a record (see
+    /// [`lock_core::MAX_RESULT_LEN`]) is read to its end too, by a task of its own, whether
+    /// the client still listens or not. One thing still stops a detached handler: the loss of the
     /// key's lease (the lock deleted on the server, a partition longer than the lease). It is
     /// then cancelled at once, nothing is stored and the request gets 503 `lease-lost`, because
     /// past that point a retry could take the key and run the handler beside it.

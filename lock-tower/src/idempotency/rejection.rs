@@ -38,7 +38,8 @@ use crate::rejection::problem_json;
 pub enum IdempotencyRejection {
     /// No `Idempotency-Key` and the layer [requires one](crate::IdempotencyLayer::require_key). 400.
     MissingKey,
-    /// The [scope](crate::IdempotencyLayer::scope) extractor refused the request. 400.
+    /// The key header is repeated (two keys are not one), or the
+    /// [scope](crate::IdempotencyLayer::scope) extractor refused the request. 400.
     InvalidKey {
         /// Why (from the extractor; shown in the body).
         reason: Cow<'static, str>,
@@ -134,7 +135,7 @@ impl IdempotencyRejection {
     pub fn title(&self) -> &'static str {
         match self {
             Self::MissingKey => "Idempotency key required",
-            Self::InvalidKey { .. } => "Invalid request scope",
+            Self::InvalidKey { .. } => "Invalid idempotency key or scope",
             Self::BodyUnreadable => "Request body unreadable",
             Self::InFlight => "Request with this idempotency key in progress",
             Self::NotStored { .. } => "Response of this idempotency key not available",
@@ -157,7 +158,9 @@ impl IdempotencyRejection {
                 "This request must carry an Idempotency-Key header, and it carries none."
             }
             Self::InvalidKey { reason } => {
-                return Cow::Owned(format!("The request's scope is not acceptable: {reason}."));
+                return Cow::Owned(format!(
+                    "The request's idempotency key or scope is not acceptable: {reason}."
+                ));
             }
             Self::BodyUnreadable => "The request body could not be read.",
             Self::InFlight => {

@@ -1,14 +1,17 @@
 //! [`IdempotencyService`]: the service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
 //! and the steps one idempotent request goes through.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use lock_core::{IdempotencyState, LockError, LockGuard, MAX_RESULT_LEN};
 use sha2::{Digest, Sha256};
@@ -19,7 +22,7 @@ use super::layer::Config;
 use super::record::Stored;
 use super::rejection::IdempotencyRejection;
 use crate::BodyError;
-use crate::body::ResponseBody;
+use crate::body::{ResponseBody, shifted_hint};
 use crate::key::LogKey;
 
 /// The header set on replayed responses.
@@ -105,6 +108,20 @@ where
         let clone = self.inner.clone();
         let mut service = std::mem::replace(&mut self.inner, clone);
         let (mut parts, body) = request.into_parts();
+        // Two keys are not one: taking either would replay or run the wrong request. Two
+        // header lines and one line listing two keys are the same to HTTP (RFC 9110 5.3: a
+        // proxy may join them).
+        let mut values = parts.headers.get_all(&config.header).iter();
+        let several = match (values.next(), values.next()) {
+            (Some(_), Some(_)) => Some("is repeated"),
+            (Some(value), None) if lists_several(value.as_bytes()) => Some("lists several keys"),
+            _ => None,
+        };
+        if let Some(how) = several {
+            return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
+                reason: format!("the {} header {how}; send one key", config.header).into(),
+            });
+        }
         let key = parts
             .headers
             .get(&config.header)
@@ -151,6 +168,22 @@ where
             run(config, service, request, record_key).await
         })
     }
+}
+
+/// Whether a key header's value lists several keys (`a, b`). A comma in a quoted string
+/// (`"a, b"`, the IETF draft's form of the key) is part of one key.
+fn lists_several(value: &[u8]) -> bool {
+    let (mut quoted, mut escaped) = (false, false);
+    for &byte in value {
+        match byte {
+            _ if escaped => escaped = false,
+            b'\\' if quoted => escaped = true,
+            b'"' => quoted = !quoted,
+            b',' if !quoted => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Reads the body (bounded) and rebuilds the request around it, with its fingerprint.
@@ -218,7 +251,7 @@ where
     S::Error: Send + 'static,
     ReqB: Send + 'static,
     ResB: Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BodyError>,
+    ResB::Error: Into<BodyError> + Send,
 {
     let locker = &config.locker;
     // The common retry: one read, no lock.
@@ -298,8 +331,8 @@ async fn complete<S, ReqB, ResB>(
 ) -> Result<Response<ResponseBody<ResB>>, S::Error>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: Body<Data = Bytes>,
-    ResB::Error: Into<BodyError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BodyError> + Send,
 {
     let key = key.as_str();
     request.extensions_mut().insert(guard.info());
@@ -321,21 +354,40 @@ where
         release(guard).await;
         return Ok(Response::from_parts(parts, ResponseBody::new(body)));
     }
-    let Some(collected) = until_lost(&guard, body.collect()).await else {
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let reading = read_response(body, declared, MAX_RESULT_LEN);
+    let Some(read) = until_lost(&guard, reading).await else {
         return Ok(lease_lost(guard, key).await);
     };
-    // The body's error is not kept (it may not be `Send`, and this future may be spawned).
-    let (stored, answer) = match collected.map_err(drop) {
-        Ok(collected) => {
-            let body = collected.to_bytes();
+    let (stored, answer) = match read {
+        Read::Whole(body) => {
             let stored = Stored::Response {
                 status: parts.status,
                 headers: end_to_end(&parts.headers),
                 body: body.clone(),
             };
+            (stored, Ok(ResponseBody::full(body)))
+        }
+        Read::Over { head, rest } => {
+            // Never held in memory whole: the head read so far, then the rest as the handler
+            // streams it. The handler ran: a retry gets 409, never a second run.
+            tracing::warn!(key = %LogKey(key), "response too large to store: later duplicates get 409 not-stored");
+            let stored = Stored::TooLarge {
+                status: parts.status,
+            };
+            let body = match config.detach {
+                // The handler runs to its end whether the client listens or not: so does its
+                // body (a task reads it to its end).
+                true => ResponseBody::custom(UnsyncBoxBody::new(Forwarded::spawn(head, rest))),
+                false => ResponseBody::rest(head, rest),
+            };
             (stored, Ok(body))
         }
-        Err(_) => {
+        Read::Failed => {
             // The handler ran: record that, so a retry does not run it again.
             tracing::warn!(key = %LogKey(key), "the handler's response body failed: later duplicates get 409 not-stored");
             (
@@ -376,9 +428,141 @@ where
     };
     release(guard).await;
     Ok(match (outcome, answer) {
-        (None, Ok(body)) => Response::from_parts(parts, ResponseBody::full(body)),
+        (None, Ok(body)) => Response::from_parts(parts, body),
         (Some(rejection), _) | (None, Err(rejection)) => reject(&rejection),
     })
+}
+
+/// A handler's response body, read for its record.
+enum Read<B> {
+    /// All of it, at most the record's limit.
+    Whole(Bytes),
+    /// Longer than the limit (or declared so): the chunks read of it, and the rest, unread.
+    Over {
+        head: VecDeque<Bytes>,
+        rest: Pin<Box<B>>,
+    },
+    /// It failed while it was read (its error is not kept: it may not be `Send`, and this
+    /// future may be spawned).
+    Failed,
+}
+
+/// Reads `body` up to `limit` bytes of data. A longer body (or one whose `Content-Length`,
+/// `declared`, or size hint says so) is never buffered whole (a large download, an endless
+/// stream behind an idempotency key): its head goes to the client and the rest streams after
+/// it. Trailers are not kept.
+async fn read_response<B: Body<Data = Bytes>>(
+    body: B,
+    declared: Option<u64>,
+    limit: usize,
+) -> Read<B> {
+    let mut body = Box::pin(body);
+    let mut head = VecDeque::new();
+    let longer = |len: u64| len > limit as u64;
+    if declared.is_some_and(longer) || longer(body.size_hint().lower()) {
+        return Read::Over { head, rest: body };
+    }
+    let mut len = 0;
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(_)) => return Read::Failed,
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                len += data.len();
+                head.push_back(data);
+                if len > limit {
+                    return Read::Over { head, rest: body };
+                }
+            }
+        }
+    }
+    Read::Whole(match head.len() {
+        0 | 1 => head.pop_front().unwrap_or_default(),
+        _ => Bytes::from(head.make_contiguous().concat()),
+    })
+}
+
+/// The rest of a detached handler's long body, read to its end by a task of its own: the
+/// client gets its frames (after the head) while it listens, and the rest is read and dropped
+/// if it goes away.
+struct Forwarded {
+    head: VecDeque<Bytes>,
+    frames: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
+    /// The body's size hint when it was split, less what went out since.
+    hint: SizeHint,
+    done: bool,
+}
+
+impl Forwarded {
+    fn spawn<B>(head: VecDeque<Bytes>, rest: Pin<Box<B>>) -> Self
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BodyError> + Send,
+    {
+        let read = head.iter().map(|c| c.len() as u64).sum();
+        let hint = shifted_hint(&rest.size_hint(), read, 0);
+        let (tx, frames) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            let (mut rest, mut client) = (rest, Some(tx));
+            while let Some(frame) = rest.frame().await {
+                let frame = frame.map_err(Into::into);
+                let failed = frame.is_err();
+                if let Some(to) = &client
+                    && to.send(frame).await.is_err()
+                {
+                    client = None; // Gone: read on, drop the frames.
+                }
+                if failed {
+                    break;
+                }
+            }
+        });
+        Forwarded {
+            head,
+            frames,
+            hint,
+            done: false,
+        }
+    }
+}
+
+impl Body for Forwarded {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        let frame = match this.head.pop_front() {
+            Some(chunk) => Some(Ok(Frame::data(chunk))),
+            None if this.done => None,
+            None => match this.frames.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(frame) => frame,
+            },
+        };
+        match &frame {
+            Some(Ok(frame)) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                this.hint = shifted_hint(&this.hint, 0, len);
+            }
+            Some(Err(_)) | None => this.done = true,
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.hint
+    }
 }
 
 /// Whether a response is stored and replayed: not 5xx (a retry runs again), and not the
@@ -521,6 +705,19 @@ impl<S: fmt::Debug> fmt::Debug for IdempotencyService<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comma_outside_quotes_lists_several_keys() {
+        assert!(lists_several(b"a, b"));
+        assert!(lists_several(b"a,b"));
+        assert!(lists_several(br#""a", "b""#));
+        assert!(!lists_several(br#""a, b""#));
+        assert!(
+            !lists_several(br#""a\", b""#),
+            "an escaped quote does not end the string"
+        );
+        assert!(!lists_several(b"8e03978e-40d5-43e8-bc93-6894a57f9324"));
+    }
 
     #[test]
     fn hop_by_hop_headers_are_not_stored() {

@@ -162,6 +162,32 @@ async fn no_key_passes_through_or_is_400_when_required() {
     assert_eq!(strict.calls(), 0);
 }
 
+/// Two `Idempotency-Key` headers are not a key (the header is one structured item): 400
+/// `invalid-key` and the handler does not run. Before, the first was taken silently, so a
+/// retry whose keys came in another order ran as a new request.
+#[tokio::test]
+async fn a_repeated_key_header_is_400_and_runs_nothing() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    for (first, second) in [("a", "b"), ("b", "a"), ("a", "a")] {
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /payments HTTP/1.1\r\nhost: test\r\nidempotency-key: {first}\r\n\
+             idempotency-key: {second}\r\ncontent-length: 6\r\nconnection: close\r\n\r\n10 EUR"
+        );
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+        assert!(answer.contains("urn:lock-tower:invalid-key"), "{answer}");
+        assert!(answer.contains("repeated"), "{answer}");
+    }
+    assert_eq!(handler.calls(), 0);
+    // One key still works.
+    assert_eq!(send(addr, &Call::new("a", "10 EUR")).await.status, 201);
+}
+
 #[tokio::test]
 async fn bodies_over_max_body_are_413() {
     let handler = Handler::default();

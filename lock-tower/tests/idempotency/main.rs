@@ -8,3 +8,4 @@ mod common;
 
 mod behaviour;
 mod redis;
+mod streaming;
