@@ -968,3 +968,78 @@ async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_backgro
     );
     passed.release().await.unwrap();
 }
+
+/// The same release given up while it asks the backend, now with a waiter of another process
+/// queued there: the backend's answer (which comes after the give-up) hands the lock to that
+/// waiter, so the given-up release must not pass it to the local waiter as well. It releases in
+/// the backend only (token-checked: a no-op once the lock went to the other process), and the
+/// local waiter takes its turn through the backend, after the other process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_given_up_while_it_asks_never_passes_a_lock_the_backend_gave_away() {
+    let mut server = RedisServer::start();
+    let key = "given-away";
+    let lease = Duration::from_secs(10);
+    let connect = async || {
+        Locker::builder(RedisBackend::connect(&server.url()).await.unwrap())
+            .lease(lease)
+            .wait(lease * 3)
+            .build()
+    };
+    let (locker, other) = (connect().await, connect().await);
+    let first = locker.lock(key).await.unwrap();
+    let l = locker.clone();
+    let giver = tokio::spawn(async move { l.lock(key).await.unwrap() });
+    eventually("the giver queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    let l = locker.clone();
+    let waiter = tokio::spawn(async move { l.lock(key).await.unwrap() });
+    eventually("the waiter queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    eventually("the giver queued in the backend", SOON, async || {
+        queued_in(&server, key).await >= 1
+    })
+    .await;
+    first.release().await.unwrap();
+    let giver = giver.await.unwrap();
+    // The other process queues in the backend behind the giver's hold.
+    let o = other.clone();
+    let remote = tokio::spawn(async move { o.lock(key).await.unwrap() });
+    eventually(
+        "the other process queued in the backend",
+        SOON,
+        async || queued_in(&server, key).await >= 1,
+    )
+    .await;
+    server.pause();
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), giver.release()).await;
+    assert!(
+        gave_up.is_err(),
+        "the release answered with the server stalled"
+    );
+    // Until the backend answers, the lock is the giver's; then the other process's.
+    assert!(
+        !waiter.is_finished(),
+        "the given-up release passed the lock to the local waiter"
+    );
+    server.resume();
+    let remote = tokio::time::timeout(Duration::from_secs(5), remote)
+        .await
+        .expect("the backend's answer gave the lock to the other process, in the queue first")
+        .unwrap();
+    assert!(remote.is_held());
+    assert!(
+        !waiter.is_finished(),
+        "the local waiter got the lock beside the other process"
+    );
+    remote.release().await.unwrap();
+    let local = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the local waiter's turn came after the other process")
+        .unwrap();
+    assert!(local.is_held());
+    local.release().await.unwrap();
+}
