@@ -100,3 +100,97 @@ async fn a_client_kill_checks_the_held_locks_and_keeps_them() {
     );
     guard.release().await.expect("still ours");
 }
+
+/// A TCP proxy to `upstream` that forwards both ways, except once: the first client chunk that
+/// contains `needle` goes to the server, and the server's answer to it is swallowed and both
+/// connections closed (a reply lost with its connection). Returns the proxy's `redis://` URL
+/// and a flag that turns true once the cut happened.
+async fn cutting_proxy(
+    upstream: String,
+    needle: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let armed = Arc::new(AtomicBool::new(true));
+    let cut = Arc::new(AtomicBool::new(false));
+    let seen = cut.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                return;
+            };
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            let (armed, cut) = (armed.clone(), cut.clone());
+            // Set on this connection when its next answer is to be swallowed.
+            let swallow = Arc::new(AtomicBool::new(false));
+            let swallow_up = swallow.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                    let chunk = &buf[..n];
+                    let hit = chunk.windows(needle.len()).any(|w| w == needle);
+                    if hit && armed.swap(false, Ordering::SeqCst) {
+                        swallow_up.store(true, Ordering::SeqCst);
+                    }
+                    if to_server.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                    if swallow.load(Ordering::SeqCst) {
+                        // The answer is lost with the connection: both ends close here.
+                        cut.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("redis://127.0.0.1:{port}/"), seen)
+}
+
+/// An acquire whose `SET` landed on the server but whose answer was lost with its connection
+/// is sent again on a new connection, and the second answer (the key holds this caller's
+/// token: `SET ... GET` names it) makes it the caller's lock: never `Busy` for a key it holds
+/// itself, which would leave the key held by nobody until its lease ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_answer_was_lost_is_recognised_as_ours_on_the_retry() {
+    let server = RedisServer::start();
+    let upstream = server.url();
+    let upstream = upstream
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let (url, cut) = cutting_proxy(upstream, b"lock:{lost-answer}").await;
+    let backend = RedisBackend::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect");
+    let locker = Locker::builder(backend).lease(LEASE).build();
+    let guard = locker
+        .lock("lost-answer")
+        .no_wait()
+        .await
+        .expect("the retried acquire found its own token in the key");
+    assert!(
+        cut.load(std::sync::atomic::Ordering::SeqCst),
+        "the first answer was lost"
+    );
+    assert!(guard.is_held());
+    assert!(server.exists("lock:{lost-answer}").await);
+    guard.release().await.expect("the lock was ours");
+    assert!(!server.exists("lock:{lost-answer}").await);
+}
