@@ -107,7 +107,8 @@ impl LockRequest {
     /// microseconds, so tokens keep rising when the server loses its data (a restart without
     /// persistence, `FLUSHALL`, a failover), as long as the server's clock does not go backwards
     /// (after a failover: as long as the new primary's clock is not behind the old one's). The
-    /// counter key expires with the lock's lease: a fenced key costs nothing once unused. In
+    /// counter key has no TTL, so while the server keeps its data a token is the last one plus
+    /// one at least, whatever its clock does; it costs one small key per fenced key name. In
     /// memory the tokens count from 1 per key name, for as long as the backend lives.
     ///
     /// ```

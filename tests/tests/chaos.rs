@@ -61,11 +61,12 @@ use tokio::task::JoinHandle;
 const DEFAULT_SEED: u64 = 12;
 
 /// Keys that may live without a TTL on the lock server at the end (a suffix of the key name,
-/// and why). None: every key of a lock expires, the fencing counter included since it carries
-/// the lease it was drawn for (`fence.lua`: tokens are max(last + 1, server time in us), so the
-/// counter needs no life of its own). Before that change, `:fence` counters were the one
-/// documented exception.
-const DOCUMENTED_WITHOUT_TTL: &[(&str, &str)] = &[];
+/// and why): only the fencing counter (DESIGN: its key has no TTL, so tokens never go backwards
+/// while the server keeps its data, whatever its clock does).
+const DOCUMENTED_WITHOUT_TTL: &[(&str, &str)] = &[(
+    ":fence",
+    "the fencing counter: no TTL, so tokens never go backwards (DESIGN)",
+)];
 
 /// After the faults: how long the workers keep locking before `STOP` (the liveness check).
 const QUIET: Duration = Duration::from_secs(3);

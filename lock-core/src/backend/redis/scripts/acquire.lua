@@ -26,7 +26,7 @@ if not ours then
 end
 if ours then
   if ARGV[3] == '1' then
-    return {1, next_fence(KEYS[2], ARGV[2])}
+    return {1, next_fence(KEYS[2])}
   end
   return {1, 0}
 end

@@ -54,7 +54,7 @@ local function taken()
     mark()
   end
   if ARGV[3] == '1' then
-    return {1, next_fence(KEYS[2], ARGV[2])}
+    return {1, next_fence(KEYS[2])}
   end
   return {1, 0}
 end

@@ -40,7 +40,7 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
       if token and redis.call('SET', lock, value, 'NX', 'PX', lease) then
         local fence = 0
         if fenced == '1' then
-          fence = next_fence(fence_key, lease)
+          fence = next_fence(fence_key)
         end
         -- '%d': concatenating the number would write it as '%.14g', losing digits.
         payload = head .. ':' .. generation .. ':' .. string.format('%d', fence)
