@@ -21,7 +21,7 @@ use crate::extract::KeyExtractor;
 /// use lock_tower::IdempotencyLayer;
 ///
 /// let layer = IdempotencyLayer::new(lock_core::Locker::memory())
-///     .header(http::HeaderName::from_static("x-idempotency-key"))
+///     .header("x-idempotency-key")
 ///     .ttl(Duration::from_secs(3600))
 ///     .wait(Duration::from_secs(5))
 ///     .max_body(64 * 1024)
@@ -37,7 +37,8 @@ pub struct IdempotencyLayer {
 /// The options every service of a layer shares.
 pub(crate) struct Config {
     pub(crate) locker: Locker,
-    pub(crate) header: HeaderName,
+    /// `Err(name)` when `header(name)` was not a valid header name.
+    pub(crate) header: Result<HeaderName, String>,
     pub(crate) ttl: Duration,
     pub(crate) require_key: bool,
     pub(crate) wait: Option<Duration>,
@@ -83,7 +84,7 @@ impl IdempotencyLayer {
         IdempotencyLayer {
             shared: Arc::new(Config {
                 locker,
-                header: HeaderName::from_static("idempotency-key"),
+                header: Ok(HeaderName::from_static("idempotency-key")),
                 ttl: DEFAULT_RESULT_TTL,
                 require_key: false,
                 wait: None,
@@ -100,15 +101,25 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Takes the key from header `name` instead of `Idempotency-Key`.
+    /// Takes the key from header `name` (any case; a `&str`, a `String` or an
+    /// [`http::HeaderName`]) instead of `Idempotency-Key`.
+    ///
+    /// An invalid header name does not panic: every request is then answered with 500
+    /// `misconfigured` before its handler runs, and the problem is logged (as
+    /// [`HeaderKey::new`](crate::extract::HeaderKey::new) does).
     ///
     /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory())
+    ///     .header("x-request-id");
+    /// # drop(layer);
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory())
     ///     .header(http::HeaderName::from_static("x-request-id"));
     /// # drop(layer);
     /// ```
-    pub fn header(self, name: HeaderName) -> Self {
-        self.with(|c| c.header = name)
+    pub fn header(self, name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| name.to_owned());
+        self.with(|c| c.header = header)
     }
 
     /// Keeps records for `ttl` instead of 24 h: more than zero, at most

@@ -111,7 +111,18 @@ where
         // Two keys are not one: taking either would replay or run the wrong request. Two
         // header lines and one line listing two keys are the same to HTTP (RFC 9110 5.3: a
         // proxy may join them).
-        let mut values = parts.headers.get_all(&config.header).iter();
+        let header = match &config.header {
+            Ok(header) => header,
+            Err(name) => {
+                // Before the handler: no request can be told apart from one with a key.
+                return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {
+                    reason: format!(
+                        "IdempotencyLayer::header({name:?}) is not a valid header name"
+                    ),
+                });
+            }
+        };
+        let mut values = parts.headers.get_all(header).iter();
         let several = match (values.next(), values.next()) {
             (Some(_), Some(_)) => Some("is repeated"),
             (Some(value), None) if lists_several(value.as_bytes()) => Some("lists several keys"),
@@ -119,12 +130,12 @@ where
         };
         if let Some(how) = several {
             return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
-                reason: format!("the {} header {how}; send one key", config.header).into(),
+                reason: format!("the {header} header {how}; send one key").into(),
             });
         }
         let key = parts
             .headers
-            .get(&config.header)
+            .get(header)
             .map(|v| v.as_bytes().to_vec())
             .filter(|v| !v.is_empty());
         let Some(key) = key else {

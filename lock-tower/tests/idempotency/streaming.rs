@@ -1,4 +1,5 @@
-//! Response bodies longer than a record holds, and key headers that carry several keys.
+//! Response bodies longer than a record holds, and the key header: several keys in it, another
+//! name for it.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -405,4 +406,40 @@ async fn a_response_longer_than_a_record_streams_on_and_is_never_buffered_whole(
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let after = app.oneshot(request()).await.unwrap();
     assert_eq!(after.status(), 409, "a retry after the stream ended");
+}
+
+/// `.header(name)` takes the key from another header, named by a `&str` (or a `HeaderName`):
+/// its retries are replayed, and the default header is no longer read. A name that is not a
+/// header name answers 500 `misconfigured` without running the handler, never a panic.
+#[tokio::test]
+async fn the_key_header_can_be_renamed_and_a_bad_name_is_500() {
+    let renamed = IdempotencyLayer::new(Locker::memory()).header("X-Request-Id");
+    let (router, calls) = app(renamed, ok_text);
+    let keyed = || {
+        Request::post("/x")
+            .header("x-request-id", "r1")
+            .body(axum::body::Body::empty())
+            .unwrap()
+    };
+    assert_eq!(router.clone().oneshot(keyed()).await.unwrap().status(), 200);
+    let retry = router.clone().oneshot(keyed()).await.unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    // The default header is just another header now: both requests run.
+    assert_eq!(
+        router.clone().oneshot(post(&["k"])).await.unwrap().status(),
+        200
+    );
+    assert_eq!(router.oneshot(post(&["k"])).await.unwrap().status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    let bad = IdempotencyLayer::new(Locker::memory()).header("bad name");
+    let (router, calls) = app(bad, ok_text);
+    let answer = router.oneshot(post(&["k"])).await.unwrap();
+    assert_eq!(answer.status(), 500);
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        String::from_utf8_lossy(&body).contains("urn:lock-tower:misconfigured"),
+        "{body:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
