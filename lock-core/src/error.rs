@@ -131,8 +131,9 @@ pub enum LockError {
     ///
     /// Call `lock_core::set_global(locker)` at start-up, or pass `locker = ...` to
     /// `#[distributed_lock]`.
+    ///
+    /// A plain unit variant: match it as `LockError::NoGlobalLocker` (or with `{ .. }`).
     #[error("no global locker is set")]
-    #[non_exhaustive]
     NoGlobalLocker,
 
     /// The backend failed: Redis unreachable, timed out, or answered something unexpected.

@@ -150,7 +150,7 @@ mod snapshots;
 /// assert_eq!(build_report(&Locker::memory(), 1).await?, 1);
 /// lock_core::clear_global();
 /// let err = build_report_globally(2).await.unwrap_err();
-/// assert!(matches!(err, AppError(LockError::NoGlobalLocker { .. })));
+/// assert!(matches!(err, AppError(LockError::NoGlobalLocker)));
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```

@@ -29,7 +29,8 @@ async fn missing_global_locker_is_the_users_error_then_the_global_is_used() {
     let ran = AtomicBool::new(false);
     lock_core::clear_global();
     match on_global(1, &ran).await {
-        Err(AppError(LockError::NoGlobalLocker { .. })) => {}
+        // A unit variant: matched as it is spelled, without `{ .. }`.
+        Err(AppError(LockError::NoGlobalLocker)) => {}
         other => panic!("expected NoGlobalLocker, got {other:?}"),
     }
     assert!(!ran.load(SeqCst), "the body ran without a lock");
@@ -55,6 +56,6 @@ async fn missing_global_locker_is_the_users_error_then_the_global_is_used() {
     lock_core::clear_global();
     assert!(matches!(
         on_global(2, &ran).await,
-        Err(AppError(LockError::NoGlobalLocker { .. }))
+        Err(AppError(LockError::NoGlobalLocker))
     ));
 }

@@ -394,7 +394,7 @@ mod tests {
         assert_eq!(status(bad_config), StatusCode::INTERNAL_SERVER_ERROR);
         // No test of this crate sets the process-wide locker.
         let no_global = lock_core::global().unwrap_err();
-        assert!(matches!(no_global, LockError::NoGlobalLocker { .. }));
+        assert!(matches!(no_global, LockError::NoGlobalLocker));
         assert_eq!(status(no_global), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(backend.force_delete("k"));
         let lost = held.release().await.unwrap_err();

@@ -67,7 +67,7 @@ pub fn error_kind(e: &LockError) -> &'static str {
         LockError::MaxHoldExceeded { .. } => "MaxHoldExceeded",
         LockError::InvalidKey { .. } => "InvalidKey",
         LockError::InvalidConfig { .. } => "InvalidConfig",
-        LockError::NoGlobalLocker { .. } => "NoGlobalLocker",
+        LockError::NoGlobalLocker => "NoGlobalLocker",
         LockError::Backend { .. } => "Backend",
         _ => "Other",
     }
