@@ -566,3 +566,21 @@ fn a_queue_used_on_a_running_runtime_drops_its_subscription_though_another_runti
     drop(idle);
     assert_eq!(backend.listener_count(), 0);
 }
+
+/// The memory backend's `Debug` shows counts, never what its table holds (lock keys, tokens,
+/// idempotency keys and stored results have no place in logs).
+#[tokio::test(start_paused = true)]
+async fn the_memory_backends_debug_shows_counts_not_contents() {
+    let (backend, a, _) = pair();
+    let guard = a.lock("secret-order-42").fenced().await.unwrap();
+    guard
+        .store_result("fingerprint-7", b"card 4242", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let shown = format!("{backend:?} {a:?}");
+    for hidden in ["secret-order-42", "fingerprint-7", "card 4242", "4242"] {
+        assert!(!shown.contains(hidden), "{hidden:?} in {shown}");
+    }
+    assert!(shown.contains("locks: 1"), "{shown}");
+    guard.release().await.unwrap();
+}

@@ -41,9 +41,22 @@ const MIN_SWEEP: usize = 1024;
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct MemoryBackend {
     inner: Arc<Mutex<Table>>,
+}
+
+/// Counts only: the table holds lock keys, idempotency keys and stored responses, which have
+/// no place in logs.
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let table = self.table();
+        f.debug_struct("MemoryBackend")
+            .field("locks", &table.locks.len())
+            .field("records", &table.records.len())
+            .field("fence_counters", &table.fences.len())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
