@@ -54,7 +54,10 @@ impl<B: Send + 'static, E: Send + 'static> IdempotencyFuture<B, E> {
     }
 
     pub(crate) fn rejected(rejection: IdempotencyRejection) -> Self {
-        let response = reject(&rejection);
+        Self::answered(reject(&rejection))
+    }
+
+    pub(crate) fn answered(response: Response<ResponseBody<B>>) -> Self {
         Self::new(std::future::ready(Ok(response)))
     }
 }

@@ -310,7 +310,13 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("locker", &self.locker)
-            .field("header", &self.header)
+            .field(
+                "header",
+                &match &self.header {
+                    Ok(name) => name.as_str(),
+                    Err(invalid) => invalid.as_str(),
+                },
+            )
             .field("ttl", &self.ttl)
             .field("require_key", &self.require_key)
             .field("wait", &self.wait)

@@ -210,7 +210,18 @@ impl IdempotencyRejection {
     /// assert_eq!(response.headers()["retry-after"], "1");
     /// ```
     pub fn to_response(&self) -> Response<String> {
-        let mut response = Response::new(self.problem_json());
+        self.respond(self.problem_json())
+    }
+
+    /// [`to_response`](Self::to_response) with another `detail` (the layer's own words for
+    /// its configuration, such as the name of its key header).
+    pub(crate) fn to_response_saying(&self, detail: &str) -> Response<String> {
+        let body = problem_json(self.problem_type(), self.title(), self.status(), detail);
+        self.respond(body)
+    }
+
+    fn respond(&self, body: String) -> Response<String> {
+        let mut response = Response::new(body);
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(

@@ -140,7 +140,7 @@ where
             .filter(|v| !v.is_empty());
         let Some(key) = key else {
             if config.require_key {
-                return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
+                return IdempotencyFuture::answered(missing_key(header));
             }
             let future = service.call(Request::from_parts(parts, body));
             return IdempotencyFuture::new(async move {
@@ -179,6 +179,21 @@ where
             run(config, service, request, record_key).await
         })
     }
+}
+
+/// 400 for a request without its key, the detail naming the layer's key header (a client told
+/// to send `Idempotency-Key` to a layer that reads another header would be turned away again).
+fn missing_key<B>(header: &HeaderName) -> Response<ResponseBody<B>> {
+    let rejection = IdempotencyRejection::MissingKey;
+    if header.as_str() == "idempotency-key" {
+        return reject(&rejection);
+    }
+    let detail = format!(
+        "This request must carry a {header} header (its idempotency key), and it carries none."
+    );
+    rejection
+        .to_response_saying(&detail)
+        .map(|json| ResponseBody::full(Bytes::from(json)))
 }
 
 /// Whether a key header's value lists several keys (`a, b`). A comma in a quoted string
@@ -461,7 +476,8 @@ enum Read<B> {
 /// Reads `body` up to `limit` bytes of data. A longer body (or one whose `Content-Length`,
 /// `declared`, or size hint says so) is never buffered whole (a large download, an endless
 /// stream behind an idempotency key): its head goes to the client and the rest streams after
-/// it. Trailers are not kept.
+/// it. The trailers of a body that fits are dropped (a record has no place for them); a longer
+/// body's trailers stream on with it.
 async fn read_response<B: Body<Data = Bytes>>(
     body: B,
     declared: Option<u64>,

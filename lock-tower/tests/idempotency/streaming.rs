@@ -443,3 +443,34 @@ async fn the_key_header_can_be_renamed_and_a_bad_name_is_500() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
+
+/// With a renamed key header, `require_key`'s 400 names that header (a client told to send
+/// `Idempotency-Key` would be turned away again), and the layer's `Debug` shows the name and
+/// settings, never the records its locker stores.
+#[tokio::test]
+async fn a_renamed_key_header_is_named_in_the_400_and_debug_shows_no_records() {
+    let layer = IdempotencyLayer::new(Locker::memory())
+        .header("X-Request-Id")
+        .require_key();
+    let (router, calls) = app(layer.clone(), ok_text);
+    let answer = router.clone().oneshot(post(&["k1"])).await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("urn:lock-tower:idempotency-key-missing"),
+        "{body}"
+    );
+    assert!(body.contains("x-request-id"), "{body}");
+    assert!(!body.contains("Idempotency-Key"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let keyed = Request::post("/x")
+        .header("x-request-id", "secret-key-7")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(router.oneshot(keyed).await.unwrap().status(), 200);
+    let shown = format!("{layer:?}");
+    assert!(shown.contains("header: \"x-request-id\""), "{shown}");
+    assert!(!shown.contains("secret-key-7"), "{shown}");
+    assert!(!shown.contains("fingerprint"), "{shown}");
+}
