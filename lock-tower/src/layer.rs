@@ -150,6 +150,11 @@ impl<K> LockLayer<K> {
     /// Draws a fencing token with each lock and inserts it into the request as a
     /// [`FencingToken`](crate::FencingToken) extension.
     ///
+    /// Each fenced key name keeps one small counter in the backend for good (in Redis, a key
+    /// without a TTL: tokens must never go backwards). With keys taken from requests, a client
+    /// that makes up key names makes up counters: fence only keys from a bounded set (check
+    /// the SKU, the account, ... before this layer, or key by something your service issued).
+    ///
     /// ```
     /// use lock_tower::{LockLayer, extract::MethodAndPath};
     /// let layer = LockLayer::new(lock_core::Locker::memory(), MethodAndPath).fenced();
