@@ -180,6 +180,7 @@ async fn an_acquire_whose_answer_was_lost_is_recognised_as_ours_on_the_retry() {
         .await
         .expect("connect");
     let locker = Locker::builder(backend).lease(LEASE).build();
+    server.reset_stats().await;
     let guard = locker
         .lock("lost-answer")
         .no_wait()
@@ -189,6 +190,8 @@ async fn an_acquire_whose_answer_was_lost_is_recognised_as_ours_on_the_retry() {
         cut.load(std::sync::atomic::Ordering::SeqCst),
         "the first answer was lost"
     );
+    // Both SETs ran on the server: the first one landed, then its retry found it.
+    assert_eq!(server.commandstats().await.get("set"), Some(&2));
     assert!(guard.is_held());
     assert!(server.exists("lock:{lost-answer}").await);
     guard.release().await.expect("the lock was ours");
