@@ -204,7 +204,6 @@ where
     }
 }
 
-/// The lease was lost while the body streamed: end the body with an error.
 /// `hint` with `plus` bytes more and `minus` fewer, saturating (a hint may say `u64::MAX`).
 pub(crate) fn shifted_hint(hint: &SizeHint, plus: u64, minus: u64) -> SizeHint {
     let shift = |n: u64| n.saturating_add(plus).saturating_sub(minus);
@@ -216,6 +215,7 @@ pub(crate) fn shifted_hint(hint: &SizeHint, plus: u64, minus: u64) -> SizeHint {
     shifted
 }
 
+/// The lease was lost while the body streamed: end the body with an error.
 fn fail(
     hold: &mut Option<Hold>,
     failed: &mut bool,

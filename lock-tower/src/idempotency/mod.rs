@@ -37,10 +37,10 @@
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
 //!   `idempotency-response-not-stored`, never a second run. The body is read before the
 //!   response goes out, but never more than that limit of it: a longer one (or one whose
-//!   `Content-Length` or size hint says so) is recorded "not stored" at once and streams to the client,
-//!   the part already read first, so a large download or an endless stream behind a key costs
-//!   at most 1 MiB of memory (with `detach_handler`, a task reads it to its end even if the
-//!   client goes away).
+//!   `Content-Length` or size hint says so) is recorded "not stored" at once and streams to
+//!   the client, the part already read first, so a large download or an endless stream behind
+//!   a key costs at most 1 MiB of memory (with `detach_handler`, a task reads it to its end
+//!   even if the client goes away).
 //! - a request dropped mid-handler (the client went away, a timeout layer above gave up)
 //!   cancels the handler, stores nothing and releases the key's lock, so layers above keep
 //!   their meaning (a `LockLayer` outside never sees its handler outlive its lock); the retry
@@ -58,7 +58,8 @@
 //!
 //! Requests without the header pass through ([`require_key`](IdempotencyLayer::require_key):
 //! 400); a request with several keys (the header twice, or one value listing two, `a, b`)
-//! gets 400 `invalid-key`: two keys are not one. Every rejection is an [`IdempotencyRejection`] answered as `application/problem+json`.
+//! gets 400 `invalid-key`: two keys are not one. Every rejection is an
+//! [`IdempotencyRejection`] answered as `application/problem+json`.
 //!
 //! The request body type must be buildable from `Bytes` (axum's `Body`, `Full<Bytes>`,
 //! not `String`): the layer reads it and hands the handler the same bytes. Response bodies are
