@@ -915,19 +915,27 @@ async fn heads_do_not_wait_for_a_subscriber_that_cannot_connect() {
     assert!(rejected <= 8, "{rejected} connections refused");
 }
 
-/// A release given up while it asks the backend whether another process waits (the first
-/// local turn of a run; the server is stalled) is finished in the background: the lock goes to
-/// the local waiter once the server answers. Before, nothing finished it, and the holder (kept
-/// alive by its waiter's wait) was renewed on: the waiter got the lock a lease and a half later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_background() {
-    let mut server = RedisServer::start();
-    let key = "given-up";
+/// A locker on `server` with a 10 s lease that waits up to three leases.
+async fn patient_locker(server: &RedisServer) -> Locker {
     let lease = Duration::from_secs(10);
-    let locker = Locker::builder(RedisBackend::connect(&server.url()).await.unwrap())
+    Locker::builder(RedisBackend::connect(&server.url()).await.unwrap())
         .lease(lease)
         .wait(lease * 3)
-        .build();
+        .build()
+}
+
+/// A holder whose release will ask the backend, and the local waiter behind it: `key` is
+/// handed over in the backend to a queued task of `locker` (the returned guard) while another
+/// task of `locker` waits behind it (the returned task), so that guard's release is the first
+/// local turn of a run, which asks the backend whether another process waits.
+async fn giver_with_a_local_waiter(
+    server: &RedisServer,
+    locker: &Locker,
+    key: &'static str,
+) -> (
+    lock_core::LockGuard,
+    tokio::task::JoinHandle<lock_core::LockGuard>,
+) {
     let first = locker.lock(key).await.unwrap();
     let l = locker.clone();
     let giver = tokio::spawn(async move { l.lock(key).await.unwrap() });
@@ -942,13 +950,22 @@ async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_backgro
     })
     .await;
     eventually("the giver queued in the backend", SOON, async || {
-        queued_in(&server, key).await >= 1
+        queued_in(server, key).await >= 1
     })
     .await;
     first.release().await.unwrap();
-    // Handed over in the backend, with a local waiter behind it: its release is the first
-    // local turn of a run, which asks the backend.
-    let giver = giver.await.unwrap();
+    (giver.await.unwrap(), waiter)
+}
+
+/// A release given up while it asks the backend whether another process waits (the first
+/// local turn of a run; the server is stalled) is finished in the background: the lock goes to
+/// the local waiter once the server answers. Before, nothing finished it, and the holder (kept
+/// alive by its waiter's wait) was renewed on: the waiter got the lock a lease and a half later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_background() {
+    let mut server = RedisServer::start();
+    let locker = patient_locker(&server).await;
+    let (giver, waiter) = giver_with_a_local_waiter(&server, &locker, "given-up").await;
     server.pause();
     let gave_up = tokio::time::timeout(Duration::from_millis(100), giver.release()).await;
     assert!(
@@ -978,33 +995,8 @@ async fn a_release_given_up_while_it_asks_the_backend_is_finished_in_the_backgro
 async fn a_release_given_up_while_it_asks_never_passes_a_lock_the_backend_gave_away() {
     let mut server = RedisServer::start();
     let key = "given-away";
-    let lease = Duration::from_secs(10);
-    let connect = async || {
-        Locker::builder(RedisBackend::connect(&server.url()).await.unwrap())
-            .lease(lease)
-            .wait(lease * 3)
-            .build()
-    };
-    let (locker, other) = (connect().await, connect().await);
-    let first = locker.lock(key).await.unwrap();
-    let l = locker.clone();
-    let giver = tokio::spawn(async move { l.lock(key).await.unwrap() });
-    eventually("the giver queued", SOON, async || {
-        locker.stats().waiters == 1
-    })
-    .await;
-    let l = locker.clone();
-    let waiter = tokio::spawn(async move { l.lock(key).await.unwrap() });
-    eventually("the waiter queued", SOON, async || {
-        locker.stats().waiters == 2
-    })
-    .await;
-    eventually("the giver queued in the backend", SOON, async || {
-        queued_in(&server, key).await >= 1
-    })
-    .await;
-    first.release().await.unwrap();
-    let giver = giver.await.unwrap();
+    let (locker, other) = (patient_locker(&server).await, patient_locker(&server).await);
+    let (giver, waiter) = giver_with_a_local_waiter(&server, &locker, key).await;
     // The other process queues in the backend behind the giver's hold.
     let o = other.clone();
     let remote = tokio::spawn(async move { o.lock(key).await.unwrap() });

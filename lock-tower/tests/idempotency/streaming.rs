@@ -157,11 +157,9 @@ async fn a_key_line_listing_two_keys_is_400_like_two_lines() {
 /// once: nothing of it is read for a record it cannot fit in.
 #[tokio::test]
 async fn a_content_length_over_the_limit_streams_at_once() {
-    let (feed, fed) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let fed = Arc::new(std::sync::Mutex::new(Some(fed)));
+    let (feed, body) = fed_body(1);
     let make = move || {
-        let rx = fed.lock().unwrap().take().unwrap();
-        let mut r = axum::response::Response::new(axum::body::Body::new(Feed(rx)));
+        let mut r = axum::response::Response::new(body());
         r.headers_mut().insert(
             http::header::CONTENT_LENGTH,
             HeaderValue::from(2 * LIMIT as u64),
@@ -326,21 +324,37 @@ async fn trailers_after_an_over_limit_body_pass_through() {
     assert_eq!(collected.to_bytes().len(), LIMIT + 5);
 }
 
-/// A response body the test feeds chunk by chunk; it ends when its sender is dropped.
-struct Feed(tokio::sync::mpsc::Receiver<bytes::Bytes>);
+/// A response body the test feeds chunk by chunk (no size hint); it ends when its sender is
+/// dropped.
+struct Feed(tokio::sync::mpsc::Receiver<Bytes>);
 
-impl http_body::Body for Feed {
-    type Data = bytes::Bytes;
+impl Body for Feed {
+    type Data = Bytes;
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(c))))
     }
+}
+
+/// The sender of a [`Feed`], and a maker of the one response body it feeds (for a handler
+/// that runs once).
+fn fed_body(
+    capacity: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Bytes>,
+    impl Fn() -> axum::body::Body + Clone + Send + Sync + 'static,
+) {
+    let (feed, fed) = tokio::sync::mpsc::channel(capacity);
+    let fed = Arc::new(std::sync::Mutex::new(Some(fed)));
+    let body = move || {
+        let fed = fed.lock().unwrap().take().expect("the handler runs once");
+        axum::body::Body::new(Feed(fed))
+    };
+    (feed, body)
 }
 
 /// A response body longer than a record holds (a large download, an endless stream) is read
@@ -350,34 +364,14 @@ impl http_body::Body for Feed {
 /// and memory grew with the stream.
 #[tokio::test]
 async fn a_response_longer_than_a_record_streams_on_and_is_never_buffered_whole() {
-    use http_body_util::BodyExt as _;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tower::ServiceExt as _;
-
-    let (feed, fed) = tokio::sync::mpsc::channel(4);
-    let fed = Arc::new(std::sync::Mutex::new(Some(fed)));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let calls = calls.clone();
-        move || async move {
-            calls.fetch_add(1, Ordering::SeqCst);
-            let fed = fed.lock().unwrap().take().expect("the handler runs once");
-            axum::body::Body::new(Feed(fed))
-        }
-    };
-    let app = axum::Router::new()
-        .route("/export", axum::routing::post(handler))
-        .layer(IdempotencyLayer::new(Locker::memory()));
-    let request = || {
-        http::Request::post("/export")
-            .header("idempotency-key", "k")
-            .body(axum::body::Body::empty())
-            .unwrap()
-    };
+    let (feed, body) = fed_body(4);
+    let make = move || axum::response::Response::new(body());
+    let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), make);
+    let request = || post(&["k"]);
     const CHUNK: usize = 64 * 1024;
-    let chunk = |i: usize| bytes::Bytes::from(vec![(i % 251) as u8; CHUNK]);
+    let chunk = |i: usize| Bytes::from(vec![(i % 251) as u8; CHUNK]);
     // One chunk more than a record holds, and the stream stays open.
-    let over = lock_core::MAX_RESULT_LEN / CHUNK + 1;
+    let over = LIMIT / CHUNK + 1;
     let first = tokio::spawn(app.clone().oneshot(request()));
     for i in 0..over {
         feed.send(chunk(i)).await.unwrap();
