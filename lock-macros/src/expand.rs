@@ -175,10 +175,13 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
         quote_spanned!(site=> .map(|__lock_request| __lock_request #settings))
     };
 
+    // The body's statements, not its block: `async move { {..} }` around a one-line body is
+    // reported by `unused_braces`, at the user's code.
+    let stmts = &block.stmts;
     let locked = quote_spanned! {site=>
         async move {
             #fake_return_edge
-            #block
+            #(#stmts)*
         }
     };
     let run = match options.idempotent {

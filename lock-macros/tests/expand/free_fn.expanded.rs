@@ -27,13 +27,11 @@ pub async fn reserve(
                     let __lock_fake_return: Result<u32, ShopError> = loop {};
                     return __lock_fake_return;
                 }
-                {
-                    let left = stock(sku)
-                        .await?
-                        .checked_sub(qty)
-                        .ok_or(ShopError::OutOfStock)?;
-                    Ok(left)
-                }
+                let left = stock(sku)
+                    .await?
+                    .checked_sub(qty)
+                    .ok_or(ShopError::OutOfStock)?;
+                Ok(left)
             },
             ::core::convert::From::from,
         )

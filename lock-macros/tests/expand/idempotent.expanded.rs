@@ -21,7 +21,7 @@ pub async fn charge(order: &Order) -> Result<Receipt, PayError> {
                     let __lock_fake_return: Result<Receipt, PayError> = loop {};
                     return __lock_fake_return;
                 }
-                { Ok(pay(order).await?) }
+                Ok(pay(order).await?)
             },
             ::core::convert::From::from,
         )
@@ -56,7 +56,7 @@ pub async fn payout(&self, id: u64) -> Result<u64, PayError> {
                     let __lock_fake_return: Result<u64, PayError> = loop {};
                     return __lock_fake_return;
                 }
-                { Ok(id) }
+                Ok(id)
             },
             ::core::convert::From::from,
         )

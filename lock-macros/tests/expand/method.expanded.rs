@@ -30,10 +30,8 @@ impl Lottery {
                         let __lock_fake_return: Result<Prize, LotteryError> = loop {};
                         return __lock_fake_return;
                     }
-                    {
-                        let fence = lock_core::current_fence();
-                        self.store.record(req, fence).await
-                    }
+                    let fence = lock_core::current_fence();
+                    self.store.record(req, fence).await
                 },
                 ::core::convert::From::from,
             )
@@ -64,10 +62,8 @@ impl Lottery {
                         let __lock_fake_return: std::io::Result<_> = loop {};
                         return __lock_fake_return;
                     }
-                    {
-                        self.draws.clear();
-                        Ok("reset")
-                    }
+                    self.draws.clear();
+                    Ok("reset")
                 },
                 ::core::convert::From::from,
             )
