@@ -478,11 +478,23 @@ impl Held {
         // turns, to a task that renews it from the moment it has it).
         self.locker.watchdog.remove(self.id);
         let held = self.clone();
-        let releasing = background::spawn(async move {
+        let mut release = Box::pin(async move {
             if let Err(e) = held.release().await {
                 tracing::debug!(key = %held.key.display(), error = %e, "background release of a dropped lock guard failed; the lease will expire");
             }
         });
+        // Without I/O (memory) the release is done here, at once: the key is free when the drop
+        // returns, for a lock taken right after it by this task or any other, with or without a
+        // runtime. It goes on in the background only if it has to wait (a renewal in progress).
+        if self.locker.backend.answers_at_once()
+            && release
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                .is_ready()
+        {
+            return;
+        }
+        let releasing = background::spawn(release);
         if releasing.is_none() {
             self.locker.queues.holder_left(self);
             self.mark_released();

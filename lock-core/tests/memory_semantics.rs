@@ -584,3 +584,44 @@ async fn the_memory_backends_debug_shows_counts_not_contents() {
     assert!(shown.contains("locks: 1"), "{shown}");
     guard.release().await.unwrap();
 }
+
+/// A dropped guard frees its key before the drop returns (no I/O to wait for): the same task's
+/// next `try_lock`, another locker's, and one after a drop outside any runtime all find it free
+/// (found by an outside audit: `drop(guard); try_lock` was `Busy` on a current-thread runtime,
+/// and a guard dropped outside a runtime kept its key for the whole lease).
+#[test]
+fn a_dropped_guard_frees_its_key_at_once() {
+    let (_backend, a, b) = pair();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for next in [&a, &b] {
+            let guard = a.lock("dropped").await.unwrap();
+            drop(guard);
+            let again = next.try_lock("dropped").await.expect("free once dropped");
+            again.release().await.unwrap();
+        }
+        // Reentrant: the inner guard's drop leaves the outer one's lock alone.
+        a.lock("dropped")
+            .run(async {
+                drop(a.lock("dropped").await.unwrap());
+                assert!(matches!(
+                    b.try_lock("dropped").await,
+                    Err(LockError::Busy { .. })
+                ));
+            })
+            .await
+            .unwrap();
+    });
+    let outside = runtime.block_on(async { a.lock("outside").await.unwrap() });
+    drop(outside);
+    runtime.block_on(async {
+        let again = b
+            .try_lock("outside")
+            .await
+            .expect("free though dropped outside a runtime");
+        again.release().await.unwrap();
+    });
+}

@@ -229,6 +229,12 @@ impl BackendKind {
         }
     }
 
+    /// Whether every call completes without I/O (memory): its futures finish in their first
+    /// poll unless they wait for another task of this process.
+    pub(crate) fn answers_at_once(&self) -> bool {
+        matches!(self, BackendKind::Memory(_))
+    }
+
     /// Leaves the queue at once when that needs no I/O (memory); `false` when it must go
     /// through [`leave_queue`](Self::leave_queue).
     pub(crate) fn leave_queue_at_once(&self, key: &LockKey, ticket: &str, token: &Token) -> bool {
