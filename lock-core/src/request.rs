@@ -1,9 +1,10 @@
 //! [`LockRequest`]: one request for a lock and its options, the builder the caller sees; the
 //! acquisition itself is [`crate::acquire`]'s.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::acquire::{Options, acquire_owned};
@@ -31,12 +32,37 @@ use crate::{LockError, scope};
 /// # Ok(()) }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
-#[derive(Debug)]
+///
+/// It is itself a [`Future`]: besides `.await`, `tokio::spawn(locker.lock(k))`,
+/// `block_on(locker.lock(k))` and `tokio::time::timeout(d, locker.lock(k))` take it as it is.
+/// The acquisition starts at its first poll, with the options set by then.
+///
+/// ```
+/// let locker = lock_core::Locker::memory();
+/// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// let guard = runtime.block_on(locker.lock("order:7")).unwrap();
+/// assert_eq!(guard.key(), "order:7");
+/// ```
 #[must_use = "a lock request does nothing until awaited or run"]
 pub struct LockRequest {
     locker: Locker,
     key: String,
     options: Options,
+    /// The acquisition, from the first poll on.
+    started: Option<Acquiring>,
+}
+
+type Acquiring = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send + 'static>>;
+
+impl std::fmt::Debug for LockRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("locker", &self.locker)
+            .field("key", &self.key)
+            .field("options", &self.options)
+            .field("started", &self.started.is_some())
+            .finish()
+    }
 }
 
 impl LockRequest {
@@ -45,6 +71,7 @@ impl LockRequest {
             locker,
             key,
             options: Options::default(),
+            started: None,
         }
     }
 
@@ -335,11 +362,20 @@ impl LockRequest {
     }
 }
 
-impl IntoFuture for LockRequest {
+impl Future for LockRequest {
     type Output = Result<LockGuard, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'static>>;
 
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.acquire())
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let acquiring = this.started.get_or_insert_with(|| {
+            let request = LockRequest {
+                locker: this.locker.clone(),
+                key: std::mem::take(&mut this.key),
+                options: this.options,
+                started: None,
+            };
+            Box::pin(request.acquire())
+        });
+        acquiring.as_mut().poll(cx)
     }
 }

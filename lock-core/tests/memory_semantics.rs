@@ -625,3 +625,34 @@ fn a_dropped_guard_frees_its_key_at_once() {
         again.release().await.unwrap();
     });
 }
+
+/// A lock request is a future itself, not only `IntoFuture`: it can be spawned, blocked on and
+/// given to `timeout` as it is (found by an outside audit: `block_on(locker.lock(k))` and
+/// `tokio::spawn(locker.lock(k))` did not compile). Its options count as set before the first
+/// poll.
+#[test]
+fn a_lock_request_is_a_future() {
+    fn spawnable<F: std::future::Future + Send + Unpin + 'static>(_: &F) {}
+    let (_backend, a, b) = pair();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let held = runtime.block_on(a.lock("f").fenced()).unwrap();
+    assert_eq!(held.fence(), Some(1));
+    let request = b.lock("f").wait(Duration::from_secs(5));
+    spawnable(&request);
+    runtime.block_on(async {
+        let waiter = tokio::spawn(request);
+        let timed_out = tokio::time::timeout(Duration::from_millis(10), b.lock("f")).await;
+        assert!(timed_out.is_err(), "held by a: the timeout ends the wait");
+        held.release().await.unwrap();
+        let guard = waiter
+            .await
+            .unwrap()
+            .expect("the spawned request gets the lock");
+        assert_eq!(guard.key(), "f");
+        guard.release().await.unwrap();
+    });
+}

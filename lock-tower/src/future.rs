@@ -1,7 +1,7 @@
 //! [`ResponseFuture`]: waits for the lock, runs the request under it, releases it.
 
 use std::fmt;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -22,7 +22,7 @@ use crate::rejection::Rejection;
 use crate::service::Shared;
 use crate::{BodyError, FencingToken};
 
-type Acquire = <LockRequest as IntoFuture>::IntoFuture;
+type Acquire = LockRequest;
 
 pin_project! {
     /// The response future of [`LockService`](crate::LockService).
@@ -152,7 +152,7 @@ where
                     pending,
                     started,
                 } => {
-                    let acquired = ready!(acquire.as_mut().poll(cx));
+                    let acquired = ready!(Pin::new(acquire).poll(cx));
                     let Some((mut service, mut request)) = pending.take() else {
                         return Poll::Ready(Ok(shared.reject(&polled_after_completion())));
                     };

@@ -1,7 +1,6 @@
 //! [`LockService`]: the service made by [`LockLayer`](crate::LockLayer).
 
 use std::fmt;
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -210,7 +209,7 @@ where
         // place here (and will be made ready by the next poll_ready).
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::acquiring(shared.clone(), lock.into_future(), ready, request, &key)
+        ResponseFuture::acquiring(shared.clone(), lock, ready, request, &key)
     }
 }
 

@@ -63,7 +63,7 @@ pub(crate) async fn watchdog(
     let mut set = JoinSet::new();
     for i in 0..n {
         let lock = locker.lock(format!("wd:{i}")).wait(Duration::from_secs(10));
-        set.spawn(lock.into_future());
+        set.spawn(lock);
     }
     let guards = set
         .join_all()

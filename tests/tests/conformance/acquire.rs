@@ -654,11 +654,8 @@ async fn aborted_run_is_released_in_background(fx: Fixture) {
 async fn cancelled_wait(fx: &Fixture) -> (Locker, LockGuard) {
     let (a, b) = (fx.locker().await, fx.locker().await);
     let holder = a.lock("queued").await.expect("acquire");
-    let cancelled = tokio::time::timeout(
-        Duration::from_millis(100),
-        b.lock("queued").wait(SOON).into_future(),
-    )
-    .await;
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(100), b.lock("queued").wait(SOON)).await;
     assert!(cancelled.is_err(), "the waiter was cancelled while waiting");
     (b, holder)
 }
