@@ -9,6 +9,11 @@
 -- An entry of the bare form 'expiry' (an older client) is not handed the lock: it is told its
 -- turn and takes the lock itself.
 --
+-- `head`, when given, is the queue's first ticket, already popped by the caller (a release
+-- that looked for waiters with LPOP); otherwise the first ticket is popped here. Each ticket is
+-- popped before its entry is read (one call per ticket instead of LINDEX then LPOP); one that
+-- cannot take a handover is pushed back.
+--
 -- The message on the lock's channel is '<ticket>:<generation>:<fence>' when the lock was
 -- handed to that ticket (fence 0 when not fenced), '<ticket>' when it is that ticket's turn,
 -- or 'released'. It is also returned, so the releasing process can deliver it locally at once.
@@ -16,10 +21,10 @@
 -- One function only (besides next_fence, from fence.lua): every function defined here is created
 -- on each call of every script that includes this file, on the release's hot path.
 
-local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
+local function hand_over(lock, fence_key, queue, waiters, channel, sharded, head)
   local payload = 'released'
   local now
-  local head = redis.call('LINDEX', queue, 0)
+  head = head or redis.call('LPOP', queue)
   while head do
     if not now then
       local t = redis.call('TIME')
@@ -27,7 +32,6 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
     end
     local entry = redis.call('HGET', waiters, head) or '0'
     local expiry = tonumber(string.match(entry, '^%d+') or '0')
-    redis.call('LPOP', queue)
     redis.call('HDEL', waiters, head)
     if expiry > now then
       local _, generation, lease, fenced, token =
@@ -60,7 +64,7 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded)
       end
       break
     end
-    head = redis.call('LINDEX', queue, 0)
+    head = redis.call('LPOP', queue)
   end
   -- pcall: a publish refused (a Redis user that lost its channel permission) must not fail a
   -- script whose writes are done (scripts are not rolled back). Waiters then learn on their

@@ -8,7 +8,7 @@
 -- Every process that waits on another process's release has a ticket in the queue (the head of
 -- its local queue in the default mode, each waiter in fair mode), so a release that finds the
 -- queue empty has nobody to tell and publishes nothing: the common release is GET, DEL and
--- LINDEX, near a bare compare-and-delete. (The releasing process tells its own waiters itself.)
+-- LPOP, near a bare compare-and-delete. (The releasing process tells its own waiters itself.)
 --
 -- This file comes first in the script, before fence.lua, handoff.lua and
 -- release_handover.lua: the common release returns before any function is created (each
@@ -32,6 +32,9 @@ if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if not redis.call('LINDEX', KEYS[2], 0) then
+-- The head is popped at once: hand_over takes it from here (one call less than a look, then
+-- a pop).
+local head = redis.call('LPOP', KEYS[2])
+if not head then
   return 1
 end

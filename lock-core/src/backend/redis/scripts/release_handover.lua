@@ -4,7 +4,7 @@
 -- kind of pub/sub rather than one more argument on every release.
 local function release_handover(sharded)
   local lock = KEYS[1]
-  local message = hand_over(lock, KEYS[3], KEYS[2], KEYS[4], lock .. ':released', sharded)
+  local message = hand_over(lock, KEYS[3], KEYS[2], KEYS[4], lock .. ':released', sharded, head)
   if message == 'released' then
     return 1
   end

@@ -25,9 +25,11 @@ for i, token in ipairs(ARGV) do
   else
     redis.call('DEL', lock)
     out[i] = 1
-    if redis.call('LINDEX', KEYS[4 * i - 2], 0) then
+    -- Popped at once: hand_over takes the head from here.
+    local head = redis.call('LPOP', KEYS[4 * i - 2])
+    if head then
       queued = queued or {}
-      queued[#queued + 1] = i
+      queued[#queued + 1] = {i, head}
     end
   end
 end
