@@ -484,9 +484,11 @@ impl Held {
             }
         });
         // Without I/O (memory) the release is done here, at once: the key is free when the drop
-        // returns, for a lock taken right after it by this task or any other, with or without a
-        // runtime. It goes on in the background only if it has to wait (a renewal in progress).
+        // returns, for a lock taken right after it by this task or any other. It goes on in the
+        // background only if it has to wait (a renewal in progress). Not outside a runtime: a
+        // lock passed on to a local waiter may start the watchdog's task, which needs one.
         if self.locker.backend.answers_at_once()
+            && tokio::runtime::Handle::try_current().is_ok()
             && release
                 .as_mut()
                 .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use crate::{LockError, scope};
 ///
 /// It is itself a [`Future`]: besides `.await`, `tokio::spawn(locker.lock(k))`,
 /// `block_on(locker.lock(k))` and `tokio::time::timeout(d, locker.lock(k))` take it as it is.
-/// The acquisition starts at its first poll, with the options set by then.
+/// The acquisition starts at its first poll; an option set after that starts it again.
 ///
 /// ```
 /// let locker = lock_core::Locker::memory();
@@ -48,8 +48,9 @@ pub struct LockRequest {
     locker: Locker,
     key: String,
     options: Options,
-    /// The acquisition, from the first poll on.
-    started: Option<Acquiring>,
+    /// The acquisition, from the first poll on. In a `Mutex` only to keep the request `Sync`
+    /// (the future is not); it is reached through `&mut self`, never locked.
+    started: Option<Mutex<Acquiring>>,
 }
 
 type Acquiring = Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send + 'static>>;
@@ -75,6 +76,14 @@ impl LockRequest {
         }
     }
 
+    /// The options, to change: an acquisition already started (polled) is dropped, so the
+    /// next poll starts one with every option set so far (a dropped acquisition leaves no lock
+    /// behind: what it took is released in the background).
+    fn options_mut(&mut self) -> &mut Options {
+        self.started = None;
+        &mut self.options
+    }
+
     /// Waits up to `wait` for the lock (zero: one attempt). Beyond it: [`LockError::Timeout`].
     ///
     /// ```
@@ -88,7 +97,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.options_mut().wait = Some(wait);
         self
     }
 
@@ -122,7 +131,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.options_mut().lease = Some(lease);
         self
     }
 
@@ -146,7 +155,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn fenced(mut self) -> Self {
-        self.options.fenced = true;
+        self.options_mut().fenced = true;
         self
     }
 
@@ -161,7 +170,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn watchdog(mut self, on: bool) -> Self {
-        self.options.watchdog = Some(on);
+        self.options_mut().watchdog = Some(on);
         self
     }
 
@@ -182,7 +191,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.max_hold = Some(max_hold);
+        self.options_mut().max_hold = Some(max_hold);
         self
     }
 
@@ -205,7 +214,7 @@ impl LockRequest {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
     /// ```
     pub fn fair(mut self) -> Self {
-        self.options.fair = true;
+        self.options_mut().fair = true;
         self
     }
 
@@ -260,7 +269,10 @@ impl LockRequest {
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
     /// ```
-    pub fn run<F: Future>(self, body: F) -> impl Future<Output = Result<F::Output, LockError>> {
+    pub fn run<F: Future>(mut self, body: F) -> impl Future<Output = Result<F::Output, LockError>> {
+        // An acquisition started by polling this request goes first: never polled again, it
+        // would stand in the key's queue ahead of this one.
+        self.started = None;
         // On the heap, once: an async fn keeps its arguments beside the futures it moves them
         // into, so a body held by value would be stored twice, and nested runs (reentrant
         // calls of `#[distributed_lock]` functions) would double in size at each level.
@@ -370,12 +382,16 @@ impl Future for LockRequest {
         let acquiring = this.started.get_or_insert_with(|| {
             let request = LockRequest {
                 locker: this.locker.clone(),
-                key: std::mem::take(&mut this.key),
+                key: this.key.clone(),
                 options: this.options,
                 started: None,
             };
-            Box::pin(request.acquire())
+            Mutex::new(Box::pin(request.acquire()))
         });
-        acquiring.as_mut().poll(cx)
+        acquiring
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .poll(cx)
     }
 }
