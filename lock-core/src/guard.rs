@@ -8,7 +8,10 @@ use crate::LockError;
 use crate::held::Held;
 
 /// An acquired lock. Dropping it releases the lock in the background; [`release`] does it now
-/// and says whether the lock was still ours.
+/// and says whether the lock was still ours. (On the memory backend, inside a runtime, a drop
+/// has released the lock by the time it returns: there is no I/O to wait for. On Redis the
+/// release is on its way: a `try_lock` of the key right after the drop may still be `Busy`,
+/// where a `lock` with a wait is woken by that release.)
 ///
 /// While the guard lives, the locker's watchdog renews its lease (unless turned off); if the
 /// lease is lost anyway, [`lost`] resolves and [`is_held`] turns false.
