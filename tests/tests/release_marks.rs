@@ -121,6 +121,7 @@ async fn an_uncontended_release_reads_no_queue() {
     }
     let stats = server.commandstats().await;
     assert_eq!(stats.get("lindex"), None, "{stats:?}");
+    assert_eq!(stats.get("lpop"), None, "{stats:?}");
     assert_eq!(stats.get("append"), None, "{stats:?}");
     assert_eq!(stats.get("del"), Some(&50), "{stats:?}");
     for i in 0..50 {
