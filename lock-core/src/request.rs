@@ -299,7 +299,7 @@ impl LockRequest {
             };
         }
         let max_hold = self.options.max_hold;
-        let guard = self.acquire_owned().await?;
+        let guard = acquire_owned(&self.locker.inner, &self.key, self.options)?.await?;
         let held = guard.held().clone();
         let outcome = scope::enter(held.clone(), async {
             let cap = async {
@@ -361,16 +361,16 @@ impl LockRequest {
         Some(Ok(held))
     }
 
-    async fn acquire(self) -> Result<LockGuard, LockError> {
+    /// The acquisition, as the first poll starts it: the outer lock of the current scope when
+    /// it holds the key (read here, in the polling task), else the lock acquired for real.
+    fn start(&self) -> Acquiring {
         if let Some(held) = self.reentrant() {
-            return held.map(LockGuard::reentrant);
+            return Box::pin(std::future::ready(held.map(LockGuard::reentrant)));
         }
-        self.acquire_owned().await
-    }
-
-    /// Acquires the lock for real (the caller checked it is not held by the current scope).
-    async fn acquire_owned(self) -> Result<LockGuard, LockError> {
-        acquire_owned(&self.locker.inner, &self.key, self.options).await
+        match acquire_owned(&self.locker.inner, &self.key, self.options) {
+            Ok(acquiring) => Box::pin(acquiring),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
     }
 }
 
@@ -379,16 +379,12 @@ impl Future for LockRequest {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let acquiring = this.started.get_or_insert_with(|| {
-            let request = LockRequest {
-                locker: this.locker.clone(),
-                key: this.key.clone(),
-                options: this.options,
-                started: None,
-            };
-            Mutex::new(Box::pin(request.acquire()))
-        });
-        acquiring
+        let acquiring = match this.started.take() {
+            Some(acquiring) => acquiring,
+            None => Mutex::new(this.start()),
+        };
+        this.started
+            .insert(acquiring)
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .as_mut()

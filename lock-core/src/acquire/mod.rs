@@ -71,13 +71,14 @@ struct Spec {
     fair: bool,
 }
 
-/// Acquires the lock on `key` for real (the caller checked it is not held by the current
-/// scope), within the request's wait.
-pub(crate) async fn acquire_owned(
+/// Checks a request for the lock on `key` (before any I/O) and returns its acquisition, which
+/// acquires the lock for real (the caller checked it is not held by the current scope) within
+/// the request's wait. The acquisition owns what it needs: the caller keeps its key.
+pub(crate) fn acquire_owned(
     inner: &Arc<LockerInner>,
     key: &str,
     options: Options,
-) -> Result<LockGuard, LockError> {
+) -> Result<impl Future<Output = Result<LockGuard, LockError>> + Send + 'static, LockError> {
     if let Some(e) = &inner.config.error {
         return Err(e.clone());
     }
@@ -103,15 +104,25 @@ pub(crate) async fn acquire_owned(
     if let Some(why) = inner.backend.refuses(spec.fenced, spec.fair) {
         return Err(LockError::config(why));
     }
+    let inner = inner.clone();
+    Ok(async move { within_wait(&inner, &key, spec).await })
+}
+
+/// The acquisition of [`acquire_owned`], bounded by the wait.
+async fn within_wait(
+    inner: &Arc<LockerInner>,
+    key: &LockKey,
+    spec: Spec,
+) -> Result<LockGuard, LockError> {
     let start = Instant::now();
     // A function making the future, not one future: each branch below then holds only the
     // future it awaits, instead of a future kept across both (twice its size in this one).
     let engine = || async {
-        if options.fair {
+        if spec.fair {
             // Boxed for the same reason as `acquire`'s wait in the queue.
-            Box::pin(acquire_fair(inner, &key, &spec, start)).await
+            Box::pin(acquire_fair(inner, key, &spec, start)).await
         } else {
-            acquire(inner, &key, &spec, start).await
+            acquire(inner, key, &spec, start).await
         }
     };
     if spec.wait.is_zero() {
@@ -126,10 +137,10 @@ pub(crate) async fn acquire_owned(
     match tokio::time::timeout_at(bound, engine()).await {
         Ok(Ok(guard)) if Instant::now() > bound => {
             drop(guard);
-            Err(timed_out(&key, start))
+            Err(timed_out(key, start))
         }
         Ok(outcome) => outcome,
-        Err(_) => Err(timed_out(&key, start)),
+        Err(_) => Err(timed_out(key, start)),
     }
 }
 
