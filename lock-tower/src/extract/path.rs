@@ -24,7 +24,10 @@ pub struct MethodAndPath;
 impl KeyExtractor for MethodAndPath {
     fn extract<'a>(&self, parts: &'a mut Parts) -> Result<Option<RawKey<'a>>, KeyRejection> {
         let method = parts.method.as_str();
-        let path = crate::uri::normalized_path(crate::uri::original_uri(parts).path());
+        let path = crate::uri::normalized_path(
+            crate::uri::original_uri(parts).path(),
+            crate::uri::Decode::Printable,
+        );
         let mut key = String::with_capacity(method.len() + 1 + path.len());
         key.push_str(method);
         key.push(' ');

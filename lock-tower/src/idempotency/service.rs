@@ -167,7 +167,10 @@ where
                 }
             },
         };
-        let path = crate::uri::normalized_path(crate::uri::original_uri(&parts).path());
+        let path = crate::uri::normalized_path(
+            crate::uri::original_uri(&parts).path(),
+            crate::uri::Decode::Unreserved,
+        );
         let Some(record_key) = config.record_key(&parts.method, &path, &principal, &key) else {
             return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
         };
@@ -241,14 +244,20 @@ where
     Ok((Request::from_parts(parts, ReqB::from(bytes)), fingerprint))
 }
 
-/// `v1:` and the SHA-256 of the method, the path (as the client sent it, normalized: see
-/// `uri.rs`) and query, and the body.
+/// `v1:` and the SHA-256 of the method, the route it was routed to (axum), the path (as the
+/// client sent it, normalized: see `uri.rs`) and query, and the body.
 fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
     let uri = crate::uri::original_uri(parts);
     let mut hash = Sha256::new();
     hash.update(parts.method.as_str().as_bytes());
     hash.update(b"\n");
-    hash.update(crate::uri::normalized_path(uri.path()).as_bytes());
+    // Two handlers' requests are two requests, whatever their paths normalize to: one key
+    // used for both is reused for another request (422), never replayed across them.
+    if let Some(route) = crate::uri::matched_route(parts) {
+        hash.update(route.as_bytes());
+        hash.update(b"\n");
+    }
+    hash.update(crate::uri::normalized_path(uri.path(), crate::uri::Decode::Unreserved).as_bytes());
     if let Some(query) = uri.query() {
         hash.update(b"?");
         hash.update(query.as_bytes());

@@ -480,10 +480,15 @@ fn charges(calls: &Arc<std::sync::atomic::AtomicUsize>) -> axum::routing::Method
 
 /// Status, body and whether it was replayed, for a POST of `10 EUR` to `uri` with key `k`.
 async fn charge(app: &axum::Router, uri: &str) -> (u16, String, bool) {
+    charge_keyed(app, uri, "k").await
+}
+
+/// [`charge`] with the key `key`.
+async fn charge_keyed(app: &axum::Router, uri: &str, key: &str) -> (u16, String, bool) {
     use http_body_util::BodyExt as _;
     use tower::ServiceExt as _;
     let request = http::Request::post(uri)
-        .header("idempotency-key", "k")
+        .header("idempotency-key", key)
         .body(axum::body::Body::from("10 EUR"))
         .unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
@@ -587,5 +592,66 @@ async fn a_lock_layer_outside_keeps_handlers_apart_when_a_request_is_dropped() {
         most.load(Ordering::SeqCst),
         1,
         "two handlers ran at once under one LockLayer key"
+    );
+}
+
+/// Two requests whose paths differ by an escaped space (`/x` with key `0: k`, `/x%200:` with key
+/// `k`) are two records. Found by review: the path decoded `%20`, and the record key, which
+/// counts on method and path having no spaces, came out the same for both: the second request
+/// was refused (422) without ever running.
+#[tokio::test]
+async fn an_escaped_space_in_the_path_does_not_make_two_requests_one_record() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let app = axum::Router::new()
+        .route(
+            "/{*rest}",
+            axum::routing::post(move || {
+                let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                async move { (http::StatusCode::CREATED, format!("#{n}")) }
+            }),
+        )
+        .layer(IdempotencyLayer::new(Locker::memory()));
+    assert_eq!(
+        charge_keyed(&app, "/x", "0: k").await,
+        (201, "#1".into(), false)
+    );
+    assert_eq!(
+        charge_keyed(&app, "/x%200:", "k").await,
+        (201, "#2".into(), false)
+    );
+}
+
+/// axum routes on the path as sent: `/items/me` goes to the route `/items/me`, `/items/%6De`
+/// to `/items/{id}`. One key used for both is a key reused for another request (422), never
+/// the first handler's answer replayed for the second. Found by review: both paths normalize
+/// to `/items/me`, and the second request got the static route's stored response.
+#[tokio::test]
+async fn a_request_routed_to_another_handler_is_never_answered_with_this_ones_record() {
+    let app = axum::Router::new()
+        .route(
+            "/items/me",
+            axum::routing::post(|| async { (http::StatusCode::CREATED, "static me") }),
+        )
+        .route(
+            "/items/{id}",
+            axum::routing::post(
+                |axum::extract::Path(id): axum::extract::Path<String>| async move {
+                    (http::StatusCode::CREATED, format!("param {id}"))
+                },
+            ),
+        )
+        .layer(IdempotencyLayer::new(Locker::memory()));
+    let routed = charge_keyed(&app, "/items/%6De", "other").await;
+    assert_eq!(routed, (201, "param me".into(), false), "axum's routing");
+    let first = charge(&app, "/items/me").await;
+    assert_eq!(first, (201, "static me".into(), false));
+    let second = charge(&app, "/items/%6De").await;
+    assert_eq!(second.0, 422, "{second:?}");
+    assert!(!second.2, "{second:?}");
+    // The first handler's own retry is still replayed.
+    assert_eq!(
+        charge(&app, "/items/me").await,
+        (201, "static me".into(), true)
     );
 }
