@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::backend::Renewal;
@@ -239,8 +239,7 @@ impl Watchdog {
         let items: Vec<_> = due.iter().map(|h| h.renewal()).collect();
         let Some(groups) = inner.backend.renewal_groups(&items) else {
             let lost = self.renew_group(inner, &due, &items).await;
-            mark_lost(lost);
-            drop(serials);
+            mark_lost(lost, serials);
             return Some(Instant::now());
         };
         // Shards (a cluster): one call each, each on a task of its own that applies
@@ -255,8 +254,7 @@ impl Watchdog {
             let inner = inner.clone();
             tokio::spawn(async move {
                 let lost = inner.watchdog.renew_group(&inner, &due, &items).await;
-                mark_lost(lost);
-                drop(serials);
+                mark_lost(lost, serials);
                 inner.watchdog.wake.notify_one();
             });
         }
@@ -328,14 +326,18 @@ impl Drop for Watchdog {
     }
 }
 
-/// Marks the locks a renewal found no longer ours as lost, while their renewal serials are
-/// still held: a release that passes the lock on locally takes the serial first, so it either
-/// passes it before the answer came (and the loss reaches the task it was passed to), or finds
-/// it lost; it never reports a lock the backend just called someone else's as released.
-fn mark_lost(lost: Vec<Arc<Held>>) {
+/// Marks the locks a renewal found no longer ours as lost, then lets go of the renewal
+/// serials of the call (`serials`): a release that passes the lock on locally takes the serial
+/// first, so it either passes it before the answer came (and the loss reaches the task it was
+/// passed to), or finds it lost; it never reports a lock the backend just called someone
+/// else's as released.
+fn mark_lost(lost: Vec<Arc<Held>>, serials: Vec<OwnedMutexGuard<()>>) {
+    #[cfg(test)]
+    tests::marking_lost(&lost);
     for held in lost {
         held.mark_lost("renewal found the lock no longer ours");
     }
+    drop(serials);
 }
 
 async fn run(
@@ -386,9 +388,114 @@ async fn reconnected(reconnects: &mut Option<watch::Receiver<u64>>) {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
+    use std::sync::{Arc, mpsc};
     use std::time::Duration;
 
-    use crate::Locker;
+    use crate::held::Held;
+    use crate::{LockError, Locker};
+
+    type Hook = Box<dyn FnOnce() + Send>;
+
+    /// A test's code to run, on the watchdog's task, just before the watchdog marks lost a
+    /// lock of the named key that a renewal found no longer ours.
+    static MARKING_LOST: std::sync::Mutex<Option<(&'static str, Hook)>> =
+        std::sync::Mutex::new(None);
+
+    pub(super) fn marking_lost(lost: &[Arc<Held>]) {
+        let hook = {
+            let mut hook = MARKING_LOST.lock().unwrap_or_else(|e| e.into_inner());
+            match &*hook {
+                Some((key, _)) if lost.iter().any(|h| h.key.user() == *key) => hook.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, run)) = hook {
+            run();
+        }
+    }
+
+    /// FAULTS.md, local hand-off: "A renewal that finds the lock gone is applied before a
+    /// release can pass the lock on: the release then reports the loss." A release that
+    /// would pass the lock to a local waiter runs while the watchdog holds a renewal's answer
+    /// "not ours" and is about to mark the lock lost: it must not pass the lock on and say
+    /// `Ok` (the backend just called the key someone else's); it waits for the answer and
+    /// reports `LeaseLost`. Fails when the renewal's serials are let go before the loss is
+    /// marked: the release then passes the lock and says `Ok`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_while_a_renewal_marks_the_lock_lost_reports_the_loss() {
+        const KEY: &str = "mark-lost-race";
+        let backend = crate::MemoryBackend::new();
+        let locker = Locker::builder(backend.clone())
+            .lease(Duration::from_millis(600))
+            // Past the renewal (a tenth of the lease after the pass), turns go on locally.
+            .local_hold(Duration::from_secs(30))
+            .build();
+        let mut second = locker.lock(KEY).await.unwrap();
+        let (handed_tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        const WAITERS: usize = 4;
+        for _ in 0..WAITERS {
+            let (locker, handed_tx) = (locker.clone(), handed_tx.clone());
+            tokio::spawn(async move {
+                let guard = locker.lock(KEY).wait(Duration::from_secs(10)).await;
+                let _ = handed_tx.send(guard);
+            });
+        }
+        while locker.inner.queues.waiters() < WAITERS {
+            tokio::task::yield_now().await;
+        }
+        // The first turns go through the backend (a hand-over, then a release that asks
+        // whether another process waits before it passes the lock on): one turn taken.
+        let mut left = WAITERS;
+        while locker.stats().local_handoffs == 0 {
+            second.release().await.unwrap();
+            second = handed.recv().await.unwrap().unwrap();
+            left -= 1;
+        }
+        assert!(left > 0, "a waiter is left to pass the lock to");
+        // The next release may pass the lock on without asking: the case.
+        let (outcome_tx, outcome) = mpsc::channel();
+        let hook: Hook = Box::new(move || {
+            let (released_tx, released) = mpsc::channel();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let _ = released_tx.send(runtime.block_on(second.release()));
+            });
+            // Before the loss is marked, the release can only wait (for the renewal's serial);
+            // one that ends here passed the lock on under the answer "not ours".
+            let early = released.recv_timeout(Duration::from_millis(300)).ok();
+            let _ = outcome_tx.send((early, released));
+        });
+        *MARKING_LOST.lock().unwrap() = Some((KEY, hook));
+        // Behind the holder's back: the next renewal (within a tenth of the lease of a lock
+        // passed locally) finds it gone.
+        assert!(backend.force_delete(KEY));
+        let (early, released) = tokio::task::spawn_blocking(move || outcome.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            early.is_none(),
+            "the release ended while the renewal's loss was not yet marked: {early:?}"
+        );
+        let released = tokio::task::spawn_blocking(move || released.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            matches!(released, Err(LockError::LeaseLost { .. })),
+            "a release after the renewal found the lock gone: {released:?}"
+        );
+        // The waiters left take the free key through the backend, not as a pass of the lost one.
+        let passes = locker.stats().local_handoffs;
+        let third = handed.recv().await.unwrap().unwrap();
+        assert_eq!(
+            locker.stats().local_handoffs,
+            passes,
+            "the lost lock was not passed"
+        );
+        third.release().await.unwrap();
+    }
 
     /// A locker that takes and releases lock after lock empties the table between them: the
     /// scheduler must not be woken for each new lock (each is due a third of its lease later,
