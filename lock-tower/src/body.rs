@@ -3,14 +3,14 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
 
-use crate::hold::Hold;
+use crate::hold::{Hold, Release};
 
 /// The error type of [`ResponseBody`]: the service's body error, or [`LeaseLostError`].
 ///
@@ -27,7 +27,8 @@ pin_project! {
     /// With [`hold_until_body_end`](crate::LockLayer::hold_until_body_end) it also holds the
     /// lock until the body has ended or is dropped; if the lease is lost while it streams, the
     /// body ends with a [`LeaseLostError`] (the server then aborts the response, so the client
-    /// sees an incomplete one rather than a complete-looking one).
+    /// sees an incomplete one rather than a complete-looking one). Its last frame waits for
+    /// the release's answer: a release that finds the lock no longer ours ends it the same way.
     ///
     /// ```
     /// # async fn demo() {
@@ -53,6 +54,11 @@ pin_project! {
             #[pin]
             body: B,
             hold: Option<Hold>,
+            // The body ended and its lock is being released: its last frame (data or
+            // trailers) waits for the answer, so that a lock found lost then ends the body
+            // with an error instead of completing it.
+            releasing: Option<(Release, Option<Frame<Bytes>>)>,
+            // Over: nothing more comes (the lease was lost, or the last frame went out).
             failed: bool,
         },
         Full {
@@ -82,6 +88,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Inner {
                 body,
                 hold: None,
+                releasing: None,
                 failed: false,
             },
         }
@@ -92,6 +99,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Inner {
                 body,
                 hold: Some(hold),
+                releasing: None,
                 failed: false,
             },
         }
@@ -144,10 +152,21 @@ where
             KindProj::Inner {
                 mut body,
                 hold,
+                releasing,
                 failed,
-            } => {
+            } => loop {
                 if *failed {
                     return Poll::Ready(None);
+                }
+                if let Some((release, last)) = releasing {
+                    let released = ready!(Pin::new(release).poll(cx));
+                    let last = last.take();
+                    *releasing = None;
+                    *failed = true;
+                    return Poll::Ready(match released {
+                        Ok(()) => last.map(Ok),
+                        Err(lost) => Some(Err(Box::new(LeaseLostError { key: lost.key }))),
+                    });
                 }
                 if hold.as_ref().is_some_and(|h| !h.is_held()) {
                     return fail(hold, failed);
@@ -158,16 +177,25 @@ where
                     }
                     return Poll::Pending;
                 };
-                let ended = match &frame {
-                    None | Some(Err(_)) => true,
-                    Some(Ok(_)) => body.is_end_stream(),
+                let last = match frame {
+                    Some(Ok(frame)) if !body.is_end_stream() => {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    Some(Ok(frame)) => Some(frame),
+                    None => None,
+                    Some(Err(error)) => {
+                        // Dropping the hold releases the lock (in the background).
+                        drop(hold.take());
+                        return Poll::Ready(Some(Err(error.into())));
+                    }
                 };
-                if ended {
-                    // Dropping the hold releases the lock (in the background).
-                    drop(hold.take());
-                }
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
-            }
+                let Some(h) = hold.take() else {
+                    return Poll::Ready(last.map(Ok));
+                };
+                // The body ended: its last frame goes out once the release says the lock was
+                // ours until then (else the body fails, and the response is incomplete).
+                *releasing = Some((h.release(), last));
+            },
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Custom { body } => Pin::new(body).poll_frame(cx),
             KindProj::Rest { head, rest } => match head.pop_front() {
@@ -182,7 +210,12 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body, failed, .. } => *failed || body.is_end_stream(),
+            Kind::Inner {
+                body,
+                hold,
+                releasing,
+                failed,
+            } => *failed || (hold.is_none() && releasing.is_none() && body.is_end_stream()),
             Kind::Full { data } => data.is_none(),
             Kind::Custom { body } => body.is_end_stream(),
             Kind::Rest { head, rest } => head.is_empty() && rest.is_end_stream(),

@@ -33,7 +33,9 @@ pin_project! {
     /// response. Dropping it at any point (client gone, a timeout layer above) gives up the
     /// wait or releases the lock. If the lease is lost while the inner future runs, that future
     /// is dropped and the answer is a 503 [`Rejection::LeaseLost`]; a response finished after
-    /// the lease was lost is discarded the same way.
+    /// the lease was lost is discarded the same way, and so is one whose release the backend
+    /// answered with "not ours" (the key was deleted, expired or taken over since the last
+    /// renewal).
     ///
     /// ```
     /// # async fn demo() {
@@ -239,10 +241,15 @@ where
                     }
                 }
                 StateProj::Releasing { release, output } => {
-                    ready!(Pin::new(release).poll(cx));
-                    return Poll::Ready(match output.take() {
-                        Some(output) => output.map(|r| r.map(ResponseBody::new)),
-                        None => Ok(shared.reject(&polled_after_completion())),
+                    let released = ready!(Pin::new(release).poll(cx));
+                    return Poll::Ready(match (output.take(), released) {
+                        // The backend found the lock lost at its release: the response is
+                        // discarded, as for a loss seen before (a service error stays one).
+                        (Some(Ok(_)), Err(lost)) => {
+                            Ok(shared.reject(&Rejection::LeaseLost { key: lost.key }))
+                        }
+                        (Some(output), _) => output.map(|r| r.map(ResponseBody::new)),
+                        (None, _) => Ok(shared.reject(&polled_after_completion())),
                     });
                 }
                 StateProj::Rejected { rejection } => {

@@ -63,8 +63,10 @@ impl Hold {
         tracing::warn!(key = %LogKey(self.key()), during, "lock lease lost while the request held it");
     }
 
-    /// Releases the lock; the request is done with it. The future finishes the release even
-    /// when dropped half-way (the rest then runs as a background task).
+    /// Releases the lock; the request is done with it. The future says whether the lock was
+    /// still ours (`Err` with the key when the backend found it lost: deleted, expired or
+    /// taken over since the last renewal, which the answer must not hide). It finishes the
+    /// release even when dropped half-way (the rest then runs as a background task).
     pub(crate) fn release(mut self) -> Release {
         let Some(guard) = self.guard.take() else {
             return Release { fut: None };
@@ -78,15 +80,21 @@ impl Hold {
                 match guard.release().await {
                     Ok(()) => {
                         tracing::trace!(held_us = held.as_micros(), "lock released");
+                        Ok(())
                     }
-                    Err(LockError::LeaseLost { .. }) => {
-                        // The request finished while the lease was still ours (checked then);
-                        // it ran out between that check and the release.
+                    Err(LockError::LeaseLost { key, .. }) => {
+                        // The request finished while the lease was ours by the local clock; the
+                        // backend says it was not (deleted, expired or taken over since the
+                        // last renewal): the work may have run beside another holder.
                         metrics.incr(Counter::LeasesLost);
-                        tracing::warn!(key = %LogKey(info.key()), "lock lease ran out just before its release");
+                        tracing::warn!(key = %LogKey(&key), "lock lease found lost at its release; the response is not passed on as a success");
+                        Err(LostAtRelease { key })
                     }
                     Err(error) => {
+                        // Unknown (no answer): the lease was ours when the request finished and
+                        // nothing says otherwise; the lease expires on its own.
                         tracing::warn!(key = %LogKey(info.key()), %error, "lock release failed; the lease will expire on its own");
+                        Ok(())
                     }
                 }
             })),
@@ -116,21 +124,28 @@ impl std::fmt::Debug for Hold {
     }
 }
 
+/// The backend found the lock no longer ours when it was released: the request's work may
+/// have run beside another holder.
+#[derive(Debug)]
+pub(crate) struct LostAtRelease {
+    pub(crate) key: String,
+}
+
 /// The release of a [`Hold`]; see [`Hold::release`].
 pub(crate) struct Release {
-    fut: Option<BoxFuture<()>>,
+    fut: Option<BoxFuture<Result<(), LostAtRelease>>>,
 }
 
 impl Future for Release {
-    type Output = ();
+    type Output = Result<(), LostAtRelease>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(fut) = self.fut.as_mut() else {
-            return Poll::Ready(());
+            return Poll::Ready(Ok(()));
         };
-        std::task::ready!(fut.as_mut().poll(cx));
+        let released = std::task::ready!(fut.as_mut().poll(cx));
         self.fut = None;
-        Poll::Ready(())
+        Poll::Ready(released)
     }
 }
 

@@ -195,7 +195,8 @@ impl<K> LockLayer<K> {
     /// Holds the lock until the response body has ended (or is dropped: the client went
     /// away), not just until the response head is ready. For handlers that stream their work.
     /// If the lease is lost while the body streams, the body ends with
-    /// [`LeaseLostError`](crate::LeaseLostError).
+    /// [`LeaseLostError`](crate::LeaseLostError); its last frame waits for the release's
+    /// answer, so a release that finds the lock no longer ours ends it the same way.
     ///
     /// ```
     /// use lock_tower::{LockLayer, extract::MethodAndPath};

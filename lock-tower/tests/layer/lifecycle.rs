@@ -2,6 +2,7 @@
 //! handler sees while it holds it (fencing token, lock info).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use http_body_util::BodyExt;
 use lock_core::{LockError, LockInfo, Locker, MemoryBackend};
 use lock_tower::extract::HeaderKey;
 use lock_tower::{FencingToken, LeaseLostError, LockLayer};
+use tokio::sync::Notify;
 use tower::{Layer, ServiceBuilder, ServiceExt};
 
 use crate::common::{KEY, Stuck, assert_released, json, request, streaming, text, within};
@@ -113,6 +115,78 @@ async fn a_dropped_held_body_releases_the_lock() {
     assert!(locker.try_lock("x").await.is_err());
     drop(response); // the client went away mid-body
     assert_released(&locker, "x").await;
+}
+
+/// The handler finishes while the lease is still ours by the local clock, but the server lost
+/// the key meanwhile (an operator's `DEL`, eviction, `FLUSHALL`) and another holder took it
+/// before any renewal noticed: the release finds the lock not ours, and the response is
+/// discarded for a 503 (found by an audit: it was passed on as a 200).
+#[tokio::test]
+async fn a_response_whose_release_finds_the_lock_taken_is_discarded() {
+    let backend = MemoryBackend::new();
+    // The default 30 s lease: no renewal comes during the test.
+    let locker = Locker::builder(backend.clone()).build();
+    let other = Locker::builder(backend.clone()).build();
+    let (entered, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let layer = LockLayer::new(locker, HeaderKey::new(KEY));
+    let metrics = layer.metrics();
+    let svc = layer.layer(tower::service_fn({
+        let (entered, go) = (entered.clone(), go.clone());
+        move |_req: Request<String>| {
+            let (entered, go) = (entered.clone(), go.clone());
+            async move {
+                entered.notify_one();
+                go.notified().await;
+                Ok::<_, Infallible>(Response::new(String::from("done")))
+            }
+        }
+    }));
+    let response = tokio::spawn(svc.oneshot(request(Some("r"))));
+    within("the handler was not called", entered.notified()).await;
+    assert!(backend.force_delete("r"), "the lock was not in the backend");
+    let taken = other.try_lock("r").await.unwrap();
+    go.notify_one();
+    let response = within("no answer", response).await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        json(response.into_body()).await["type"],
+        "urn:lock-tower:lease-lost"
+    );
+    let m = metrics.snapshot();
+    assert_eq!((m.rejected_lease_lost, m.leases_lost), (1, 1));
+    assert!(taken.is_held(), "the other holder's lock was touched");
+    taken.release().await.unwrap();
+}
+
+/// With `hold_until_body_end`, the same at the body's end: the release finds the lock taken,
+/// and the body ends with a `LeaseLostError` instead of completing (found by an audit: it
+/// ended cleanly).
+#[tokio::test]
+async fn a_held_body_whose_release_finds_the_lock_taken_ends_with_an_error() {
+    let backend = MemoryBackend::new();
+    let locker = Locker::builder(backend.clone()).build();
+    let other = Locker::builder(backend.clone()).build();
+    let (inner, mut senders) = streaming();
+    let svc = LockLayer::new(locker, HeaderKey::new(KEY))
+        .hold_until_body_end()
+        .layer(inner);
+    let response = svc.oneshot(request(Some("h"))).await.unwrap();
+    let tx = senders.recv().await.unwrap();
+    let mut body = response.into_body();
+    tx.send(Bytes::from_static(b"part 1")).await.unwrap();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "part 1");
+    assert!(backend.force_delete("h"), "the lock was not in the backend");
+    let taken = other.try_lock("h").await.unwrap();
+    drop(tx); // the body ends
+    let end = body.frame().await;
+    assert!(
+        matches!(&end, Some(Err(e)) if e.is::<LeaseLostError>()),
+        "the body ended as if its lock had been ours: {end:?}"
+    );
+    assert!(body.frame().await.is_none());
+    assert!(taken.is_held(), "the other holder's lock was touched");
+    taken.release().await.unwrap();
 }
 
 /// An empty body needs no holding: the lock is released before the response, as usual.
