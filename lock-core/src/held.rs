@@ -22,6 +22,15 @@ use crate::wait::PassOn;
 /// full lease (see `Held::first_renewal`).
 pub(crate) const HANDOVER_RENEWAL_DELAY: Duration = Duration::from_millis(5);
 
+/// How long after it arrives a lock handed over with the short lease `handover_lease` is
+/// renewed at the latest: a thirtieth of that lease (0.1 s of the usual 3 s), and not sooner
+/// than [`HANDOVER_RENEWAL_DELAY`]. The watchdog is not woken for it when it already looks at
+/// its table by then (it does while this locker has waiters): the waiter's return path takes
+/// no wake-up. Within the bound a server stall of most of the hand-over lease is ridden out.
+pub(crate) fn handover_renewal_bound(handover_lease: Duration) -> Duration {
+    (handover_lease / 30).max(HANDOVER_RENEWAL_DELAY)
+}
+
 /// Where one acquisition stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -54,6 +63,9 @@ pub(crate) struct Held {
     /// When the watchdog first renews: a third into the lease the backend set at acquisition, or
     /// at once for a lock handed over with a shorter lease than asked for.
     pub(crate) first_renewal: Instant,
+    /// When it renews first at the latest: `first_renewal`, or for a lock handed over with a
+    /// short lease [`handover_renewal_bound`] after it arrived.
+    pub(crate) first_renewal_by: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
     /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
@@ -108,6 +120,21 @@ impl Held {
             waited,
         } = acquisition;
         let valid_until = sent_at + first_lease.saturating_sub(drift(first_lease));
+        // A lock handed over with a short lease is renewed to the full one soon after it
+        // arrives: until then a server stall of a second or two would outlast it, where a lock
+        // taken with the full lease rides out a stall of a whole lease. Not at once: the
+        // renewal would compete with the hand-over itself for the CPU (the waiter's part of a
+        // handoff measured 45-57 µs against 70-72 µs at once), and a hold shorter than the
+        // delay needs none. Nor by waking the watchdog when it already ticks within the bound.
+        let (first_renewal, first_renewal_by) = if first_lease < lease {
+            (
+                received_at + HANDOVER_RENEWAL_DELAY,
+                received_at + handover_renewal_bound(first_lease),
+            )
+        } else {
+            let at = sent_at + first_lease / 3;
+            (at, at)
+        };
         let (state, _) = watch::channel(HoldState {
             valid_until,
             phase: Phase::Held,
@@ -122,17 +149,8 @@ impl Held {
             state,
             renew_until: max_hold.map(|m| received_at + m),
             acquired_at: received_at,
-            // A lock handed over with a short lease is renewed to the full one right after it
-            // arrives: until then a server stall of a second or two would outlast it, where a
-            // lock taken with the full lease rides out a stall of a whole lease. Not at once:
-            // the renewal would compete with the hand-over itself for the CPU (the waiter's
-            // part of a handoff measured 45-57 µs against 70-72 µs at once), and a hold shorter
-            // than the delay needs none.
-            first_renewal: if first_lease < lease {
-                received_at + HANDOVER_RENEWAL_DELAY
-            } else {
-                sent_at + first_lease / 3
-            },
+            first_renewal,
+            first_renewal_by,
             waited,
             renewing: Arc::new(tokio::sync::Mutex::new(())),
             current: Arc::default(),
@@ -165,6 +183,7 @@ impl Held {
             renew_until: max_hold.map(|m| now + m),
             acquired_at: now,
             first_renewal: now,
+            first_renewal_by: now,
             waited: true,
             renewing: self.renewing.clone(),
             current: self.current.clone(),

@@ -18,7 +18,7 @@ use tokio::sync::{Notify, OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::backend::Renewal;
-use crate::held::{Held, Phase};
+use crate::held::{Held, Phase, handover_renewal_bound};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -49,6 +49,9 @@ struct Table {
     first_interval: Duration,
     /// Ticks in a row that found no lock.
     empty_ticks: u32,
+    /// While this locker has waiters that may be handed a lock with a short lease: the longest
+    /// the scheduler may sleep (see [`Watchdog::expect_handovers`]).
+    waiting: Option<Duration>,
 }
 
 /// How many ticks in a row may find no lock before the scheduler stops waking up on its own.
@@ -64,6 +67,17 @@ enum Plan {
     Awake,
     SleepingUntil(Instant),
     Idle,
+}
+
+impl Table {
+    /// Whether the scheduler would look at the table only after `at` unless woken.
+    fn sleeps_past(&self, at: Instant) -> bool {
+        match self.plan {
+            Plan::Awake => false,
+            Plan::SleepingUntil(wake) => wake > at,
+            Plan::Idle => true,
+        }
+    }
 }
 
 impl std::ops::Deref for Table {
@@ -86,10 +100,26 @@ impl Watchdog {
 
     /// Starts renewing `held` (and the scheduler, the first time).
     pub(crate) fn add(&self, inner: &Arc<LockerInner>, held: &Arc<Held>) {
-        self.add_at(inner, held, held.first_renewal);
+        self.add_at(inner, held, held.first_renewal, held.first_renewal_by);
     }
 
-    fn add_at(&self, inner: &Arc<LockerInner>, held: &Arc<Held>, renew_at: Instant) {
+    /// A task of this locker waits for a key and may be handed the lock with a lease as short
+    /// as `handover_lease`: until no task waits, the scheduler sleeps at most the bound of such
+    /// a lock's first renewal ([`handover_renewal_bound`]), so that adding the lock when it
+    /// comes needs no wake-up (one on the waiter's return path, a system call when the waiter
+    /// runs outside the runtime's workers). Wakes it now if it sleeps longer.
+    pub(crate) fn expect_handovers(&self, inner: &Arc<LockerInner>, handover_lease: Duration) {
+        let bound = handover_renewal_bound(handover_lease);
+        let must_wake = {
+            let mut table = self.entries();
+            table.waiting = Some(table.waiting.map_or(bound, |w| w.min(bound)));
+            table.sleeps_past(Instant::now() + bound)
+        };
+        self.run_scheduler(inner, must_wake);
+    }
+
+    /// Adds `held`, due at `renew_at` and at the latest at `by`.
+    fn add_at(&self, inner: &Arc<LockerInner>, held: &Arc<Held>, renew_at: Instant, by: Instant) {
         let must_wake = {
             let mut table = self.entries();
             let interval = renew_at.saturating_duration_since(Instant::now());
@@ -103,12 +133,13 @@ impl Watchdog {
                     renew_at,
                 },
             );
-            match table.plan {
-                Plan::Awake => false,
-                Plan::SleepingUntil(at) => renew_at < at,
-                Plan::Idle => true,
-            }
+            table.sleeps_past(by.max(renew_at))
         };
+        self.run_scheduler(inner, must_wake);
+    }
+
+    /// Starts the scheduler if it is not running; wakes it if `wake`.
+    fn run_scheduler(&self, inner: &Arc<LockerInner>, wake: bool) {
         {
             let mut task = self.task.lock();
             if task
@@ -122,7 +153,7 @@ impl Watchdog {
                 )));
             }
         }
-        if must_wake {
+        if wake {
             self.wake.notify_one();
         }
     }
@@ -140,7 +171,7 @@ impl Watchdog {
     ) {
         let renew_at = self.entries().remove(&from).map(|e| e.renew_at);
         let renew_at = renew_at.unwrap_or(to.first_renewal).min(renew_by);
-        self.add_at(inner, to, renew_at);
+        self.add_at(inner, to, renew_at, renew_at);
     }
 
     /// Stops renewing a lock. Takes effect before the next tick: a released lock is never renewed.
@@ -181,12 +212,19 @@ impl Watchdog {
     /// Renews whatever is due; returns when to look again.
     async fn tick(&self, inner: &Arc<LockerInner>) -> Option<Instant> {
         self.ticks.fetch_add(1, Ordering::Relaxed);
+        // Read before the table's lock (a release passing a lock on takes the queues' lock,
+        // then the table's). A waiter that joins after this read and before the plan is set
+        // may find the plan idle: its hand-over then wakes the scheduler, as without waiters.
+        let waiters = inner.queues.waiters() > 0;
         let now = Instant::now();
         let mut due: Vec<Arc<Held>> = Vec::new();
         let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
         {
             let mut table = self.entries();
             table.plan = Plan::Awake;
+            if !waiters {
+                table.waiting = None;
+            }
             table.map.retain(|_, e| {
                 let Some(held) = e.held.upgrade() else {
                     return false;
@@ -210,6 +248,9 @@ impl Watchdog {
                 } else if table.empty_ticks < EMPTY_TICKS && !table.first_interval.is_zero() {
                     table.empty_ticks += 1;
                     next = Some(now + table.first_interval);
+                }
+                if let Some(bound) = table.waiting {
+                    next = Some(next.map_or(now + bound, |at| at.min(now + bound)));
                 }
                 table.plan = next.map_or(Plan::Idle, Plan::SleepingUntil);
                 return next;
@@ -495,6 +536,41 @@ mod tests {
             "the lost lock was not passed"
         );
         third.release().await.unwrap();
+    }
+
+    /// A lock handed over to a task that waited is added without waking the scheduler (a
+    /// wake-up on the waiter's return path, a system call when the waiter runs outside the
+    /// runtime's workers): while the locker has waiters the scheduler looks at its table often
+    /// enough for the hand-over's first renewal. That renewal still comes within its bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_over_to_a_waiting_task_does_not_wake_the_scheduler() {
+        let backend = crate::MemoryBackend::new();
+        let a = Locker::builder(backend.clone()).build();
+        let b = Locker::builder(backend).build();
+        let holder = a.lock("k").await.unwrap();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.lock("k").wait(Duration::from_secs(10)).await }
+        });
+        // Paused clock: time moves only once every task waits, so the waiter has queued.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(b.stats().waiters, 1);
+        let ticks = b.inner.watchdog.ticks.load(Ordering::Relaxed);
+        holder.release().await.unwrap();
+        let guard = waiter.await.unwrap().unwrap();
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(b.stats().handovers, 1);
+        assert_eq!(
+            b.inner.watchdog.ticks.load(Ordering::Relaxed),
+            ticks,
+            "the hand-over woke the scheduler"
+        );
+        tokio::time::sleep(Duration::from_millis(101)).await;
+        assert_eq!(b.stats().renewal_calls, 1, "renewed within 100 ms");
+        assert!(guard.remaining() > Duration::from_secs(29));
+        guard.release().await.unwrap();
     }
 
     /// A locker that takes and releases lock after lock empties the table between them: the

@@ -423,7 +423,7 @@ async fn an_unsubscribe_during_the_subscribers_backoff_is_not_lost() {
 }
 
 /// A lock handed over to a waiter comes with a short lease (3 s, so a waiter that died unseen
-/// holds the key only briefly). The watchdog takes it to the full lease 5 ms after it arrives,
+/// holds the key only briefly). The watchdog takes it to the full lease within 100 ms of its arrival,
 /// so a server stall of a few seconds right after the hand-over is ridden out as after a
 /// normal acquire, instead of being reported as a loss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

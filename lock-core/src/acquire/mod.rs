@@ -186,6 +186,11 @@ async fn wait_in_queue(
         max_hold: spec.max_hold,
     });
     let ticket = inner.queues.join(inner, key, receives);
+    if spec.watchdog {
+        inner
+            .watchdog
+            .expect_handovers(inner, queued::handover_lease(spec.lease));
+    }
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
         .map_err(|_| timed_out(key, start))?;

@@ -31,6 +31,11 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(1);
 /// queue for at most this long, and a lock handed to it just before its ticket died for at
 /// most this long again (the handover lease is at most this too).
 const TICKET_TTL: Duration = Duration::from_secs(3);
+
+/// The lease a release hands the lock over with to a waiter that asked for `lease`.
+pub(crate) fn handover_lease(lease: Duration) -> Duration {
+    lease.min(TICKET_TTL)
+}
 /// Refreshes of a ticket are never closer than this.
 const MIN_REFRESH: Duration = Duration::from_millis(50);
 /// How many recent attempts a waiter remembers, to date a handover that names one of them.
@@ -98,7 +103,7 @@ impl QueuedWaiter {
         // A handed-over lock starts with a short lease (the watchdog, or the waiter's next
         // attempt, takes it to the full lease), so a waiter that died without leaving its
         // ticket holds the key only briefly.
-        let handover_lease = spec.lease.min(TICKET_TTL);
+        let handover_lease = handover_lease(spec.lease);
         let ticket = QueueTicket {
             id: new_ticket_id(inner),
             ttl: TICKET_TTL,
