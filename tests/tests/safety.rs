@@ -282,8 +282,9 @@ async fn queue_keys_recreated_by_a_release_keep_a_ttl() {
 const WAIT_TOLERANCE: Duration = Duration::from_secs(1);
 
 /// A server frozen before the wait begins: the first attempt gets no answer. The wait still
-/// ends at its bound (not at the 5 s response timeout), and the attempt that the server runs
-/// when it thaws, which takes the free lock, is released in the background, never returned.
+/// ends at its bound (not at the 5 s response timeout), with `Backend` (nothing said the key
+/// was held: `Timeout` would say it was), and the attempt that the server runs when it thaws,
+/// which takes the free lock, is released in the background, never returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
     let mut server = RedisServer::start();
@@ -303,7 +304,10 @@ async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
     server.resume();
     println!("wait {wait:?} on a frozen server returned after {took:?}");
     assert!(
-        matches!(outcome, Err(LockError::Timeout { .. })),
+        matches!(
+            &outcome,
+            Err(LockError::Backend { operation: "acquire", key: Some(k), .. }) if k == "k"
+        ),
         "{outcome:?}"
     );
     assert!(
@@ -318,6 +322,35 @@ async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
         async || !server.exists("lock:{k}").await,
     )
     .await;
+}
+
+/// The same for a fair request, which subscribes before its first attempt: a wait that ends
+/// with nothing said about the key is `Backend`, at its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_wait_on_a_frozen_server_ends_at_its_bound_with_a_backend_error() {
+    let mut server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(5)).await;
+    a.lock("k")
+        .fair()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    let wait = Duration::from_millis(800);
+    server.pause();
+    let start = Instant::now();
+    let outcome = a.lock("k").fair().wait(wait).await;
+    let took = start.elapsed();
+    server.resume();
+    assert!(
+        matches!(&outcome, Err(LockError::Backend { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        took < wait + WAIT_TOLERANCE,
+        "returned {took:?} after a {wait:?} wait"
+    );
 }
 
 /// The server freezes while a waiter queues behind a holder, just before the waiter's

@@ -5,6 +5,7 @@
 //! backend's queue (the default mode's queue head, and fair mode).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -115,14 +116,17 @@ async fn within_wait(
     spec: Spec,
 ) -> Result<LockGuard, LockError> {
     let start = Instant::now();
+    // Whether the backend said, during the wait, that the key was busy (or a task of this
+    // locker holds it): a wait that ends without that is a backend failure, not a timeout.
+    let heard = AtomicBool::new(false);
     // A function making the future, not one future: each branch below then holds only the
     // future it awaits, instead of a future kept across both (twice its size in this one).
     let engine = || async {
         if spec.fair {
             // Boxed for the same reason as `acquire`'s wait in the queue.
-            Box::pin(acquire_fair(inner, key, &spec, start)).await
+            Box::pin(acquire_fair(inner, key, &spec, start, &heard)).await
         } else {
-            acquire(inner, key, &spec, start).await
+            acquire(inner, key, &spec, start, &heard).await
         }
     };
     if spec.wait.is_zero() {
@@ -134,13 +138,34 @@ async fn within_wait(
     // that turns out to have taken the lock releases it; a queued ticket leaves), and a
     // lock granted after the bound is released, never returned.
     let bound = start + spec.wait + DEADLINE_SLACK;
-    match tokio::time::timeout_at(bound, engine()).await {
+    let outcome = match tokio::time::timeout_at(bound, engine()).await {
         Ok(Ok(guard)) if Instant::now() > bound => {
             drop(guard);
             Err(timed_out(key, start))
         }
         Ok(outcome) => outcome,
         Err(_) => Err(timed_out(key, start)),
+    };
+    match outcome {
+        // Nothing said the key was held: the server did not answer within the wait (stalled,
+        // or slower than the wait). `Timeout` would tell the caller that someone held it.
+        Err(LockError::Timeout { waited, .. }) if !heard.load(Ordering::Relaxed) => {
+            Err(no_answer(key, waited))
+        }
+        outcome => outcome,
+    }
+}
+
+/// The backend did not answer within the wait: `Backend`, so that callers treat it as the
+/// failure it is (lock-tower answers 503, or lets the request through when failing open).
+fn no_answer(key: &LockKey, waited: Duration) -> LockError {
+    LockError::Backend {
+        operation: "acquire",
+        key: Some(key.user().to_owned()),
+        source: Arc::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the lock server did not answer within the wait ({waited:?})"),
+        )),
     }
 }
 
@@ -154,6 +179,7 @@ async fn acquire(
     key: &LockKey,
     spec: &Spec,
     start: Instant,
+    heard: &AtomicBool,
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
     // Nobody queues or holds it here: contend at once (the uncontended path is this one round
@@ -165,6 +191,7 @@ async fn acquire(
             Outcome::Busy(_) => {}
         }
     }
+    heard.store(true, Ordering::Relaxed);
     // Boxed: the wait's state (local queue ticket, subscription, queued attempts) is large;
     // inline, it would size every acquire's future, moved and copied on the uncontended path.
     Box::pin(wait_in_queue(inner, key, spec, start, deadline)).await
@@ -209,7 +236,9 @@ async fn wait_in_queue(
         }
     }
     let mut queued = QueuedWaiter::new(inner, key, spec, ticket.inbox(), false);
-    queued.wait(deadline, start, false, Some(&ticket)).await
+    queued
+        .wait(deadline, start, false, Some(&ticket), None)
+        .await
 }
 
 /// The guard of a lock passed by local hand-off (already renewed by the watchdog).

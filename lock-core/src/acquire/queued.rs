@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -36,6 +36,7 @@ const TICKET_TTL: Duration = Duration::from_secs(3);
 pub(crate) fn handover_lease(lease: Duration) -> Duration {
     lease.min(TICKET_TTL)
 }
+
 /// Refreshes of a ticket are never closer than this.
 const MIN_REFRESH: Duration = Duration::from_millis(50);
 /// How many recent attempts a waiter remembers, to date a handover that names one of them.
@@ -49,6 +50,7 @@ pub(super) async fn acquire_fair(
     key: &LockKey,
     spec: &Spec,
     start: Instant,
+    heard: &AtomicBool,
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
     let inbox = Arc::new(Inbox::default());
@@ -62,7 +64,7 @@ pub(super) async fn acquire_fair(
     tokio::time::timeout_at(deadline, inner.backend.subscribe(key, &inbox))
         .await
         .map_err(|_| timed_out(key, start))?;
-    queued.wait(deadline, start, true, None).await
+    queued.wait(deadline, start, true, None, Some(heard)).await
 }
 
 /// A waiter with a ticket in the backend's queue of its key. Each attempt refreshes the ticket
@@ -312,6 +314,7 @@ impl QueuedWaiter {
         start: Instant,
         first: bool,
         local: Option<&Ticket>,
+        heard: Option<&AtomicBool>,
     ) -> Result<LockGuard, LockError> {
         let key = self.key.clone();
         let timeout =
@@ -337,6 +340,9 @@ impl QueuedWaiter {
             match answer? {
                 Outcome::Acquired(guard) => return Ok(guard),
                 Outcome::Busy(r) => remaining = r,
+            }
+            if let Some(heard) = heard {
+                heard.store(true, Ordering::Relaxed);
             }
             waited = true;
             if Instant::now() >= deadline {

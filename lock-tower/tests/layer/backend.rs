@@ -55,3 +55,31 @@ async fn backend_down_answers_503_or_fails_open() {
         (1, 1, 1)
     );
 }
+
+/// A stalled server (SIGSTOP: connections open, no answers) and a wait shorter than the
+/// response timeout: the wait ends with nothing said about the key, which is a backend
+/// failure, 503 (or the request runs unlocked when failing open). Found by an outside audit:
+/// it was answered 409 "another request held the lock for the whole wait", and `.fail_open()`
+/// did not let it through.
+#[tokio::test]
+async fn a_stalled_backend_within_a_short_wait_answers_503_or_fails_open() {
+    let mut redis = RedisServer::start();
+    let locker = Locker::redis(&redis.url()).await.unwrap();
+    let layer = LockLayer::new(locker, HeaderKey::new(KEY)).wait(Duration::from_millis(300));
+    let closed = layer.clone().layer(echo_lock_key());
+    let open = layer.fail_open().layer(echo_lock_key());
+    // Connections and scripts ready, so the stalled server is the only delay.
+    let response = closed.clone().oneshot(request(Some("s"))).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    redis.pause();
+    let response = closed.oneshot(request(Some("s1"))).await.unwrap();
+    let status = response.status();
+    let body = json(response.into_body()).await;
+    let opened = open.oneshot(request(Some("s2"))).await.unwrap();
+    let opened = (opened.status(), text(opened.into_body()).await);
+    redis.resume();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["type"], "urn:lock-tower:lock-unavailable");
+    assert_eq!(opened, (StatusCode::OK, "-".to_owned()), "not failed open");
+}
