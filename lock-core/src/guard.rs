@@ -276,7 +276,10 @@ impl LockGuard {
     /// # Errors
     /// [`LockError::LeaseLost`] when the lock had stopped being ours (expired, deleted, taken):
     /// in that case nobody else's lock was touched. [`LockError::Backend`] when the backend did
-    /// not answer; the lease then expires on its own. A reentrant guard's release does nothing.
+    /// not answer; the lease then expires on its own. A reentrant guard's release leaves the
+    /// lock to the outer scope (nothing is sent to the backend): `Ok` while the outer lock is
+    /// held by the local clock, [`LockError::LeaseLost`] once it is known lost, released or
+    /// dropped (the outer release asks the backend, and reports a loss found then).
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -288,7 +291,13 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
         if self.reentrant {
-            return Ok(());
+            // Never `Ok` for a lock known to be gone: the caller may take it for "held until
+            // now" (found by an outside audit: `Ok` while another owner held the key).
+            return if self.held.is_held() {
+                Ok(())
+            } else {
+                Err(self.held.lease_lost())
+            };
         }
         self.held.release().await
     }

@@ -267,6 +267,57 @@ async fn run_returns_lease_lost_when_its_final_release_finds_the_key_gone() {
     assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
 }
 
+/// A reentrant guard's release is never `Ok` for a lock known to be gone: the outer lock lost
+/// (its key deleted and taken by another owner, the watchdog's renewal found it), or ended (the
+/// outer `run` returned). Found by an outside audit: `Ok` while another owner held the key.
+#[tokio::test(start_paused = true)]
+async fn a_reentrant_release_after_the_outer_lock_ended_is_lease_lost() {
+    let (backend, a, b) = pair();
+    let outer = a.lock("k").await.unwrap();
+    let inner = outer
+        .scope({
+            let a = a.clone();
+            async move { a.lock("k").await }
+        })
+        .await
+        .unwrap();
+    assert!(inner.is_reentrant());
+    assert!(backend.force_delete("k"));
+    let taken = b.try_lock("k").await.unwrap();
+    tokio::time::timeout(BOUND, outer.lost()).await.unwrap();
+    let r = inner.release().await;
+    assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
+    let r = outer.release().await;
+    assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
+    assert!(taken.is_held(), "the other owner's lock was touched");
+    taken.release().await.unwrap();
+
+    // Ended: the reentrant guard outlives the `run` that held the lock.
+    let inner = a
+        .lock("j")
+        .run({
+            let a = a.clone();
+            async move { a.lock("j").await.unwrap() }
+        })
+        .await
+        .unwrap();
+    assert!(inner.is_reentrant());
+    let r = inner.release().await;
+    assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
+    // While the outer lock is held, it is `Ok` (and the outer lock stays held).
+    let outer = a.lock("m").await.unwrap();
+    let inner = outer
+        .scope({
+            let a = a.clone();
+            async move { a.lock("m").await }
+        })
+        .await
+        .unwrap();
+    inner.release().await.unwrap();
+    assert!(outer.is_held());
+    outer.release().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_returns_the_body_output_when_its_final_release_is_clean() {
     let (_backend, a, b) = pair();
