@@ -144,6 +144,31 @@ async fn keys_holding_foreign_data_fail_the_acquire_with_a_typed_error() {
         !server.exists("lock:{counter}").await,
         "no lock was taken by the failed fenced acquire"
     );
+    // A counter past what the script counts on exactly (2^53): an error, never a fence drawn
+    // twice or a counter written back lower (found by an outside audit: every acquire got
+    // 2^53 and the counter went down to it).
+    server.set("lock:{big}:fence", "9007199254740993").await;
+    assert_backend_error(
+        locker.lock("big").fenced().await,
+        "a fence counter past 2^53",
+    );
+    assert!(!server.exists("lock:{big}").await, "no lock was taken");
+    assert_eq!(
+        server.get("lock:{big}:fence").await.as_deref(),
+        Some("9007199254740993"),
+        "the counter is left as it was"
+    );
+    // Up to 2^53 - 1 every fence is drawn, each above the last; then the counter is refused.
+    server.set("lock:{edge}:fence", "9007199254740989").await;
+    for expected in [9_007_199_254_740_990, 9_007_199_254_740_991] {
+        let guard = locker.lock("edge").fenced().await.expect("below 2^53");
+        assert_eq!(guard.fence(), Some(expected));
+        guard.release().await.expect("release");
+    }
+    assert_backend_error(
+        locker.lock("edge").fenced().await,
+        "a fence counter at 2^53 - 1",
+    );
     // The locker still works for other keys.
     locker
         .lock("fine")

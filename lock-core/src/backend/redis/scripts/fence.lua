@@ -11,11 +11,21 @@
 -- clock). It costs one small key per fenced lock name.
 -- Microseconds since 1970 stay below 2^53, exact in Lua's doubles, until the year 2255.
 --
+-- A counter that is not a whole number below 2^53 - 1 (written by something else, or corrupt)
+-- is refused with an error: past 2^53 a double cannot count on by one, and the token would
+-- repeat, or the counter be written back lower. The caller gets a typed error; the lock this
+-- script may have set is released by the caller (acquire) or handed over unannounced (a
+-- release, whose waiter takes it with its next attempt and meets the same error).
+--
 -- Returns the token, as a number.
 local function next_fence(counter)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local fence = tonumber(redis.call('GET', counter) or '0') + 1
+  local last = redis.call('GET', counter) or '0'
+  if not string.match(last, '^%d+$') or tonumber(last) >= 9007199254740991 then
+    error('fence counter ' .. counter .. ' holds no whole number below 2^53 - 1')
+  end
+  local fence = tonumber(last) + 1
   if fence < now then
     fence = now
   end
