@@ -58,6 +58,10 @@ pin_project! {
             // trailers) waits for the answer, so that a lock found lost then ends the body
             // with an error instead of completing it.
             releasing: Option<(Release, Option<Frame<Bytes>>)>,
+            // While held: the bytes still to come when the response declared its length
+            // (a `Content-Length`, or an exact size hint). The frame that completes them is
+            // the last one (hyper stops polling once it has written them).
+            left: Option<u64>,
             // Over: nothing more comes (the lease was lost, or the last frame went out).
             failed: bool,
         },
@@ -89,17 +93,20 @@ impl<B> ResponseBody<B> {
                 body,
                 hold: None,
                 releasing: None,
+                left: None,
                 failed: false,
             },
         }
     }
 
-    pub(crate) fn holding(body: B, hold: Hold) -> Self {
+    /// `body`, holding `hold` until it ends; `length` is the response's declared length.
+    pub(crate) fn holding(body: B, hold: Hold, length: Option<u64>) -> Self {
         ResponseBody {
             kind: Kind::Inner {
                 body,
                 hold: Some(hold),
                 releasing: None,
+                left: length,
                 failed: false,
             },
         }
@@ -153,6 +160,7 @@ where
                 mut body,
                 hold,
                 releasing,
+                left,
                 failed,
             } => loop {
                 if *failed {
@@ -178,7 +186,7 @@ where
                     return Poll::Pending;
                 };
                 let last = match frame {
-                    Some(Ok(frame)) if !body.is_end_stream() => {
+                    Some(Ok(frame)) if !body.is_end_stream() && !completes(left, &frame) => {
                         return Poll::Ready(Some(Ok(frame)));
                     }
                     Some(Ok(frame)) => Some(frame),
@@ -215,6 +223,7 @@ where
                 hold,
                 releasing,
                 failed,
+                ..
             } => *failed || (hold.is_none() && releasing.is_none() && body.is_end_stream()),
             Kind::Full { data } => data.is_none(),
             Kind::Custom { body } => body.is_end_stream(),
@@ -246,6 +255,15 @@ pub(crate) fn shifted_hint(hint: &SizeHint, plus: u64, minus: u64) -> SizeHint {
         shifted.set_upper(shift(upper));
     }
     shifted
+}
+
+/// Whether `frame` completes the declared length (`left` bytes still to come); counts it.
+fn completes(left: &mut Option<u64>, frame: &Frame<Bytes>) -> bool {
+    let (Some(n), Some(data)) = (left.as_mut(), frame.data_ref()) else {
+        return false;
+    };
+    *n = n.saturating_sub(data.len() as u64);
+    *n == 0
 }
 
 /// The lease was lost while the body streamed: end the body with an error.

@@ -227,11 +227,13 @@ where
                         }
                         Some(Ok(response))
                             if shared.options.hold_until_body_end
-                                && !response.body().is_end_stream() =>
+                                && !response.body().is_end_stream()
+                                && declared_length(&response) != Some(0) =>
                         {
                             tracing::trace!("response ready; the lock is held until its body ends");
+                            let length = declared_length(&response);
                             return Poll::Ready(Ok(
-                                response.map(|body| ResponseBody::holding(body, h))
+                                response.map(|body| ResponseBody::holding(body, h, length))
                             ));
                         }
                         Some(output) => State::Releasing {
@@ -285,6 +287,15 @@ impl<F: Future> Future for Inner<F> {
             InnerProj::Plain { future } => future.poll(cx),
             InnerProj::Scoped { future } => future.poll(cx),
         }
+    }
+}
+
+/// The length a response declares (its `Content-Length`, or else its body's exact size hint):
+/// the server writes that many bytes and may stop polling the body then.
+fn declared_length<B: Body>(response: &Response<B>) -> Option<u64> {
+    match response.headers().get(http::header::CONTENT_LENGTH) {
+        Some(value) => value.to_str().ok()?.trim().parse().ok(),
+        None => response.body().size_hint().exact(),
     }
 }
 

@@ -25,8 +25,37 @@ use tower::Layer;
 
 use crate::common::Probe;
 
-fn client() -> Client<HttpConnector, Empty<Bytes>> {
+pub(crate) fn client() -> Client<HttpConnector, Empty<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Serves `svc` with a plain hyper HTTP/1 server (no axum) on a free loopback port.
+pub(crate) async fn serve_hyper<S, B>(svc: S) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = TowerToHyperService::new(svc.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, server)
 }
 
 /// Per key: how many handlers are inside, the most ever, the last fencing token, the count.
@@ -114,19 +143,7 @@ async fn plain_hyper_service_over_http() {
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"charged"))))
             },
         ));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let svc = TowerToHyperService::new(svc.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
+    let (addr, server) = serve_hyper(svc).await;
 
     let client = client();
     let send = || {

@@ -7,6 +7,7 @@ mod common;
 
 mod axum_routes;
 mod backend;
+mod held_body_http;
 mod hostile;
 mod http;
 mod lifecycle;
