@@ -15,6 +15,8 @@
 --
 -- Returns {1, fence} when acquired (fence is 0 when not fenced),
 --         {0, pttl}  when held by someone else (pttl as PTTL reports it: -1 = no expiry).
+-- Checked before anything is written: an unusable counter fails the attempt, which takes nothing.
+local fence_last = ARGV[3] == '1' and last_fence(KEYS[2])
 local ours = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not ours then
   -- Ours already (a retry), possibly marked since by a waiter (the token plus '+', see
@@ -26,7 +28,7 @@ if not ours then
 end
 if ours then
   if ARGV[3] == '1' then
-    return {1, next_fence(KEYS[2])}
+    return {1, next_fence(KEYS[2], fence_last)}
   end
   return {1, 0}
 end

@@ -32,6 +32,8 @@
 -- head are dropped first.
 -- Returns {1, fence} when acquired (fence 0 when not fenced),
 --         {0, pttl}  otherwise (-2 when the lock is free but it is another waiter's turn).
+-- Checked before anything is written: an unusable counter fails the attempt, which takes nothing.
+local fence_last = ARGV[3] == '1' and last_fence(KEYS[2])
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,7 +56,7 @@ local function taken()
     mark()
   end
   if ARGV[3] == '1' then
-    return {1, next_fence(KEYS[2])}
+    return {1, next_fence(KEYS[2], fence_last)}
   end
   return {1, 0}
 end

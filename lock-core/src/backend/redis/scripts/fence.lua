@@ -12,20 +12,26 @@
 -- Microseconds since 1970 stay below 2^53, exact in Lua's doubles, until the year 2255.
 --
 -- A counter that is not a whole number below 2^53 - 1 (written by something else, or corrupt)
--- is refused with an error: past 2^53 a double cannot count on by one, and the token would
--- repeat, or the counter be written back lower. The caller gets a typed error; the lock this
--- script may have set is released by the caller (acquire) or handed over unannounced (a
--- release, whose waiter takes it with its next attempt and meets the same error).
---
--- Returns the token, as a number.
-local function next_fence(counter)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- is refused: past 2^53 a double cannot count on by one, and a token would repeat, or the
+-- counter be written back lower. `last_fence` checks it before the script writes anything:
+-- an acquire fails with an error and takes nothing; a hand-over leaves that waiter to take the
+-- lock itself (its own attempt then fails), and the release goes on.
+
+-- The last token drawn for the lock (0 when none); raises an error for an unusable counter.
+local function last_fence(counter)
   local last = redis.call('GET', counter) or '0'
   if not string.match(last, '^%d+$') or tonumber(last) >= 9007199254740991 then
     error('fence counter ' .. counter .. ' holds no whole number below 2^53 - 1')
   end
-  local fence = tonumber(last) + 1
+  return tonumber(last)
+end
+
+-- Draws the next token after `last` (from `last_fence`, in the same script); returns it, as a
+-- number.
+local function next_fence(counter, last)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = last + 1
   if fence < now then
     fence = now
   end

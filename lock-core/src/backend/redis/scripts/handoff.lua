@@ -18,8 +18,8 @@
 -- handed to that ticket (fence 0 when not fenced), '<ticket>' when it is that ticket's turn,
 -- or 'released'. It is also returned, so the releasing process can deliver it locally at once.
 --
--- One function only (besides next_fence, from fence.lua): every function defined here is created
--- on each call of every script that includes this file, on the release's hot path.
+-- One function only (besides those of fence.lua): every function defined here is created on
+-- each call of every script that includes this file, on the release's hot path.
 
 local function hand_over(lock, fence_key, queue, waiters, channel, sharded, head)
   local payload = 'released'
@@ -36,15 +36,22 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded, head
     if expiry > now then
       local _, generation, lease, fenced, token =
         string.match(entry, '^(%d+)|(%d+)|(%d+)|([01])|(%x+)$')
+      -- A fenced waiter whose counter is unusable (fence.lua) takes the lock itself, and its
+      -- own attempt fails: an error here would fail this release, and every other release
+      -- sent in the same batch.
+      local usable, fence_last = token ~= nil, 0
+      if usable and fenced == '1' then
+        usable, fence_last = pcall(last_fence, fence_key)
+      end
       -- Marked (release_fast.lua) when other waiters still have entries.
       local value = token
-      if token and redis.call('EXISTS', waiters) == 1 then
+      if usable and redis.call('EXISTS', waiters) == 1 then
         value = token .. '+'
       end
-      if token and redis.call('SET', lock, value, 'NX', 'PX', lease) then
+      if usable and redis.call('SET', lock, value, 'NX', 'PX', lease) then
         local fence = 0
         if fenced == '1' then
-          fence = next_fence(fence_key)
+          fence = next_fence(fence_key, fence_last)
         end
         -- '%d': concatenating the number would write it as '%.14g', losing digits.
         payload = head .. ':' .. generation .. ':' .. string.format('%d', fence)
