@@ -538,6 +538,42 @@ mod tests {
         third.release().await.unwrap();
     }
 
+    /// While tasks wait, the scheduler looks at its table every 100 ms (the bound of a
+    /// hand-over's first renewal), not more often: a waiter with a short lease (its hand-over
+    /// carries its whole lease, so it needs no early renewal) does not make it tick every
+    /// 5 ms, for itself or, after it left, for the others. Found by review: 202 ticks in a
+    /// second with one waiter left.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_tasks_make_the_scheduler_tick_at_most_every_100_ms() {
+        let backend = crate::MemoryBackend::new();
+        let a = Locker::builder(backend.clone()).build();
+        let b = Locker::builder(backend).build();
+        let _short = a.lock("short").await.unwrap();
+        let _long = a.lock("long").await.unwrap();
+        let long = tokio::spawn({
+            let b = b.clone();
+            async move { b.lock("long").wait(Duration::from_secs(5)).await }
+        });
+        let short = tokio::spawn({
+            let b = b.clone();
+            async move {
+                b.lock("short")
+                    .lease(Duration::from_millis(150))
+                    .wait(Duration::from_millis(200))
+                    .await
+            }
+        });
+        // Paused clock: time moves only once every task waits, so both have queued.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(b.stats().waiters, 2);
+        let before = b.inner.watchdog.ticks.load(Ordering::Relaxed);
+        assert!(short.await.unwrap().is_err(), "the short waiter timed out");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ticks = b.inner.watchdog.ticks.load(Ordering::Relaxed) - before;
+        assert!(ticks <= 14, "{ticks} ticks in 1.2 s of waiting");
+        long.abort();
+    }
+
     /// A lock handed over to a task that waited is added without waking the scheduler (a
     /// wake-up on the waiter's return path, a system call when the waiter runs outside the
     /// runtime's workers): while the locker has waiters the scheduler looks at its table often

@@ -213,10 +213,11 @@ async fn wait_in_queue(
         max_hold: spec.max_hold,
     });
     let ticket = inner.queues.join(inner, key, receives);
-    if spec.watchdog {
-        inner
-            .watchdog
-            .expect_handovers(inner, queued::handover_lease(spec.lease));
+    // A lock handed over with a lease shorter than asked for is renewed soon after it comes
+    // (one asked with at most the hand-over lease is renewed like any other).
+    let handover_lease = queued::handover_lease(spec.lease);
+    if spec.watchdog && handover_lease < spec.lease {
+        inner.watchdog.expect_handovers(inner, handover_lease);
     }
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
