@@ -373,9 +373,9 @@ impl Drop for Watchdog {
 /// passed to), or finds it lost; it never reports a lock the backend just called someone
 /// else's as released.
 fn mark_lost(lost: Vec<Arc<Held>>, serials: Vec<OwnedMutexGuard<()>>) {
-    #[cfg(test)]
-    tests::marking_lost(&lost);
     for held in lost {
+        #[cfg(test)]
+        tests::marking_lost(&held);
         held.mark_lost("renewal found the lock no longer ours");
     }
     drop(serials);
@@ -429,7 +429,7 @@ async fn reconnected(reconnects: &mut Option<watch::Receiver<u64>>) {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
-    use std::sync::{Arc, mpsc};
+    use std::sync::mpsc;
     use std::time::Duration;
 
     use crate::held::Held;
@@ -437,16 +437,25 @@ mod tests {
 
     type Hook = Box<dyn FnOnce() + Send>;
 
-    /// A test's code to run, on the watchdog's task, just before the watchdog marks lost a
+    /// A hang guard: a step that never ends fails the test instead.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    async fn within<T>(step: impl std::future::Future<Output = T>) -> T {
+        tokio::time::timeout(BOUND, step)
+            .await
+            .expect("a step did not end within its bound")
+    }
+
+    /// A test's code to run, on the watchdog's task, right before the watchdog marks lost a
     /// lock of the named key that a renewal found no longer ours.
     static MARKING_LOST: std::sync::Mutex<Option<(&'static str, Hook)>> =
         std::sync::Mutex::new(None);
 
-    pub(super) fn marking_lost(lost: &[Arc<Held>]) {
+    pub(super) fn marking_lost(held: &Held) {
         let hook = {
             let mut hook = MARKING_LOST.lock().unwrap_or_else(|e| e.into_inner());
             match &*hook {
-                Some((key, _)) if lost.iter().any(|h| h.key.user() == *key) => hook.take(),
+                Some((key, _)) if held.key.user() == *key => hook.take(),
                 _ => None,
             }
         };
@@ -481,15 +490,18 @@ mod tests {
                 let _ = handed_tx.send(guard);
             });
         }
-        while locker.inner.queues.waiters() < WAITERS {
-            tokio::task::yield_now().await;
-        }
+        within(async {
+            while locker.inner.queues.waiters() < WAITERS {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
         // The first turns go through the backend (a hand-over, then a release that asks
         // whether another process waits before it passes the lock on): one turn taken.
         let mut left = WAITERS;
-        while locker.stats().local_handoffs == 0 {
+        while locker.stats().local_handoffs == 0 && left > 0 {
             second.release().await.unwrap();
-            second = handed.recv().await.unwrap().unwrap();
+            second = within(handed.recv()).await.unwrap().unwrap();
             left -= 1;
         }
         assert!(left > 0, "a waiter is left to pass the lock to");
@@ -513,23 +525,31 @@ mod tests {
         // Behind the holder's back: the next renewal (within a tenth of the lease of a lock
         // passed locally) finds it gone.
         assert!(backend.force_delete(KEY));
-        let (early, released) = tokio::task::spawn_blocking(move || outcome.recv().unwrap())
-            .await
-            .unwrap();
+        let (early, released) = tokio::task::spawn_blocking(move || {
+            outcome
+                .recv_timeout(BOUND)
+                .expect("the renewal never found the lock lost")
+        })
+        .await
+        .unwrap();
         assert!(
             early.is_none(),
             "the release ended while the renewal's loss was not yet marked: {early:?}"
         );
-        let released = tokio::task::spawn_blocking(move || released.recv().unwrap())
-            .await
-            .unwrap();
+        let released = tokio::task::spawn_blocking(move || {
+            released
+                .recv_timeout(BOUND)
+                .expect("the release never ended")
+        })
+        .await
+        .unwrap();
         assert!(
             matches!(released, Err(LockError::LeaseLost { .. })),
             "a release after the renewal found the lock gone: {released:?}"
         );
         // The waiters left take the free key through the backend, not as a pass of the lost one.
         let passes = locker.stats().local_handoffs;
-        let third = handed.recv().await.unwrap().unwrap();
+        let third = within(handed.recv()).await.unwrap().unwrap();
         assert_eq!(
             locker.stats().local_handoffs,
             passes,
