@@ -262,6 +262,18 @@ impl WaitQueues {
             .count()
     }
 
+    /// How many keys with local waiters hear of releases now (their subscription confirmed,
+    /// the backend's notifications healthy).
+    pub(crate) fn notified_keys(&self, healthy: bool) -> usize {
+        if !healthy {
+            return 0;
+        }
+        self.map()
+            .values()
+            .filter(|q| !q.waiters.is_empty() && q.subscription.confirmed())
+            .count()
+    }
+
     /// How many local waiters there are in all.
     pub(crate) fn waiters(&self) -> usize {
         self.map().values().map(|q| q.waiters.len()).sum()

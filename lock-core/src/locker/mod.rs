@@ -70,6 +70,16 @@ pub struct LockerStats {
     pub renewal_calls: u64,
     /// Keys with local waiters now.
     pub waiting_keys: usize,
+    /// Of those, the keys whose waiters hear of releases now: their release subscription is
+    /// confirmed and the backend's notifications are healthy. The waiters of the others try
+    /// again on timers (bounded, with back-off) while the subscription is asked for again;
+    /// fewer than `waiting_keys` for long means notifications are failing (a lost
+    /// connection, a Redis user without channel permissions, a server refusing connections).
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().stats().notified_keys, 0);
+    /// ```
+    pub notified_keys: usize,
     /// Local waiters now, over all keys.
     pub waiters: usize,
     /// Calls made to the backend so far (round trips on Redis): acquire attempts, releases,
@@ -333,6 +343,10 @@ impl Locker {
             renewed_locks: self.inner.watchdog.len(),
             renewal_calls: self.inner.watchdog.calls.load(Ordering::Relaxed),
             waiting_keys: self.inner.queues.waiting_keys(),
+            notified_keys: self
+                .inner
+                .queues
+                .notified_keys(self.inner.backend.notifications_healthy()),
             waiters: self.inner.queues.waiters(),
             backend_calls: self.inner.calls.load(Ordering::Relaxed),
             handovers: self.inner.handovers.load(Ordering::Relaxed),
