@@ -54,10 +54,11 @@ pin_project! {
             #[pin]
             body: B,
             hold: Option<Hold>,
-            // The body ended and its lock is being released: its last frame (data or
-            // trailers) waits for the answer, so that a lock found lost then ends the body
-            // with an error instead of completing it.
-            releasing: Option<(Release, Option<Frame<Bytes>>)>,
+            // The body ended (or completed its declared length) and its lock is being
+            // released: its last frame (data or trailers) waits for the answer, so that a lock
+            // found lost then ends the body with an error instead of completing it. `true`
+            // when the body ended; after a declared length, what follows (trailers) passes.
+            releasing: Option<(Release, Option<Frame<Bytes>>, bool)>,
             // While held: the bytes still to come when the response declared its length
             // (a `Content-Length`, or an exact size hint). The frame that completes them is
             // the last one (hyper stops polling once it has written them).
@@ -166,14 +167,19 @@ where
                 if *failed {
                     return Poll::Ready(None);
                 }
-                if let Some((release, last)) = releasing {
+                if let Some((release, last, ended)) = releasing {
                     let released = ready!(Pin::new(release).poll(cx));
-                    let last = last.take();
+                    let (last, ended) = (last.take(), *ended);
                     *releasing = None;
-                    *failed = true;
                     return Poll::Ready(match released {
-                        Ok(()) => last.map(Ok),
-                        Err(lost) => Some(Err(Box::new(LeaseLostError { key: lost.key }))),
+                        Ok(()) => {
+                            *failed = ended;
+                            last.map(Ok)
+                        }
+                        Err(lost) => {
+                            *failed = true;
+                            Some(Err(Box::new(LeaseLostError { key: lost.key })))
+                        }
                     });
                 }
                 if hold.as_ref().is_some_and(|h| !h.is_held()) {
@@ -185,12 +191,13 @@ where
                     }
                     return Poll::Pending;
                 };
-                let last = match frame {
-                    Some(Ok(frame)) if !body.is_end_stream() && !completes(left, &frame) => {
-                        return Poll::Ready(Some(Ok(frame)));
+                let (last, ended) = match frame {
+                    Some(Ok(frame)) if body.is_end_stream() => (Some(frame), true),
+                    Some(Ok(frame)) if hold.is_some() && completes(left, &frame) => {
+                        (Some(frame), false)
                     }
-                    Some(Ok(frame)) => Some(frame),
-                    None => None,
+                    Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
+                    None => (None, true),
                     Some(Err(error)) => {
                         // Dropping the hold releases the lock (in the background).
                         drop(hold.take());
@@ -200,9 +207,10 @@ where
                 let Some(h) = hold.take() else {
                     return Poll::Ready(last.map(Ok));
                 };
-                // The body ended: its last frame goes out once the release says the lock was
-                // ours until then (else the body fails, and the response is incomplete).
-                *releasing = Some((h.release(), last));
+                // The body ended, or completed its declared length: its last frame goes out
+                // once the release says the lock was ours until then (else the body fails, and
+                // the response is incomplete).
+                *releasing = Some((h.release(), last, ended));
             },
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Custom { body } => Pin::new(body).poll_frame(cx),

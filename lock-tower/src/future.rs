@@ -60,6 +60,8 @@ pin_project! {
         state: State<S, ReqB>,
         shared: Arc<Shared>,
         span: tracing::Span,
+        // A HEAD request: its response's body is never sent (nor polled by hyper).
+        head: bool,
     }
 }
 
@@ -100,6 +102,7 @@ where
         request: Request<ReqB>,
         key: &str,
     ) -> Self {
+        let head = request.method() == http::Method::HEAD;
         let span = tracing::debug_span!("lock_tower", key = %LogKey(key));
         span.in_scope(|| tracing::trace!(wait = ?shared.options.wait, "acquiring lock"));
         ResponseFuture {
@@ -110,6 +113,7 @@ where
             },
             shared,
             span,
+            head,
         }
     }
 
@@ -121,6 +125,7 @@ where
             },
             shared,
             span: tracing::Span::none(),
+            head: false,
         }
     }
 
@@ -131,6 +136,7 @@ where
             },
             shared,
             span: tracing::Span::none(),
+            head: false,
         }
     }
 }
@@ -227,8 +233,7 @@ where
                         }
                         Some(Ok(response))
                             if shared.options.hold_until_body_end
-                                && !response.body().is_end_stream()
-                                && declared_length(&response) != Some(0) =>
+                                && sends_a_body(&response, *this.head) =>
                         {
                             tracing::trace!("response ready; the lock is held until its body ends");
                             let length = declared_length(&response);
@@ -288,6 +293,20 @@ impl<F: Future> Future for Inner<F> {
             InnerProj::Scoped { future } => future.poll(cx),
         }
     }
+}
+
+/// Whether the server sends (and polls) the response's body: not for a HEAD request, a 1xx,
+/// 204 or 304 answer, an empty body or a declared length of 0. Only such a body can hold the
+/// lock until it ends; for the others the lock is released before the response goes out, and
+/// a release that finds it lost turns the response into a 503.
+fn sends_a_body<B: Body>(response: &Response<B>, head: bool) -> bool {
+    let status = response.status();
+    !head
+        && !status.is_informational()
+        && status != http::StatusCode::NO_CONTENT
+        && status != http::StatusCode::NOT_MODIFIED
+        && !response.body().is_end_stream()
+        && declared_length(response) != Some(0)
 }
 
 /// The length a response declares (its `Content-Length`, or else its body's exact size hint):

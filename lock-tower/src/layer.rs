@@ -196,7 +196,9 @@ impl<K> LockLayer<K> {
     /// away), not just until the response head is ready. For handlers that stream their work.
     /// If the lease is lost while the body streams, the body ends with
     /// [`LeaseLostError`](crate::LeaseLostError); its last frame waits for the release's
-    /// answer, so a release that finds the lock no longer ours ends it the same way.
+    /// answer, so a release that finds the lock no longer ours ends it the same way. A
+    /// response whose body is never sent (to a HEAD request; a 1xx, 204 or 304; an empty body)
+    /// releases before it goes out, as without this option.
     ///
     /// ```
     /// use lock_tower::{LockLayer, extract::MethodAndPath};
