@@ -46,7 +46,8 @@ pub enum LockError {
         retry_after: Option<Duration>,
     },
 
-    /// The lock stayed busy for the whole wait.
+    /// The lock stayed busy for the whole wait (a wait in which the backend never answered
+    /// ends with [`Backend`](Self::Backend) instead).
     ///
     /// Raise the wait, or shorten the critical sections that hold the key.
     #[error("timed out after {waited:?} waiting for lock {key:?}")]

@@ -84,7 +84,9 @@ impl LockRequest {
         &mut self.options
     }
 
-    /// Waits up to `wait` for the lock (zero: one attempt). Beyond it: [`LockError::Timeout`].
+    /// Waits up to `wait` for the lock (zero: one attempt). Beyond it: [`LockError::Timeout`]
+    /// when the key was held, [`LockError::Backend`] when the backend never answered within
+    /// the wait (a stalled server: nothing said the key was held).
     ///
     /// ```
     /// # async fn demo() {
