@@ -548,7 +548,9 @@ async fn two_holders_never_overlap_under_server_faults() {
         overlaps.len()
     );
     assert!(overlaps.is_empty(), "two holders at once: {overlaps:?}");
-    assert!(ok >= 50, "too few critical sections to mean anything: {ok}");
+    // A floor against a run that proves nothing (every wait failing, say), not a speed
+    // claim: 52-68 sections on a quiet 2-core machine, 47 in a loaded CI run.
+    assert!(ok >= 30, "too few critical sections to mean anything: {ok}");
     assert!(
         long_held >= 3,
         "too few sections spanning a renewal held to the end: {long_held}"
