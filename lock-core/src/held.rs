@@ -22,14 +22,12 @@ use crate::wait::PassOn;
 /// full lease (see `Held::first_renewal`).
 pub(crate) const HANDOVER_RENEWAL_DELAY: Duration = Duration::from_millis(5);
 
-/// How long after it arrives a lock handed over with the short lease `handover_lease` is
-/// renewed at the latest: a thirtieth of that lease (0.1 s of the usual 3 s), and not sooner
-/// than [`HANDOVER_RENEWAL_DELAY`]. The watchdog is not woken for it when it already looks at
-/// its table by then (it does while this locker has waiters): the waiter's return path takes
-/// no wake-up. Within the bound a server stall of most of the hand-over lease is ridden out.
-pub(crate) fn handover_renewal_bound(handover_lease: Duration) -> Duration {
-    (handover_lease / 30).max(HANDOVER_RENEWAL_DELAY)
-}
+/// How long after it arrives a lock handed over with the short hand-over lease (3 s, for a
+/// request whose own lease is longer) is renewed at the latest: a thirtieth of that lease. The
+/// watchdog is not woken for it when it already looks at its table by then (it does while this
+/// locker has such waiters): the waiter's return path takes no wake-up. Within the bound a
+/// server stall of most of the hand-over lease is ridden out.
+pub(crate) const HANDOVER_RENEWAL_BOUND: Duration = Duration::from_millis(100);
 
 /// Where one acquisition stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +62,7 @@ pub(crate) struct Held {
     /// at once for a lock handed over with a shorter lease than asked for.
     pub(crate) first_renewal: Instant,
     /// When it renews first at the latest: `first_renewal`, or for a lock handed over with a
-    /// short lease [`handover_renewal_bound`] after it arrived.
+    /// short lease [`HANDOVER_RENEWAL_BOUND`] after it arrived.
     pub(crate) first_renewal_by: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
@@ -129,7 +127,7 @@ impl Held {
         let (first_renewal, first_renewal_by) = if first_lease < lease {
             (
                 received_at + HANDOVER_RENEWAL_DELAY,
-                received_at + handover_renewal_bound(first_lease),
+                received_at + HANDOVER_RENEWAL_BOUND,
             )
         } else {
             let at = sent_at + first_lease / 3;

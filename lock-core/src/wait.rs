@@ -274,6 +274,11 @@ impl WaitQueues {
             .count()
     }
 
+    /// Whether any key has local waiters.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.map().values().any(|q| !q.waiters.is_empty())
+    }
+
     /// How many local waiters there are in all.
     pub(crate) fn waiters(&self) -> usize {
         self.map().values().map(|q| q.waiters.len()).sum()

@@ -18,7 +18,7 @@ use tokio::sync::{Notify, OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::backend::Renewal;
-use crate::held::{Held, Phase, handover_renewal_bound};
+use crate::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -49,9 +49,9 @@ struct Table {
     first_interval: Duration,
     /// Ticks in a row that found no lock.
     empty_ticks: u32,
-    /// While this locker has waiters that may be handed a lock with a short lease: the longest
-    /// the scheduler may sleep (see [`Watchdog::expect_handovers`]).
-    waiting: Option<Duration>,
+    /// While this locker has waiters that may be handed a lock with a short lease: the
+    /// scheduler sleeps at most [`HANDOVER_RENEWAL_BOUND`] (see [`Watchdog::expect_handovers`]).
+    waiting: bool,
 }
 
 /// How many ticks in a row may find no lock before the scheduler stops waking up on its own.
@@ -103,17 +103,16 @@ impl Watchdog {
         self.add_at(inner, held, held.first_renewal, held.first_renewal_by);
     }
 
-    /// A task of this locker waits for a key and may be handed the lock with a lease as short
-    /// as `handover_lease`: until no task waits, the scheduler sleeps at most the bound of such
-    /// a lock's first renewal ([`handover_renewal_bound`]), so that adding the lock when it
-    /// comes needs no wake-up (one on the waiter's return path, a system call when the waiter
-    /// runs outside the runtime's workers). Wakes it now if it sleeps longer.
-    pub(crate) fn expect_handovers(&self, inner: &Arc<LockerInner>, handover_lease: Duration) {
-        let bound = handover_renewal_bound(handover_lease);
+    /// A task of this locker waits for a key and may be handed the lock with the short
+    /// hand-over lease: until no task waits, the scheduler sleeps at most the bound of such a
+    /// lock's first renewal ([`HANDOVER_RENEWAL_BOUND`]), so that adding the lock when it comes
+    /// needs no wake-up (one on the waiter's return path, a system call when the waiter runs
+    /// outside the runtime's workers). Wakes it now if it sleeps longer.
+    pub(crate) fn expect_handovers(&self, inner: &Arc<LockerInner>) {
         let must_wake = {
             let mut table = self.entries();
-            table.waiting = Some(table.waiting.map_or(bound, |w| w.min(bound)));
-            table.sleeps_past(Instant::now() + bound)
+            table.waiting = true;
+            table.sleeps_past(Instant::now() + HANDOVER_RENEWAL_BOUND)
         };
         self.run_scheduler(inner, must_wake);
     }
@@ -215,16 +214,14 @@ impl Watchdog {
         // Read before the table's lock (a release passing a lock on takes the queues' lock,
         // then the table's). A waiter that joins after this read and before the plan is set
         // may find the plan idle: its hand-over then wakes the scheduler, as without waiters.
-        let waiters = inner.queues.waiters() > 0;
+        let waiters = inner.queues.has_waiters();
         let now = Instant::now();
         let mut due: Vec<Arc<Held>> = Vec::new();
         let mut early: Vec<(Arc<Held>, Instant)> = Vec::new();
         {
             let mut table = self.entries();
             table.plan = Plan::Awake;
-            if !waiters {
-                table.waiting = None;
-            }
+            table.waiting &= waiters;
             table.map.retain(|_, e| {
                 let Some(held) = e.held.upgrade() else {
                     return false;
@@ -249,8 +246,9 @@ impl Watchdog {
                     table.empty_ticks += 1;
                     next = Some(now + table.first_interval);
                 }
-                if let Some(bound) = table.waiting {
-                    next = Some(next.map_or(now + bound, |at| at.min(now + bound)));
+                if table.waiting {
+                    let bound = now + HANDOVER_RENEWAL_BOUND;
+                    next = Some(next.map_or(bound, |at| at.min(bound)));
                 }
                 table.plan = next.map_or(Plan::Idle, Plan::SleepingUntil);
                 return next;

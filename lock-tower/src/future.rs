@@ -231,15 +231,21 @@ where
                         Some(_) if !h.is_held() => {
                             lease_lost(h, "the service's future (its response is discarded)")
                         }
-                        Some(Ok(response))
-                            if shared.options.hold_until_body_end
-                                && sends_a_body(&response, *this.head) =>
-                        {
-                            tracing::trace!("response ready; the lock is held until its body ends");
-                            let length = declared_length(&response);
-                            return Poll::Ready(Ok(
-                                response.map(|body| ResponseBody::holding(body, h, length))
-                            ));
+                        Some(Ok(response)) if shared.options.hold_until_body_end => {
+                            match sent_body(&response, *this.head) {
+                                Some(length) => {
+                                    tracing::trace!(
+                                        "response ready; the lock is held until its body ends"
+                                    );
+                                    return Poll::Ready(Ok(
+                                        response.map(|body| ResponseBody::holding(body, h, length))
+                                    ));
+                                }
+                                None => State::Releasing {
+                                    release: h.release(),
+                                    output: Some(Ok(response)),
+                                },
+                            }
                         }
                         Some(output) => State::Releasing {
                             release: h.release(),
@@ -295,27 +301,27 @@ impl<F: Future> Future for Inner<F> {
     }
 }
 
-/// Whether the server sends (and polls) the response's body: not for a HEAD request, a 1xx,
-/// 204 or 304 answer, an empty body or a declared length of 0. Only such a body can hold the
-/// lock until it ends; for the others the lock is released before the response goes out, and
-/// a release that finds it lost turns the response into a 503.
-fn sends_a_body<B: Body>(response: &Response<B>, head: bool) -> bool {
+/// Whether the server sends (and polls) the response's body, and the length it declares (its
+/// `Content-Length`, or else its body's exact size hint: the server writes that many bytes and
+/// may stop polling the body then). `None` for a HEAD request, a 1xx, 204 or 304 answer, an
+/// empty body or a declared length of 0: only a body that is sent can hold the lock until it
+/// ends; for the others the lock is released before the response goes out, and a release that
+/// finds it lost turns the response into a 503.
+fn sent_body<B: Body>(response: &Response<B>, head: bool) -> Option<Option<u64>> {
     let status = response.status();
-    !head
-        && !status.is_informational()
-        && status != http::StatusCode::NO_CONTENT
-        && status != http::StatusCode::NOT_MODIFIED
-        && !response.body().is_end_stream()
-        && declared_length(response) != Some(0)
-}
-
-/// The length a response declares (its `Content-Length`, or else its body's exact size hint):
-/// the server writes that many bytes and may stop polling the body then.
-fn declared_length<B: Body>(response: &Response<B>) -> Option<u64> {
-    match response.headers().get(http::header::CONTENT_LENGTH) {
-        Some(value) => value.to_str().ok()?.trim().parse().ok(),
-        None => response.body().size_hint().exact(),
+    if head
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED
+        || response.body().is_end_stream()
+    {
+        return None;
     }
+    let length = match response.headers().get(http::header::CONTENT_LENGTH) {
+        Some(value) => value.to_str().ok().and_then(|v| v.trim().parse().ok()),
+        None => response.body().size_hint().exact(),
+    };
+    (length != Some(0)).then_some(length)
 }
 
 /// The lease was lost while the request ran: the state that answers 503.

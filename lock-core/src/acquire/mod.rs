@@ -215,9 +215,8 @@ async fn wait_in_queue(
     let ticket = inner.queues.join(inner, key, receives);
     // A lock handed over with a lease shorter than asked for is renewed soon after it comes
     // (one asked with at most the hand-over lease is renewed like any other).
-    let handover_lease = queued::handover_lease(spec.lease);
-    if spec.watchdog && handover_lease < spec.lease {
-        inner.watchdog.expect_handovers(inner, handover_lease);
+    if spec.watchdog && queued::handover_lease(spec.lease) < spec.lease {
+        inner.watchdog.expect_handovers(inner);
     }
     tokio::time::timeout_at(deadline, ticket.my_turn())
         .await
