@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lock_core::{LockError, Locker, MemoryBackend, current_lock};
+use lock_core::{LockError, LockGuard, Locker, MemoryBackend, current_lock};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -274,14 +274,7 @@ async fn run_returns_lease_lost_when_its_final_release_finds_the_key_gone() {
 async fn a_reentrant_release_after_the_outer_lock_ended_is_lease_lost() {
     let (backend, a, b) = pair();
     let outer = a.lock("k").await.unwrap();
-    let inner = outer
-        .scope({
-            let a = a.clone();
-            async move { a.lock("k").await }
-        })
-        .await
-        .unwrap();
-    assert!(inner.is_reentrant());
+    let inner = again(&outer, &a).await;
     assert!(backend.force_delete("k"));
     let taken = b.try_lock("k").await.unwrap();
     tokio::time::timeout(BOUND, outer.lost()).await.unwrap();
@@ -306,16 +299,22 @@ async fn a_reentrant_release_after_the_outer_lock_ended_is_lease_lost() {
     assert!(matches!(r, Err(LockError::LeaseLost { .. })), "{r:?}");
     // While the outer lock is held, it is `Ok` (and the outer lock stays held).
     let outer = a.lock("m").await.unwrap();
-    let inner = outer
-        .scope({
-            let a = a.clone();
-            async move { a.lock("m").await }
-        })
-        .await
-        .unwrap();
+    let inner = again(&outer, &a).await;
     inner.release().await.unwrap();
     assert!(outer.is_held());
     outer.release().await.unwrap();
+}
+
+/// The key of `outer`, locked again through `locker` inside its scope: a reentrant guard.
+async fn again(outer: &LockGuard, locker: &Locker) -> LockGuard {
+    let locker = locker.clone();
+    let key = outer.key().to_owned();
+    let inner = outer
+        .scope(async move { locker.lock(key).await })
+        .await
+        .unwrap();
+    assert!(inner.is_reentrant());
+    inner
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,6 +10,8 @@
     reason = "a test file: its helpers assert by panicking"
 )]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, RedisBackend};
@@ -200,13 +202,7 @@ async fn a_hand_over_to_a_fenced_waiter_with_an_unusable_counter_fails_only_that
                 .await
         }
     });
-    lock_testkit::eventually("the fenced waiter queued", BOUND, async || {
-        let queued: i64 = server
-            .query(redis::cmd("HLEN").arg("lock:{bad}:waiters").clone())
-            .await;
-        queued == 1
-    })
-    .await;
+    support::until_queued(&server, "bad", 1).await;
     server.set("lock:{bad}:fence", "garbage").await;
     let released = guard.release().await;
     assert!(

@@ -281,76 +281,54 @@ async fn queue_keys_recreated_by_a_release_keep_a_ttl() {
 /// typical lateness, printed, is about 20 ms.
 const WAIT_TOLERANCE: Duration = Duration::from_secs(1);
 
-/// A server frozen before the wait begins: the first attempt gets no answer. The wait still
-/// ends at its bound (not at the 5 s response timeout), with `Backend` (nothing said the key
-/// was held: `Timeout` would say it was), and the attempt that the server runs when it thaws,
-/// which takes the free lock, is released in the background, never returned.
+/// A server frozen before the wait begins: the first attempt (a fair request subscribes
+/// before it) gets no answer. The wait still ends at its bound (not at the 5 s response
+/// timeout), with `Backend` (nothing said the key was held: `Timeout` would say it was), and an
+/// attempt that the server runs when it thaws, which takes the free lock, is released in the
+/// background, never returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_at_its_bound_when_the_server_is_frozen_from_the_start() {
-    let mut server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(5)).await;
-    // Connections and scripts ready, so the frozen server is the only delay.
-    a.lock("k")
-        .await
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
-    let wait = Duration::from_millis(1500);
-    server.pause();
-    let start = Instant::now();
-    let outcome = a.lock("k").wait(wait).await;
-    let took = start.elapsed();
-    server.resume();
-    println!("wait {wait:?} on a frozen server returned after {took:?}");
-    assert!(
-        matches!(
-            &outcome,
-            Err(LockError::Backend { operation: "acquire", key: Some(k), .. }) if k == "k"
-        ),
-        "{outcome:?}"
-    );
-    assert!(
-        took < wait + WAIT_TOLERANCE,
-        "returned {took:?} after a {wait:?} wait"
-    );
-    // The attempt ran when the server thawed and took the free lock: it is released, well
-    // before its 30 s lease would have freed the key.
-    eventually(
-        "the late lock released",
-        Duration::from_secs(5),
-        async || !server.exists("lock:{k}").await,
-    )
-    .await;
-}
-
-/// The same for a fair request, which subscribes before its first attempt: a wait that ends
-/// with nothing said about the key is `Backend`, at its bound.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fair_wait_on_a_frozen_server_ends_at_its_bound_with_a_backend_error() {
-    let mut server = RedisServer::start();
-    let a = locker(&server, Duration::from_secs(5)).await;
-    a.lock("k")
-        .fair()
-        .await
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
-    let wait = Duration::from_millis(800);
-    server.pause();
-    let start = Instant::now();
-    let outcome = a.lock("k").fair().wait(wait).await;
-    let took = start.elapsed();
-    server.resume();
-    assert!(
-        matches!(&outcome, Err(LockError::Backend { .. })),
-        "{outcome:?}"
-    );
-    assert!(
-        took < wait + WAIT_TOLERANCE,
-        "returned {took:?} after a {wait:?} wait"
-    );
+    for fair in [false, true] {
+        let mut server = RedisServer::start();
+        let a = locker(&server, Duration::from_secs(5)).await;
+        let request = |wait: Duration| {
+            let request = a.lock("k").wait(wait);
+            if fair { request.fair() } else { request }
+        };
+        // Connections and scripts ready, so the frozen server is the only delay.
+        request(Duration::from_secs(5))
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let wait = Duration::from_millis(1500);
+        server.pause();
+        let start = Instant::now();
+        let outcome = request(wait).await;
+        let took = start.elapsed();
+        server.resume();
+        println!("wait {wait:?} (fair: {fair}) on a frozen server returned after {took:?}");
+        assert!(
+            matches!(
+                &outcome,
+                Err(LockError::Backend { operation: "acquire", key: Some(k), .. }) if k == "k"
+            ),
+            "fair: {fair}: {outcome:?}"
+        );
+        assert!(
+            took < wait + WAIT_TOLERANCE,
+            "fair: {fair}: returned {took:?} after a {wait:?} wait"
+        );
+        // An attempt that ran when the server thawed took the free lock: it is released, well
+        // before its 30 s lease would have freed the key.
+        eventually(
+            "the late lock released",
+            Duration::from_secs(5),
+            async || !server.exists("lock:{k}").await,
+        )
+        .await;
+    }
 }
 
 /// The server freezes while a waiter queues behind a holder, just before the waiter's
