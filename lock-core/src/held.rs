@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::LockError;
@@ -17,6 +16,7 @@ use crate::locker::LockerInner;
 use crate::sync::Mutex;
 use crate::token::Token;
 use crate::wait::PassOn;
+use crate::watched::Watched;
 
 /// How long after a lock handed over with a short lease arrives the watchdog renews it to the
 /// full lease (see `Held::first_renewal`).
@@ -54,7 +54,7 @@ pub(crate) struct Held {
     pub(crate) locker: Arc<LockerInner>,
     /// The lease in whole milliseconds (changes with `extend`).
     lease_ms: AtomicU64,
-    state: watch::Sender<HoldState>,
+    state: Watched<HoldState>,
     /// Renewal stops here (`max_hold`).
     pub(crate) renew_until: Option<Instant>,
     pub(crate) acquired_at: Instant,
@@ -133,7 +133,7 @@ impl Held {
             let at = sent_at + first_lease / 3;
             (at, at)
         };
-        let (state, _) = watch::channel(HoldState {
+        let state = Watched::new(HoldState {
             valid_until,
             phase: Phase::Held,
         });
@@ -166,7 +166,7 @@ impl Held {
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
-        let (state, _) = watch::channel(HoldState {
+        let state = Watched::new(HoldState {
             valid_until: self.snapshot().valid_until,
             phase: Phase::Held,
         });
@@ -195,7 +195,7 @@ impl Held {
         // release must say so, and release in the backend), one past its deadline is left to
         // the usual release (marking it lost here would take the wait queues' lock again).
         let mut passed = false;
-        self.state.send_if_modified(|s| {
+        self.state.change(|s| {
             if s.phase == Phase::Held && now < s.valid_until {
                 s.phase = Phase::Released;
                 passed = true;
@@ -203,7 +203,10 @@ impl Held {
             passed
         });
         if !passed {
-            next.state.send_modify(|s| s.phase = Phase::Lost);
+            next.state.change(|s| {
+                s.phase = Phase::Lost;
+                true
+            });
             return None;
         }
         Some(next)
@@ -222,7 +225,7 @@ impl Held {
     }
 
     pub(crate) fn snapshot(&self) -> HoldState {
-        *self.state.borrow()
+        self.state.get()
     }
 
     pub(crate) fn renewal(&self) -> Renewal {
@@ -264,7 +267,7 @@ impl Held {
     }
 
     fn apply_renewal(&self, sent_at: Instant, lease: Duration) {
-        self.state.send_if_modified(|s| {
+        self.state.change(|s| {
             if s.phase != Phase::Held {
                 return false;
             }
@@ -289,7 +292,7 @@ impl Held {
     }
 
     fn apply_loss(&self, why: &str) {
-        let changed = self.state.send_if_modified(|s| {
+        let changed = self.state.change(|s| {
             if s.phase == Phase::Held {
                 s.phase = Phase::Lost;
                 true
@@ -307,29 +310,26 @@ impl Held {
     /// Marks the lock released; returns the phase it was in.
     pub(crate) fn mark_released(&self) -> Phase {
         let mut before = Phase::Released;
-        self.state.send_modify(|s| {
+        self.state.change(|s| {
             before = s.phase;
             s.phase = Phase::Released;
+            before != Phase::Released
         });
         before
     }
 
     /// Resolves when the lease is lost (never, once released).
     pub(crate) async fn lost(&self) {
-        let mut rx = self.state.subscribe();
+        let watch = self.state.watch();
         loop {
-            let s = *rx.borrow_and_update();
+            let (s, changed) = watch.read();
             match s.phase {
                 Phase::Lost => return,
                 Phase::Released => std::future::pending::<()>().await,
                 Phase::Held => {}
             }
             tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        std::future::pending::<()>().await;
-                    }
-                }
+                () = changed => {}
                 () = tokio::time::sleep_until(s.valid_until) => {
                     // Marks the loss if the deadline really passed; a renewal that moved it at
                     // this very moment keeps the lock, and the loop reads the new state.
@@ -344,19 +344,14 @@ impl Held {
     /// is also how a `max_hold` that stopped renewal ends it). Reentrant uses of the lock end
     /// here: they must not outlive the outer lock, whoever else may hold the key next.
     pub(crate) async fn ended(&self) {
-        let mut rx = self.state.subscribe();
+        let watch = self.state.watch();
         loop {
-            let s = *rx.borrow_and_update();
+            let (s, changed) = watch.read();
             if s.phase != Phase::Held {
                 return;
             }
             tokio::select! {
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        // Unreachable while `self` lives (it owns the sender); ended either way.
-                        return;
-                    }
-                }
+                () = changed => {}
                 () = tokio::time::sleep_until(s.valid_until) => {
                     // Marks the loss if the deadline really passed; a renewal that moved it at
                     // this very moment keeps the lock, and the loop reads the new state.
@@ -552,7 +547,7 @@ impl Held {
                 Ordering::Relaxed,
             );
             // The new lease may be shorter than the old one: the deadline follows it down.
-            self.state.send_if_modified(|s| {
+            self.state.change(|s| {
                 if s.phase != Phase::Held {
                     return false;
                 }
@@ -590,7 +585,7 @@ impl Drop for UnsureLease<'_> {
             return;
         };
         let until = self.sent_at + self.lease.saturating_sub(drift(self.lease));
-        held.state.send_if_modified(|s| {
+        held.state.change(|s| {
             if s.phase == Phase::Held && until < s.valid_until {
                 s.valid_until = until;
                 true

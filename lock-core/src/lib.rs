@@ -18,6 +18,7 @@ mod sync;
 mod token;
 mod wait;
 mod watchdog;
+mod watched;
 
 pub use backend::{Backend, MemoryBackend};
 #[cfg(feature = "redlock")]

@@ -11,7 +11,6 @@ pub(crate) use std::sync::MutexGuard;
 pub(crate) struct Mutex<T>(sync::Mutex<T>);
 
 impl<T> Mutex<T> {
-    #[cfg(feature = "sentinel")]
     pub(crate) const fn new(value: T) -> Self {
         Mutex(sync::Mutex::new(value))
     }
