@@ -3,7 +3,7 @@
 //! loss, extension and release in the backend.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -66,16 +66,14 @@ pub(crate) struct Held {
     pub(crate) first_renewal_by: Instant,
     /// Whether the first attempt found the lock busy.
     pub(crate) waited: bool,
-    /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
-    /// `extend`), so two renewals with different leases never race: the later PEXPIRE could
-    /// otherwise shorten the lease behind the other's back. Shared with the successors of a
-    /// local hand-off (one lease in the backend).
-    pub(crate) renewing: Arc<tokio::sync::Mutex<()>>,
+    /// See [`Held::renewing`]; made when first needed (most locks are released before their
+    /// first renewal).
+    renewing: OnceLock<Arc<tokio::sync::Mutex<()>>>,
     /// The current holder of this lease, shared by every acquisition a local hand-off passed
-    /// it through (same token, same lease in the backend; empty until the first hand-off):
-    /// what is learnt about the lease by an earlier holder (a renewal in flight, a loss) is
+    /// it through (same token, same lease in the backend; made at the first hand-off): what
+    /// is learnt about the lease by an earlier holder (a renewal in flight, a loss) is
     /// forwarded to it, whichever holders in between are gone.
-    current: Arc<Mutex<Weak<Held>>>,
+    current: OnceLock<Arc<Mutex<Weak<Held>>>>,
 }
 
 /// The drift allowance subtracted from every lease: 1 % plus 2 ms.
@@ -150,8 +148,8 @@ impl Held {
             first_renewal,
             first_renewal_by,
             waited,
-            renewing: Arc::new(tokio::sync::Mutex::new(())),
-            current: Arc::default(),
+            renewing: OnceLock::new(),
+            current: OnceLock::new(),
         })
     }
 
@@ -166,6 +164,7 @@ impl Held {
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
+        let current = self.current.get_or_init(Arc::default);
         let state = Watched::new(HoldState {
             valid_until: self.snapshot().valid_until,
             phase: Phase::Held,
@@ -183,14 +182,14 @@ impl Held {
             first_renewal: now,
             first_renewal_by: now,
             waited: true,
-            renewing: self.renewing.clone(),
-            current: self.current.clone(),
+            renewing: OnceLock::from(self.renewing().clone()),
+            current: OnceLock::from(current.clone()),
         });
         // From here a renewal answer or a loss that reaches this acquisition (or an earlier
         // holder of the lease) reaches `next` too; then this one ends. Had it been lost just
         // before, nothing is passed (`next`, known to nobody yet, ends quietly: this runs
         // under the wait queues' lock).
-        *self.current.lock() = Arc::downgrade(&next);
+        *current.lock() = Arc::downgrade(&next);
         // Ends this acquisition only when it is passed: one lost meanwhile stays lost (its
         // release must say so, and release in the backend), one past its deadline is left to
         // the usual release (marking it lost here would take the wait queues' lock again).
@@ -215,9 +214,18 @@ impl Held {
     /// The holder the lease was passed to since this acquisition, if any is alive.
     fn successor(&self) -> Option<Arc<Held>> {
         self.current
+            .get()?
             .lock()
             .upgrade()
             .filter(|current| current.id != self.id)
+    }
+
+    /// Held by whoever is changing the lease in the backend (the watchdog's batch or an
+    /// `extend`), so two renewals with different leases never race: the later PEXPIRE could
+    /// otherwise shorten the lease behind the other's back. Shared with the successors of a
+    /// local hand-off (one lease in the backend).
+    pub(crate) fn renewing(&self) -> &Arc<tokio::sync::Mutex<()>> {
+        self.renewing.get_or_init(Arc::default)
     }
 
     pub(crate) fn lease(&self) -> Duration {
@@ -420,7 +428,7 @@ impl Held {
         // dropped meanwhile, the guard's release finishes in the background as usual.
         // Serialized with the watchdog's renewals: one in flight as this call gives the lock
         // away would find it gone and report a loss that is in fact this release.
-        let serial = self.renewing.lock().await;
+        let serial = self.renewing().lock().await;
         queues.asking_backend(&self.key);
         let answer = self
             .locker
@@ -518,7 +526,7 @@ impl Held {
 
     pub(crate) async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         crate::locker::validate_lease(lease)?;
-        let _serial = self.renewing.lock().await;
+        let _serial = self.renewing().lock().await;
         if !self.is_held() {
             return Err(self.lease_lost());
         }

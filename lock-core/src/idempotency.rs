@@ -211,7 +211,7 @@ impl LockGuard {
         // While the write is in flight the lock is not passed to another task of this locker
         // (local hand-off, same token): a store cancelled half-way could otherwise land under
         // the next holder, after it found no record.
-        let _serial = held.renewing.lock().await;
+        let _serial = held.renewing().lock().await;
         let ours = held
             .locker
             .call()

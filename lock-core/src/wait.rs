@@ -194,7 +194,7 @@ impl WaitQueues {
             return PassOn::Release;
         };
         let local = inner.config.local;
-        if held.renewing.try_lock().is_err() {
+        if held.renewing().try_lock().is_err() {
             // A lease change or a result store is in flight for this lock: let the caller
             // wait for it (the backend is asked, which waits), never pass the lock under it.
             return PassOn::AskBackend;

@@ -121,7 +121,9 @@ impl Watchdog {
     fn add_at(&self, inner: &Arc<LockerInner>, held: &Arc<Held>, renew_at: Instant, by: Instant) {
         let must_wake = {
             let mut table = self.entries();
-            let interval = renew_at.saturating_duration_since(Instant::now());
+            // From the acquisition, not from now: the same within the adding's own time, and
+            // no clock read on every lock.
+            let interval = renew_at.saturating_duration_since(held.acquired_at);
             if !interval.is_zero() {
                 table.first_interval = interval;
             }
@@ -265,7 +267,7 @@ impl Watchdog {
         // A lock whose lease an `extend` is changing right now is left to it (it reschedules
         // the lock when done); the others are held until their answers are applied.
         let mut serials = Vec::with_capacity(due.len());
-        due.retain(|h| match h.renewing.clone().try_lock_owned() {
+        due.retain(|h| match h.renewing().clone().try_lock_owned() {
             Ok(serial) => {
                 serials.push(serial);
                 true
