@@ -155,6 +155,49 @@ async fn a_handed_over_lock_draws_a_rising_fence_after_the_counter_was_lost() {
     guard.release().await.expect("release");
 }
 
+/// While the counter lives, a token is the last one plus one, whatever the server's clock
+/// says: here the counter is an hour ahead of the clock (as after the clock went back, or a
+/// failover to a primary whose clock is behind), and every token, drawn by an acquire or
+/// inside a hand-over, is exactly one above the one before. Without the `+ 1` the clock's floor
+/// hides nothing here and a token would repeat (found by a mutation audit: no test caught it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_count_on_by_one_from_a_counter_ahead_of_the_servers_clock() {
+    let server = RedisServer::start();
+    let a = locker(&server, Duration::from_secs(2)).await;
+    let b = locker(&server, Duration::from_secs(2)).await;
+    let time: Vec<u64> = server.query(redis::cmd("TIME")).await;
+    let ahead = time[0] * 1_000_000 + time[1] + 3_600_000_000;
+    server.set(&counter("k"), &ahead.to_string()).await;
+    let first = a.lock("k").fenced().await.expect("acquire");
+    assert_eq!(first.fence(), Some(ahead + 1), "an acquire draws last + 1");
+    first.release().await.expect("release");
+    let holder = a.lock("k").fenced().await.expect("acquire");
+    assert_eq!(holder.fence(), Some(ahead + 2));
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("k").fenced().wait(Duration::from_secs(10)).await }
+    });
+    until_waiting(&server, "k").await;
+    holder.release().await.expect("release");
+    let handed = waiter.await.expect("join").expect("handed over");
+    assert_eq!(
+        b.stats().handovers,
+        1,
+        "taken by the hand-over, not an attempt"
+    );
+    assert_eq!(
+        handed.fence(),
+        Some(ahead + 3),
+        "a hand-over draws last + 1"
+    );
+    handed.release().await.expect("release");
+    assert_eq!(
+        server.get(&counter("k")).await,
+        Some((ahead + 3).to_string()),
+        "the counter keeps the last token"
+    );
+}
+
 /// Waits until a waiter has a ticket in the key's queue (server state: nothing signals it).
 async fn until_waiting(server: &RedisServer, key: &str) {
     eventually("a waiter queued", Duration::from_secs(5), async || {
