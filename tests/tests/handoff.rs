@@ -452,6 +452,78 @@ async fn a_waiter_killed_in_the_queue_holds_a_handed_over_lock_only_briefly() {
     g.release().await.unwrap();
 }
 
+/// A release hands the lock to a waiter that gives up before it heard of the hand-over: its
+/// leaving passes the lock on to the next waiter at once, as a release would, instead of
+/// leaving it under a gone waiter's token for the 3 s hand-over lease. The giving-up waiter
+/// runs on a runtime of its own, frozen (its thread blocked) from before the release until its
+/// task is aborted, so the hand-over's message is never read before it leaves (found by a
+/// mutation audit: no test made a hand-over land between a waiter giving up and its leave).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_giving_up_as_the_lock_is_handed_to_it_passes_it_on() {
+    let server = RedisServer::start();
+    let holder = locker(&server, Duration::from_secs(2)).await;
+    let next = locker(&server, Duration::from_secs(2)).await;
+    let guard = holder.lock("k").await.unwrap();
+    let (freeze, to_freeze) = tokio::sync::oneshot::channel::<()>();
+    let (frozen, is_frozen) = tokio::sync::oneshot::channel::<()>();
+    let (let_go, frozen_here) = std::sync::mpsc::channel::<()>();
+    let (done, all_done) = tokio::sync::oneshot::channel::<()>();
+    let url = server.url();
+    let giver = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let backend = lock_core::RedisBackend::builder(&url)
+                .response_timeout(Duration::from_secs(2))
+                .connect_timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .expect("connect");
+            let gives_up = lock_core::Locker::builder(backend).build();
+            let waiter = tokio::spawn({
+                let gives_up = gives_up.clone();
+                async move { gives_up.lock("k").wait(Duration::from_secs(20)).await }
+            });
+            // Queued (the test waits for its ticket), then frozen: this thread blocks, so no
+            // task of this runtime runs, and no message is read, until it is let go.
+            to_freeze.await.unwrap();
+            let _ = frozen.send(());
+            frozen_here.recv().unwrap();
+            // Let go: the waiter is aborted before the runtime reads its sockets again.
+            waiter.abort();
+            assert!(waiter.await.unwrap_err().is_cancelled());
+            // Kept running for the leave, sent in the background.
+            let _ = all_done.await;
+            drop(gives_up);
+        });
+    });
+    until_queued(&server, "k", 1).await;
+    freeze.send(()).unwrap();
+    // The thread blocks right after it said so.
+    is_frozen.await.unwrap();
+    let task = tokio::spawn(async move { next.lock("k").wait(Duration::from_secs(2)).await });
+    until_queued(&server, "k", 2).await;
+    guard.release().await.unwrap();
+    let pttl = server.pttl("lock:{k}").await;
+    assert!(
+        (1..=3_000).contains(&pttl),
+        "handed to the frozen waiter with the 3 s hand-over lease: PTTL {pttl}"
+    );
+    let_go.send(()).unwrap();
+    // Within 2 s, where the gone waiter's hand-over lease is 3 s: only a hand-on can do it.
+    let g = task
+        .await
+        .unwrap()
+        .expect("the leaving waiter passes the lock on");
+    assert!(g.is_held());
+    g.release().await.unwrap();
+    let _ = done.send(());
+    giver.join().unwrap();
+    assert_eq!(queued(&server, "k").await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_received_late_is_confirmed_or_given_up() {
     let server = RedisServer::start();
