@@ -310,6 +310,8 @@ impl Held {
         });
         if changed {
             tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
+            #[cfg(test)]
+            tests::LOST_NOT_YET_LEFT.reached(self);
             self.locker.watchdog.remove(self.id);
             self.locker.queues.holder_lost(self);
         }
@@ -635,5 +637,57 @@ impl Drop for Unfinished<'_> {
             held.locker
                 .release_later(held.key.clone(), held.token.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::test_support::{Hook, HookPoint, passing_locally, within};
+    use crate::{LockError, Locker, MemoryBackend};
+
+    /// Reached right after a lock is marked lost and before the local queue hears of it
+    /// (`holder_lost`).
+    pub(super) static LOST_NOT_YET_LEFT: HookPoint = HookPoint::new();
+
+    /// A release that checked its lock was held, then passes it on to a local waiter just as
+    /// the lock is marked lost, before the local queue heard of the loss: the lock is not
+    /// passed (`pass_to` looks at the phase under the queues' lock), and the release reports
+    /// the loss. Fails if `pass_to` passes a lock whatever its phase (found by a mutation
+    /// audit: no test reached this gap).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_lost_as_it_is_passed_on_is_not_passed() {
+        const KEY: &str = "lost-as-passed";
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_secs(30))
+            .local_hold(Duration::from_secs(30))
+            .build();
+        let (holder, mut handed) = passing_locally(&locker, KEY, 4).await;
+        let (passed_tx, passed) = std::sync::mpsc::channel();
+        let target = holder.held().clone();
+        let hook: Hook = Box::new(move |held: &Held| {
+            assert_eq!(held.id, target.id);
+            let outcome = target.locker.queues.pass_on(&target.locker, &target, false);
+            let _ = passed_tx.send(matches!(outcome, PassOn::Passed));
+        });
+        LOST_NOT_YET_LEFT.set(KEY, hook);
+        let passes = locker.stats().local_handoffs;
+        holder.held().mark_lost("the test marks it lost");
+        assert!(
+            !passed.try_recv().expect("the hook ran"),
+            "a lock marked lost was passed on to a local waiter"
+        );
+        assert_eq!(locker.stats().local_handoffs, passes);
+        let released = holder.release().await;
+        assert!(
+            matches!(released, Err(LockError::LeaseLost { .. })),
+            "{released:?}"
+        );
+        // The waiters left take the key through the backend, not as a pass of the lost lock.
+        let next = within(handed.recv()).await.unwrap().unwrap();
+        assert_eq!(locker.stats().local_handoffs, passes);
+        next.release().await.unwrap();
     }
 }

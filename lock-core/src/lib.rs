@@ -15,6 +15,8 @@ mod macro_support;
 mod request;
 mod scope;
 mod sync;
+#[cfg(test)]
+mod test_support;
 mod token;
 mod wait;
 mod watchdog;

@@ -375,7 +375,7 @@ impl Drop for Watchdog {
 fn mark_lost(lost: Vec<Arc<Held>>, serials: Vec<OwnedMutexGuard<()>>) {
     for held in lost {
         #[cfg(test)]
-        tests::marking_lost(&held);
+        tests::MARKING_LOST.reached(&held);
         held.mark_lost("renewal found the lock no longer ours");
     }
     drop(serials);
@@ -433,36 +433,12 @@ mod tests {
     use std::time::Duration;
 
     use crate::held::Held;
+    use crate::test_support::{BOUND, Hook, HookPoint, passing_locally, within};
     use crate::{LockError, Locker};
 
-    type Hook = Box<dyn FnOnce() + Send>;
-
-    /// A hang guard: a step that never ends fails the test instead.
-    const BOUND: Duration = Duration::from_secs(20);
-
-    async fn within<T>(step: impl std::future::Future<Output = T>) -> T {
-        tokio::time::timeout(BOUND, step)
-            .await
-            .expect("a step did not end within its bound")
-    }
-
-    /// A test's code to run, on the watchdog's task, right before the watchdog marks lost a
-    /// lock of the named key that a renewal found no longer ours.
-    static MARKING_LOST: std::sync::Mutex<Option<(&'static str, Hook)>> =
-        std::sync::Mutex::new(None);
-
-    pub(super) fn marking_lost(held: &Held) {
-        let hook = {
-            let mut hook = MARKING_LOST.lock().unwrap_or_else(|e| e.into_inner());
-            match &*hook {
-                Some((key, _)) if held.key.user() == *key => hook.take(),
-                _ => None,
-            }
-        };
-        if let Some((_, run)) = hook {
-            run();
-        }
-    }
+    /// Reached on the watchdog's task right before the watchdog marks lost a lock that a
+    /// renewal found no longer ours.
+    pub(super) static MARKING_LOST: HookPoint = HookPoint::new();
 
     /// FAULTS.md, local hand-off: "A renewal that finds the lock gone is applied before a
     /// release can pass the lock on: the release then reports the loss." A release that
@@ -480,34 +456,10 @@ mod tests {
             // Past the renewal (a tenth of the lease after the pass), turns go on locally.
             .local_hold(Duration::from_secs(30))
             .build();
-        let mut second = locker.lock(KEY).await.unwrap();
-        let (handed_tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
-        const WAITERS: usize = 4;
-        for _ in 0..WAITERS {
-            let (locker, handed_tx) = (locker.clone(), handed_tx.clone());
-            tokio::spawn(async move {
-                let guard = locker.lock(KEY).wait(Duration::from_secs(10)).await;
-                let _ = handed_tx.send(guard);
-            });
-        }
-        within(async {
-            while locker.inner.queues.waiters() < WAITERS {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        // The first turns go through the backend (a hand-over, then a release that asks
-        // whether another process waits before it passes the lock on): one turn taken.
-        let mut left = WAITERS;
-        while locker.stats().local_handoffs == 0 && left > 0 {
-            second.release().await.unwrap();
-            second = within(handed.recv()).await.unwrap().unwrap();
-            left -= 1;
-        }
-        assert!(left > 0, "a waiter is left to pass the lock to");
+        let (second, mut handed) = passing_locally(&locker, KEY, 4).await;
         // The next release may pass the lock on without asking: the case.
         let (outcome_tx, outcome) = mpsc::channel();
-        let hook: Hook = Box::new(move || {
+        let hook: Hook = Box::new(move |_: &Held| {
             let (released_tx, released) = mpsc::channel();
             std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -521,7 +473,7 @@ mod tests {
             let early = released.recv_timeout(Duration::from_millis(300)).ok();
             let _ = outcome_tx.send((early, released));
         });
-        *MARKING_LOST.lock().unwrap() = Some((KEY, hook));
+        MARKING_LOST.set(KEY, hook);
         // Behind the holder's back: the next renewal (within a tenth of the lease of a lock
         // passed locally) finds it gone.
         assert!(backend.force_delete(KEY));
