@@ -274,6 +274,51 @@ async fn a_response_finished_after_the_lease_ran_out_is_discarded() {
     );
 }
 
+/// The service's response becomes ready past the lock's local deadline while the backend
+/// still keeps the key for it (the drift window: 1 % + 2 ms of the lease, here 196-200 ms): the
+/// response is discarded (503 lease-lost), also when the lock would be held until the body's
+/// end (whose release would otherwise only fail the body after a 200 went out). The time passes
+/// inside the service's one poll, so only the layer's look at the deadline once the service
+/// answered can tell (found by a mutation audit: without it, 200 with `hold_until_body_end`).
+#[tokio::test(start_paused = true)]
+async fn a_response_ready_past_the_local_deadline_is_discarded_though_the_server_kept_the_key() {
+    for held_body in [false, true] {
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_millis(200))
+            .watchdog(false)
+            .build();
+        let mut layer = LockLayer::new(locker.clone(), HeaderKey::new(KEY));
+        if held_body {
+            layer = layer.hold_until_body_end();
+        }
+        let metrics = layer.metrics();
+        let svc = layer.layer(tower::service_fn(|_req: Request<String>| {
+            std::future::poll_fn(|cx| {
+                // Paused time moves at the first poll of `advance`: 198 ms go by in this poll.
+                let mut advance = std::pin::pin!(tokio::time::advance(Duration::from_millis(198)));
+                let _ = std::future::Future::poll(advance.as_mut(), cx);
+                std::task::Poll::Ready(Ok::<_, Infallible>(Response::new(String::from("late"))))
+            })
+        }));
+        let response = svc.oneshot(request(Some("w"))).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "hold_until_body_end: {held_body}"
+        );
+        assert_eq!(
+            json(response.into_body()).await["type"],
+            "urn:lock-tower:lease-lost"
+        );
+        let m = metrics.snapshot();
+        assert_eq!((m.rejected_lease_lost, m.in_flight), (1, 0));
+        assert!(
+            locker.try_lock("w").await.is_ok(),
+            "the key was released for the next request"
+        );
+    }
+}
+
 /// Lost while the held body streams: the body ends with an error instead of looking complete.
 #[tokio::test]
 async fn lease_lost_while_the_body_streams_ends_it_with_an_error() {
