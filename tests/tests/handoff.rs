@@ -489,6 +489,12 @@ async fn a_waiter_giving_up_as_the_lock_is_handed_to_it_passes_it_on() {
             // Queued (the test waits for its ticket), then frozen: this thread blocks, so no
             // task of this runtime runs, and no message is read, until it is let go.
             to_freeze.await.unwrap();
+            // The answer to the waiter's queued attempt is in its socket already (the server
+            // wrote it before the test saw the ticket): a pause on the driver reads it, so the
+            // waiter is registered in the queue when frozen, and its abort leaves the queue
+            // (unread, the abort would release its attempt instead, and the test would not
+            // reach the leave: too short a pause makes the test miss its case, never fail).
+            tokio::time::sleep(Duration::from_millis(50)).await;
             let _ = frozen.send(());
             frozen_here.recv().unwrap();
             // Let go: the waiter is aborted before the runtime reads its sockets again.
@@ -509,6 +515,12 @@ async fn a_waiter_giving_up_as_the_lock_is_handed_to_it_passes_it_on() {
     });
     until_queued(&server, "k", 2).await;
     guard.release().await.unwrap();
+    // Handed to the frozen waiter (its ticket taken, the next one's left), not to the next one.
+    assert_eq!(
+        queued(&server, "k").await,
+        1,
+        "the hand-over skipped the frozen waiter"
+    );
     let pttl = server.pttl("lock:{k}").await;
     assert!(
         (1..=3_000).contains(&pttl),
