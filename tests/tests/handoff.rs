@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockError;
 use lock_testkit::{RedisServer, eventually};
-use support::{agent, locker, queued, until_no_subscriptions, until_queued};
+use support::{agent, locker, locker_at, queued, until_no_subscriptions, until_queued};
 use tokio::sync::Mutex;
 
 /// Client connections that hold at least one (sharded or plain) subscription.
@@ -475,13 +475,7 @@ async fn a_waiter_giving_up_as_the_lock_is_handed_to_it_passes_it_on() {
             .build()
             .unwrap();
         runtime.block_on(async move {
-            let backend = lock_core::RedisBackend::builder(&url)
-                .response_timeout(Duration::from_secs(2))
-                .connect_timeout(Duration::from_secs(2))
-                .connect()
-                .await
-                .expect("connect");
-            let gives_up = lock_core::Locker::builder(backend).build();
+            let gives_up = locker_at(&url, Duration::from_secs(2)).await;
             let waiter = tokio::spawn({
                 let gives_up = gives_up.clone();
                 async move { gives_up.lock("k").wait(Duration::from_secs(20)).await }

@@ -134,19 +134,10 @@ async fn a_handed_over_lock_draws_a_rising_fence_after_the_counter_was_lost() {
     let b = locker(&server, Duration::from_secs(2)).await;
     let holder = a.lock("k").fenced().await.expect("acquire");
     let held = holder.fence().expect("fenced");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("k").fenced().wait(Duration::from_secs(10)).await }
-    });
-    until_waiting(&server, "k").await;
+    let waiter = fenced_waiter(&server, &b).await;
     server.del(&counter("k")).await;
     holder.release().await.expect("release");
-    let guard = waiter.await.expect("join").expect("handed over");
-    assert_eq!(
-        b.stats().handovers,
-        1,
-        "taken by the hand-over, not an attempt"
-    );
+    let guard = handed_over_to(waiter, &b).await;
     assert!(
         guard.fence().expect("fenced") > held,
         "hand-over drew {:?} after {held}",
@@ -173,18 +164,9 @@ async fn fences_count_on_by_one_from_a_counter_ahead_of_the_servers_clock() {
     first.release().await.expect("release");
     let holder = a.lock("k").fenced().await.expect("acquire");
     assert_eq!(holder.fence(), Some(ahead + 2));
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move { b.lock("k").fenced().wait(Duration::from_secs(10)).await }
-    });
-    until_waiting(&server, "k").await;
+    let waiter = fenced_waiter(&server, &b).await;
     holder.release().await.expect("release");
-    let handed = waiter.await.expect("join").expect("handed over");
-    assert_eq!(
-        b.stats().handovers,
-        1,
-        "taken by the hand-over, not an attempt"
-    );
+    let handed = handed_over_to(waiter, &b).await;
     assert_eq!(
         handed.fence(),
         Some(ahead + 3),
@@ -196,6 +178,39 @@ async fn fences_count_on_by_one_from_a_counter_ahead_of_the_servers_clock() {
         Some((ahead + 3).to_string()),
         "the counter keeps the last token"
     );
+}
+
+/// A fenced waiter of `locker` for `k`, with a ticket in the key's queue when this returns.
+async fn fenced_waiter(
+    server: &RedisServer,
+    locker: &Locker,
+) -> tokio::task::JoinHandle<Result<LockGuard, LockError>> {
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .lock("k")
+                .fenced()
+                .wait(Duration::from_secs(10))
+                .await
+        }
+    });
+    until_waiting(server, "k").await;
+    waiter
+}
+
+/// The guard `waiter` (of `locker`) got from a release's hand-over, not by an attempt of its own.
+async fn handed_over_to(
+    waiter: tokio::task::JoinHandle<Result<LockGuard, LockError>>,
+    locker: &Locker,
+) -> LockGuard {
+    let guard = waiter.await.expect("join").expect("handed over");
+    assert_eq!(
+        locker.stats().handovers,
+        1,
+        "taken by the hand-over, not an attempt"
+    );
+    guard
 }
 
 /// Waits until a waiter has a ticket in the key's queue (server state: nothing signals it).

@@ -47,7 +47,12 @@ pub async fn hold(agent: &mut ChildProcess, key: &str, lease_ms: u64, fenced: bo
 
 /// A locker on `server` with its own connections; `timeout` bounds connecting and each answer.
 pub async fn locker(server: &RedisServer, timeout: Duration) -> Locker {
-    let backend = RedisBackend::builder(&server.url())
+    locker_at(&server.url(), timeout).await
+}
+
+/// [`locker`] for a server known by its URL (from a thread that does not own the server).
+pub async fn locker_at(url: &str, timeout: Duration) -> Locker {
+    let backend = RedisBackend::builder(url)
         .response_timeout(timeout)
         .connect_timeout(timeout)
         .connect()
