@@ -652,6 +652,96 @@ mod tests {
     /// (`holder_lost`).
     pub(super) static LOST_NOT_YET_LEFT: HookPoint = HookPoint::new();
 
+    /// A lease brought down while tasks wait on `lost()` and `ended()` (the only deadline they
+    /// sleep to is the old one, 30 s) wakes them, and they end at the new deadline, whichever
+    /// way it came down: an `extend` to a shorter lease, an `extend` whose answer never came,
+    /// a renewal with a shorter lease (a local successor's). Fails if any of these changes
+    /// does not wake the watchers (found by review: a waiting `lost()` slept on to the old
+    /// deadline, and `run` kept its body running past the lease, with every other test green).
+    #[tokio::test(start_paused = true)]
+    async fn every_way_a_lease_comes_down_wakes_lost_and_ended() {
+        const SHORT: Duration = Duration::from_millis(300);
+        for way in ["extend", "unsure extend", "renewal"] {
+            let locker = Locker::builder(MemoryBackend::new())
+                .lease(Duration::from_secs(30))
+                .watchdog(false)
+                .build();
+            let guard = locker.lock("comes-down").await.unwrap();
+            let held = guard.held().clone();
+            let lost = tokio::spawn({
+                let held = held.clone();
+                async move {
+                    held.lost().await;
+                    Instant::now()
+                }
+            });
+            let ended = tokio::spawn({
+                let held = held.clone();
+                async move {
+                    held.ended().await;
+                    Instant::now()
+                }
+            });
+            within(async {
+                while held.state.watchers() < 2 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            let lowered_at = Instant::now();
+            match way {
+                "extend" => guard.extend(SHORT).await.unwrap(),
+                "unsure extend" => drop(UnsureLease {
+                    held: Some(&held),
+                    sent_at: lowered_at,
+                    lease: SHORT,
+                }),
+                _ => held.renewed(lowered_at, SHORT),
+            }
+            for (what, watcher) in [("lost()", lost), ("ended()", ended)] {
+                // Paused time jumps to the next timer: the new deadline if the watcher heard
+                // of it, else this bound, long before the old deadline.
+                let at = tokio::time::timeout(Duration::from_secs(5), watcher)
+                    .await
+                    .unwrap_or_else(|_| panic!("{way}: {what} slept past the lowered deadline"))
+                    .unwrap();
+                assert!(at <= lowered_at + SHORT, "{way}: {what} ended late");
+            }
+            assert!(!guard.is_held(), "{way}");
+        }
+    }
+
+    /// A lock passed on locally twice keeps one renewal serial for all its holders (two
+    /// renewals with different leases never race), and a renewal or a loss that reaches the
+    /// first holder reaches the last (one chain). Fails if a successor gets a serial or a
+    /// chain of its own (found by review: no test looked at either).
+    #[tokio::test]
+    async fn a_lock_passed_on_twice_keeps_one_serial_and_one_chain() {
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_secs(30))
+            .watchdog(false)
+            .build();
+        let guard = locker.lock("lineage").await.unwrap();
+        let first = guard.held().clone();
+        let second = first
+            .pass_to(Duration::from_secs(30), None)
+            .expect("passed");
+        let third = second
+            .pass_to(Duration::from_secs(30), None)
+            .expect("passed again");
+        assert!(Arc::ptr_eq(first.renewing(), second.renewing()));
+        assert!(Arc::ptr_eq(second.renewing(), third.renewing()));
+        let before = third.snapshot().valid_until;
+        first.renewed(Instant::now(), Duration::from_secs(3));
+        assert!(
+            third.snapshot().valid_until < before,
+            "a renewal answered for the first holder must reach the last"
+        );
+        first.mark_lost("the test marks it lost");
+        assert_eq!(third.snapshot().phase, Phase::Lost);
+        assert_eq!(second.snapshot().phase, Phase::Released);
+    }
+
     /// A release that checked its lock was held, then passes it on to a local waiter just as
     /// the lock is marked lost, before the local queue heard of the loss: the lock is not
     /// passed (`pass_to` looks at the phase under the queues' lock), and the release reports

@@ -53,6 +53,12 @@ impl<T: Copy> Watched<T> {
         changed
     }
 
+    /// How many [`Watch`]es are alive (a test's signal that a task is watching).
+    #[cfg(test)]
+    pub(crate) fn watchers(&self) -> usize {
+        self.inner.lock().watchers
+    }
+
     /// Starts watching the value's changes (until the returned `Watch` is dropped).
     pub(crate) fn watch(&self) -> Watch<'_, T> {
         self.inner.lock().watchers += 1;
@@ -74,6 +80,8 @@ impl<T: Copy> Watch<'_, T> {
     /// its `Watch` (`cell.watch().read()`) would never wake; that does not compile.
     pub(crate) fn read(&self) -> (T, Notified<'_>) {
         let next = self.cell.changed.notified();
+        #[cfg(test)]
+        tests::between_arming_and_reading();
         (self.cell.get(), next)
     }
 }
@@ -91,6 +99,45 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    thread_local! {
+        /// A test's code, run once by the next `Watch::read` on this thread between arming its
+        /// future and reading the value.
+        static BETWEEN: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn between_arming_and_reading() {
+        if let Some(run) = BETWEEN.with(|hook| hook.borrow_mut().take()) {
+            run();
+        }
+    }
+
+    /// A change that lands inside `read`, between arming the future and reading the value, is
+    /// either read or heard. Fails if `read` reads the value before it arms the future (found
+    /// by review: the other tests here passed with that lost wake-up, since none changes the
+    /// value inside a read).
+    #[test]
+    fn a_change_inside_a_read_is_read_or_heard() {
+        let cell = Arc::new(Watched::new(0u32));
+        let watch = cell.watch();
+        let changer = cell.clone();
+        BETWEEN.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                changer.change(|x| {
+                    *x = 1;
+                    true
+                });
+            }));
+        });
+        let (value, next) = watch.read();
+        assert!(BETWEEN.with(|hook| hook.borrow().is_none()), "the hook ran");
+        let mut next = std::pin::pin!(next);
+        assert!(
+            value == 1 || ready(&mut next),
+            "the change was neither read ({value}) nor heard"
+        );
+    }
 
     #[tokio::test]
     async fn a_change_after_the_read_wakes_the_watcher() {
