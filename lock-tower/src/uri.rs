@@ -34,8 +34,8 @@ pub(crate) fn matched_route(parts: &Parts) -> Option<&str> {
 pub(crate) enum Decode {
     /// The escapes of RFC 3986's unreserved characters (letters, digits, `-`, `.`, `_`, `~`),
     /// the only ones the RFC makes equal to their escapes (section 6.2.2.2). For idempotency
-    /// records, which two different requests must never share: a space or a reserved
-    /// character keeps its escape (a decoded space would also blur the record key's fields).
+    /// fingerprints, which two different requests must never share: a space or a reserved
+    /// character keeps its escape (a retry re-encoding one is told 422, never run twice).
     Unreserved,
     /// The escapes of every printable ASCII character but `/`, `%`, `?` and `#` (which would
     /// change what the path says), as a route parameter decodes them. For lock keys, where two

@@ -73,7 +73,7 @@ impl IdempotencyLayer {
     ///
     /// Defaults: key from the `Idempotency-Key` header; records kept
     /// [`DEFAULT_RESULT_TTL`] (24 h); requests without a key pass through; a duplicate of a
-    /// request still running gets 409 at once; no scope (method and path only); request
+    /// request still running gets 409 at once; no scope (the key alone: one record per key value, method and path in its fingerprint); request
     /// bodies up to 1 MiB.
     ///
     /// ```
@@ -228,26 +228,19 @@ impl IdempotencyLayer {
     }
 
     /// The lock (and record) key the layer uses for a request: `"idempotency:"`, then the
-    /// method, the path, the principal (empty when none) and the key value, hashed
+    /// principal (empty when none, see [`scope`](Self::scope)) and the key value, hashed
     /// (`#sha256:...`) when long or unusual, like [`LockLayer`](crate::LockLayer)'s keys.
-    /// `None` for an empty key value.
+    /// `None` for an empty key value. Method and path are not part of it: they are in the
+    /// request's fingerprint, so one key sent with another method or path is a key reused for
+    /// another request (422), as the IETF draft and Stripe answer it, never a second run.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());
-    /// assert_eq!(
-    ///     layer.record_key(&http::Method::POST, "/pay", b"", b"k1").as_deref(),
-    ///     Some("idempotency:POST /pay 0: k1"),
-    /// );
-    /// assert!(layer.record_key(&http::Method::POST, "/pay", b"", &[0xff; 5000]).unwrap().len() < 100);
+    /// assert_eq!(layer.record_key(b"", b"k1").as_deref(), Some("idempotency:0: k1"));
+    /// assert!(layer.record_key(b"", &[0xff; 5000]).unwrap().len() < 100);
     /// ```
-    pub fn record_key(
-        &self,
-        method: &http::Method,
-        path: &str,
-        principal: &[u8],
-        key: &[u8],
-    ) -> Option<String> {
-        self.shared.record_key(method, path, principal, key)
+    pub fn record_key(&self, principal: &[u8], key: &[u8]) -> Option<String> {
+        self.shared.record_key(principal, key)
     }
 }
 
@@ -264,25 +257,13 @@ impl Config {
         Ok(())
     }
 
-    pub(crate) fn record_key(
-        &self,
-        method: &http::Method,
-        path: &str,
-        principal: &[u8],
-        key: &[u8],
-    ) -> Option<String> {
+    pub(crate) fn record_key(&self, principal: &[u8], key: &[u8]) -> Option<String> {
         if key.is_empty() {
             return None;
         }
-        // Method and path have no spaces; the principal is length-prefixed; the key is last:
-        // two different requests never make the same raw key.
-        let mut raw = Vec::with_capacity(
-            method.as_str().len() + path.len() + principal.len() + key.len() + 16,
-        );
-        raw.extend_from_slice(method.as_str().as_bytes());
-        raw.push(b' ');
-        raw.extend_from_slice(path.as_bytes());
-        raw.push(b' ');
+        // The principal is length-prefixed and the key is last: two different (principal,
+        // key) pairs never make the same raw key.
+        let mut raw = Vec::with_capacity(principal.len() + key.len() + 16);
         raw.extend_from_slice(principal.len().to_string().as_bytes());
         raw.push(b':');
         raw.extend_from_slice(principal);

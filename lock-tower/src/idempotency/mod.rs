@@ -17,12 +17,13 @@
 //! # }
 //! ```
 //!
-//! For a request carrying the key header (the key is scoped by method, path and the optional
-//! [principal](IdempotencyLayer::scope), then bounded and hashed like
-//! [`LockLayer`](crate::LockLayer)'s keys):
+//! For a request carrying the key header (the key is scoped by the optional
+//! [principal](IdempotencyLayer::scope) only, then bounded and hashed like
+//! [`LockLayer`](crate::LockLayer)'s keys: one key sent with another method or path is a key
+//! reused, 422):
 //!
 //! - its body is read (up to [`max_body`](IdempotencyLayer::max_body), else 413) and its
-//!   fingerprint taken: SHA-256 of method, path and query, and body;
+//!   fingerprint taken: SHA-256 of method, route, path and query, and body;
 //! - a stored record with the same fingerprint: the stored response (status, end-to-end headers,
 //!   body, byte for byte) with `Idempotent-Replayed: true`; the handler does not run. Another
 //!   fingerprint: 422;

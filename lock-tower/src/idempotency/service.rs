@@ -167,11 +167,7 @@ where
                 }
             },
         };
-        let path = crate::uri::normalized_path(
-            crate::uri::original_uri(&parts).path(),
-            crate::uri::Decode::Unreserved,
-        );
-        let Some(record_key) = config.record_key(&parts.method, &path, &principal, &key) else {
+        let Some(record_key) = config.record_key(&principal, &key) else {
             return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
         };
         IdempotencyFuture::new(async move {

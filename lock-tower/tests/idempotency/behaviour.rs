@@ -112,7 +112,8 @@ async fn changed_payload_or_path_is_422_not_a_replay() {
         changed.problem_type(),
         "urn:lock-tower:idempotency-key-reused"
     );
-    // Another path is another scope: the same key runs there.
+    // Another path with the same key and body is another request too (DESIGN: the
+    // fingerprint is method, path and body): 422, never a second run under one key.
     let refund = send(
         addr,
         &Call {
@@ -121,9 +122,20 @@ async fn changed_payload_or_path_is_422_not_a_replay() {
         },
     )
     .await;
-    assert_eq!(refund.status, 201);
-    assert_eq!(handler.calls(), 2);
+    assert_eq!(refund.status, 422);
+    assert_eq!(
+        refund.problem_type(),
+        "urn:lock-tower:idempotency-key-reused"
+    );
+    assert_eq!(handler.calls(), 1);
     assert!(send(addr, &Call::new("k", "10 EUR")).await.replayed());
+    // Another key on that path runs.
+    let other = Call {
+        path: "/refunds",
+        ..Call::new("k2", "10 EUR")
+    };
+    assert_eq!(send(addr, &other).await.status, 201);
+    assert_eq!(handler.calls(), 2);
 }
 
 #[tokio::test]
@@ -270,9 +282,7 @@ async fn hostile_keys_are_bounded_and_still_work() {
         .into_iter()
         .enumerate()
     {
-        let record = layer
-            .record_key(&http::Method::POST, "/payments", b"", key)
-            .unwrap();
+        let record = layer.record_key(b"", key).unwrap();
         assert!(record.len() <= 256, "{} bytes", record.len());
         assert!(!record.chars().any(char::is_control));
         let call = Call {
@@ -286,13 +296,13 @@ async fn hostile_keys_are_bounded_and_still_work() {
     }
     // The hashed form of a value is not a value's own key.
     assert_ne!(
-        layer.record_key(&http::Method::POST, "/p", b"", hash_like.as_bytes()),
-        layer.record_key(&http::Method::POST, "/p", b"", odd),
+        layer.record_key(b"", hash_like.as_bytes()),
+        layer.record_key(b"", odd),
     );
     // A principal cannot forge another's key: the principal is length-prefixed.
     assert_ne!(
-        layer.record_key(&http::Method::POST, "/p", b"a 1:b", b"k"),
-        layer.record_key(&http::Method::POST, "/p", b"a", b"1:b k"),
+        layer.record_key(b"a 1:b", b"k"),
+        layer.record_key(b"a", b"1:b k"),
     );
 }
 
@@ -434,9 +444,7 @@ async fn a_store_after_a_lost_lease_is_503_not_success() {
     let backend = MemoryBackend::new();
     let locker = Locker::builder(backend.clone()).build();
     let layer = IdempotencyLayer::new(locker);
-    let key = layer
-        .record_key(&http::Method::POST, "/payments", b"", b"k")
-        .unwrap();
+    let key = layer.record_key(b"", b"k").unwrap();
     let handler = Handler {
         delay: Duration::from_millis(300),
         ..Handler::default()
@@ -503,8 +511,9 @@ async fn charge_keyed(app: &axum::Router, uri: &str, key: &str) -> (u16, String,
 }
 
 /// Under `Router::nest("/accounts/{acct}", ..)` the layer sees the path the client sent, not
-/// what the nesting router left of it: bob's charge with the same key and body as alice's runs
-/// for bob. Before, both were `/charges` to the layer, and bob got alice's stored answer.
+/// what the nesting router left of it: bob's charge with the same key and body as alice's is
+/// another request (422), never alice's stored answer; with a key of its own it runs for bob.
+/// Before, both were `/charges` to the layer, and bob got alice's stored answer.
 #[tokio::test]
 async fn under_a_nest_another_accounts_request_is_not_answered_with_this_ones_record() {
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -515,6 +524,8 @@ async fn under_a_nest_another_accounts_request_is_not_answered_with_this_ones_re
     let alice = charge(&app, "/accounts/alice/charges").await;
     assert_eq!(alice, (201, "charge #1 on alice".into(), false));
     let bob = charge(&app, "/accounts/bob/charges").await;
+    assert_eq!((bob.0, bob.2), (422, false), "{bob:?}");
+    let bob = charge_keyed(&app, "/accounts/bob/charges", "k-bob").await;
     assert_eq!(bob, (201, "charge #2 on bob".into(), false));
     // Alice's retry is still hers.
     let retry = charge(&app, "/accounts/alice/charges").await;
@@ -535,6 +546,13 @@ async fn a_retry_with_the_path_encoded_another_way_is_replayed() {
     let retry = charge(&app, "/accounts/%61lice/charges").await;
     assert_eq!(retry, (201, "charge #1 on alice".into(), true));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // An escaped reserved character is not equal to itself unescaped (RFC 3986): a retry that
+    // re-encodes one is another request under the same key, 422, never a second run.
+    let first = charge_keyed(&app, "/accounts/a;b/charges", "semi").await;
+    assert_eq!(first, (201, "charge #2 on a;b".into(), false));
+    let reencoded = charge_keyed(&app, "/accounts/a%3Bb/charges", "semi").await;
+    assert_eq!((reencoded.0, reencoded.2), (422, false), "{reencoded:?}");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
 /// A LockLayer outside the idempotency layer serializes requests for one resource, whatever
@@ -595,9 +613,42 @@ async fn a_lock_layer_outside_keeps_handlers_apart_when_a_request_is_dropped() {
     );
 }
 
+/// One key sent with another method (same path, same body) is a key reused for another
+/// request: 422, and the handler runs once (DESIGN: the fingerprint is method, path and body).
+#[tokio::test]
+async fn the_same_key_with_another_method_is_422_not_a_second_run() {
+    use tower::ServiceExt as _;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let handler = move || {
+        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        async move { (http::StatusCode::CREATED, format!("#{n}")) }
+    };
+    let app = axum::Router::new()
+        .route("/pay", axum::routing::post(handler.clone()).put(handler))
+        .layer(IdempotencyLayer::new(Locker::memory()));
+    let send = |method: http::Method| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri("/pay")
+            .header("idempotency-key", "k")
+            .body(axum::body::Body::from("10 EUR"))
+            .unwrap();
+        app.clone().oneshot(request)
+    };
+    assert_eq!(send(http::Method::POST).await.unwrap().status(), 201);
+    let put = send(http::Method::PUT).await.unwrap();
+    assert_eq!(put.status(), 422);
+    assert!(!put.headers().contains_key("idempotent-replayed"));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let retry = send(http::Method::POST).await.unwrap();
+    assert!(retry.headers().contains_key("idempotent-replayed"));
+}
+
 /// Two requests whose paths differ by an escaped space (`/x` with key `0: k`, `/x%200:` with key
-/// `k`) are two records. Found by review: the path decoded `%20`, and the record key, which
-/// counts on method and path having no spaces, came out the same for both: the second request
+/// `k`) are two records. Found by review, when record keys held method and path: the path
+/// decoded `%20`, and the record key, which counted on the path having no spaces, came out the
+/// same for both: the second request
 /// was refused (422) without ever running.
 #[tokio::test]
 async fn an_escaped_space_in_the_path_does_not_make_two_requests_one_record() {
