@@ -8,7 +8,8 @@ use http::request::Parts;
 /// The path the client sent: axum's `OriginalUri` when the request carries one (feature
 /// `axum`; a `Router::nest` cuts its prefix, route parameters included, off `parts.uri` before
 /// the nested router's layers run), else `parts.uri`'s. Two accounts' requests under
-/// `/accounts/{id}` never share a key for want of their prefix.
+/// `/accounts/{id}` never share a `MethodAndPath` lock key, nor an idempotency fingerprint,
+/// for want of their prefix.
 pub(crate) fn original_uri(parts: &Parts) -> &http::Uri {
     #[cfg(feature = "axum")]
     if let Some(axum::extract::OriginalUri(uri)) = parts.extensions.get() {
@@ -101,7 +102,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_decode_unreserved_characters_only() {
+    fn fingerprints_decode_unreserved_characters_only() {
         for (path, normal) in [
             ("/inventory/%34%32/reserve", "/inventory/42/reserve"),
             ("/accounts/%61lice", "/accounts/alice"),

@@ -73,8 +73,8 @@ impl IdempotencyLayer {
     ///
     /// Defaults: key from the `Idempotency-Key` header; records kept
     /// [`DEFAULT_RESULT_TTL`] (24 h); requests without a key pass through; a duplicate of a
-    /// request still running gets 409 at once; no scope (the key alone: one record per key value, method and path in its fingerprint); request
-    /// bodies up to 1 MiB.
+    /// request still running gets 409 at once; no scope (one record per key value, with
+    /// method and path in its fingerprint); request bodies up to 1 MiB.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());

@@ -60,7 +60,7 @@ pub enum IdempotencyRejection {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// The key was used before with another request (method, path or body differ). 422.
+    /// The key was used before with another request (method, route, path, query or body differ). 422.
     Mismatch,
     /// The lock backend failed; the handler was not run, or its result could not be stored. 503.
     Unavailable,
@@ -175,7 +175,7 @@ impl IdempotencyRejection {
                 ));
             }
             Self::Mismatch => {
-                "This idempotency key was used with a different request (method, path or body). Use a new key for a new request."
+                "This idempotency key was used with a different request (method, path, query or body). Use a new key for a new request."
             }
             Self::Unavailable => {
                 "The lock service is unavailable, so the request was not run or its result not kept. Retry later."

@@ -240,28 +240,38 @@ where
     Ok((Request::from_parts(parts, ReqB::from(bytes)), fingerprint))
 }
 
-/// `v1:` and the SHA-256 of the method, the route it was routed to (axum), the path (as the
-/// client sent it, normalized: see `uri.rs`) and query, and the body.
+/// `v2:` and the SHA-256 of the method, the route it was routed to (axum), the path (as the
+/// client sent it, normalized: see `uri.rs`), the query and the body, each field written as
+/// its length and its bytes, or as absent: two different requests never hash the same bytes,
+/// whatever their bodies hold (with `v1:`'s separators, an unrouted request whose body began
+/// with its path and a newline hashed like a routed one).
 fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
+    /// `-` for an absent field, else `<length>:<bytes>`: a prefix-free encoding.
+    fn field(hash: &mut Sha256, bytes: Option<&[u8]>) {
+        match bytes {
+            None => hash.update(b"-"),
+            Some(bytes) => {
+                hash.update(bytes.len().to_string().as_bytes());
+                hash.update(b":");
+                hash.update(bytes);
+            }
+        }
+    }
     let uri = crate::uri::original_uri(parts);
     let mut hash = Sha256::new();
-    hash.update(parts.method.as_str().as_bytes());
-    hash.update(b"\n");
+    field(&mut hash, Some(parts.method.as_str().as_bytes()));
     // Two handlers' requests are two requests, whatever their paths normalize to: one key
     // used for both is reused for another request (422), never replayed across them.
-    if let Some(route) = crate::uri::matched_route(parts) {
-        hash.update(route.as_bytes());
-        hash.update(b"\n");
-    }
-    hash.update(crate::uri::normalized_path(uri.path(), crate::uri::Decode::Unreserved).as_bytes());
-    if let Some(query) = uri.query() {
-        hash.update(b"?");
-        hash.update(query.as_bytes());
-    }
-    hash.update(b"\n");
-    hash.update(body);
+    field(
+        &mut hash,
+        crate::uri::matched_route(parts).map(str::as_bytes),
+    );
+    let path = crate::uri::normalized_path(uri.path(), crate::uri::Decode::Unreserved);
+    field(&mut hash, Some(path.as_bytes()));
+    field(&mut hash, uri.query().map(str::as_bytes));
+    field(&mut hash, Some(body));
     let mut out = String::with_capacity(67);
-    out.push_str("v1:");
+    out.push_str("v2:");
     for byte in hash.finalize() {
         out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
         out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));

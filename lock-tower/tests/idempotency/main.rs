@@ -7,5 +7,6 @@
 mod common;
 
 mod behaviour;
+mod fingerprint;
 mod redis;
 mod streaming;
