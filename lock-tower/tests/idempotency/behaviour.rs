@@ -493,21 +493,12 @@ async fn charge(app: &axum::Router, uri: &str) -> (u16, String, bool) {
 
 /// [`charge`] with the key `key`.
 async fn charge_keyed(app: &axum::Router, uri: &str, key: &str) -> (u16, String, bool) {
-    use http_body_util::BodyExt as _;
     use tower::ServiceExt as _;
     let request = http::Request::post(uri)
         .header("idempotency-key", key)
         .body(axum::body::Body::from("10 EUR"))
         .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status().as_u16();
-    let replayed = response.headers().contains_key("idempotent-replayed");
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        String::from_utf8_lossy(&body).into_owned(),
-        replayed,
-    )
+    crate::common::summary(app.clone().oneshot(request).await.unwrap()).await
 }
 
 /// Under `Router::nest("/accounts/{acct}", ..)` the layer sees the path the client sent, not

@@ -267,3 +267,17 @@ pub(crate) async fn a_lost_lease_cancels_the_handler<F, Fut>(
         "the retry ran beside the first request's handler"
     );
 }
+
+/// Status, body and whether it was replayed, of a response.
+pub(crate) async fn summary(
+    response: http::Response<impl http_body::Body<Error: std::fmt::Debug>>,
+) -> (u16, String, bool) {
+    let status = response.status().as_u16();
+    let replayed = response.headers().contains_key("idempotent-replayed");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        replayed,
+    )
+}

@@ -6,24 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http_body_util::BodyExt as _;
 use lock_core::Locker;
 use lock_tower::IdempotencyLayer;
 use lock_tower::extract::HeaderKey;
+
+use crate::common::summary;
 use tower::{Layer as _, ServiceExt as _};
-
-type Answer = (u16, String, bool);
-
-async fn answer(response: http::Response<impl http_body::Body<Error: std::fmt::Debug>>) -> Answer {
-    let status = response.status().as_u16();
-    let replayed = response.headers().contains_key("idempotent-replayed");
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        String::from_utf8_lossy(&body).into_owned(),
-        replayed,
-    )
-}
 
 fn request(
     method: &str,
@@ -69,7 +57,7 @@ async fn a_request_without_a_matched_route_never_shares_a_fingerprint_with_a_rou
         .layer(axum::Router::new().route("/pay", counting("B", &calls)));
 
     // B: POST /pay, body "/pay\n10 EUR": hashed "POST\n/pay\n/pay\n10 EUR" before.
-    let b = answer(
+    let b = summary(
         outside
             .oneshot(request("POST", "/pay", "k", "/pay\n10 EUR"))
             .await
@@ -78,7 +66,7 @@ async fn a_request_without_a_matched_route_never_shares_a_fingerprint_with_a_rou
     .await;
     assert_eq!(b, (201, "B #1 for \"/pay\\n10 EUR\"".into(), false));
     // A: POST /pay, body "10 EUR": "POST\n" "/pay\n" "/pay" "\n" "10 EUR", the same bytes.
-    let a = answer(
+    let a = summary(
         inside
             .oneshot(request("POST", "/pay", "k", "10 EUR"))
             .await
@@ -105,7 +93,7 @@ async fn a_parametrized_route_never_shares_a_fingerprint_with_an_unrouted_reques
     let outside = IdempotencyLayer::new(locker.clone()).layer(axum::Router::new().fallback(
         axum::routing::post(|| async { (http::StatusCode::CREATED, "B: unrouted") }),
     ));
-    let b = answer(
+    let b = summary(
         outside
             .oneshot(request("POST", "/items/{id}", "k", "/items/42\n10 EUR"))
             .await
@@ -113,7 +101,7 @@ async fn a_parametrized_route_never_shares_a_fingerprint_with_an_unrouted_reques
     )
     .await;
     assert_eq!(b, (201, "B: unrouted".into(), false));
-    let a = answer(
+    let a = summary(
         inside
             .oneshot(request("POST", "/items/42", "k", "10 EUR"))
             .await
@@ -161,16 +149,16 @@ async fn another_request_under_a_running_key_gets_409_or_422_after_waiting() {
             .expect("the first request's handler started");
         let put = tokio::spawn(app.clone().oneshot(request("PUT", "/pay", "k", "x")));
         if !wait {
-            let put = answer(put.await.unwrap().unwrap()).await;
+            let put = summary(put.await.unwrap().unwrap()).await;
             assert_eq!((put.0, put.2), (409, false), "{put:?}");
             go.notify_one();
-            let first = answer(first.await.unwrap().unwrap()).await;
+            let first = summary(first.await.unwrap().unwrap()).await;
             assert_eq!(first, (201, "#1".into(), false));
         } else {
             go.notify_one();
-            let first = answer(first.await.unwrap().unwrap()).await;
+            let first = summary(first.await.unwrap().unwrap()).await;
             assert_eq!(first, (201, "#1".into(), false));
-            let put = answer(put.await.unwrap().unwrap()).await;
+            let put = summary(put.await.unwrap().unwrap()).await;
             assert_eq!((put.0, put.2), (422, false), "{put:?}");
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1, "wait {wait}");
@@ -193,27 +181,29 @@ async fn query_principal_and_long_keys_keep_requests_apart() {
         r.headers_mut().insert("x-tenant", tenant.parse().unwrap());
         app.clone().oneshot(r)
     };
-    let first = answer(send("/pay?a=1", &long, "t1").await.unwrap()).await;
+    let first = summary(send("/pay?a=1", &long, "t1").await.unwrap()).await;
     assert_eq!(first.0, 201);
-    let retry = answer(send("/pay?a=1", &long, "t1").await.unwrap()).await;
+    let retry = summary(send("/pay?a=1", &long, "t1").await.unwrap()).await;
     assert!(retry.2, "{retry:?}");
     assert_eq!(
-        answer(send("/pay?a=2", &long, "t1").await.unwrap()).await.0,
+        summary(send("/pay?a=2", &long, "t1").await.unwrap())
+            .await
+            .0,
         422
     );
     assert_eq!(
-        answer(send("/pay", &long, "t1").await.unwrap()).await.0,
+        summary(send("/pay", &long, "t1").await.unwrap()).await.0,
         422
     );
     assert_eq!(
-        answer(send("/refund?a=1", &long, "t1").await.unwrap())
+        summary(send("/refund?a=1", &long, "t1").await.unwrap())
             .await
             .0,
         422
     );
     // Another principal, the same key and path: its own record.
     assert_eq!(
-        answer(send("/refund?a=1", &long, "t2").await.unwrap()).await,
+        summary(send("/refund?a=1", &long, "t2").await.unwrap()).await,
         (201, "R #2 for \"b\"".into(), false)
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
