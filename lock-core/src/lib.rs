@@ -5,6 +5,8 @@ mod acquire;
 mod backend;
 mod background;
 mod error;
+#[cfg(feature = "idempotent")]
+mod faithful;
 mod global;
 mod guard;
 mod held;

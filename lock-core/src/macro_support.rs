@@ -94,7 +94,13 @@ mod idempotent {
     /// ```
     pub fn stored<T: serde::Serialize + serde::de::DeserializeOwned>() -> Stored<T> {
         Stored {
-            encode: |value| serde_json::to_vec(value),
+            // Refused unless JSON gives the value back as it is (`faithful`): stored, it would
+            // be replayed as another value.
+            encode: |value| {
+                crate::faithful::faithful(value)
+                    .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+                serde_json::to_vec(value)
+            },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
         }
@@ -132,7 +138,7 @@ mod idempotent {
             if record.result == NOT_STORED {
                 return Err(LockError::InvalidConfig {
                     what: format!(
-                        "the body of idempotent key {key:?} ran but its result was not stored (larger than MAX_RESULT_LEN, or not JSON): it does not run again until the record expires in {:?}",
+                        "the body of idempotent key {key:?} ran but its result was not stored (larger than MAX_RESULT_LEN, or not kept as it is by JSON): it does not run again until the record expires in {:?}",
                         record.expires_in,
                     ),
                 });
@@ -164,7 +170,9 @@ mod idempotent {
     ///   body has run then, but its value is not reported as a success.
     ///
     /// A body that ran but whose `Ok` value cannot be stored (`RecordTooLarge`: over
-    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN); `InvalidConfig`: not serializable as JSON)
+    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN); `InvalidConfig`: not serializable as JSON,
+    /// or not given back by JSON as it is: a float that is not finite, or `Some(x)` where `x`
+    /// is written as `null`, such as `Some(())`, which would be replayed as `None`)
     /// returns that error, and a "ran, result not stored" marker is stored in its place:
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.

@@ -302,22 +302,48 @@ async fn unencodable(
     Ok([(vec![1_u8], receipt.run)].into_iter().collect())
 }
 
+#[distributed_lock(key = "some-unit:{order}", locker = locker, idempotent)]
+async fn some_unit(locker: &Locker, order: u64, bank: &Bank) -> Result<Option<()>, PayError> {
+    bank.run(order);
+    // JSON writes `Some(())` as `null`, which reads back as `None`.
+    Ok(Some(()))
+}
+
+#[distributed_lock(key = "not-finite:{order}", locker = locker, idempotent)]
+async fn not_finite(locker: &Locker, order: u64, bank: &Bank) -> Result<f64, PayError> {
+    bank.run(order);
+    // JSON writes NaN as `null`, which does not read back as a float.
+    Ok(f64::NAN)
+}
+
+/// A body whose `Ok` value JSON cannot give back as it is (not encodable at all; or encoded
+/// as another value: `Some(())` read back as `None`, NaN as an error) ran once: the first call
+/// gets `InvalidConfig`, later ones "not stored", and none of them a changed value. Found by
+/// an outside audit for the last two: `Ok(Some(()))` was replayed as `Ok(None)`, and NaN
+/// stored as `null` failed every later call with "the type changed".
 #[tokio::test]
-async fn a_result_that_is_not_json_is_recorded_and_the_body_does_not_run_again() {
-    let (locker, bank) = (Locker::memory(), Bank::default());
-    let first = unencodable(&locker, 1, &bank).await;
-    assert!(
-        matches!(first, Err(PayError::Lock(LockError::InvalidConfig { .. }))),
-        "{first:?}"
-    );
-    let again = unencodable(&locker, 1, &bank).await;
-    match again {
-        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
-            assert!(what.contains("not stored"), "{what}");
+async fn a_result_json_cannot_keep_is_recorded_and_the_body_does_not_run_again() {
+    async fn check<T: std::fmt::Debug, Fut>(what: &str, call: impl Fn() -> Fut)
+    where
+        Fut: std::future::Future<Output = Result<T, PayError>>,
+    {
+        let first = call().await;
+        assert!(
+            matches!(first, Err(PayError::Lock(LockError::InvalidConfig { .. }))),
+            "{what}: {first:?}"
+        );
+        match call().await {
+            Err(PayError::Lock(LockError::InvalidConfig { what: why, .. })) => {
+                assert!(why.contains("not stored"), "{what}: {why}");
+            }
+            other => panic!("{what}: {other:?}"),
         }
-        other => panic!("{other:?}"),
     }
-    assert_eq!(bank.runs.load(SeqCst), 1, "the body ran once");
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    check("a map with byte keys", || unencodable(&locker, 1, &bank)).await;
+    check("Some(())", || some_unit(&locker, 2, &bank)).await;
+    check("NaN", || not_finite(&locker, 3, &bank)).await;
+    assert_eq!(bank.runs.load(SeqCst), 3, "each body ran once");
 }
 
 #[tokio::test]
