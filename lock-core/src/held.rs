@@ -482,6 +482,14 @@ impl Held {
 
     /// Stops renewal and releases in the background (drop of a guard).
     pub(crate) fn release_in_background(self: &Arc<Self>) {
+        // Dropped on a thread outside any runtime (a `std::thread`, a foreign pool): the
+        // release goes to the runtime this locker's watchdog runs on, while it runs, as from a
+        // task of it. Without one it is left to the lease (below).
+        let runtime = tokio::runtime::Handle::try_current()
+            .is_err()
+            .then(|| self.locker.watchdog.runtime())
+            .flatten();
+        let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
         if self.snapshot().phase == Phase::Released {
             self.locker.watchdog.remove(self.id);
             return;
@@ -507,8 +515,9 @@ impl Held {
         });
         // Without I/O (memory) the release is done here, at once: the key is free when the drop
         // returns, for a lock taken right after it by this task or any other. It goes on in the
-        // background only if it has to wait (a renewal in progress). Not outside a runtime: a
-        // lock passed on to a local waiter may start the watchdog's task, which needs one.
+        // background only if it has to wait (a renewal in progress). Not outside a runtime
+        // (none entered above): a lock passed on to a local waiter may start the watchdog's
+        // task, which needs one.
         if self.locker.backend.answers_at_once()
             && tokio::runtime::Handle::try_current().is_ok()
             && release
@@ -522,7 +531,7 @@ impl Held {
         if releasing.is_none() {
             self.locker.queues.holder_left(self);
             self.mark_released();
-            tracing::debug!(key = %self.key.display(), "lock guard dropped outside a tokio runtime; the lease will expire");
+            tracing::debug!(key = %self.key.display(), "lock guard dropped outside a tokio runtime, with no runtime of its locker running; the lease will expire");
         }
     }
 

@@ -26,8 +26,9 @@ use crate::sync::{Mutex, MutexGuard};
 pub(crate) struct Watchdog {
     entries: Mutex<Table>,
     wake: Arc<Notify>,
-    /// The scheduler task; spawned again if the runtime it ran on has shut down.
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The scheduler task and the runtime it runs on; spawned again if that runtime has shut
+    /// down.
+    task: Mutex<Option<(tokio::task::JoinHandle<()>, tokio::runtime::Handle)>>,
     pub(crate) calls: AtomicU64,
     /// How many times the scheduler has looked at the table.
     ticks: AtomicU64,
@@ -139,19 +140,26 @@ impl Watchdog {
         self.run_scheduler(inner, must_wake);
     }
 
+    /// The runtime the scheduler runs on, while it runs: where a guard dropped on a thread
+    /// outside any runtime sends its release (the scheduler's task ends with its runtime).
+    pub(crate) fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        let task = self.task.lock();
+        let (task, runtime) = task.as_ref()?;
+        (!task.is_finished()).then(|| runtime.clone())
+    }
+
     /// Starts the scheduler if it is not running; wakes it if `wake`.
     fn run_scheduler(&self, inner: &Arc<LockerInner>, wake: bool) {
         {
             let mut task = self.task.lock();
-            if task
-                .as_ref()
-                .is_none_or(tokio::task::JoinHandle::is_finished)
-            {
-                *task = Some(tokio::spawn(run(
+            if task.as_ref().is_none_or(|(task, _)| task.is_finished()) {
+                let runtime = tokio::runtime::Handle::current();
+                let scheduler = runtime.spawn(run(
                     Arc::downgrade(inner),
                     self.wake.clone(),
                     inner.backend.reconnects(),
-                )));
+                ));
+                *task = Some((scheduler, runtime));
             }
         }
         if wake {
