@@ -142,10 +142,7 @@ impl IdempotencyLayer {
         layer
     }
 
-    /// Answers 400 to requests without a key instead of passing them through, except requests
-    /// with a safe method (`GET`, `HEAD`, `OPTIONS`, `TRACE`; RFC 9110 9.2.1), which change
-    /// nothing and need no key: a layer on a whole router keeps serving its reads and CORS
-    /// preflights. A safe request that carries a key is still run once and replayed.
+    /// Answers 400 to requests without a key instead of passing them through.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).require_key();

@@ -58,7 +58,7 @@
 //! answers 500 `misconfigured` before its handler runs.
 //!
 //! Requests without the header pass through ([`require_key`](IdempotencyLayer::require_key):
-//! 400, except for safe methods such as GET and OPTIONS); a request with several keys (the header twice, or one value listing two, `a, b`)
+//! 400); a request with several keys (the header twice, or one value listing two, `a, b`)
 //! gets 400 `invalid-key`: two keys are not one. Every rejection is an
 //! [`IdempotencyRejection`] answered as `application/problem+json`.
 //!

@@ -139,7 +139,7 @@ where
             .map(|v| v.as_bytes().to_vec())
             .filter(|v| !v.is_empty());
         let Some(key) = key else {
-            if config.require_key && !parts.method.is_safe() {
+            if config.require_key {
                 return IdempotencyFuture::answered(missing_key(header));
             }
             let future = service.call(Request::from_parts(parts, body));

@@ -174,44 +174,6 @@ async fn no_key_passes_through_or_is_400_when_required() {
     assert_eq!(strict.calls(), 0);
 }
 
-/// With `.require_key()` on a whole router, requests with a safe method (GET, HEAD, OPTIONS,
-/// TRACE) need no key: they change nothing, and a CORS preflight never carries one. Unsafe
-/// methods without a key still get 400 and run nothing. Found by an outside audit: a layer
-/// on a router answered 400 to its reads and preflights.
-#[tokio::test]
-async fn require_key_lets_safe_methods_through_without_a_key() {
-    use tower::ServiceExt as _;
-    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = calls.clone();
-    let handler = move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        async { "ok" }
-    };
-    let app = axum::Router::new()
-        .route("/items", axum::routing::any(handler))
-        .layer(IdempotencyLayer::new(Locker::memory()).require_key());
-    let send = |method: http::Method| {
-        let request = http::Request::builder()
-            .method(method)
-            .uri("/items")
-            .body(axum::body::Body::empty())
-            .unwrap();
-        app.clone().oneshot(request)
-    };
-    for method in ["GET", "HEAD", "OPTIONS", "TRACE"] {
-        let method = http::Method::from_bytes(method.as_bytes()).unwrap();
-        let answer = send(method.clone()).await.unwrap();
-        assert_eq!(answer.status(), 200, "{method}");
-    }
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
-    for method in ["POST", "PUT", "PATCH", "DELETE"] {
-        let method = http::Method::from_bytes(method.as_bytes()).unwrap();
-        let answer = send(method.clone()).await.unwrap();
-        assert_eq!(answer.status(), 400, "{method}");
-    }
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
-}
-
 /// Two `Idempotency-Key` headers are not a key (the header is one structured item): 400
 /// `invalid-key` and the handler does not run. Before, the first was taken silently, so a
 /// retry whose keys came in another order ran as a new request.
