@@ -94,12 +94,24 @@ mod idempotent {
     /// ```
     pub fn stored<T: serde::Serialize + serde::de::DeserializeOwned>() -> Stored<T> {
         Stored {
-            // Refused unless JSON gives the value back as it is (`faithful`): stored, it would
-            // be replayed as another value.
             encode: |value| {
-                crate::faithful::faithful(value)
-                    .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
-                serde_json::to_vec(value)
+                // Refused unless JSON gives the value back as it is: stored, it would be
+                // replayed as another value, or not be read back at all. `faithful` finds
+                // what JSON loses silently on the way out (non-finite floats, `Some` around a
+                // null); reading the bytes back as `T` and writing that again finds what a
+                // type's serde attributes lose on the way back (an untagged enum read as
+                // another variant, a field skipped when empty and required when read).
+                fn refuse(why: impl std::fmt::Display) -> serde_json::Error {
+                    <serde_json::Error as serde::ser::Error>::custom(why)
+                }
+                crate::faithful::faithful(value).map_err(refuse)?;
+                let bytes = serde_json::to_vec(value)?;
+                let back: T = serde_json::from_slice(&bytes)
+                    .map_err(|e| refuse(format!("it does not read back as the same type: {e}")))?;
+                if serde_json::to_vec(&back)? != bytes {
+                    return Err(refuse("it reads back as another value"));
+                }
+                Ok(bytes)
             },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
@@ -171,8 +183,10 @@ mod idempotent {
     ///
     /// A body that ran but whose `Ok` value cannot be stored (`RecordTooLarge`: over
     /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN); `InvalidConfig`: not serializable as JSON,
-    /// or not given back by JSON as it is: a float that is not finite, or `Some(x)` where `x`
-    /// is written as `null`, such as `Some(())`, which would be replayed as `None`)
+    /// or not given back by JSON as it is: a float that is not finite, `Some(x)` where `x`
+    /// is written as `null`, such as `Some(())`, which would be replayed as `None`, or a value
+    /// that does not read back as the same `T` and the same JSON, such as an untagged enum
+    /// read as another variant)
     /// returns that error, and a "ran, result not stored" marker is stored in its place:
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.
