@@ -13,7 +13,8 @@ use crate::held::Held;
 /// release is on its way: a `try_lock` of the key right after the drop may still be `Busy`,
 /// where a `lock` with a wait is woken by that release.) A guard dropped on a thread outside
 /// any runtime (a `std::thread`) sends its release to the runtime its locker's watchdog runs
-/// on; with no runtime running, the lease's expiry frees the key.
+/// on; with none running (that runtime shut down, or the watchdog turned off for every lock
+/// so far), the lease's expiry frees the key.
 ///
 /// While the guard lives, the locker's watchdog renews its lease (unless turned off); if the
 /// lease is lost anyway, [`lost`] resolves and [`is_held`] turns false.

@@ -484,18 +484,25 @@ impl Held {
     pub(crate) fn release_in_background(self: &Arc<Self>) {
         // Dropped on a thread outside any runtime (a `std::thread`, a foreign pool): the
         // release goes to the runtime this locker's watchdog runs on, while it runs, as from a
-        // task of it. Without one it is left to the lease (below).
-        let runtime = tokio::runtime::Handle::try_current()
-            .is_err()
-            .then(|| self.locker.watchdog.runtime())
-            .flatten();
+        // task of it. Not while the thread's runtime context is being torn down (its
+        // thread-locals destroyed: entering a runtime there panics, in a destructor). Without
+        // a runtime it is left to the lease (below).
+        let current = tokio::runtime::Handle::try_current();
+        let runtime = match &current {
+            Err(e) if e.is_missing_context() => self.locker.watchdog.runtime(),
+            _ => None,
+        };
         let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+        let in_runtime = current.is_ok() || runtime.is_some();
         if self.snapshot().phase == Phase::Released {
             self.locker.watchdog.remove(self.id);
             return;
         }
-        // A local hand-off needs no I/O: done here, at once.
+        // A local hand-off needs no I/O: done here, at once. Not outside a runtime: the lock
+        // passed on must be renewed, and the watchdog's task may have to start, which needs
+        // one (it panicked in `Drop`); the waiter then takes the key when the lease ends.
         if self.locker.config.local.on
+            && in_runtime
             && self.is_held()
             && matches!(
                 self.locker.queues.pass_on(&self.locker, self, false),
@@ -519,7 +526,7 @@ impl Held {
         // (none entered above): a lock passed on to a local waiter may start the watchdog's
         // task, which needs one.
         if self.locker.backend.answers_at_once()
-            && tokio::runtime::Handle::try_current().is_ok()
+            && in_runtime
             && release
                 .as_mut()
                 .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
@@ -654,7 +661,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_support::{Hook, HookPoint, passing_locally, within};
+    use crate::test_support::{BOUND, Hook, HookPoint, passing_locally, within};
     use crate::{LockError, Locker, MemoryBackend};
 
     /// Reached right after a lock is marked lost and before the local queue hears of it
@@ -749,6 +756,51 @@ mod tests {
         first.mark_lost("the test marks it lost");
         assert_eq!(third.snapshot().phase, Phase::Lost);
         assert_eq!(second.snapshot().phase, Phase::Released);
+    }
+
+    /// A lock dropped on a thread outside any runtime, when no runtime of its locker runs any
+    /// more (its watchdog's task ran on one since shut down), is not passed on to a local
+    /// waiter there: the lock passed on must be renewed, and starting the watchdog's task needs
+    /// a runtime (it panicked in `Drop`; found by review). The release is left to the lease,
+    /// and a waiter takes the key from the backend when it ends.
+    #[test]
+    fn a_lock_dropped_outside_any_running_runtime_is_not_passed_on_there() {
+        const KEY: &str = "no-runtime-left";
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_secs(2))
+            .local_hold(Duration::from_secs(30))
+            .build();
+        // The watchdog's task starts on `first`, runs there, and ends when it shuts down.
+        let first = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        first.block_on(async {
+            let warm = locker.lock("warm").await.unwrap();
+            warm.release().await.unwrap();
+        });
+        let second = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (holder, mut handed) = second.block_on(passing_locally(&locker, KEY, 4));
+        first.shutdown_timeout(BOUND);
+        assert!(
+            locker.inner.watchdog.runtime().is_none(),
+            "the watchdog's task ended"
+        );
+        let passes = locker.stats().local_handoffs;
+        let dropped = std::thread::spawn(move || drop(holder)).join();
+        assert!(dropped.is_ok(), "dropping the guard panicked");
+        let next = second.block_on(within(handed.recv())).unwrap().unwrap();
+        assert_eq!(
+            locker.stats().local_handoffs,
+            passes,
+            "passed on outside a runtime"
+        );
+        second.block_on(next.release()).unwrap();
     }
 
     /// A release that checked its lock was held, then passes it on to a local waiter just as

@@ -692,9 +692,9 @@ fn current_key() -> Option<String> {
 }
 
 /// A guard dropped outside any runtime while a task of its locker waits for the key on a
-/// runtime (found by review): the release is left to the lease, as before, rather than run
-/// inline, where passing the lock on to the local waiter would start the watchdog's task
-/// without a runtime (a panic in `Drop`). The waiter gets the lock when the 1 s lease ends.
+/// runtime (found by review): no panic in `Drop`. The runtime is idle but alive, so the drop
+/// sends its release there (the watchdog's runtime) and the waiter gets the lock; the case of
+/// no runtime running at all is `held::tests::a_lock_dropped_outside_any_running_runtime_*`.
 #[test]
 fn a_guard_dropped_outside_a_runtime_with_a_local_waiter_does_not_panic() {
     let locker = Locker::memory();
@@ -733,4 +733,57 @@ fn a_guard_dropped_outside_a_runtime_with_a_local_waiter_does_not_panic() {
     );
     let got = runtime.block_on(async { waiter.await.unwrap() });
     assert!(got.is_ok(), "{got:?}");
+}
+
+/// A guard dropped by a thread-local's destructor after tokio's own thread-local context is
+/// gone (the guard's thread-local was made first, so it is destroyed last), while its
+/// locker's runtime runs: the process does not abort (entering a runtime from there panics,
+/// and a panic in a thread-local destructor aborts; found by review), and the key is free
+/// when its lease ends. Run in a child process of this test binary, which an abort would end.
+#[test]
+fn a_guard_dropped_by_a_thread_local_destructor_does_not_abort() {
+    const CHILD: &str = "LOCK_CORE_TLS_DROP_CHILD";
+    const NAME: &str = "a_guard_dropped_by_a_thread_local_destructor_does_not_abort";
+    if std::env::var_os(CHILD).is_some() {
+        guard_dropped_by_a_thread_local_destructor();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("child: the key is free again"),
+        "the child ended with {:?}:\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn guard_dropped_by_a_thread_local_destructor() {
+    thread_local! {
+        static KEPT: std::cell::RefCell<Option<lock_core::LockGuard>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let locker = Locker::builder(MemoryBackend::new())
+        .lease(Duration::from_millis(300))
+        .build();
+    let guard = runtime.block_on(locker.lock("tls")).unwrap();
+    std::thread::spawn(move || {
+        // Made first: destroyed after tokio's context, made next.
+        KEPT.with(|kept| *kept.borrow_mut() = Some(guard));
+        assert!(tokio::runtime::Handle::try_current().is_err());
+    })
+    .join()
+    .unwrap();
+    let again = runtime.block_on(locker.lock("tls").wait(Duration::from_secs(10)));
+    assert!(again.is_ok(), "{again:?}");
+    println!("child: the key is free again");
 }

@@ -644,10 +644,13 @@ async fn turns_after_a_failed_subscription(
         20,
         "every turn after the head's is local: {after:?}"
     );
-    let calls = after.backend_calls - before.backend_calls;
+    // Renewals are not the turns' asking: under load the head's hand-over renewal (due 5 to
+    // 100 ms after the lock came) can fall among the turns (a CI-like run counted 6 calls).
+    let renewals = after.renewal_calls - before.renewal_calls;
+    let calls = after.backend_calls - before.backend_calls - renewals;
     assert!(
         !heard_again || calls <= CALLS_FOR_20_TURNS,
-        "{calls} backend calls for 20 local turns"
+        "{calls} backend calls besides {renewals} renewals for 20 local turns"
     );
 }
 
