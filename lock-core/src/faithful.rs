@@ -11,11 +11,19 @@ use serde::ser::{self, Impossible};
 
 /// Why a value would not come back from JSON as it went in.
 #[derive(Debug)]
-pub(crate) struct Unfaithful(String);
+pub(crate) enum Unfaithful {
+    /// What JSON would lose, and how.
+    Lossy(String),
+    /// Not an answer: [`IsNull`] met a compound value, which is never `null`.
+    Compound,
+}
 
 impl std::fmt::Display for Unfaithful {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Unfaithful::Lossy(why) => f.write_str(why),
+            Unfaithful::Compound => f.write_str("a compound value"),
+        }
     }
 }
 
@@ -23,7 +31,7 @@ impl std::error::Error for Unfaithful {}
 
 impl ser::Error for Unfaithful {
     fn custom<T: std::fmt::Display>(msg: T) -> Self {
-        Unfaithful(msg.to_string())
+        Unfaithful::Lossy(msg.to_string())
     }
 }
 
@@ -37,7 +45,7 @@ pub(crate) fn faithful<T: Serialize + ?Sized>(value: &T) -> Result<(), Unfaithfu
 /// Whether JSON writes `value` as `null`.
 fn is_null<T: Serialize + ?Sized>(value: &T) -> Result<bool, Unfaithful> {
     match value.serialize(IsNull) {
-        Err(e) if e.0 == NOT_NULL => Ok(false),
+        Err(Unfaithful::Compound) => Ok(false),
         answer => answer,
     }
 }
@@ -52,7 +60,7 @@ fn finite(v: f64) -> Result<(), Unfaithful> {
     if v.is_finite() {
         Ok(())
     } else {
-        Err(Unfaithful(format!(
+        Err(Unfaithful::Lossy(format!(
             "the float {v} is not finite: JSON writes it as null"
         )))
     }
@@ -150,7 +158,7 @@ impl ser::Serializer for Probe {
 
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Unfaithful> {
         if is_null(value)? {
-            return Err(Unfaithful(
+            return Err(Unfaithful::Lossy(
                 "Some(x) where x is written as null (a unit, a unit struct, None): JSON reads it back as None".to_owned(),
             ));
         }
@@ -313,17 +321,8 @@ impl ser::Serializer for IsNull {
         Ok(false)
     }
 
-    compounds!(Err(not_null()));
+    compounds!(Err(Unfaithful::Compound));
 }
-
-/// The answer "not null" for a compound value. `IsNull` cannot return `Ok(false)` from a
-/// method that must return a compound serializer, so it stops there with this marker, which
-/// [`IsNull`]'s callers read as `false`.
-fn not_null() -> Unfaithful {
-    Unfaithful(NOT_NULL.to_owned())
-}
-
-const NOT_NULL: &str = "\0not null";
 
 #[cfg(test)]
 mod tests {

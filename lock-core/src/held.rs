@@ -10,7 +10,6 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::{Kept, Renewal};
-use crate::background;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::Mutex;
@@ -487,13 +486,16 @@ impl Held {
         // task of it. Not while the thread's runtime context is being torn down (its
         // thread-locals destroyed: entering a runtime there panics, in a destructor). Without
         // a runtime it is left to the lease (below).
-        let current = tokio::runtime::Handle::try_current();
-        let runtime = match &current {
-            Err(e) if e.is_missing_context() => self.locker.watchdog.runtime(),
-            _ => None,
+        let (runtime, borrowed) = match tokio::runtime::Handle::try_current() {
+            Ok(current) => (Some(current), false),
+            Err(e) if e.is_missing_context() => (self.locker.watchdog.runtime(), true),
+            Err(_) => (None, false),
         };
-        let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
-        let in_runtime = current.is_ok() || runtime.is_some();
+        let _entered = runtime
+            .as_ref()
+            .filter(|_| borrowed)
+            .map(tokio::runtime::Handle::enter);
+        let in_runtime = runtime.is_some();
         if self.snapshot().phase == Phase::Released {
             self.locker.watchdog.remove(self.id);
             return;
@@ -534,8 +536,9 @@ impl Held {
         {
             return;
         }
-        let releasing = background::spawn(release);
-        if releasing.is_none() {
+        if let Some(runtime) = runtime {
+            drop(runtime.spawn(release));
+        } else {
             self.locker.queues.holder_left(self);
             self.mark_released();
             tracing::debug!(key = %self.key.display(), "lock guard dropped outside a tokio runtime, with no runtime of its locker running; the lease will expire");

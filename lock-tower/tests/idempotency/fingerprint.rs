@@ -27,6 +27,25 @@ fn request(
         .unwrap()
 }
 
+/// [`summary`] of `service`'s answer to [`request`]`(method, uri, key, body)`.
+async fn send<S, B>(
+    service: S,
+    (method, uri, key, body): (&str, &str, &str, &'static str),
+) -> (u16, String, bool)
+where
+    S: tower::Service<http::Request<axum::body::Body>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body<Error: std::fmt::Debug>,
+{
+    summary(
+        service
+            .oneshot(request(method, uri, key, body))
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
 /// A handler that counts its calls and names itself.
 fn counting(name: &'static str, calls: &Arc<AtomicUsize>) -> axum::routing::MethodRouter {
     let calls = calls.clone();
@@ -57,22 +76,10 @@ async fn a_request_without_a_matched_route_never_shares_a_fingerprint_with_a_rou
         .layer(axum::Router::new().route("/pay", counting("B", &calls)));
 
     // B: POST /pay, body "/pay\n10 EUR": hashed "POST\n/pay\n/pay\n10 EUR" before.
-    let b = summary(
-        outside
-            .oneshot(request("POST", "/pay", "k", "/pay\n10 EUR"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    let b = send(outside, ("POST", "/pay", "k", "/pay\n10 EUR")).await;
     assert_eq!(b, (201, "B #1 for \"/pay\\n10 EUR\"".into(), false));
     // A: POST /pay, body "10 EUR": "POST\n" "/pay\n" "/pay" "\n" "10 EUR", the same bytes.
-    let a = summary(
-        inside
-            .oneshot(request("POST", "/pay", "k", "10 EUR"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    let a = send(inside, ("POST", "/pay", "k", "10 EUR")).await;
     assert_eq!(
         (a.0, a.2),
         (422, false),
@@ -93,21 +100,9 @@ async fn a_parametrized_route_never_shares_a_fingerprint_with_an_unrouted_reques
     let outside = IdempotencyLayer::new(locker.clone()).layer(axum::Router::new().fallback(
         axum::routing::post(|| async { (http::StatusCode::CREATED, "B: unrouted") }),
     ));
-    let b = summary(
-        outside
-            .oneshot(request("POST", "/items/{id}", "k", "/items/42\n10 EUR"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    let b = send(outside, ("POST", "/items/{id}", "k", "/items/42\n10 EUR")).await;
     assert_eq!(b, (201, "B: unrouted".into(), false));
-    let a = summary(
-        inside
-            .oneshot(request("POST", "/items/42", "k", "10 EUR"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    let a = send(inside, ("POST", "/items/42", "k", "10 EUR")).await;
     assert_eq!((a.0, a.2), (422, false), "{a:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
@@ -176,34 +171,34 @@ async fn query_principal_and_long_keys_keep_requests_apart() {
         .route("/refund", counting("R", &calls))
         .layer(IdempotencyLayer::new(Locker::memory()).scope(HeaderKey::new("x-tenant")));
     let long = "x".repeat(4000);
-    let send = |uri: &str, key: &str, tenant: &str| {
+    let post = |uri: &str, key: &str, tenant: &str| {
         let mut r = request("POST", uri, key, "b");
         r.headers_mut().insert("x-tenant", tenant.parse().unwrap());
         app.clone().oneshot(r)
     };
-    let first = summary(send("/pay?a=1", &long, "t1").await.unwrap()).await;
+    let first = summary(post("/pay?a=1", &long, "t1").await.unwrap()).await;
     assert_eq!(first.0, 201);
-    let retry = summary(send("/pay?a=1", &long, "t1").await.unwrap()).await;
+    let retry = summary(post("/pay?a=1", &long, "t1").await.unwrap()).await;
     assert!(retry.2, "{retry:?}");
     assert_eq!(
-        summary(send("/pay?a=2", &long, "t1").await.unwrap())
+        summary(post("/pay?a=2", &long, "t1").await.unwrap())
             .await
             .0,
         422
     );
     assert_eq!(
-        summary(send("/pay", &long, "t1").await.unwrap()).await.0,
+        summary(post("/pay", &long, "t1").await.unwrap()).await.0,
         422
     );
     assert_eq!(
-        summary(send("/refund?a=1", &long, "t1").await.unwrap())
+        summary(post("/refund?a=1", &long, "t1").await.unwrap())
             .await
             .0,
         422
     );
     // Another principal, the same key and path: its own record.
     assert_eq!(
-        summary(send("/refund?a=1", &long, "t2").await.unwrap()).await,
+        summary(post("/refund?a=1", &long, "t2").await.unwrap()).await,
         (201, "R #2 for \"b\"".into(), false)
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
