@@ -229,10 +229,24 @@ impl LockError {
         }
     }
 
+    /// A backend call that reached too few servers (or slots) to say yes or no for `key`.
+    pub(crate) fn undecided(operation: &'static str, key: &str) -> Self {
+        LockError::Backend {
+            operation,
+            key: Some(key.to_owned()),
+            source: Arc::new(Undecided),
+        }
+    }
+
     pub(crate) fn config(what: impl Into<String>) -> Self {
         LockError::InvalidConfig { what: what.into() }
     }
 }
+
+/// Too few servers (or slots) answered to decide: the lock may hold the old state or the new.
+#[derive(Debug, thiserror::Error)]
+#[error("too few answers to decide; the lease may be the old one or the new one")]
+struct Undecided;
 
 #[cfg(feature = "redis")]
 /// The server answered something this crate does not understand.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::LockError;
-use crate::backend::{Kept, Renewal};
+use crate::backend::{Kept, Renewal, Renewed};
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::Mutex;
@@ -569,8 +569,14 @@ impl Held {
             .call()
             .renew(std::slice::from_ref(&item))
             .await?;
+        match answer.first() {
+            Some(Renewed::Yes | Renewed::Lost) => {}
+            // Undecided (too few servers answered): the backend may hold either lease, as
+            // when the call failed; `unsure` has the watchdog renew at once.
+            _ => return Err(LockError::undecided("extend", self.key.user())),
+        }
         unsure.held = None;
-        if answer.first() == Some(&true) {
+        if answer.first() == Some(&Renewed::Yes) {
             self.lease_ms.store(
                 u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
                 Ordering::Relaxed,

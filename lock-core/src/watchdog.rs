@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
-use crate::backend::Renewal;
+use crate::backend::{Renewal, Renewed};
 use crate::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
@@ -331,38 +331,50 @@ impl Watchdog {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let answer = tokio::time::timeout(bound, inner.call().renew(items)).await;
         let mut lost = Vec::new();
-        {
-            let mut entries = self.entries();
-            match answer {
-                Ok(Ok(answers)) => {
-                    for ((held, item), ok) in due.iter().zip(items).zip(answers) {
-                        if ok {
-                            held.renewed(sent, item.lease);
-                            if let Some(e) = entries.get_mut(&held.id) {
-                                e.renew_at = sent + item.lease / 3;
-                            }
-                        } else {
-                            entries.remove(&held.id);
-                            lost.push(held.clone());
-                        }
+        let verdicts = match answer {
+            Ok(Ok(verdicts)) if verdicts.len() == items.len() => verdicts,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(v)) => format!("{} answers for {} locks", v.len(), items.len()),
+                    Err(_) => format!("no answer within {bound:?}"),
+                };
+                tracing::warn!(locks = due.len(), error = %why, "lock renewal failed; retrying while the leases are valid");
+                vec![Renewed::Unknown; items.len()]
+            }
+        };
+        let mut entries = self.entries();
+        let mut unknown = 0usize;
+        for ((held, item), verdict) in due.iter().zip(items).zip(verdicts) {
+            match verdict {
+                Renewed::Yes => {
+                    held.renewed(sent, item.lease);
+                    if let Some(e) = entries.get_mut(&held.id) {
+                        e.renew_at = sent + item.lease / 3;
                     }
                 }
-                failed => {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => format!("no answer within {bound:?}"),
-                    };
-                    tracing::warn!(locks = due.len(), error = %why, "lock renewal failed; retrying while the leases are valid");
-                    let failed_at = Instant::now();
-                    for held in due {
-                        if let Some(e) = entries.get_mut(&held.id) {
-                            e.renew_at = failed_at
-                                + (held.lease() / 15)
-                                    .clamp(Duration::from_millis(10), Duration::from_secs(1));
-                        }
+                Renewed::Lost => {
+                    entries.remove(&held.id);
+                    lost.push(held.clone());
+                }
+                Renewed::Unknown => {
+                    // Only this lock is retried, soon, while its lease is still locally valid;
+                    // its own deadline marks it lost on time regardless.
+                    unknown += 1;
+                    if let Some(e) = entries.get_mut(&held.id) {
+                        e.renew_at = Instant::now()
+                            + (held.lease() / 15)
+                                .clamp(Duration::from_millis(10), Duration::from_secs(1));
                     }
                 }
             }
+        }
+        if unknown > 0 && unknown < due.len() {
+            tracing::debug!(
+                undecided = unknown,
+                locks = due.len(),
+                "some renewals were undecided; retrying those while their leases are valid"
+            );
         }
         lost
     }

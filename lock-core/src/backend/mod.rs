@@ -149,6 +149,30 @@ pub(crate) struct QueueTicket {
     pub(crate) handover_lease: Duration,
 }
 
+/// One lock's answer to a batched renewal (or an extend): each lock of a batch gets its own,
+/// so one lock's state never decides another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Still ours: the lease was reset.
+    Yes,
+    /// Known not ours (expired, deleted, taken by another owner): the lock is lost.
+    Lost,
+    /// Not known either way (a server or a slot did not answer, or too few answered for a
+    /// quorum): the caller retries while the lease is locally valid, and nothing is extended
+    /// locally.
+    Unknown,
+}
+
+impl Renewed {
+    /// The verdicts of a backend that answers every lock of a batch yes or no.
+    pub(crate) fn from_bools(answers: Vec<bool>) -> Vec<Renewed> {
+        answers
+            .into_iter()
+            .map(|ok| if ok { Renewed::Yes } else { Renewed::Lost })
+            .collect()
+    }
+}
+
 /// One lock to renew (or extend) in a batch.
 #[derive(Debug, Clone)]
 pub(crate) struct Renewal {
@@ -296,14 +320,15 @@ impl BackendKind {
         }
     }
 
-    /// One answer per item, in order: `true` when still ours and the lease was reset.
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+    /// One verdict per item, in order. `Err` when the whole call failed (every item
+    /// [`Renewed::Unknown`]).
+    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.renew(items)),
+            BackendKind::Memory(m) => Ok(Renewed::from_bools(m.renew(items))),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.renew(items).await,
+            BackendKind::Redis(r) => r.renew(items).await.map(Renewed::from_bools),
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.renew(items).await,
+            BackendKind::Redlock(r) => r.renew(items).await.map(Renewed::from_bools),
         }
     }
 
