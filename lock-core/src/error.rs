@@ -100,8 +100,8 @@ pub enum LockError {
     /// A configuration value is out of range (lease, wait, prefix, URL...), or the Redis user
     /// lacks a permission the lock needs.
     ///
-    /// `what` names the value and the range allowed, or the missing permission (see "Redis
-    /// permissions" in the README for the ACL rule).
+    /// `what` names the value and the range allowed, or the missing permission (see
+    /// "Permissions" in the guide's Redis chapter, `docs/src/backends/redis.md`, for the ACL rule).
     #[error("invalid lock configuration: {what}")]
     #[non_exhaustive]
     InvalidConfig {

@@ -86,7 +86,7 @@ pub struct LockerStats {
     /// renewals, queue leaves. Subscriptions are not counted, nor the one retry a Redis call
     /// gets after a dropped connection, nor the full release that follows a one-key release
     /// which found the lock marked by a waiter or failed (one release, two round trips; see
-    /// the README).
+    /// the guide's waiting chapter).
     pub backend_calls: u64,
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).

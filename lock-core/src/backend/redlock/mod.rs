@@ -145,7 +145,7 @@ pub struct NoQuorum {
 ///   random pause (up to 20 ms: the attempt answers busy for that long).
 /// - **Fencing is refused** ([`LockError::InvalidConfig`], before any I/O): tokens drawn from
 ///   counters on independent servers are not strictly increasing once a server loses its data
-///   or clocks differ (see the README, "Redlock").
+///   or clocks differ (see the guide's Redlock chapter).
 /// - **A server restarted empty** must stay down for at least the longest lease first (or run
 ///   with `appendonly yes` and `appendfsync always`): otherwise a lock it forgot can be taken
 ///   by a second holder on a new majority.
