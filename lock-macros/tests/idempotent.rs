@@ -414,3 +414,88 @@ async fn a_call_cancelled_mid_body_stores_nothing_and_the_next_call_runs_again()
     assert_eq!(next.run, 1, "the next call ran the body");
     assert_eq!(charge(&locker, 9, &bank).await.unwrap(), next);
 }
+
+/// A receipt holding hash collections, nested: a map of sets, inside a list of maps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Ledger {
+    run: u64,
+    by_account: std::collections::HashMap<String, std::collections::HashSet<u64>>,
+    batches: Vec<std::collections::HashMap<u64, String>>,
+}
+
+#[distributed_lock(key = "ledger:{order}", locker = locker, idempotent)]
+async fn ledger(locker: &Locker, order: u64, bank: &Bank) -> Result<Ledger, PayError> {
+    let run = bank.run(order).run;
+    // Enough entries that a map read back iterates in another order.
+    let by_account = (0..32)
+        .map(|a| (format!("account-{a}"), (0..16).map(|n| n * a).collect()))
+        .collect();
+    let batches = (0..4)
+        .map(|b| (0..32).map(|n| (n * b, format!("line {n}"))).collect())
+        .collect();
+    Ok(Ledger {
+        run,
+        by_account,
+        batches,
+    })
+}
+
+#[distributed_lock(key = "tags:{order}", locker = locker, idempotent)]
+async fn tags(
+    locker: &Locker,
+    order: u64,
+    bank: &Bank,
+) -> Result<std::collections::HashSet<String>, PayError> {
+    bank.run(order);
+    Ok((0..64).map(|n| format!("tag-{n}")).collect())
+}
+
+/// A value holding a `HashMap` or a `HashSet` is stored and replayed: it reads back as the
+/// same value, whatever order its entries iterate in. Issue 29, item 10: the read-back check
+/// compared bytes, so every such value was refused (`InvalidConfig`) and its key blocked for
+/// the record's TTL.
+#[tokio::test]
+async fn values_holding_hash_maps_and_sets_are_stored_and_replayed() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = ledger(&locker, 1, &bank).await.unwrap();
+    assert_eq!(ledger(&locker, 1, &bank).await.unwrap(), first);
+    let first_tags = tags(&locker, 2, &bank).await.unwrap();
+    assert_eq!(tags(&locker, 2, &bank).await.unwrap(), first_tags);
+    assert_eq!(bank.runs.load(SeqCst), 2, "each body ran once");
+}
+
+/// Entries written as a JSON map, one key twice; read back through a `HashMap`, so the key
+/// keeps only its last value. Its JSON value (a map) is the same before and after.
+#[derive(Debug)]
+struct Twice(Vec<(String, u64)>);
+
+impl Serialize for Twice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Twice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = std::collections::HashMap::<String, u64>::deserialize(d)?;
+        Ok(Twice(map.into_iter().collect()))
+    }
+}
+
+#[distributed_lock(key = "twice:{order}", locker = locker, idempotent)]
+async fn twice(locker: &Locker, order: u64, bank: &Bank) -> Result<Twice, PayError> {
+    let run = bank.run(order).run;
+    Ok(Twice(vec![("a".into(), run), ("a".into(), run + 1)]))
+}
+
+#[tokio::test]
+async fn a_map_key_written_twice_is_not_stored_as_the_same_value() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = twice(&locker, 1, &bank).await;
+    assert!(
+        matches!(first, Err(PayError::Lock(LockError::InvalidConfig { .. }))),
+        "{first:?}"
+    );
+    assert!(twice(&locker, 1, &bank).await.is_err());
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
