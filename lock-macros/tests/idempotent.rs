@@ -77,7 +77,10 @@ async fn sequential_calls_run_the_body_once_and_get_its_value() {
     );
     assert_eq!(
         record.fingerprint,
-        format!("json:{}", std::any::type_name::<Receipt>())
+        format!(
+            "json2:idempotent::charge -> {}",
+            std::any::type_name::<Receipt>()
+        )
     );
 }
 
@@ -165,15 +168,20 @@ async fn a_record_of_another_type_is_a_typed_error() {
     let locker = Locker::memory();
     assert_eq!(as_number(&locker, 1).await.unwrap(), 1);
     match as_text(&locker, 1).await {
-        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
-            assert!(
-                what.contains("another type") && what.contains("shared:1"),
-                "{what}"
-            )
+        Err(PayError::Lock(LockError::IdempotencyKeyReused {
+            key,
+            stored,
+            caller,
+            ..
+        })) => {
+            assert_eq!(key, "shared:1");
+            assert_eq!(stored, "json2:idempotent::as_number -> u64");
+            assert_eq!(caller, "json2:idempotent::as_text -> alloc::string::String");
         }
-        other => panic!("expected InvalidConfig, got {other:?}"),
+        other => panic!("expected IdempotencyKeyReused, got {other:?}"),
     }
-    // Same fingerprint, bytes that do not deserialize (the type changed between deploys).
+    // A record of the previous format (`json:<type>`), bytes that do not deserialize (the
+    // type changed between deploys).
     let guard = locker.lock("shared:2").await.unwrap();
     let fingerprint = format!("json:{}", std::any::type_name::<u64>());
     guard
@@ -261,7 +269,16 @@ async fn reentrant_idempotent_calls_do_not_deadlock() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(charge_nested(&locker, 1, &bank).await.unwrap(), first);
+    assert_eq!(outer(&locker, 1, &bank).await.unwrap(), first);
+    // The record is the outer function's: the inner one, called alone, is another function.
+    let inner = charge_nested(&locker, 1, &bank).await;
+    assert!(
+        matches!(
+            inner,
+            Err(PayError::Lock(LockError::IdempotencyKeyReused { .. }))
+        ),
+        "{inner:?}"
+    );
     assert_eq!(bank.runs.load(SeqCst), 1);
 }
 
@@ -498,4 +515,116 @@ async fn a_map_key_written_twice_is_not_stored_as_the_same_value() {
     );
     assert!(twice(&locker, 1, &bank).await.is_err());
     assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+#[distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn charge_order(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+#[distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn refund_order(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+/// Two idempotent functions on one key template, returning one type: the second gets an
+/// error, never the first one's value, and its body does not run. Issue 29, item 11: the
+/// fingerprint named only the return type, and `refund` returned `charge`'s receipt.
+#[tokio::test]
+async fn another_function_under_the_same_key_is_an_error_not_a_replay() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let charged = charge_order(&locker, 1, &bank).await.unwrap();
+    for _ in 0..2 {
+        match refund_order(&locker, 1, &bank).await {
+            Err(PayError::Lock(LockError::IdempotencyKeyReused {
+                key,
+                stored,
+                caller,
+                ..
+            })) => {
+                assert_eq!(key, "order:1");
+                assert!(
+                    stored.ends_with("::charge_order -> idempotent::Receipt"),
+                    "{stored}"
+                );
+                assert!(
+                    caller.ends_with("::refund_order -> idempotent::Receipt"),
+                    "{caller}"
+                );
+            }
+            other => panic!("refund replayed charge's value: {other:?}"),
+        }
+    }
+    assert_eq!(charge_order(&locker, 1, &bank).await.unwrap(), charged);
+    assert_eq!(bank.runs.load(SeqCst), 1, "only charge ran");
+}
+
+struct Payments {
+    locker: Locker,
+}
+
+struct Refunds {
+    locker: Locker,
+}
+
+impl Payments {
+    #[distributed_lock(key = "settle:{order}", locker = self.locker, idempotent)]
+    async fn settle(&self, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+impl Refunds {
+    #[distributed_lock(key = "settle:{order}", locker = self.locker, idempotent)]
+    async fn settle(&self, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+/// Methods of one name on two types, in one module, are two functions.
+#[tokio::test]
+async fn methods_of_one_name_on_two_types_are_two_functions() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let payments = Payments {
+        locker: locker.clone(),
+    };
+    let refunds = Refunds { locker };
+    let settled = payments.settle(1, &bank).await.unwrap();
+    match refunds.settle(1, &bank).await {
+        Err(PayError::Lock(LockError::IdempotencyKeyReused { stored, caller, .. })) => {
+            assert_eq!(
+                stored,
+                "json2:idempotent::<idempotent::Payments>::settle -> idempotent::Receipt"
+            );
+            assert_eq!(
+                caller,
+                "json2:idempotent::<idempotent::Refunds>::settle -> idempotent::Receipt"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(payments.settle(1, &bank).await.unwrap(), settled);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// A record written before functions were named (fingerprint `json:<type>`) is still replayed
+/// (to any function returning that type, as before) until it expires.
+#[tokio::test]
+async fn a_record_of_the_previous_format_is_replayed() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let stored = Receipt {
+        order: 3,
+        run: 99,
+        lines: vec!["stored before the upgrade".into()],
+    };
+    let guard = locker.lock("order:3").await.unwrap();
+    let fingerprint = format!("json:{}", std::any::type_name::<Receipt>());
+    let json = serde_json::to_vec(&stored).unwrap();
+    guard
+        .store_result(&fingerprint, &json, DEFAULT_RESULT_TTL)
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(charge_order(&locker, 3, &bank).await.unwrap(), stored);
+    assert_eq!(bank.runs.load(SeqCst), 0);
 }
