@@ -25,7 +25,8 @@
 //! - its body is read (up to [`max_body`](IdempotencyLayer::max_body), else 413) and its
 //!   fingerprint taken: SHA-256 of method, route, path and query, and body;
 //! - a stored record with the same fingerprint: the stored response (status, end-to-end headers,
-//!   body, byte for byte) with `Idempotent-Replayed: true`; the handler does not run. Another
+//!   body, byte for byte, and its trailers, such as gRPC's `grpc-status`) with
+//!   `Idempotent-Replayed: true`; the handler does not run. Another
 //!   fingerprint: 422;
 //! - the first request still running: 409 with `Retry-After`, or with
 //!   [`wait`](IdempotencyLayer::wait), wait for it and replay its answer;

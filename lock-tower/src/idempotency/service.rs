@@ -406,13 +406,14 @@ where
         return Ok(lease_lost(guard, key).await);
     };
     let (stored, answer) = match read {
-        Read::Whole(body) => {
+        Read::Whole(body, trailers) => {
             let stored = Stored::Response {
                 status: parts.status,
                 headers: end_to_end(&parts.headers),
                 body: body.clone(),
+                trailers: trailers.clone(),
             };
-            (stored, Ok(ResponseBody::full(body)))
+            (stored, Ok(ResponseBody::full_with_trailers(body, trailers)))
         }
         Read::Over { head, rest } => {
             // Never held in memory whole: the head read so far, then the rest as the handler
@@ -477,8 +478,8 @@ where
 
 /// A handler's response body, read for its record.
 enum Read<B> {
-    /// All of it, at most the record's limit.
-    Whole(Bytes),
+    /// All of it, at most the record's limit, and its trailers (empty when it had none).
+    Whole(Bytes, HeaderMap),
     /// Longer than the limit (or declared so): the chunks read of it, and the rest, unread.
     Over {
         head: VecDeque<Bytes>,
@@ -492,8 +493,8 @@ enum Read<B> {
 /// Reads `body` up to `limit` bytes of data. A longer body (or one whose `Content-Length`,
 /// `declared`, or size hint says so) is never buffered whole (a large download, an endless
 /// stream behind an idempotency key): its head goes to the client and the rest streams after
-/// it. The trailers of a body that fits are dropped (a record has no place for them); a longer
-/// body's trailers stream on with it.
+/// it. The trailers of a body that fits are kept, to be sent after it and stored with it; a
+/// longer body's trailers stream on with it.
 async fn read_response<B: Body<Data = Bytes>>(
     body: B,
     declared: Option<u64>,
@@ -505,14 +506,20 @@ async fn read_response<B: Body<Data = Bytes>>(
     if declared.is_some_and(longer) || longer(body.size_hint().lower()) {
         return Read::Over { head, rest: body };
     }
-    let mut len = 0;
+    let (mut len, mut trailers) = (0, HeaderMap::new());
     loop {
         match body.frame().await {
             None => break,
             Some(Err(_)) => return Read::Failed,
             Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        if let Ok(more) = frame.into_trailers() {
+                            trailers.extend(more);
+                        }
+                        continue;
+                    }
                 };
                 len += data.len();
                 head.push_back(data);
@@ -522,10 +529,11 @@ async fn read_response<B: Body<Data = Bytes>>(
             }
         }
     }
-    Read::Whole(match head.len() {
+    let body = match head.len() {
         0 | 1 => head.pop_front().unwrap_or_default(),
         _ => Bytes::from(head.make_contiguous().concat()),
-    })
+    };
+    Read::Whole(body, trailers)
 }
 
 /// The rest of a detached handler's long body, read to its end by a task of its own: the
@@ -654,8 +662,9 @@ fn answer_from_record<B>(
             status,
             headers,
             body,
+            trailers,
         }) => {
-            let mut response = Response::new(ResponseBody::full(body));
+            let mut response = Response::new(ResponseBody::full_with_trailers(body, trailers));
             *response.status_mut() = status;
             *response.headers_mut() = headers;
             response

@@ -324,6 +324,40 @@ async fn trailers_after_an_over_limit_body_pass_through() {
     assert_eq!(collected.to_bytes().len(), LIMIT + 5);
 }
 
+/// Trailers of a body short enough to store (gRPC's `grpc-status`) reach the first client and
+/// every replay. Issue 29, item 12: the body was buffered for its record and re-sent without
+/// them, to the first client too, while a longer body kept them.
+#[tokio::test]
+async fn trailers_of_a_stored_body_reach_the_first_client_and_every_replay() {
+    let make = || {
+        let mut b = Chunks::new(&[3, 4], Hint::None);
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("0"));
+        t.append("x-sum", HeaderValue::from_static("1"));
+        t.append("x-sum", HeaderValue::from_static("2"));
+        b.trailers = Some(t);
+        axum::response::Response::new(axum::body::Body::new(b))
+    };
+    let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), make);
+    let expected = Chunks::new(&[3, 4], Hint::None).all();
+    for replayed in [false, true] {
+        let r = app.clone().oneshot(post(&["k"])).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers().contains_key("idempotent-replayed"), replayed);
+        let collected = r.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned().unwrap_or_default();
+        assert_eq!(
+            trailers.get("grpc-status").unwrap(),
+            "0",
+            "replayed: {replayed}"
+        );
+        let sums: Vec<_> = trailers.get_all("x-sum").iter().collect();
+        assert_eq!(sums, ["1", "2"], "replayed: {replayed}");
+        assert_eq!(collected.to_bytes(), expected);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
 /// A response body the test feeds chunk by chunk (no size hint); it ends when its sender is
 /// dropped.
 struct Feed(tokio::sync::mpsc::Receiver<Bytes>);
