@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use tower_service::Service;
 
 use super::future::IdempotencyFuture;
+use super::key_header;
 use super::layer::Config;
 use super::record::Stored;
 use super::rejection::IdempotencyRejection;
@@ -133,11 +134,20 @@ where
                 reason: format!("the {header} header {how}; send one key").into(),
             });
         }
-        let key = parts
+        // The draft's sf-string (`"abc"`) and the bare value (`abc`) are one key.
+        let key = match parts
             .headers
             .get(header)
-            .map(|v| v.as_bytes().to_vec())
-            .filter(|v| !v.is_empty());
+            .map(|v| key_header::parse(v.as_bytes()))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key.into_owned()).filter(|k| !k.is_empty()),
+            Some(Err(why)) => {
+                return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
+                    reason: format!("the {header} header is malformed: {why}").into(),
+                });
+            }
+        };
         let Some(key) = key else {
             if config.require_key {
                 return IdempotencyFuture::answered(missing_key(header));
@@ -616,12 +626,23 @@ impl Body for Forwarded {
     }
 }
 
-/// Whether a response is stored and replayed: not 5xx (a retry runs again), and not the
-/// 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
+/// Whether a response is stored and replayed: not 5xx (a retry runs again); not the 4xx
+/// answers to a request that failed before it was processed, which the IETF draft does not ask
+/// to store and which a layer over a whole router would otherwise keep for every key anyone
+/// sends (issue 29, item 15): 400 (malformed: an extractor's rejection), 404 and 405 (no such
+/// route or method: the router's), 413, 414, 415 and 431 (too large, unsupported); and not
+/// the 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
 /// often from an authentication layer inside this one), 408 (request timeout) and 429 (rate
-/// limited). Other 4xx answers are the handler's verdict on the request and are replayed.
+/// limited). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
+/// not stored either: a retry runs the handler again, as it should when that answer means
+/// nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
+/// on the request and are replayed.
 fn storable(status: http::StatusCode) -> bool {
-    !status.is_server_error() && !matches!(status.as_u16(), 401 | 408 | 429)
+    !status.is_server_error()
+        && !matches!(
+            status.as_u16(),
+            400 | 401 | 404 | 405 | 408 | 413 | 414 | 415 | 429 | 431
+        )
 }
 
 /// `work`'s output, or `None` when the lease was lost first (`work` is then dropped).
