@@ -254,8 +254,18 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            Kind::Full { data, trailers } => {
+                let len = data.as_ref().map_or(0, |d| d.len() as u64);
+                match trailers {
+                    None => SizeHint::with_exact(len),
+                    // Not exact: HTTP/1 would declare a `Content-Length`, which leaves
+                    // trailers no place (hyper drops them); chunked, they go out.
+                    Some(_) => {
+                        let mut hint = SizeHint::new();
+                        hint.set_lower(len);
+                        hint
+                    }
+                }
             }
             Kind::Custom { body } => body.size_hint(),
             Kind::Rest { head, rest } => {

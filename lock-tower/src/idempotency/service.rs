@@ -704,16 +704,16 @@ fn answer_from_record<B>(
 }
 
 /// The headers worth storing: all but the hop-by-hop ones (RFC 9110 7.6.1) and those the
-/// `Connection` header names.
+/// `Connection` header names. `Trailer` is end-to-end (RFC 9110 6.6.2) and kept: it names the
+/// stored trailers, and hyper sends HTTP/1 trailers only when it does.
 fn end_to_end(headers: &HeaderMap) -> HeaderMap {
-    const HOP_BY_HOP: [&str; 8] = [
+    const HOP_BY_HOP: [&str; 7] = [
         "connection",
         "keep-alive",
         "proxy-authenticate",
         "proxy-authorization",
         "proxy-connection",
         "te",
-        "trailer",
         "transfer-encoding",
     ];
     let named: Vec<String> = headers
@@ -801,8 +801,13 @@ mod tests {
         h.insert("content-type", HeaderValue::from_static("text/plain"));
         h.append("set-cookie", HeaderValue::from_static("a=1"));
         h.append("set-cookie", HeaderValue::from_static("b=2"));
+        h.insert("trailer", HeaderValue::from_static("grpc-status"));
         let kept = end_to_end(&h);
-        assert_eq!(kept.len(), 3);
+        assert_eq!(kept.len(), 4);
+        assert_eq!(
+            kept["trailer"], "grpc-status",
+            "end-to-end: it names the trailers"
+        );
         assert!(kept.get("x-private").is_none());
         assert_eq!(kept.get_all("set-cookie").iter().count(), 2);
     }
