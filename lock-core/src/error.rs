@@ -128,6 +128,53 @@ pub enum LockError {
         max: usize,
     },
 
+    /// An idempotency key already holds the record of another function (or of this function
+    /// when it returned another type): two `#[distributed_lock(idempotent)]` functions share a
+    /// key template, such as `charge` and `refund` both on `"order:{id}"`. Neither the stored
+    /// value nor a second run is given: the body did not run. The HTTP layer answers the same
+    /// case (one key, another request) with 422.
+    ///
+    /// Give each function a key template of its own (`"charge:{id}"`, `"refund:{id}"`); a
+    /// record of a type changed by a deploy answers this until it expires (`expires_in`).
+    ///
+    /// ```
+    /// # #[derive(Debug)] struct AppError(lock_core::LockError);
+    /// # impl From<lock_core::LockError> for AppError { fn from(e: lock_core::LockError) -> Self { AppError(e) } }
+    /// use lock_core::{distributed_lock, LockError, Locker};
+    ///
+    /// #[distributed_lock(key = "order:{id}", locker = locker, idempotent)]
+    /// async fn charge(locker: &Locker, id: u64) -> Result<u64, AppError> { Ok(100) }
+    ///
+    /// #[distributed_lock(key = "order:{id}", locker = locker, idempotent)]
+    /// async fn refund(locker: &Locker, id: u64) -> Result<u64, AppError> { Ok(0) }
+    ///
+    /// # async fn demo() {
+    /// let locker = Locker::memory();
+    /// assert_eq!(charge(&locker, 7).await.unwrap(), 100);
+    /// match refund(&locker, 7).await {
+    ///     Err(AppError(LockError::IdempotencyKeyReused { key, stored, .. })) => {
+    ///         assert_eq!(key, "order:7");
+    ///         assert!(stored.contains("charge"));
+    ///     }
+    ///     other => panic!("expected IdempotencyKeyReused, got {other:?}"),
+    /// }
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    #[error("idempotency key {key:?} holds the record of another function: {stored}")]
+    #[non_exhaustive]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The fingerprint of the stored record: the function that stored it and its return
+        /// type (`json2:<module>::<fn> -> <type>`), or a digest of that when it is long.
+        stored: String,
+        /// The fingerprint of this call, in the same form.
+        caller: String,
+        /// How long the stored record still lives.
+        expires_in: Duration,
+    },
+
     /// No process-wide locker was set with [`set_global`](crate::set_global) before it was needed.
     ///
     /// Call `lock_core::set_global(locker)` at start-up, or pass `locker = ...` to
@@ -197,7 +244,8 @@ impl LockError {
             | LockError::LeaseLost { key }
             | LockError::MaxHoldExceeded { key, .. }
             | LockError::InvalidKey { key, .. }
-            | LockError::RecordTooLarge { key, .. } => Some(key),
+            | LockError::RecordTooLarge { key, .. }
+            | LockError::IdempotencyKeyReused { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             _ => None,
         }

@@ -25,7 +25,8 @@
 //! - its body is read (up to [`max_body`](IdempotencyLayer::max_body), else 413) and its
 //!   fingerprint taken: SHA-256 of method, route, path and query, and body;
 //! - a stored record with the same fingerprint: the stored response (status, end-to-end headers,
-//!   body, byte for byte) with `Idempotent-Replayed: true`; the handler does not run. Another
+//!   body, byte for byte, and its trailers, such as gRPC's `grpc-status`) with
+//!   `Idempotent-Replayed: true`; the handler does not run. Another
 //!   fingerprint: 422;
 //! - the first request still running: 409 with `Retry-After`, or with
 //!   [`wait`](IdempotencyLayer::wait), wait for it and replay its answer;
@@ -33,7 +34,10 @@
 //!   the handler, and stores its response with [`lock_core::LockGuard::store_result`] (only
 //!   while the lock is ours: a lost lease answers 503, not the handler's success). 5xx, 401,
 //!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
-//!   so a retry runs again; other 4xx answers are the handler's and are replayed. A response
+//!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
+//!   an extractor's rejection, no such route or method; a layer over a whole router would
+//!   otherwise keep one for every key anyone sends), so a retry runs again; other 4xx
+//!   answers (402, 403, 409, 422...) are the handler's verdict and are replayed. A response
 //!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
 //!   `idempotency-response-not-stored`, never a second run. The body is read before the
@@ -57,6 +61,10 @@
 //! A [`ttl`](IdempotencyLayer::ttl) out of range never panics: every request carrying a key
 //! answers 500 `misconfigured` before its handler runs.
 //!
+//! The key header is the IETF draft's sf-string (`Idempotency-Key: "abc"`, escapes `\"` and
+//! `\\`) or a bare value (`abc`): both are the key `abc`. A malformed sf-string (no closing
+//! quote, another escape, anything after the closing quote, `""`) is 400 `invalid-key`.
+//!
 //! Requests without the header pass through ([`require_key`](IdempotencyLayer::require_key):
 //! 400); a request with several keys (the header twice, or one value listing two, `a, b`)
 //! gets 400 `invalid-key`: two keys are not one. Every rejection is an
@@ -67,6 +75,7 @@
 //! read (up to [`lock_core::MAX_RESULT_LEN`]) to be stored before the response goes out.
 
 mod future;
+mod key_header;
 mod layer;
 mod record;
 mod rejection;
