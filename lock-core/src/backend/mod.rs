@@ -328,7 +328,7 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renew(items).await.map(Renewed::from_bools),
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.renew(items).await.map(Renewed::from_bools),
+            BackendKind::Redlock(r) => r.renew(items).await,
         }
     }
 

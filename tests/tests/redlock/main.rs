@@ -39,6 +39,7 @@ use lock_tests::chaos::{Rng, now_us};
 
 mod connect;
 mod faults;
+mod renewal;
 mod waiting;
 
 /// The per-server bound the tests configure.

@@ -13,8 +13,9 @@
 //! - renew: an item is renewed only when a quorum extended it (each extension is
 //!   owner-checked: the token was on that server continuously); it is lost only when the
 //!   servers that said yes and those that did not answer could not make a quorum; otherwise
-//!   (undecided: too few answers, or a quorum answered with too few yes) the call fails and
-//!   the watchdog retries while the lease is still locally valid.
+//!   it is undecided (too few answers, or a quorum answered with too few yes) and the watchdog
+//!   retries it while its lease is still locally valid. Each lock of a batch gets its own
+//!   verdict: one undecided lock decides nothing for another.
 //! - release and idempotency records: on every server; success needs a quorum. An
 //!   idempotency read hears every server that answers within the bound (at least a quorum)
 //!   and a record on any of them wins (see `merge_states`).
@@ -138,7 +139,8 @@ pub struct NoQuorum {
 ///   renewed only when a quorum extended it (owner-checked). It is lost, and its holder told
 ///   ([`LockGuard::lost`](crate::LockGuard::lost), `LeaseLost`), when the servers that extended
 ///   it and those that did not answer could not make a quorum; when they still could (a
-///   server stalled), the watchdog retries while the lease is locally valid.
+///   server stalled), the watchdog retries it while its lease is locally valid. Each lock of
+///   the call is judged on its own.
 /// - **Waiting** is by notification: a waiter subscribes on every server, and a release
 ///   message from any of them wakes it. There is no cross-process queue, so
 ///   [`fair`](crate::LockRequest::fair) is refused; contenders that split a vote retry after a

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{RedlockBackend, Server, Tally, gather};
 use crate::LockError;
-use crate::backend::{Kept, Renewal};
+use crate::backend::{Kept, Renewal, Renewed};
 use crate::background;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -179,7 +179,12 @@ impl RedlockBackend {
         Ok(Kept::NotOurs)
     }
 
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+    /// One verdict per lock: [`Renewed::Yes`] when a quorum extended it (each extension is
+    /// owner-checked), [`Renewed::Lost`] when even the servers that did not answer could not
+    /// make a quorum with those that said yes, else [`Renewed::Unknown`] (the watchdog retries
+    /// only those). Each lock is judged on its own: one lock undecided does not decide another.
+    /// `Err` only when fewer than a quorum answered and no lock is decided.
+    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
         let Some(shortest) = items.iter().map(|r| r.lease).min() else {
             return Ok(Vec::new());
         };
@@ -209,24 +214,32 @@ impl RedlockBackend {
         )
         .await;
         let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-        let silent = n - got.len();
-        let mut renewed = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let yes = got.iter().filter(|a| a[i]).count();
-            if yes >= quorum {
-                renewed.push(true);
-            } else if yes + silent < quorum {
-                // Even the servers that did not answer could not make a quorum: lost.
-                renewed.push(false);
-            } else {
-                // Undecided: the servers that did not answer may hold it still (too few
-                // answers, or a quorum answered without a quorum of yes). Like a transport
-                // failure on one server, the call fails and the watchdog retries while the
-                // leases are still locally valid; nothing is extended locally without a quorum
-                // of yes.
-                return Err(self.no_quorum("renew", Some(item.key.user()), got.len()));
-            }
+        let verdicts = verdicts(&got, items.len(), quorum, n);
+        if got.len() < quorum && verdicts.iter().all(|v| *v == Renewed::Unknown) {
+            let first = items.first().map(|r| r.key.user());
+            return Err(self.no_quorum("renew", first, got.len()));
         }
-        Ok(renewed)
+        Ok(verdicts)
     }
+}
+
+/// Each lock's verdict from the answers heard (`got`: one yes/no per lock from each server
+/// that answered) of `n` servers: yes on a quorum of yes; lost when the yes and the servers
+/// not heard together fall short of a quorum; otherwise unknown (the servers not heard may
+/// hold it still: too few answers, or a quorum answered without a quorum of yes). Nothing is
+/// extended locally without a quorum of yes.
+pub(super) fn verdicts(got: &[&Vec<bool>], locks: usize, quorum: usize, n: usize) -> Vec<Renewed> {
+    let silent = n - got.len();
+    (0..locks)
+        .map(|i| {
+            let yes = got.iter().filter(|a| a.get(i) == Some(&true)).count();
+            if yes >= quorum {
+                Renewed::Yes
+            } else if yes + silent < quorum {
+                Renewed::Lost
+            } else {
+                Renewed::Unknown
+            }
+        })
+        .collect()
 }
