@@ -107,3 +107,85 @@ async fn a_lock_found_on_a_minority_is_lost_at_that_renewal_beside_an_undecided_
     second.release().await.unwrap();
     drop(undecided);
 }
+
+/// A TCP proxy to the server on `upstream` that delays every request by `delay` (answers pass
+/// at once): the server answers `delay` late without stalling. Returns its `redis://` URL.
+async fn slow_proxy(upstream: u16, delay: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                        let due = tokio::time::Instant::now() + delay;
+                        if tx.send((due, buf[..n].to_vec())).is_err() {
+                            return;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    while let Some((due, bytes)) = rx.recv().await {
+                        tokio::time::sleep_until(due).await;
+                        if to_server.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+            });
+        }
+    });
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// Item 2: a renewal's per-server bound is each lock's own. Servers 3 and 4 answer 100 ms
+/// late (a proxy delays every request); the backend keeps its default bound (a tenth of the
+/// lease, at most 200 ms). A lock of 2.5 s held on servers 2-4 (bound 200 ms) must be renewed
+/// by their late answers, although it shares the watchdog's calls with a lock of 400 ms
+/// (bound 40 ms; renewed by servers 0-2, which answer at once): it was judged by the short
+/// lock's bound, found undecided at every renewal, and lost at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
+    let servers = servers(5);
+    let delay = Duration::from_millis(100);
+    let mut urls = urls(&servers);
+    for (url, s) in urls.iter_mut().zip(&servers).skip(3) {
+        *url = slow_proxy(s.port(), delay).await;
+    }
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedlockBackend::builder(&urls)
+        .response_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let locker = Locker::builder(backend).build();
+    all_reachable(&locker, &servers).await;
+    let lease = Duration::from_millis(2500);
+    let long = locker.lock("long").lease(lease).await.unwrap();
+    held_on(&servers, "long", &[2, 3, 4]).await;
+    let short = locker
+        .lock("short")
+        .lease(Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(lease * 2, long.lost()).await.is_err(),
+        "the long lock was lost: its renewals were judged by the short lock's bound"
+    );
+    assert!(long.is_held());
+    assert!(short.is_held(), "the short lock lost its renewals");
+    for s in &servers[2..] {
+        assert!(s.pttl("lock:{long}").await > 0);
+    }
+}

@@ -46,6 +46,7 @@ mod acquire;
 mod connect;
 mod idempotency;
 mod release;
+mod renew;
 mod take_back;
 #[cfg(test)]
 mod tests;

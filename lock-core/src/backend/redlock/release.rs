@@ -1,11 +1,11 @@
-//! Release, the local hand-off (`keep_if_alone`), the waiters' queue entries and renewal on
-//! every server.
+//! Release, the local hand-off (`keep_if_alone`) and the waiters' queue entries on every
+//! server.
 
 use std::time::Duration;
 
 use super::{RedlockBackend, Server, Tally, gather};
 use crate::LockError;
-use crate::backend::{Kept, Renewal, Renewed};
+use crate::backend::Kept;
 use crate::background;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -178,68 +178,4 @@ impl RedlockBackend {
         }
         Ok(Kept::NotOurs)
     }
-
-    /// One verdict per lock: [`Renewed::Yes`] when a quorum extended it (each extension is
-    /// owner-checked), [`Renewed::Lost`] when even the servers that did not answer could not
-    /// make a quorum with those that said yes, else [`Renewed::Unknown`] (the watchdog retries
-    /// only those). Each lock is judged on its own: one lock undecided does not decide another.
-    /// `Err` only when fewer than a quorum answered and no lock is decided.
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
-        let Some(shortest) = items.iter().map(|r| r.lease).min() else {
-            return Ok(Vec::new());
-        };
-        let bound = self.server_timeout(shortest);
-        let quorum = self.inner.quorum;
-        let n = self.inner.servers.len();
-        let answers = gather(
-            self.inner.servers.iter().map(|s| async move {
-                let b = s.get()?;
-                match tokio::time::timeout(bound, b.renew(items)).await {
-                    Ok(Ok(answers)) if answers.len() == items.len() => Some(answers),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "a Redlock server failed a renewal");
-                        None
-                    }
-                    _ => None,
-                }
-            }),
-            |answers| {
-                // Done early when every item is decided either way.
-                let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-                (0..items.len()).all(|i| {
-                    let yes = got.iter().filter(|a| a[i]).count();
-                    yes >= quorum || got.len() - yes > n - quorum
-                })
-            },
-        )
-        .await;
-        let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-        let verdicts = verdicts(&got, items.len(), quorum, n);
-        if got.len() < quorum && verdicts.iter().all(|v| *v == Renewed::Unknown) {
-            let first = items.first().map(|r| r.key.user());
-            return Err(self.no_quorum("renew", first, got.len()));
-        }
-        Ok(verdicts)
-    }
-}
-
-/// Each lock's verdict from the answers heard (`got`: one yes/no per lock from each server
-/// that answered) of `n` servers: yes on a quorum of yes; lost when the yes and the servers
-/// not heard together fall short of a quorum; otherwise unknown (the servers not heard may
-/// hold it still: too few answers, or a quorum answered without a quorum of yes). Nothing is
-/// extended locally without a quorum of yes.
-pub(super) fn verdicts(got: &[&Vec<bool>], locks: usize, quorum: usize, n: usize) -> Vec<Renewed> {
-    let silent = n - got.len();
-    (0..locks)
-        .map(|i| {
-            let yes = got.iter().filter(|a| a.get(i) == Some(&true)).count();
-            if yes >= quorum {
-                Renewed::Yes
-            } else if yes + silent < quorum {
-                Renewed::Lost
-            } else {
-                Renewed::Unknown
-            }
-        })
-        .collect()
 }

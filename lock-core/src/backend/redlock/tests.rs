@@ -110,7 +110,7 @@ fn each_lock_of_a_renewal_gets_its_own_verdict() {
         vec![true, true, true],
     ];
     let got: Vec<&Vec<bool>> = answers.iter().collect();
-    assert_eq!(release::verdicts(&got, 3, 3, 5), vec![Yes, Unknown, Lost]);
+    assert_eq!(renew::verdicts(&got, 3, 3, 5), vec![Yes, Unknown, Lost]);
     // Nobody answered: nothing is known.
-    assert_eq!(release::verdicts(&[], 2, 3, 5), vec![Unknown, Unknown]);
+    assert_eq!(renew::verdicts(&[], 2, 3, 5), vec![Unknown, Unknown]);
 }
