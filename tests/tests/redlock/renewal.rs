@@ -189,3 +189,90 @@ async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
         assert!(s.pttl("lock:{long}").await > 0);
     }
 }
+
+/// The lease of the extend tests, as in redsync's.
+const EXTEND_LEASE: Duration = Duration::from_secs(8);
+
+/// 8 servers (redsync's test count) and a locker of [`EXTEND_LEASE`] that reaches them all.
+async fn eight_servers() -> (Vec<RedisServer>, Locker) {
+    let servers = servers(8);
+    let locker = locker(&servers, EXTEND_LEASE).await;
+    all_reachable(&locker, &servers).await;
+    (servers, locker)
+}
+
+/// Until every server has `key`'s extended deadline (above 7.2 s of an 8 s lease, where it
+/// was about 7 s before the extend). A server the extend never reached keeps its old one.
+async fn extended_everywhere(servers: &[RedisServer], key: &str) {
+    let name = format!("lock:{{{key}}}");
+    for (i, s) in servers.iter().enumerate() {
+        eventually(
+            &format!("{key}: server {i} has the extended deadline"),
+            Duration::from_secs(1),
+            async || s.pttl(&name).await > 7_200,
+        )
+        .await;
+    }
+}
+
+/// Item 3: redsync's own extend test, ported (`TestMutexExtend`: 8 masters, a lease of 8 s
+/// without the watchdog, `extend` after 1 s idle, then every server's TTL): the extend answers
+/// at a quorum of 5, and every server must still get it (the calls not yet sent were dropped:
+/// one server kept its old deadline in 6 of 14 runs, and the lock survived one server fewer).
+/// Several rounds, so that a pass by luck is unlikely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_reaches_every_server() {
+    let (servers, locker) = eight_servers().await;
+    let lease = EXTEND_LEASE;
+    let every: Vec<usize> = (0..servers.len()).collect();
+    for round in 0..8 {
+        let key = format!("extend{round}");
+        let guard = locker.lock(&key).watchdog(false).await.unwrap();
+        held_on(&servers, &key, &every).await;
+        // Idle, as in redsync's test: about 7 s left on every server.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        guard.extend(lease).await.unwrap();
+        // The new deadline on every server soon after: redsync reads it at once; the calls
+        // still on their way when the quorum answered are let finish.
+        extended_everywhere(&servers, &key).await;
+        guard.release().await.unwrap();
+    }
+}
+
+/// Item 3 under load: 64 locks extended at once (their calls queue on each server's
+/// connection); every server must get every extend. Before, most were dropped from the
+/// connections' queues unsent once a quorum had answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extends_at_once_reach_every_server() {
+    let (servers, locker) = eight_servers().await;
+    let lease = EXTEND_LEASE;
+    let every: Vec<usize> = (0..servers.len()).collect();
+    let keys: Vec<String> = (0..64).map(|i| format!("many{i}")).collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(locker.lock(key).watchdog(false).await.unwrap());
+    }
+    for key in &keys {
+        held_on(&servers, key, &every).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let extends: Vec<_> = guards
+        .into_iter()
+        .map(|g| {
+            tokio::spawn(async move {
+                let extended = g.extend(lease).await;
+                (g, extended)
+            })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for e in extends {
+        let (g, extended) = e.await.unwrap();
+        extended.unwrap();
+        guards.push(g);
+    }
+    for key in &keys {
+        extended_everywhere(&servers, key).await;
+    }
+    drop(guards);
+}

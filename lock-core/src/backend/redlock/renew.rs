@@ -3,12 +3,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::RedlockBackend;
+use super::{RedlockBackend, start};
 use crate::LockError;
 use crate::backend::{Renewal, Renewed};
 
@@ -46,15 +47,24 @@ impl RedlockBackend {
         let longest = bounds.iter().copied().max().unwrap_or_default();
         let quorum = self.inner.quorum;
         let n = self.inner.servers.len();
-        let start = Instant::now();
-        let mut calls: Vec<Option<Pin<Box<_>>>> = self
-            .inner
-            .servers
-            .iter()
-            .map(|s| {
-                Some(Box::pin(async move {
-                    let b = s.get()?;
-                    match tokio::time::timeout(longest, b.renew(items)).await {
+        let began = Instant::now();
+        // Each server's call runs to its end in a task of its own, whatever this call decides
+        // without it (every server asked gets it: a call dropped at the quorum was never sent
+        // if its request still sat in the connection's queue). Each is polled once here first,
+        // so its request is queued on its connection before this call returns: a later call
+        // for the same lock (the lock's renewals are serial) cannot overtake it there.
+        let life = self.inner.settings.response_timeout * 2;
+        let shared: Arc<[Renewal]> = items.into();
+        let mut started = Vec::with_capacity(n);
+        for s in &self.inner.servers {
+            let Some(b) = s.get().cloned() else {
+                started.push(None);
+                continue;
+            };
+            let items = shared.clone();
+            started.push(
+                start(async move {
+                    match tokio::time::timeout(life, b.renew(&items)).await {
                         Ok(Ok(answers)) if answers.len() == items.len() => Some(answers),
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, "a Redlock server failed a renewal");
@@ -62,12 +72,17 @@ impl RedlockBackend {
                         }
                         _ => None,
                     }
-                }))
-            })
+                })
+                .await,
+            );
+        }
+        let mut calls: Vec<Option<Pin<Box<_>>>> = started
+            .into_iter()
+            .map(|call| Some(Box::pin(async move { call?.finish().await? })))
             .collect();
         // Per server: `None` while its call runs, then its answer (`Some(None)`: none).
         let mut answers: Vec<Option<Option<Vec<bool>>>> = vec![None; n];
-        let mut wake = Box::pin(tokio::time::sleep_until(start + longest));
+        let mut wake = Box::pin(tokio::time::sleep_until(began + longest));
         std::future::poll_fn(|cx| {
             for (slot, answer) in calls.iter_mut().zip(answers.iter_mut()) {
                 if let Some(call) = slot
@@ -81,7 +96,7 @@ impl RedlockBackend {
                 return Poll::Ready(());
             }
             let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-            let elapsed = start.elapsed();
+            let elapsed = began.elapsed();
             // The nearest bound of a lock still open: neither decided nor past its bound.
             let open = bounds
                 .iter()
@@ -92,7 +107,7 @@ impl RedlockBackend {
             let Some(next) = open else {
                 return Poll::Ready(());
             };
-            wake.as_mut().reset(start + next);
+            wake.as_mut().reset(began + next);
             if wake.as_mut().poll(cx).is_ready() {
                 cx.waker().wake_by_ref();
             }
