@@ -2,6 +2,11 @@
 //! its own verdict, each is judged by its own per-server bound, and every server asked gets
 //! the call (an `extend` answers at a quorum, the other servers still get it).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lock_core::RedlockBackendBuilder;
+
 use super::*;
 
 /// Until `key` is on every server (an acquire answers at a quorum; the last servers' answers
@@ -108,14 +113,16 @@ async fn a_lock_found_on_a_minority_is_lost_at_that_renewal_beside_an_undecided_
     drop(undecided);
 }
 
-/// A TCP proxy to the server on `upstream` that delays every request by `delay` (answers pass
-/// at once): the server answers `delay` late without stalling. Returns its `redis://` URL.
-async fn slow_proxy(upstream: u16, delay: Duration) -> String {
+/// A TCP proxy to the server on `upstream` that delays every request by `delay` milliseconds
+/// (read when the request passes; answers pass at once): the server answers that late without
+/// stalling. Returns its `redis://` URL.
+async fn slow_proxy(upstream: u16, delay: Arc<AtomicU64>) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
+            let delay = delay.clone();
             tokio::spawn(async move {
                 let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
                 else {
@@ -127,6 +134,7 @@ async fn slow_proxy(upstream: u16, delay: Duration) -> String {
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 * 1024];
                     while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                        let delay = Duration::from_millis(delay.load(Ordering::Relaxed));
                         let due = tokio::time::Instant::now() + delay;
                         if tx.send((due, buf[..n].to_vec())).is_err() {
                             return;
@@ -148,6 +156,26 @@ async fn slow_proxy(upstream: u16, delay: Duration) -> String {
     format!("redis://127.0.0.1:{port}/")
 }
 
+/// A backend on `servers`, 3 and 4 through [`slow_proxy`]s delaying by `delay`; `builder`
+/// makes the builder (its server timeout), the other timeouts are generous.
+async fn slow_backend(
+    servers: &[RedisServer],
+    delay: &Arc<AtomicU64>,
+    builder: impl FnOnce(&[&str]) -> RedlockBackendBuilder,
+) -> RedlockBackend {
+    let mut urls = urls(servers);
+    for (url, s) in urls.iter_mut().zip(servers).skip(3) {
+        *url = slow_proxy(s.port(), delay.clone()).await;
+    }
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    builder(&urls)
+        .response_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// Item 2: a renewal's per-server bound is each lock's own. Servers 3 and 4 answer 100 ms
 /// late (a proxy delays every request); the backend keeps its default bound (a tenth of the
 /// lease, at most 200 ms). A lock of 2.5 s held on servers 2-4 (bound 200 ms) must be renewed
@@ -157,19 +185,9 @@ async fn slow_proxy(upstream: u16, delay: Duration) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
     let servers = servers(5);
-    let delay = Duration::from_millis(100);
-    let mut urls = urls(&servers);
-    for (url, s) in urls.iter_mut().zip(&servers).skip(3) {
-        *url = slow_proxy(s.port(), delay).await;
-    }
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedlockBackend::builder(&urls)
-        .response_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
-    let locker = Locker::builder(backend).build();
+    let delay = Arc::new(AtomicU64::new(100));
+    let locker =
+        Locker::builder(slow_backend(&servers, &delay, RedlockBackend::builder).await).build();
     all_reachable(&locker, &servers).await;
     let lease = Duration::from_millis(2500);
     let long = locker.lock("long").lease(lease).await.unwrap();
@@ -190,13 +208,61 @@ async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
     }
 }
 
+/// Item 2, the other way round: a lock with a short lease is not kept waiting for a long
+/// lock's bound. Server timeout 1 s; a 6 s lock on servers 2-4 (bound 1 s), a 600 ms lock on
+/// all 5 (bound 300 ms); then servers 3 and 4 answer 1.5 s late. The long lock is undecided
+/// at every renewal (its answers come after its bound); the short one is decided by servers
+/// 0-2 at once and must stay held: in one call with the long lock, its verdict came only at
+/// the long lock's bound, after its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
+    let servers = servers(5);
+    let delay = Arc::new(AtomicU64::new(0));
+    let backend = slow_backend(&servers, &delay, |urls| {
+        RedlockBackend::builder(urls).server_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let locker = Locker::builder(backend).build();
+    all_reachable(&locker, &servers).await;
+    let long = locker
+        .lock("long")
+        .lease(Duration::from_secs(6))
+        .await
+        .unwrap();
+    held_on(&servers, "long", &[2, 3, 4]).await;
+    let short = locker
+        .lock("short")
+        .lease(Duration::from_millis(600))
+        .await
+        .unwrap();
+    held_on(&servers, "short", &[0, 1, 2, 3, 4]).await;
+    delay.store(1500, Ordering::Relaxed);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), short.lost())
+            .await
+            .is_err(),
+        "the short lock was lost: its renewals waited for the long lock's bound"
+    );
+    assert!(short.is_held());
+    drop(long);
+}
+
 /// The lease of the extend tests, as in redsync's.
 const EXTEND_LEASE: Duration = Duration::from_secs(8);
 
 /// 8 servers (redsync's test count) and a locker of [`EXTEND_LEASE`] that reaches them all.
+/// Its per-server bound is 1 s: 64 extends at once on a loaded machine can take longer than
+/// the other tests' 100 ms, and an extend undecided is an error.
 async fn eight_servers() -> (Vec<RedisServer>, Locker) {
     let servers = servers(8);
-    let locker = locker(&servers, EXTEND_LEASE).await;
+    let urls = urls(&servers);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedlockBackend::builder(&urls)
+        .server_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let locker = Locker::builder(backend).lease(EXTEND_LEASE).build();
     all_reachable(&locker, &servers).await;
     (servers, locker)
 }
