@@ -212,7 +212,8 @@ impl Locker {
     }
 
     /// A locker on N independent Redis servers (Redlock), with default options: a lock is
-    /// held while a majority of them (N/2 + 1) hold it, so it survives the loss of any N/2.
+    /// held while a majority of them (3 of 5, 5 of 8) hold it, so it survives the loss of any
+    /// (N-1)/2, rounded down (2 of 5, 3 of 8).
     /// See [`RedlockBackend`](crate::RedlockBackend) for what it guarantees, what the servers
     /// must be configured with (restart delay or `appendfsync always`), and why `fenced()` is
     /// refused on it. The URLs must name distinct servers: one server under two URLs
