@@ -216,9 +216,10 @@ impl Locker {
     /// (N-1)/2, rounded down (2 of 5, 3 of 8).
     /// See [`RedlockBackend`](crate::RedlockBackend) for what it guarantees, what the servers
     /// must be configured with (restart delay or `appendfsync always`), and why `fenced()` is
-    /// refused on it. The URLs must name distinct servers: one server under two URLs
-    /// (`localhost` and `127.0.0.1`, `/0` and none) is not detected and votes twice, which
-    /// breaks the majority guarantee (only the same URL string twice is refused).
+    /// refused on it. The URLs must name distinct servers: the same URL twice, and one server
+    /// and database under two URLs (`localhost` and `127.0.0.1`, `/0` and none), are refused
+    /// (a probe key written through each server must not be readable through another); two
+    /// databases of one server are not detected, and would vote twice.
     ///
     /// Checks at once, on every server that answers, that the Redis user may run everything
     /// the lock needs on the default prefix's keys and channels.
