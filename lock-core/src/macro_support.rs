@@ -75,7 +75,9 @@ mod idempotent {
     /// # let _ = codec;
     /// ```
     pub struct Stored<T> {
-        encode: fn(&T) -> serde_json::Result<Vec<u8>>,
+        /// The bytes to store and the value to return: the body's, or the value as a replay
+        /// reads it back when the two are the same JSON value written in another order.
+        encode: fn(T) -> serde_json::Result<(Vec<u8>, T)>,
         decode: fn(&[u8]) -> serde_json::Result<T>,
         type_name: fn() -> &'static str,
         /// The module of the function that stores, its name, and the `Self` type of a method.
@@ -109,20 +111,24 @@ mod idempotent {
                 fn refuse(why: impl std::fmt::Display) -> serde_json::Error {
                     <serde_json::Error as serde::ser::Error>::custom(why)
                 }
-                crate::faithful::faithful(value).map_err(refuse)?;
-                let bytes = serde_json::to_vec(value)?;
+                crate::faithful::faithful(&value).map_err(refuse)?;
+                let bytes = serde_json::to_vec(&value)?;
                 let back: T = serde_json::from_slice(&bytes)
                     .map_err(|e| refuse(format!("it does not read back as the same type: {e}")))?;
+                let again = serde_json::to_vec(&back)?;
+                if again == bytes {
+                    return Ok((bytes, value));
+                }
                 // As a value, not as bytes: a map or a set read back iterates in another
                 // order. The same length too: entries written twice under one key are one
                 // entry read back, and the value of a map would not tell it.
-                let again = serde_json::to_vec(&back)?;
-                if again != bytes
-                    && !(again.len() == bytes.len() && crate::faithful::same_value(value, &back)?)
-                {
+                if again.len() != bytes.len() || !crate::faithful::same_value(&value, &back)? {
                     return Err(refuse("it reads back as another value"));
                 }
-                Ok(bytes)
+                // The JSON value cannot tell a set from a list whose order is its meaning
+                // (a `Deserialize` that sorts): the first call gets what every replay gets,
+                // the value read back.
+                Ok((bytes, back))
             },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
@@ -235,7 +241,8 @@ mod idempotent {
     /// or not given back by JSON as it is: a float that is not finite, `Some(x)` where `x`
     /// is written as `null`, such as `Some(())`, which would be replayed as `None`, or a value
     /// that does not read back as the same `T` and the same JSON value, such as an untagged
-    /// enum read as another variant; maps and sets compare by content, in any order)
+    /// enum read as another variant; maps and sets compare by content, in any order, and the
+    /// first call then returns the value as it is read back, the one every replay gets)
     /// returns that error, and a "ran, result not stored" marker is stored in its place:
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.
@@ -320,31 +327,31 @@ mod idempotent {
             }
         };
         let fingerprint = stored.fingerprint();
-        let not_storable = match (stored.encode)(&value) {
-            Ok(bytes) => match guard.store_result(&fingerprint, &bytes, ttl).await {
-                Ok(()) => None,
-                Err(e @ LockError::RecordTooLarge { .. }) => Some(e),
+        let error = match (stored.encode)(value) {
+            Ok((bytes, value)) => match guard.store_result(&fingerprint, &bytes, ttl).await {
+                Ok(()) => {
+                    // Stored in one step that checked the lock was ours: the body ran under it
+                    // from start to end (a lost lease never comes back), so a failed release
+                    // changes nothing.
+                    release(guard, &key).await;
+                    return Ok(Ok(value));
+                }
+                Err(e @ LockError::RecordTooLarge { .. }) => e,
                 // Dropping the guard on an error releases the lock in the background.
                 Err(e) => return Err(e),
             },
-            Err(e) => Some(LockError::InvalidConfig {
+            Err(e) => LockError::InvalidConfig {
                 what: format!(
                     "the result of idempotent key {key:?} could not be stored as JSON ({e}); the body ran, so later calls get an error (result not stored) until the record expires"
                 ),
-            }),
+            },
         };
-        if let Some(error) = not_storable {
-            // The body ran: record that, so a later call does not run it again.
-            if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
-                tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; a later call runs the body again");
-            }
-            release(guard, &key).await;
-            return Err(error);
+        // The body ran: record that, so a later call does not run it again.
+        if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
+            tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; a later call runs the body again");
         }
-        // Stored in one step that checked the lock was ours: the body ran under it from start
-        // to end (a lost lease never comes back), so a failed release changes nothing.
         release(guard, &key).await;
-        Ok(Ok(value))
+        Err(error)
     }
 
     async fn release(guard: crate::LockGuard, key: &str) {

@@ -628,3 +628,39 @@ async fn a_record_of_the_previous_format_is_replayed() {
     assert_eq!(charge_order(&locker, 3, &bank).await.unwrap(), stored);
     assert_eq!(bank.runs.load(SeqCst), 0);
 }
+
+/// A list whose order is its meaning (a ranking), read back sorted by its `Deserialize`: the
+/// same elements, another value. Its JSON value differs only in the order of a list, which
+/// the read-back check ignores for the sake of `HashSet`s.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct Ranking(Vec<u64>);
+
+impl<'de> Deserialize<'de> for Ranking {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut ranks = Vec::<u64>::deserialize(d)?;
+        ranks.sort_unstable();
+        Ok(Ranking(ranks))
+    }
+}
+
+#[distributed_lock(key = "ranking:{order}", locker = locker, idempotent)]
+async fn ranking(locker: &Locker, order: u64, bank: &Bank) -> Result<Ranking, PayError> {
+    let run = bank.run(order).run;
+    Ok(Ranking(vec![run + 30, run + 10, run + 20]))
+}
+
+/// Every call gets the same value, even when `T`'s `Deserialize` reorders a list: the first
+/// call's value is the one a replay reads back. Review of issue 29, item 10: the read-back
+/// check compared lists in any order, so the first call got `[31, 11, 21]` and every replay
+/// `[11, 21, 31]`.
+#[tokio::test]
+async fn a_list_reordered_when_read_back_is_the_same_value_on_every_call() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = ranking(&locker, 1, &bank).await.unwrap();
+    let replay = ranking(&locker, 1, &bank).await.unwrap();
+    assert_eq!(
+        first, replay,
+        "the replay is another value than the first call's"
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
