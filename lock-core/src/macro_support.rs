@@ -44,7 +44,7 @@ where
 }
 
 #[cfg(feature = "idempotent")]
-pub use idempotent::{Stored, run_idempotent, stored};
+pub use idempotent::{Stored, declared_in, run_idempotent, stored};
 
 /// `#[distributed_lock(idempotent)]`: the body runs at most once per key within the TTL, and
 /// its first `Ok` value, stored as JSON in the key's idempotency record, answers every later
@@ -137,8 +137,9 @@ mod idempotent {
     }
 
     impl<T> Stored<T> {
-        /// The codec of the function `name` in `module` (`module_path!()`), a method of
-        /// `self_type` (`type_name::<Self>()`) when it has a receiver: its records are
+        /// The codec of the function `name` in `module` (`module_path!()` for a method, what
+        /// [`declared_in`] says otherwise), a method of `self_type` (`type_name::<Self>()`)
+        /// when it has a receiver: its records are
         /// replayed to it only, and another function under the same key gets
         /// [`LockError::IdempotencyKeyReused`].
         ///
@@ -157,7 +158,7 @@ mod idempotent {
         }
 
         /// `json2:<module>::<fn> -> <type of T>` (a method: `json2:<module>::<<Self>>::<fn>
-        /// -> ..`), or `json2:sha256:<hex>` of what follows `json2:` when that is longer than
+        /// -> ..`; without `self`, `module` is where [`declared_in`] says), or `json2:sha256:<hex>` of what follows `json2:` when that is longer than
         /// a fingerprint may be. Type names are what rustc prints: the same in every process
         /// built from the same code, different for another function or type under one key.
         fn fingerprint(&self) -> String {
@@ -205,6 +206,34 @@ mod idempotent {
                 ),
             })
         }
+    }
+
+    /// Where the function `name` is declared, told by `item`, a `fn __lock_fn` item declared
+    /// in its body: its module for a free function (as `module_path!()`), its type or trait
+    /// impl for an associated function without `self` (`shop::Payments`,
+    /// `<shop::Payments as shop::Settle>`), the enclosing function for one declared inside
+    /// another (`shop::outer`). `module_path!()` alone names none of these three apart. When
+    /// rustc writes the item's type name in another form, that whole name: still one per
+    /// function.
+    ///
+    /// ```
+    /// struct Payments;
+    /// impl Payments {
+    ///     async fn close() -> &'static str {
+    ///         fn __lock_fn() {}
+    ///         lock_core::__private::declared_in(&__lock_fn, "close")
+    ///     }
+    /// }
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// assert_eq!(rt.block_on(Payments::close()), std::any::type_name::<Payments>());
+    /// ```
+    pub fn declared_in<F>(_item: &F, name: &str) -> &'static str {
+        let path = std::any::type_name::<F>();
+        path.strip_suffix("::__lock_fn")
+            .map(|p| p.strip_suffix("::{{closure}}").unwrap_or(p))
+            .and_then(|p| p.strip_suffix(name))
+            .and_then(|p| p.strip_suffix("::"))
+            .unwrap_or(path)
     }
 
     /// `prefix` and `name`, or `prefix`, `sha256:` and the hex digest of `name` when that is

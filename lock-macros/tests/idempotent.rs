@@ -664,3 +664,111 @@ async fn a_list_reordered_when_read_back_is_the_same_value_on_every_call() {
     );
     assert_eq!(bank.runs.load(SeqCst), 1);
 }
+
+impl Payments {
+    #[distributed_lock(key = "close:{order}", locker = locker, idempotent)]
+    async fn close(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+impl Refunds {
+    #[distributed_lock(key = "close:{order}", locker = locker, idempotent)]
+    async fn close(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+/// Associated functions (no `self`) of one name on two types are two functions. Review of
+/// issue 29, item 11: without a receiver the fingerprint named the module and the function
+/// only, and `Refunds::close` replayed `Payments::close`'s receipt.
+#[tokio::test]
+async fn associated_functions_of_one_name_on_two_types_are_two_functions() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let closed = Payments::close(&locker, 1, &bank).await.unwrap();
+    match Refunds::close(&locker, 1, &bank).await {
+        Err(PayError::Lock(LockError::IdempotencyKeyReused { stored, caller, .. })) => {
+            assert_eq!(
+                stored,
+                "json2:idempotent::Payments::close -> idempotent::Receipt"
+            );
+            assert_eq!(
+                caller,
+                "json2:idempotent::Refunds::close -> idempotent::Receipt"
+            );
+        }
+        other => panic!("Refunds::close replayed Payments::close: {other:?}"),
+    }
+    assert_eq!(Payments::close(&locker, 1, &bank).await.unwrap(), closed);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// Functions declared inside two functions under one name are two functions, as are a
+/// trait's methods implemented for two types. Review of issue 29, item 11: both were named
+/// by their module and name only.
+#[tokio::test]
+async fn nested_functions_and_trait_impls_of_one_name_are_distinct() {
+    async fn by_charge(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+        #[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+        async fn step(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(order))
+        }
+        step(locker, 1, bank).await
+    }
+    async fn by_refund(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+        #[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+        async fn step(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(order))
+        }
+        step(locker, 1, bank).await
+    }
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = by_charge(&locker, &bank).await.unwrap();
+    let other = by_refund(&locker, &bank).await;
+    assert!(
+        matches!(
+            other,
+            Err(PayError::Lock(LockError::IdempotencyKeyReused { .. }))
+        ),
+        "by_refund's step replayed by_charge's: {other:?}"
+    );
+    assert_eq!(by_charge(&locker, &bank).await.unwrap(), first);
+
+    trait Settle {
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError>;
+    }
+    impl Settle for Payments {
+        #[distributed_lock(key = "all", locker = locker, idempotent)]
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(0))
+        }
+    }
+    impl Settle for Refunds {
+        #[distributed_lock(key = "all", locker = locker, idempotent)]
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(0))
+        }
+    }
+    let settled = <Payments as Settle>::settle_all(&locker, &bank)
+        .await
+        .unwrap();
+    let other = <Refunds as Settle>::settle_all(&locker, &bank).await;
+    assert!(
+        matches!(
+            other,
+            Err(PayError::Lock(LockError::IdempotencyKeyReused { .. }))
+        ),
+        "Refunds' settle_all replayed Payments': {other:?}"
+    );
+    assert_eq!(
+        <Payments as Settle>::settle_all(&locker, &bank)
+            .await
+            .unwrap(),
+        settled
+    );
+    assert_eq!(
+        bank.runs.load(SeqCst),
+        2,
+        "by_charge's step and Payments' settle_all"
+    );
+}

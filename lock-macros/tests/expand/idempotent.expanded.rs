@@ -6,7 +6,10 @@ pub async fn charge(order: &Order) -> Result<Receipt, PayError> {
                 .map(|__lock_locker| __lock_locker.lock(__lock_key)),
             ::lock_core::__private::stored()
                 .called_by(
-                    ::core::module_path!(),
+                    {
+                        fn __lock_fn() {}
+                        ::lock_core::__private::declared_in(&__lock_fn, "charge")
+                    },
                     "charge",
                     ::core::option::Option::None,
                 ),
