@@ -631,9 +631,12 @@ impl Body for Forwarded {
 /// to store and which a layer over a whole router would otherwise keep for every key anyone
 /// sends (issue 29, item 15): 400 (malformed: an extractor's rejection), 404 and 405 (no such
 /// route or method: the router's), 413, 414, 415 and 431 (too large, unsupported); and not
-/// the 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
-/// often from an authentication layer inside this one), 408 (request timeout) and 429 (rate
-/// limited). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
+/// the 4xx answers that say "not now" or "send it again" rather than "this request's answer":
+/// 401 (credentials, often from an authentication layer inside this one), 408 (request
+/// timeout), 429 (rate limited), 421 and 425 (misdirected, too early: user agents retry them
+/// on their own, with the same key), 411, 417 and 428 (send it with a length, without the
+/// expectation, with a precondition: headers the fingerprint does not cover, so a replay
+/// would refuse the corrected retry). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
 /// not stored either: a retry runs the handler again, as it should when that answer means
 /// nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
 /// on the request and are replayed.
@@ -641,7 +644,7 @@ fn storable(status: http::StatusCode) -> bool {
     !status.is_server_error()
         && !matches!(
             status.as_u16(),
-            400 | 401 | 404 | 405 | 408 | 413 | 414 | 415 | 429 | 431
+            400 | 401 | 404 | 405 | 408 | 411 | 413 | 414 | 415 | 417 | 421 | 425 | 428 | 429 | 431
         )
 }
 

@@ -132,3 +132,25 @@ async fn a_malformed_quoted_key_is_400() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_eq!(backend.record_count(), 0);
 }
+
+/// Answers that say the request was not processed and ask the client to retry it (421
+/// Misdirected Request and 425 Too Early, which user agents retry on their own, with the same
+/// key), or to send it again with a header the fingerprint does not cover (411 Length
+/// Required, 417 Expectation Failed, 428 Precondition Required) are not stored: a replay
+/// would answer every such retry with the same refusal until the record expires. Review of
+/// issue 29, item 15: they were stored and replayed.
+#[tokio::test]
+async fn refusals_that_ask_for_a_retry_are_not_stored() {
+    for status in [411, 417, 421, 425, 428] {
+        let (app, backend, runs) = app();
+        let post = || request("POST", "/orders/1", "k", status.to_string());
+        assert_eq!(app.clone().oneshot(post()).await.unwrap().status(), status);
+        let retry = app.oneshot(post()).await.unwrap();
+        assert!(
+            !retry.headers().contains_key("idempotent-replayed"),
+            "{status} replayed"
+        );
+        assert_eq!(backend.record_count(), 0, "{status} stored");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{status}");
+    }
+}
