@@ -37,7 +37,9 @@
 //!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
 //!   an extractor's rejection, no such route or method; a layer over a whole router would
 //!   otherwise keep one for every key anyone sends), nor 411, 417, 421, 425 and 428 (send it
-//!   again, elsewhere, later or with another header), so a retry runs again; other 4xx
+//!   again, elsewhere, later or with another header), nor a gRPC error whose `grpc-status`
+//!   (a trailer, or a header) maps to one of those (`UNAVAILABLE`, `INTERNAL`,
+//!   `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED`...), so a retry runs again; other 4xx
 //!   answers (402, 403, 409, 422...) are the handler's verdict and are replayed. A response
 //!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409

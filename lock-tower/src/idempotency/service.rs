@@ -401,7 +401,7 @@ where
         None => return Ok(lease_lost(guard, key).await),
     };
     let (parts, body) = response.into_parts();
-    if !storable(parts.status) {
+    if !storable(parts.status) || !grpc_storable(&parts.headers) {
         // Not stored: a retry runs again.
         release(guard).await;
         return Ok(Response::from_parts(parts, ResponseBody::new(body)));
@@ -416,6 +416,12 @@ where
         return Ok(lease_lost(guard, key).await);
     };
     let (stored, answer) = match read {
+        Read::Whole(body, trailers) if !grpc_storable(&trailers) => {
+            // A gRPC error, told at the end: not stored, a retry runs again.
+            release(guard).await;
+            let body = ResponseBody::full_with_trailers(body, trailers);
+            return Ok(Response::from_parts(parts, body));
+        }
         Read::Whole(body, trailers) => {
             let stored = Stored::Response {
                 status: parts.status,
@@ -646,6 +652,32 @@ fn storable(status: http::StatusCode) -> bool {
             status.as_u16(),
             400 | 401 | 404 | 405 | 408 | 411 | 413 | 414 | 415 | 417 | 421 | 425 | 428 | 429 | 431
         )
+}
+
+/// Whether a gRPC answer is stored, told by its `grpc-status` (a trailer, or a header of a
+/// trailers-only answer; none: not gRPC, stored) read as the HTTP status gRPC maps it to
+/// (google.rpc.Code), then as [`storable`] says: `OK` and verdicts such as `ALREADY_EXISTS`
+/// (409) or `PERMISSION_DENIED` (403) are stored; `UNAVAILABLE` (503), `INTERNAL` (500),
+/// `UNIMPLEMENTED` (501, a gRPC router's "no such method"), `RESOURCE_EXHAUSTED` (429),
+/// `INVALID_ARGUMENT` (400), `CANCELLED`, an unknown code or an unreadable one are not. A
+/// body longer than a record is recorded "ran, not stored" before its trailers arrive.
+fn grpc_storable(fields: &HeaderMap) -> bool {
+    let Some(code) = fields.get("grpc-status") else {
+        return true;
+    };
+    let http = match code.as_bytes() {
+        b"0" => 200,
+        b"3" | b"9" | b"11" => 400,
+        b"16" => 401,
+        b"7" => 403,
+        b"5" => 404,
+        b"6" | b"10" => 409,
+        b"8" => 429,
+        // CANCELLED (499, the client's), UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL,
+        // UNAVAILABLE, DATA_LOSS, and what no gRPC server sends.
+        _ => 500,
+    };
+    http::StatusCode::from_u16(http).is_ok_and(storable)
 }
 
 /// `work`'s output, or `None` when the lease was lost first (`work` is then dropped).
