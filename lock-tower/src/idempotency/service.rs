@@ -642,16 +642,17 @@ impl Body for Forwarded {
 /// timeout), 429 (rate limited), 421 and 425 (misdirected, too early: user agents retry them
 /// on their own, with the same key), 411, 417 and 428 (send it with a length, without the
 /// expectation, with a precondition: headers the fingerprint does not cover, so a replay
-/// would refuse the corrected retry). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
-/// not stored either: a retry runs the handler again, as it should when that answer means
-/// nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
+/// would refuse the corrected retry); nor 307 and 308, which send the same request, key
+/// included, to another path (stored, that request would be a key reused: 422). 301, 302
+/// and 303 may follow work done (a form post's answer) and are stored. The layer cannot tell
+/// a handler's own 400 or 404 from a router's, so those are not stored either: a retry runs
+/// the handler again, as it should when that answer means nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
 /// on the request and are replayed.
 fn storable(status: http::StatusCode) -> bool {
-    !status.is_server_error()
-        && !matches!(
-            status.as_u16(),
-            400 | 401 | 404 | 405 | 408 | 411 | 413 | 414 | 415 | 417 | 421 | 425 | 428 | 429 | 431
-        )
+    const NOT_STORED: [u16; 17] = [
+        307, 308, 400, 401, 404, 405, 408, 411, 413, 414, 415, 417, 421, 425, 428, 429, 431,
+    ];
+    !status.is_server_error() && !NOT_STORED.contains(&status.as_u16())
 }
 
 /// Whether a gRPC answer is stored, told by its `grpc-status` (a trailer, or a header of a
