@@ -75,8 +75,8 @@ mod idempotent {
     /// # let _ = codec;
     /// ```
     pub struct Stored<T> {
-        /// The bytes to store and the value to return: the body's, or the value as a replay
-        /// reads it back when the two are the same JSON value written in another order.
+        /// The bytes to store and the value to return: the body's value as a replay reads it
+        /// back, so that every call gets the same value.
         encode: fn(T) -> serde_json::Result<(Vec<u8>, T)>,
         decode: fn(&[u8]) -> serde_json::Result<T>,
         type_name: fn() -> &'static str,
@@ -115,19 +115,18 @@ mod idempotent {
                 let bytes = serde_json::to_vec(&value)?;
                 let back: T = serde_json::from_slice(&bytes)
                     .map_err(|e| refuse(format!("it does not read back as the same type: {e}")))?;
-                let again = serde_json::to_vec(&back)?;
-                if again == bytes {
-                    return Ok((bytes, value));
-                }
                 // As a value, not as bytes: a map or a set read back iterates in another
                 // order. The same length too: entries written twice under one key are one
                 // entry read back, and the value of a map would not tell it.
-                if again.len() != bytes.len() || !crate::faithful::same_value(&value, &back)? {
+                let again = serde_json::to_vec(&back)?;
+                if again != bytes
+                    && (again.len() != bytes.len() || !crate::faithful::same_value(&value, &back)?)
+                {
                     return Err(refuse("it reads back as another value"));
                 }
-                // The JSON value cannot tell a set from a list whose order is its meaning
-                // (a `Deserialize` that sorts): the first call gets what every replay gets,
-                // the value read back.
+                // JSON cannot tell a set from a list whose order is its meaning (one that
+                // `T`'s `Deserialize` sorts), nor two untagged variants written alike: the
+                // first call gets what every replay gets, the value read back.
                 Ok((bytes, back))
             },
             decode: |bytes| serde_json::from_slice(bytes),
@@ -270,11 +269,15 @@ mod idempotent {
     /// or not given back by JSON as it is: a float that is not finite, `Some(x)` where `x`
     /// is written as `null`, such as `Some(())`, which would be replayed as `None`, or a value
     /// that does not read back as the same `T` and the same JSON value, such as an untagged
-    /// enum read as another variant; maps and sets compare by content, in any order, and the
-    /// first call then returns the value as it is read back, the one every replay gets)
+    /// enum read as another variant; maps and sets compare by content, in any order)
     /// returns that error, and a "ran, result not stored" marker is stored in its place:
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.
+    ///
+    /// A stored value is returned as JSON gives it back, to the first call too: every call
+    /// gets the same value, and what `T`'s serde attributes drop or change on the way (a
+    /// `#[serde(skip)]` field, an untagged enum read as another variant written alike, a list
+    /// that its `Deserialize` sorts) is dropped or changed for the first call as well.
     ///
     /// Cancellation: `body` usually borrows the function's parameters (`&self`, references),
     /// so it is not `'static` and cannot be spawned; it runs inside the caller's future.

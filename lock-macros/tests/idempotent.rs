@@ -772,3 +772,32 @@ async fn nested_functions_and_trait_impls_of_one_name_are_distinct() {
         "by_charge's step and Payments' settle_all"
     );
 }
+
+/// Two untagged variants that JSON writes alike: `Premium(n)` reads back as `Basic(n)`, which
+/// writes the same bytes, so no check on JSON can tell them apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Tier {
+    Basic(u64),
+    Premium(u64),
+}
+
+#[distributed_lock(key = "tier:{order}", locker = locker, idempotent)]
+async fn tier(locker: &Locker, order: u64, bank: &Bank) -> Result<Tier, PayError> {
+    Ok(Tier::Premium(bank.run(order).run))
+}
+
+/// Every call gets the same value, even when it reads back as another value writing the same
+/// bytes: the first call's value is the one every replay reads back. Review of issue 29, item
+/// 10: the first call got `Premium(1)` and every replay `Basic(1)`.
+#[tokio::test]
+async fn an_untagged_variant_read_back_as_another_is_the_same_on_every_call() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = tier(&locker, 1, &bank).await.unwrap();
+    let replay = tier(&locker, 1, &bank).await.unwrap();
+    assert_eq!(
+        first, replay,
+        "the replay is another value than the first call's"
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
