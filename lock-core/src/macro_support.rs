@@ -44,7 +44,7 @@ where
 }
 
 #[cfg(feature = "idempotent")]
-pub use idempotent::{Stored, declared_in, run_idempotent, stored};
+pub use idempotent::{Stored, function_path, run_idempotent, stored};
 
 /// `#[distributed_lock(idempotent)]`: the body runs at most once per key within the TTL, and
 /// its first `Ok` value, stored as JSON in the key's idempotency record, answers every later
@@ -71,7 +71,7 @@ mod idempotent {
     ///
     /// ```
     /// let codec: lock_core::__private::Stored<u32> =
-    ///     lock_core::__private::stored().called_by(module_path!(), "charge", None);
+    ///     lock_core::__private::stored().called_by("shop::charge");
     /// # let _ = codec;
     /// ```
     pub struct Stored<T> {
@@ -80,8 +80,8 @@ mod idempotent {
         encode: fn(T) -> serde_json::Result<(Vec<u8>, T)>,
         decode: fn(&[u8]) -> serde_json::Result<T>,
         type_name: fn() -> &'static str,
-        /// The module of the function that stores, its name, and the `Self` type of a method.
-        function: (&'static str, &'static str, Option<&'static str>),
+        /// The path of the function that stores (see [`function_path`]).
+        function: &'static str,
     }
 
     impl<T> std::fmt::Debug for Stored<T> {
@@ -131,42 +131,30 @@ mod idempotent {
             },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
-            function: ("", "", None),
+            function: "",
         }
     }
 
     impl<T> Stored<T> {
-        /// The codec of the function `name` in `module` (`module_path!()` for a method, what
-        /// [`declared_in`] says otherwise), a method of `self_type` (`type_name::<Self>()`)
-        /// when it has a receiver: its records are
-        /// replayed to it only, and another function under the same key gets
+        /// The codec of the function at `function`, its path as [`function_path`] gives it:
+        /// its records are replayed to it only, and another function under the same key gets
         /// [`LockError::IdempotencyKeyReused`].
         ///
         /// ```
-        /// let codec = lock_core::__private::stored::<u8>().called_by("shop::billing", "charge", None);
+        /// let codec = lock_core::__private::stored::<u8>().called_by("shop::billing::charge");
         /// # let _ = codec;
         /// ```
-        pub fn called_by(
-            mut self,
-            module: &'static str,
-            name: &'static str,
-            self_type: Option<&'static str>,
-        ) -> Self {
-            self.function = (module, name, self_type);
+        pub fn called_by(mut self, function: &'static str) -> Self {
+            self.function = function;
             self
         }
 
-        /// `json2:<module>::<fn> -> <type of T>` (a method: `json2:<module>::<<Self>>::<fn>
-        /// -> ..`; without `self`, `module` is where [`declared_in`] says), or `json2:sha256:<hex>` of what follows `json2:` when that is longer than
-        /// a fingerprint may be. Type names are what rustc prints: the same in every process
-        /// built from the same code, different for another function or type under one key.
+        /// `json2:<function> -> <type of T>`, or `json2:sha256:<hex>` of what follows `json2:`
+        /// when that is longer than a fingerprint may be. Paths and type names are what rustc
+        /// prints: the same in every process built from the same code, different for another
+        /// function or type under one key.
         fn fingerprint(&self) -> String {
-            let (module, name, self_type) = self.function;
-            let t = (self.type_name)();
-            let named = match self_type {
-                None => format!("{module}::{name} -> {t}"),
-                Some(self_type) => format!("{module}::<{self_type}>::{name} -> {t}"),
-            };
+            let named = format!("{} -> {}", self.function, (self.type_name)());
             hashed_if_long("json2:", &named)
         }
 
@@ -207,32 +195,32 @@ mod idempotent {
         }
     }
 
-    /// Where the function `name` is declared, told by `item`, a `fn __lock_fn` item declared
-    /// in its body: its module for a free function (as `module_path!()`), its type or trait
-    /// impl for an associated function without `self` (`shop::Payments`,
-    /// `<shop::Payments as shop::Settle>`), the enclosing function for one declared inside
-    /// another (`shop::outer`). `module_path!()` alone names none of these three apart. When
-    /// rustc writes the item's type name in another form, that whole name: still one per
-    /// function.
+    /// The path of the function whose body made `here`, a closure: its type name without the
+    /// closures it sits in. rustc names the instance, not only the source: `shop::charge`;
+    /// `shop::Payments::close` and `shop::Refunds::close`, associated functions of one name on
+    /// two types; `<shop::Payments as shop::Close>::all` and `<shop::Refunds as
+    /// shop::Close>::all`, a trait's provided method taken by two types; `shop::outer::step`,
+    /// a function declared inside another; `shop::fetch<shop::Stripe>`, a generic function.
+    /// `module_path!()` and the function's name tell none of these apart.
     ///
     /// ```
-    /// struct Payments;
-    /// impl Payments {
-    ///     async fn close() -> &'static str {
-    ///         fn __lock_fn() {}
-    ///         lock_core::__private::declared_in(&__lock_fn, "close")
+    /// trait Close {
+    ///     async fn all() -> &'static str {
+    ///         lock_core::__private::function_path(&|| ())
     ///     }
     /// }
+    /// struct Payments;
+    /// impl Close for Payments {}
     /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    /// assert_eq!(rt.block_on(Payments::close()), std::any::type_name::<Payments>());
+    /// let path = rt.block_on(Payments::all());
+    /// assert!(path.starts_with('<') && path.contains("Payments as ") && path.ends_with(">::all"));
     /// ```
-    pub fn declared_in<F>(_item: &F, name: &str) -> &'static str {
-        let path = std::any::type_name::<F>();
-        path.strip_suffix("::__lock_fn")
-            .map(|p| p.strip_suffix("::{{closure}}").unwrap_or(p))
-            .and_then(|p| p.strip_suffix(name))
-            .and_then(|p| p.strip_suffix("::"))
-            .unwrap_or(path)
+    pub fn function_path<F>(_here: &F) -> &'static str {
+        let mut path = std::any::type_name::<F>();
+        while let Some(outer) = path.strip_suffix("::{{closure}}") {
+            path = outer;
+        }
+        path
     }
 
     /// `prefix` and `name`, or `prefix`, `sha256:` and the hex digest of `name` when that is
@@ -292,7 +280,7 @@ mod idempotent {
     /// use lock_core::{LockError, Locker, __private::{run_idempotent, stored}};
     /// let locker = Locker::memory();
     /// let ttl = lock_core::DEFAULT_RESULT_TTL;
-    /// let codec = || stored().called_by(module_path!(), "demo", None);
+    /// let codec = || stored().called_by("shop::demo");
     /// let first: Result<u32, LockError> =
     ///     run_idempotent(Ok(locker.lock("k")), codec(), ttl, async { Ok(7) }, From::from).await;
     /// let again: Result<u32, LockError> =
