@@ -196,29 +196,43 @@ mod idempotent {
     }
 
     /// The path of the function whose body made `here`, a closure: its type name without the
-    /// closures it sits in. rustc names the instance, not only the source: `shop::charge`;
-    /// `shop::Payments::close` and `shop::Refunds::close`, associated functions of one name on
-    /// two types; `<shop::Payments as shop::Close>::all` and `<shop::Refunds as
-    /// shop::Close>::all`, a trait's provided method taken by two types; `shop::outer::step`,
-    /// a function declared inside another; `shop::fetch<shop::Stripe>`, a generic function.
-    /// `module_path!()` and the function's name tell none of these apart.
+    /// closures it sits in, nor the function's own generic arguments. rustc names the
+    /// instance, `Self` included: `shop::charge`; `shop::Payments::close` and
+    /// `shop::Refunds::close`, associated functions of one name on two types;
+    /// `<shop::Payments as shop::Close>::all` and `<shop::Refunds as shop::Close>::all`, a
+    /// trait's provided method taken by two types; `shop::outer::step`, a function declared
+    /// inside another. `module_path!()` and the function's name tell none of these apart. A
+    /// generic function (`impl Trait` parameters included) is one function whatever its
+    /// arguments: `shop::fetch`, not `shop::fetch<alloc::string::String>`.
     ///
     /// ```
     /// trait Close {
-    ///     async fn all() -> &'static str {
+    ///     async fn all(_: impl std::fmt::Display) -> &'static str {
     ///         lock_core::__private::function_path(&|| ())
     ///     }
     /// }
     /// struct Payments;
     /// impl Close for Payments {}
     /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    /// let path = rt.block_on(Payments::all());
+    /// let path = rt.block_on(Payments::all(7));
     /// assert!(path.starts_with('<') && path.contains("Payments as ") && path.ends_with(">::all"));
     /// ```
     pub fn function_path<F>(_here: &F) -> &'static str {
         let mut path = std::any::type_name::<F>();
         while let Some(outer) = path.strip_suffix("::{{closure}}") {
             path = outer;
+        }
+        // The function's own generic arguments: from the `<` that opens the last `>`.
+        if path.ends_with('>') {
+            let mut depth = 0_usize;
+            for (at, byte) in path.bytes().enumerate().rev() {
+                match byte {
+                    b'>' => depth += 1,
+                    b'<' if depth == 1 => return &path[..at],
+                    b'<' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
         }
         path
     }
@@ -377,6 +391,40 @@ mod idempotent {
     async fn release(guard: crate::LockGuard, key: &str) {
         if let Err(e) = guard.release().await {
             tracing::debug!(key, error = %e, "release after an idempotent call failed; the lease will expire");
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::function_path;
+
+        struct Generic<T>(T);
+
+        impl<T> Generic<T> {
+            fn path<U>(_: U) -> &'static str {
+                function_path(&|| ())
+            }
+        }
+
+        fn generic<T>(_: T) -> &'static str {
+            let outer = || function_path(&|| ());
+            outer()
+        }
+
+        /// The function's own generic arguments go, nested ones included; its `Self` type's
+        /// stay: they name another type.
+        #[test]
+        fn function_paths_drop_the_functions_generics_only() {
+            let here = module_path!();
+            let map = generic(std::collections::HashMap::<String, Vec<(u8, Option<u8>)>>::new());
+            assert_eq!(map, format!("{here}::generic"));
+            assert_eq!(generic(0_u8), map);
+            let method = Generic::<Vec<u8>>::path(std::collections::HashMap::<u8, u8>::new());
+            assert_eq!(
+                method,
+                format!("{here}::Generic<alloc::vec::Vec<u8>>::path")
+            );
+            assert_ne!(Generic::<u8>::path(0_u8), method);
         }
     }
 }

@@ -842,3 +842,33 @@ async fn a_provided_trait_method_is_one_function_per_type() {
     );
     assert_eq!(bank.runs.load(SeqCst), 1);
 }
+
+#[distributed_lock(key = "generic:{order}", locker = locker, idempotent)]
+async fn generic(
+    locker: &Locker,
+    order: impl std::fmt::Display,
+    bank: &Bank,
+) -> Result<Receipt, PayError> {
+    Ok(bank.run(0))
+}
+
+/// A generic function is one function, whatever its arguments: a retry that passes the order
+/// as a `String` gets the value stored by the call that passed a `u64`.
+#[tokio::test]
+async fn a_generic_function_is_one_function_whatever_its_arguments() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = generic(&locker, 1_u64, &bank).await.unwrap();
+    assert_eq!(
+        generic(&locker, "1".to_owned(), &bank).await.unwrap(),
+        first
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+    let record = match locker.idempotency_state("generic:1").await.unwrap() {
+        IdempotencyState::Completed(record) => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        record.fingerprint,
+        "json2:idempotent::generic -> idempotent::Receipt"
+    );
+}
