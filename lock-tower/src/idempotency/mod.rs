@@ -36,7 +36,11 @@
 //!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
 //!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
 //!   an extractor's rejection, no such route or method; a layer over a whole router would
-//!   otherwise keep one for every key anyone sends), so a retry runs again; other 4xx
+//!   otherwise keep one for every key anyone sends), nor 411, 417, 421, 425 and 428 (send it
+//!   again, elsewhere, later or with another header), nor 307 and 308 (the same request,
+//!   key included, goes to another path: stored, it would be a key reused), nor a gRPC error whose `grpc-status`
+//!   (a trailer, or a header) maps to one of those (`UNAVAILABLE`, `INTERNAL`,
+//!   `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED`...), so a retry runs again; other 4xx
 //!   answers (402, 403, 409, 422...) are the handler's verdict and are replayed. A response
 //!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
