@@ -217,7 +217,7 @@ pub(crate) async fn connect_cluster(
         .map_err(|e| LockError::backend("connect", None, e))?;
     let mut conn = ClusterConn::new(conn);
     let topology = Topology::new(Some(settings.clone()));
-    topology.refresh(&mut conn).await;
+    topology.load(&mut conn).await;
     topology.connect_renewers().await;
     let mut conn = Conn::Cluster(conn);
     // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
