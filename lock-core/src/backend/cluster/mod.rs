@@ -312,6 +312,9 @@ const UNSETTLED: Duration = Duration::from_secs(5);
 /// node's locks are retried often; one read serves them all).
 const REFRESH_GAP: Duration = Duration::from_millis(100);
 
+/// The client name of the renewal connections (`CLIENT LIST` shows it on each primary).
+const RENEWAL_CONNECTION_NAME: &str = "lock-core:renewal";
+
 /// Where a renewal goes: the primary that serves a slot (one script call for all its locks),
 /// or one slot through the cluster connection (a slot moving or of unknown owner).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -370,7 +373,17 @@ impl Topology {
             .set_response_timeout(Some(settings.response_timeout));
         let connect = client.get_multiplexed_async_connection_with_config(&config);
         let conn = match tokio::time::timeout(settings.connect_timeout * 2, connect).await {
-            Ok(Ok(conn)) => conn,
+            Ok(Ok(mut conn)) => {
+                // Named, so that an operator (and a test) tells it in `CLIENT LIST`.
+                let name = redis::cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg(RENEWAL_CONNECTION_NAME)
+                    .clone();
+                if let Err(e) = name.query_async::<Value>(&mut conn).await {
+                    tracing::debug!(error = %e, "cannot name a renewal connection");
+                }
+                conn
+            }
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot connect a primary's renewal connection");
                 return None;
@@ -494,7 +507,9 @@ impl Topology {
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "cannot read the cluster's slot map");
-                    self.forget(addr);
+                    if !crate::backend::redis::answered(&e) {
+                        self.forget(addr);
+                    }
                 }
                 Err(_) => self.forget(addr),
             }

@@ -29,6 +29,8 @@ mod subscriber;
 mod watcher;
 
 pub use connect::RedisBackendBuilder;
+#[cfg(feature = "cluster")]
+pub(crate) use shards::answered;
 
 use conn::Conn;
 use subscriber::Subscriber;

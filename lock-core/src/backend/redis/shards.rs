@@ -72,7 +72,8 @@ impl RedisBackend {
     /// lock whose slot it does not serve is undecided and its slot unsettled (renewed per slot
     /// from now on), and the map is read again from this node; when no lock got a verdict here,
     /// those are renewed per slot at once (nothing else waits for them). A failed call drops
-    /// the connection and reads the map from another node.
+    /// the connection and reads the map from another node; a refused call (an error reply)
+    /// renews the locks per slot.
     async fn renew_on_node(
         &self,
         topology: &Topology,
@@ -96,7 +97,17 @@ impl RedisBackend {
         }
         let reply = match call.invoke_async::<Value>(&mut conn).await {
             Ok(reply) => reply,
+            Err(e) if answered(&e) => {
+                // The node answered with an error (a replica now: READONLY; a cluster down):
+                // no lock got a verdict, so they are renewed per slot at once, where the
+                // cluster connection finds them.
+                tracing::debug!(primary = %addr, error = %e, "a primary refused a renewal; renewing per slot");
+                topology.refresh(None, Some(addr)).await;
+                return self.renew_slots(items).await;
+            }
             Err(e) => {
+                // No answer: never sent through the cluster connection (a stalled node would
+                // hold its other requests too).
                 topology.forget(addr);
                 topology.refresh(None, Some(addr)).await;
                 return Err(LockError::backend("renew", first, e));
@@ -179,6 +190,12 @@ fn merge<'a>(n: usize, parts: impl Iterator<Item = (&'a [usize], Verdicts)>) -> 
         Some(e) if !answered => Err(e),
         _ => Ok(verdicts),
     }
+}
+
+/// Whether the node answered (an error reply), rather than not at all (a timeout, a dropped
+/// or refused connection).
+pub(crate) fn answered(e: &redis::RedisError) -> bool {
+    !(e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal())
 }
 
 /// The answers of one `renew_node.lua` call over `n` locks: `Some(true)` renewed,
