@@ -485,8 +485,7 @@ impl Topology {
             return;
         };
         let mut candidates: Vec<Arc<str>> = prefer.into_iter().cloned().collect();
-        candidates.extend(self.primaries());
-        candidates.dedup();
+        candidates.extend(self.primaries().into_iter().filter(|a| Some(a) != prefer));
         for addr in candidates.iter().filter(|a| Some(&***a) != avoid) {
             let Some(mut conn) = self.renewer(addr).await else {
                 continue;

@@ -41,16 +41,15 @@ impl RedisBackend {
                 .push(i);
         }
         let targets: Vec<(Target, Vec<usize>)> = targets.into_iter().collect();
+        // The watchdog's group: one target, no copy.
+        if let [(target, _)] = targets.as_slice() {
+            return self.renew_at(topology, target, items).await;
+        }
         let calls: Vec<Call<'_>> = targets
             .iter()
             .map(|(target, idx)| {
                 let part: Vec<Renewal> = idx.iter().map(|&i| items[i].clone()).collect();
-                Box::pin(async move {
-                    match target {
-                        Target::Node(addr) => self.renew_on_node(topology, addr, &part).await,
-                        Target::Slot(_) => self.renew_slot(&part).await,
-                    }
-                }) as Call<'_>
+                Box::pin(async move { self.renew_at(topology, target, &part).await }) as Call<'_>
             })
             .collect();
         let answers = join_all(calls).await;
@@ -58,6 +57,14 @@ impl RedisBackend {
             items.len(),
             targets.iter().map(|(_, idx)| idx.as_slice()).zip(answers),
         )
+    }
+
+    /// `items`, all bound for `target`.
+    async fn renew_at(&self, topology: &Topology, target: &Target, items: &[Renewal]) -> Verdicts {
+        match target {
+            Target::Node(addr) => self.renew_on_node(topology, addr, items).await,
+            Target::Slot(_) => self.renew_slot(items).await,
+        }
     }
 
     /// One slot's locks through the cluster connection (routed by the first key, following
