@@ -606,14 +606,10 @@ async fn renewal_connections_of_former_primaries_do_not_pile_up() {
 }
 
 /// A primary stalled (SIGSTOP) long enough to be failed over, with the default 2 s timeouts:
-/// the same locker takes a lock of its slots on the new primary and keeps it through several
-/// leases.
-///
-/// Ignored: a known hole, found while working on issue 29, item 5. The locker's acquires
-/// keep going to the stalled node and time out (seen for 20 s after the failover): redis-rs
-/// reads its slot map again on MOVED or a dropped connection, never on a timeout.
+/// the same locker takes a lock of its slots on the new primary (at first its acquires time
+/// out: redis-rs reads its slot map again on MOVED or a dropped connection, never on a
+/// timeout) and keeps it through several leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known hole: acquires stay routed to a stalled, failed-over primary"]
 async fn a_lock_taken_after_a_stalled_primary_failed_over_is_kept() {
     let mut cluster = RedisCluster::builder()
         .node_timeout(Duration::from_millis(1000))

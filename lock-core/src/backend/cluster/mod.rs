@@ -7,10 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, Value,
@@ -57,7 +59,10 @@ const MAX_RETRY_WAIT_MS: u64 = 200;
 /// partitioned, not refused), requests on the same cluster connection to other nodes wait too,
 /// up to the request bound (twice the response timeout). Acquires and releases share one
 /// connection, so they may be slowed then (a `try_lock` on a stalled primary answers after
-/// that bound, whatever the lease); renewals are not.
+/// that bound, whatever the lease); renewals are not. redis-rs reads its slot map again after
+/// MOVED or a dropped connection, never after a timeout: when a request times out and the slot
+/// map (read again from a node that answers) changed since the command connection was made (a
+/// stalled primary failed over), a new command connection replaces it.
 ///
 /// What a failover means for a held lock: replication is asynchronous, so a lock written to a
 /// primary that dies before its replica got it is gone after the failover; its holder's
@@ -339,6 +344,8 @@ pub(crate) struct Topology {
     renewers: Mutex<HashMap<Arc<str>, MultiplexedConnection>>,
     /// When the map was last read after a failure.
     refreshed: Mutex<Option<Instant>>,
+    /// Counts the reads that changed the map (see `ClusterConn::following`).
+    generation: AtomicU64,
     /// `None` in unit tests: no connections.
     settings: Option<ClusterSettings>,
 }
@@ -350,6 +357,7 @@ impl Topology {
             unsettled: Mutex::default(),
             renewers: Mutex::default(),
             refreshed: Mutex::default(),
+            generation: AtomicU64::new(0),
             settings,
         }
     }
@@ -521,13 +529,43 @@ impl Topology {
         if ranges.is_empty() {
             return;
         }
-        *self.ranges.lock() = ranges;
+        {
+            let mut current = self.ranges.lock();
+            if *current != ranges {
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            *current = ranges;
+        }
         let primaries = self.primaries();
         self.renewers
             .lock()
             .retain(|addr, _| primaries.contains(addr));
         let mut unsettled = self.unsettled.lock();
         unsettled.retain(|&slot, (refused_by, _)| self.shard_of(slot).as_ref() == Some(refused_by));
+    }
+
+    /// How many reads changed the map so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A new command connection (it reads the slot map afresh); `None` when it cannot be made
+    /// within twice the connect timeout.
+    pub(crate) async fn connect_command(&self) -> Option<ClusterConnection> {
+        let settings = self.settings.as_ref()?;
+        let client = settings
+            .client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)
+            .ok()?;
+        match tokio::time::timeout(settings.connect_timeout * 2, client.get_async_connection())
+            .await
+        {
+            Ok(Ok(conn)) => Some(conn),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot make a new command connection");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// Groups `slots` (one per item) by where their renewals go (see [`Topology::target`]).

@@ -117,7 +117,7 @@ struct Inner {
     contention: release::Contention,
     /// The cluster's slot map (cluster backend only), to group renewals by shard.
     #[cfg(feature = "cluster")]
-    topology: Option<crate::backend::cluster::Topology>,
+    topology: Option<Arc<crate::backend::cluster::Topology>>,
     /// The primary a Sentinel set names (Sentinel backend only).
     #[cfg(feature = "sentinel")]
     master: Option<Arc<crate::backend::sentinel::Master>>,
