@@ -25,9 +25,13 @@ use crate::faults::{Done, Kind, ms};
 
 /// How long a Sentinel set may take to fail over or resync after a fault.
 const SENTINEL_BOUND: Duration = Duration::from_secs(30);
-/// The longest SIGSTOP of a primary that must not start a failover: under the cluster's node
-/// timeout and the sentinels' `down-after` (both 1000 ms).
-const SHORT_STALL_MS: u64 = 600;
+/// The longest SIGSTOP of a primary that must not start a failover, with a margin: a node is
+/// judged down when its last answer is older than the cluster's node timeout or the
+/// sentinels' `down-after`, and that answer may be half a node timeout, or a second of
+/// sentinel pings, old when the stall begins.
+const SHORT_STALL_MS: u64 = 500;
+const NODE_TIMEOUT: Duration = Duration::from_millis(1500);
+const DOWN_AFTER: Duration = Duration::from_millis(2000);
 /// Redlock servers in a run; at most [`REDLOCK_FAULTED`] are faulted at once.
 const REDLOCK_SERVERS: usize = 5;
 const REDLOCK_FAULTED: u64 = 2;
@@ -44,9 +48,15 @@ impl Deployment {
     pub(crate) async fn start(engine: Engine) -> Deployment {
         match engine {
             Engine::Redis => Deployment::Redis(RedisServer::start()),
-            Engine::Cluster => Deployment::Cluster(RedisCluster::start().await),
+            Engine::Cluster => Deployment::Cluster(
+                RedisCluster::builder()
+                    .node_timeout(NODE_TIMEOUT)
+                    .start()
+                    .await,
+            ),
             Engine::Sentinel => Deployment::Sentinel(
                 RedisSentinelSet::builder()
+                    .down_after(DOWN_AFTER)
                     .failover_timeout(Duration::from_secs(2))
                     .start()
                     .await,
@@ -271,6 +281,12 @@ async fn on_cluster(cluster: &mut RedisCluster, roll: u64, dur: u64, pick: u64, 
 /// The menu on a Sentinel set.
 async fn on_sentinel(set: &mut RedisSentinelSet, roll: u64, dur: u64, pick: u64) -> Done {
     let port = set.primary().port();
+    // A failover the schedule did not make would lose data the checks do not know of.
+    let named = set.primary_port().await;
+    assert_eq!(
+        named, port,
+        "harness: the sentinels failed over on their own (a stall too long for down-after?)"
+    );
     match roll {
         0..45 => {
             let what = client_kill(set.primary(), pick).await;
@@ -296,6 +312,9 @@ async fn on_sentinel(set: &mut RedisSentinelSet, roll: u64, dur: u64, pick: u64)
         }
         72..86 => {
             set.failover().await;
+            // Until the sentinels demote the old primary (seconds): a replica in sync is
+            // there for the next failover.
+            set.wait_until_in_sync(SENTINEL_BOUND).await;
             done(
                 Kind::Failover,
                 format!(

@@ -1,6 +1,7 @@
 //! The fault schedule: a seeded loop that, every 0.2 to 1.2 s, stops a worker process (on
 //! every engine) or hits the lock servers with a fault from the engine's menu
-//! ([`Deployment::fault`](crate::engine::Deployment::fault)).
+//! ([`Deployment::fault`](crate::engine::Deployment::fault)). Each fault is printed as it
+//! happens (a harness failure half-way then shows where it was).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,6 +80,7 @@ pub(crate) async fn inject(
     until: u64,
 ) -> Vec<Fault> {
     let mut rng = Rng::new(seed);
+    let t0 = now_us();
     let mut faults = Vec::new();
     let stopped: Vec<Arc<AtomicBool>> = pids.iter().map(|_| Arc::default()).collect();
     let mut background: Vec<JoinHandle<Fault>> = Vec::new();
@@ -119,7 +121,9 @@ pub(crate) async fn inject(
             continue;
         }
         let start = now_us();
+        println!("fault at +{} ms: roll {roll}", (start - t0) / 1000);
         let done = deploy.fault(roll, dur, pick, keys).await;
+        println!("  {} (until +{} ms)", done.what, (now_us() - t0) / 1000);
         faults.push(Fault {
             kind: done.kind,
             proc: None,
