@@ -16,7 +16,8 @@
 //! in its body for one to two leases (renewed meanwhile). Every attempt ends with one `SEC ...` line on stdout
 //! (`lock_tests::chaos::Section`). At the end it prints `DONE sections=<n>` and exits 0; a
 //! task that panicked prints `PANIC ...` (exit 3), tasks that do not finish within 30 s print
-//! `HANG` (exit 4). Each attempt is bounded too (15 s): one that is not over by then is
+//! `HANG` (exit 4). A thread outside the runtime prints `LAG <µs> <ms>` whenever it woke more
+//! than 50 ms late (the process was not scheduled). Each attempt is bounded too (15 s): one that is not over by then is
 //! recorded with `result=HUNG`.
 
 #![forbid(unsafe_code)]
@@ -427,6 +428,7 @@ async fn main() -> ExitCode {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
+    lag_probe(stop.clone());
     let count = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..cfg.tasks)
         .map(|id| {
@@ -463,6 +465,27 @@ async fn main() -> ExitCode {
     }
     say(&format!("DONE sections={}", count.load(Ordering::Relaxed)));
     code
+}
+
+/// How often the lag probe wakes, and from how late on it reports.
+const PROBE_TICK: Duration = Duration::from_millis(10);
+const PROBE_REPORT: Duration = Duration::from_millis(50);
+
+/// A plain OS thread (outside the runtime) that sleeps [`PROBE_TICK`] at a time and prints
+/// `LAG <µs> <ms>` when it woke more than [`PROBE_REPORT`] late: the process was not scheduled
+/// (a starved machine, or the test's SIGSTOP). The test shows these beside a late wait; they
+/// excuse nothing. Ends with `stop`.
+fn lag_probe(stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let before = std::time::Instant::now();
+            std::thread::sleep(PROBE_TICK);
+            let late = before.elapsed().saturating_sub(PROBE_TICK);
+            if late > PROBE_REPORT {
+                say(&format!("LAG {} {}", now_us(), late.as_millis()));
+            }
+        }
+    });
 }
 
 /// Awaits every task in turn (no `futures` dependency): the bound is on the whole.

@@ -8,9 +8,51 @@ use lock_tests::chaos::{Answer, Section};
 use crate::faults::{Fault, Kind};
 
 /// Everything the checks read.
+/// A worker's lag probe woke `late_us` late at `at` (it slept 10 ms from `at - late_us - 10 ms`).
+#[derive(Debug, Clone)]
+pub(crate) struct Lag {
+    pub(crate) proc: u32,
+    pub(crate) at: u64,
+    pub(crate) late_us: u64,
+}
+
+impl Lag {
+    /// A worker's `LAG <µs> <ms>` line.
+    pub(crate) fn parse(proc: u32, line: &str) -> Option<Lag> {
+        let mut parts = line.strip_prefix("LAG ")?.split(' ');
+        let at = parts.next()?.parse().ok()?;
+        let late_ms: u64 = parts.next()?.parse().ok()?;
+        Some(Lag {
+            proc,
+            at,
+            late_us: late_ms * 1000,
+        })
+    }
+}
+
+/// The worst lag of process `proc` that overlapped `[from, to]`, for messages.
+fn lag_within(lags: &[Lag], proc: u32, from: u64, to: u64) -> String {
+    let worst = lags
+        .iter()
+        .filter(|l| l.proc == proc && l.at >= from && l.at.saturating_sub(l.late_us) <= to)
+        .map(|l| l.late_us)
+        .max();
+    match worst {
+        Some(us) => format!(
+            "; meanwhile p{proc} was not scheduled for up to {} ms (its lag probe, a thread \
+             outside the runtime, woke that late: a starved machine)",
+            us / 1000
+        ),
+        None => String::new(),
+    }
+}
+
 pub(crate) struct Input<'a> {
     pub(crate) sections: &'a [Section],
     pub(crate) faults: &'a [Fault],
+    /// When a worker process was not scheduled (its lag probe woke late): shown beside a late
+    /// wait, never an excuse.
+    pub(crate) lags: &'a [Lag],
     /// Per lock key, the store's log of accepted writes (`"<id> <fence>"`), in order.
     pub(crate) logs: &'a HashMap<String, Vec<String>>,
     pub(crate) tolerance_us: u64,
@@ -92,6 +134,9 @@ fn clean(s: &Section) -> bool {
 /// acquired second did so while the other's lock lived: two holders.
 pub(crate) fn check(input: &Input<'_>) -> Report {
     let mut r = Report::default();
+    for _ in input.lags {
+        r.count("times a worker was not scheduled for over 50 ms (lag probe)");
+    }
 
     // Which writes the store accepted, and where in its log.
     let mut accepted: HashMap<&str, usize> = HashMap::new();
@@ -397,8 +442,8 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
                     },
                     took / 1000,
                     over / 1000,
-                    overlapping_faults(input.faults, s.proc, s.call, back)
-                ),
+                    overlapping_faults(input.faults, s.proc, s.call, back),
+                ) + &lag_within(input.lags, s.proc, s.call, back),
                 &[s],
             );
         }
@@ -502,6 +547,7 @@ mod tests {
         check(&Input {
             sections,
             faults,
+            lags: &[],
             logs: &logs,
             tolerance_us: 150 * MS,
             quiet_start: None,

@@ -68,7 +68,7 @@ use std::time::Duration;
 use lock_testkit::{ChildProcess, RedisServer};
 use lock_tests::chaos::{Engine, Section, WorkerConfig, key_name, now_us, store_keys};
 
-use crate::check::{Input, check};
+use crate::check::{Input, Lag, check};
 use crate::engine::Deployment;
 use crate::faults::inject;
 use crate::report::print_report;
@@ -243,6 +243,7 @@ async fn run(cfg: Config) {
 
     // Everything the workers said.
     let mut sections = Vec::new();
+    let mut lags = Vec::new();
     let mut extra: Vec<(String, String)> = Vec::new();
     for f in &finished {
         let mut done = false;
@@ -254,6 +255,8 @@ async fn run(cfg: Config) {
                 }
             } else if line.starts_with("DONE") {
                 done = true;
+            } else if let Some(lag) = Lag::parse(f.proc, line) {
+                lags.push(lag);
             } else if line != "READY" {
                 extra.push(("process".into(), format!("p{} said: {line}", f.proc)));
             }
@@ -307,6 +310,7 @@ async fn run(cfg: Config) {
     let input = Input {
         sections: &sections,
         faults: &faults,
+        lags: &lags,
         logs: &logs,
         tolerance_us: cfg.tolerance_ms * 1000,
         quiet_start: Some(quiet_start),
