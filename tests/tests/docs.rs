@@ -94,7 +94,9 @@ fn check_file(file: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     for line in text.lines() {
         if let Some(rest) = line.trim().strip_prefix("{{#include ") {
+            // `{{#include file:2:}}` takes lines from 2 on: the file is before the colon.
             let target = rest.trim_end_matches("}}").trim();
+            let target = target.split(':').next().unwrap_or(target);
             if !dir.join(target).is_file() {
                 problems.push(format!(
                     "{}: include {target} does not exist",
