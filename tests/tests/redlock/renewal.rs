@@ -342,3 +342,54 @@ async fn extends_at_once_reach_every_server() {
     }
     drop(guards);
 }
+
+/// Item 3's spawned per-server calls: a call of an `extend` that outlived the extend is resent
+/// after `NOSCRIPT` (the server's script cache was empty: a restart with `appendonly`, the
+/// documented mode, keeps the keys and drops the scripts), so it lands after a later renewal
+/// of the same lock. All 3 servers answer 100 ms late (a proxy), the per-server bound is
+/// 150 ms. `extend(300 ms)` on a 3 s lock: `NOSCRIPT`, `SCRIPT LOAD`, then the extend again,
+/// 300 ms in all, so it is undecided at 150 ms and the watchdog renews at once with the 3 s
+/// lease: that renewal arrives after the load and before the resent extend, and is answered
+/// within its bound on every server: the lock counts as renewed for 3 s, while every server
+/// then sets the extend's 300 ms. A lease renewed locally must not be shortened on the
+/// servers by an older call: another locker took the lock 300 ms later, two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_extend_landing_late_does_not_shorten_a_renewed_lease() {
+    let servers = servers(3);
+    let delay = Arc::new(AtomicU64::new(0));
+    let mut proxied = Vec::new();
+    for s in &servers {
+        proxied.push(slow_proxy(s.port(), delay.clone()).await);
+    }
+    let proxied: Vec<&str> = proxied.iter().map(String::as_str).collect();
+    let backend = RedlockBackend::builder(&proxied)
+        .server_timeout(Duration::from_millis(150))
+        .response_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let first = Locker::builder(backend)
+        .lease(Duration::from_secs(3))
+        .build();
+    let second = locker(&servers, Duration::from_secs(3)).await;
+    all_reachable(&first, &servers).await;
+    let guard = first.lock("flushed").await.unwrap();
+    held_on(&servers, "flushed", &[0, 1, 2]).await;
+    for s in &servers {
+        let _: () = s.query(redis::cmd("SCRIPT").arg("FLUSH").clone()).await;
+    }
+    delay.store(100, Ordering::Relaxed);
+    assert!(
+        guard.extend(Duration::from_millis(300)).await.is_err(),
+        "the extend was undecided (its answers come after the bound)"
+    );
+    // Past the extend's 300 ms on the servers, well before the 3 s renewal's next one.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let held = guard.is_held();
+    let taken = second.try_lock("flushed").await;
+    assert!(
+        !(held && taken.is_ok()),
+        "two holders: the first still counts its lock renewed, and the second took it"
+    );
+}

@@ -52,7 +52,9 @@ impl RedlockBackend {
         // without it (every server asked gets it: a call dropped at the quorum was never sent
         // if its request still sat in the connection's queue). Each is polled once here first,
         // so its request is queued on its connection before this call returns: a later call
-        // for the same lock (the lock's renewals are serial) cannot overtake it there.
+        // for the same lock (the lock's renewals are serial) does not overtake it there, but
+        // one resent (after NOSCRIPT or a reconnect) lands after a later one; a server's lease
+        // is therefore only lengthened (`renew_at_least`), never cut short by an older call.
         let life = self.inner.settings.response_timeout * 2;
         let shared: Arc<[Renewal]> = items.into();
         let mut started = Vec::with_capacity(n);
@@ -64,7 +66,7 @@ impl RedlockBackend {
             let items = shared.clone();
             started.push(
                 start(async move {
-                    match tokio::time::timeout(life, b.renew(&items)).await {
+                    match tokio::time::timeout(life, b.renew_at_least(&items)).await {
                         Ok(Ok(answers)) if answers.len() == items.len() => Some(answers),
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, "a Redlock server failed a renewal");
