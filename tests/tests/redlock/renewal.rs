@@ -393,3 +393,57 @@ async fn an_older_extend_landing_late_does_not_shorten_a_renewed_lease() {
         "two holders: the first still counts its lock renewed, and the second took it"
     );
 }
+
+/// Until `server` has renewed `key` (a lock of `lease`) at least once since it was taken:
+/// its TTL went down by a fifth, then back up. The renewal script is then loaded there.
+async fn renewed_since_taken(server: &RedisServer, key: &str, lease: Duration) {
+    let name = format!("lock:{{{key}}}");
+    let fifth = i64::try_from((lease * 4 / 5).as_millis()).unwrap();
+    eventually("a fifth of the lease gone", lease, async || {
+        server.pttl(&name).await < fifth
+    })
+    .await;
+    just_renewed(server, key, lease, lease / 6).await;
+}
+
+/// Item 2, when the long lock is due alone: the scheduler does not wait for one lease class's
+/// call before renewing another. Server timeout 1 s; a 1.5 s lock on servers 2-4 (bound
+/// 750 ms: renewed by their answers only), a 600 ms lock on all 5 (bound 300 ms, renewed by
+/// servers 0-2 at once); then servers 3 and 4 answer 600 ms late. The long lock is renewed
+/// within its bound, 600 ms after each call, and is due again at once, mostly with the short
+/// one not due: its call was awaited by the scheduler itself, which renewed nothing else for
+/// those 600 ms, and the short lock (392 ms of validity left a third into its lease) was lost
+/// (5 of 5 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lock_renewed_alone_does_not_hold_up_a_short_lock() {
+    let servers = servers(5);
+    let delay = Arc::new(AtomicU64::new(0));
+    let backend = slow_backend(&servers, &delay, |urls| {
+        RedlockBackend::builder(urls).server_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let locker = Locker::builder(backend).build();
+    all_reachable(&locker, &servers).await;
+    let long = locker
+        .lock("long")
+        .lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    held_on(&servers, "long", &[2, 3, 4]).await;
+    let lease = Duration::from_millis(600);
+    let short = locker.lock("short").lease(lease).await.unwrap();
+    held_on(&servers, "short", &[0, 1, 2, 3, 4]).await;
+    // No NOSCRIPT round trips on the slow servers afterwards.
+    for s in &servers[3..] {
+        renewed_since_taken(s, "short", lease).await;
+    }
+    delay.store(600, Ordering::Relaxed);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), short.lost())
+            .await
+            .is_err(),
+        "the short lock was lost: the scheduler waited for the long lock's renewal"
+    );
+    assert!(short.is_held());
+    assert!(long.is_held(), "the long lock lost its (late) renewals");
+}
