@@ -208,14 +208,21 @@ async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
     }
 }
 
-/// Item 2, the other way round: a lock with a short lease is not kept waiting for a long
-/// lock's bound. Server timeout 1 s; a 6 s lock on servers 2-4 (bound 1 s), a 600 ms lock on
-/// all 5 (bound 300 ms); then servers 3 and 4 answer 1.5 s late. The long lock is undecided
-/// at every renewal (its answers come after its bound); the short one is decided by servers
-/// 0-2 at once and must stay held: in one call with the long lock, its verdict came only at
-/// the long lock's bound, after its own deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
+/// The short lease of [`two_classes`].
+const SHORT_LEASE: Duration = Duration::from_millis(600);
+
+/// Two lease classes held by one locker (server timeout 1 s) on 5 servers, 3 and 4 behind
+/// [`slow_proxy`]s (no delay yet): `long`, a lock of that lease on servers 2-4, and `short`, one
+/// of [`SHORT_LEASE`] on all 5.
+struct TwoClasses {
+    servers: Vec<RedisServer>,
+    delay: Arc<AtomicU64>,
+    locker: Locker,
+    long: lock_core::LockGuard,
+    short: lock_core::LockGuard,
+}
+
+async fn two_classes(long: Duration) -> TwoClasses {
     let servers = servers(5);
     let delay = Arc::new(AtomicU64::new(0));
     let backend = slow_backend(&servers, &delay, |urls| {
@@ -224,18 +231,34 @@ async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
     .await;
     let locker = Locker::builder(backend).build();
     all_reachable(&locker, &servers).await;
-    let long = locker
-        .lock("long")
-        .lease(Duration::from_secs(6))
-        .await
-        .unwrap();
+    let long = locker.lock("long").lease(long).await.unwrap();
     held_on(&servers, "long", &[2, 3, 4]).await;
-    let short = locker
-        .lock("short")
-        .lease(Duration::from_millis(600))
-        .await
-        .unwrap();
+    let short = locker.lock("short").lease(SHORT_LEASE).await.unwrap();
     held_on(&servers, "short", &[0, 1, 2, 3, 4]).await;
+    TwoClasses {
+        servers,
+        delay,
+        locker,
+        long,
+        short,
+    }
+}
+
+/// Item 2, the other way round: a lock with a short lease is not kept waiting for a long
+/// lock's bound. Server timeout 1 s; a 6 s lock on servers 2-4 (bound 1 s), a 600 ms lock on
+/// all 5 (bound 300 ms); then servers 3 and 4 answer 1.5 s late. The long lock is undecided
+/// at every renewal (its answers come after its bound); the short one is decided by servers
+/// 0-2 at once and must stay held: in one call with the long lock, its verdict came only at
+/// the long lock's bound, after its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
+    let TwoClasses {
+        servers: _servers,
+        delay,
+        locker: _locker,
+        long,
+        short,
+    } = two_classes(Duration::from_secs(6)).await;
     delay.store(1500, Ordering::Relaxed);
     assert!(
         tokio::time::timeout(Duration::from_secs(3), short.lost())
@@ -416,26 +439,16 @@ async fn renewed_since_taken(server: &RedisServer, key: &str, lease: Duration) {
 /// (5 of 5 runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_lock_renewed_alone_does_not_hold_up_a_short_lock() {
-    let servers = servers(5);
-    let delay = Arc::new(AtomicU64::new(0));
-    let backend = slow_backend(&servers, &delay, |urls| {
-        RedlockBackend::builder(urls).server_timeout(Duration::from_secs(1))
-    })
-    .await;
-    let locker = Locker::builder(backend).build();
-    all_reachable(&locker, &servers).await;
-    let long = locker
-        .lock("long")
-        .lease(Duration::from_millis(1500))
-        .await
-        .unwrap();
-    held_on(&servers, "long", &[2, 3, 4]).await;
-    let lease = Duration::from_millis(600);
-    let short = locker.lock("short").lease(lease).await.unwrap();
-    held_on(&servers, "short", &[0, 1, 2, 3, 4]).await;
+    let TwoClasses {
+        servers,
+        delay,
+        locker: _locker,
+        long,
+        short,
+    } = two_classes(Duration::from_millis(1500)).await;
     // No NOSCRIPT round trips on the slow servers afterwards.
     for s in &servers[3..] {
-        renewed_since_taken(s, "short", lease).await;
+        renewed_since_taken(s, "short", SHORT_LEASE).await;
     }
     delay.store(600, Ordering::Relaxed);
     assert!(
