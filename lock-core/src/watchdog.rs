@@ -291,10 +291,11 @@ impl Watchdog {
             mark_lost(lost, serials);
             return Some(Instant::now());
         };
-        // Shards (a cluster): one call each, each on a task of its own that applies
-        // its answers when they come, and the scheduler goes on at once: a stalled shard
-        // delays neither the other shards' answers nor their next renewals. Its locks keep
-        // their serials until their call ends, so the ticks meanwhile leave them alone.
+        // Shards (a cluster) or lease classes (Redlock): one call each, each on a task of its
+        // own that applies its answers when they come, and the scheduler goes on at once: a
+        // stalled shard (a slow class) delays neither the other groups' answers nor their next
+        // renewals. Its locks keep their serials until their call ends, so the ticks meanwhile
+        // leave them alone.
         let mut serials: Vec<_> = serials.into_iter().map(Some).collect();
         for group in groups {
             let due: Vec<Arc<Held>> = group.iter().map(|&i| due[i].clone()).collect();

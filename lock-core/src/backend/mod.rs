@@ -307,8 +307,9 @@ impl BackendKind {
     }
 
     /// On a cluster, the renewal items grouped by the shard that serves them; on Redlock, by
-    /// their per-server bound (lease class): one [`renew`](Self::renew) call per group, the
-    /// groups independent. `None` elsewhere (or one group): one call for all.
+    /// their per-server bound (lease class; one group too): one [`renew`](Self::renew) call per
+    /// group, each on a task of its own. `None` elsewhere: one call for all, awaited by the
+    /// scheduler.
     pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
         let _ = items;
         match self {

@@ -208,14 +208,21 @@ async fn a_short_lease_does_not_shorten_another_locks_renewal_bound() {
     }
 }
 
-/// Item 2, the other way round: a lock with a short lease is not kept waiting for a long
-/// lock's bound. Server timeout 1 s; a 6 s lock on servers 2-4 (bound 1 s), a 600 ms lock on
-/// all 5 (bound 300 ms); then servers 3 and 4 answer 1.5 s late. The long lock is undecided
-/// at every renewal (its answers come after its bound); the short one is decided by servers
-/// 0-2 at once and must stay held: in one call with the long lock, its verdict came only at
-/// the long lock's bound, after its own deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
+/// The short lease of [`two_classes`].
+const SHORT_LEASE: Duration = Duration::from_millis(600);
+
+/// Two lease classes held by one locker (server timeout 1 s) on 5 servers, 3 and 4 behind
+/// [`slow_proxy`]s (no delay yet): `long`, a lock of that lease on servers 2-4, and `short`, one
+/// of [`SHORT_LEASE`] on all 5.
+struct TwoClasses {
+    servers: Vec<RedisServer>,
+    delay: Arc<AtomicU64>,
+    locker: Locker,
+    long: lock_core::LockGuard,
+    short: lock_core::LockGuard,
+}
+
+async fn two_classes(long: Duration) -> TwoClasses {
     let servers = servers(5);
     let delay = Arc::new(AtomicU64::new(0));
     let backend = slow_backend(&servers, &delay, |urls| {
@@ -224,18 +231,34 @@ async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
     .await;
     let locker = Locker::builder(backend).build();
     all_reachable(&locker, &servers).await;
-    let long = locker
-        .lock("long")
-        .lease(Duration::from_secs(6))
-        .await
-        .unwrap();
+    let long = locker.lock("long").lease(long).await.unwrap();
     held_on(&servers, "long", &[2, 3, 4]).await;
-    let short = locker
-        .lock("short")
-        .lease(Duration::from_millis(600))
-        .await
-        .unwrap();
+    let short = locker.lock("short").lease(SHORT_LEASE).await.unwrap();
     held_on(&servers, "short", &[0, 1, 2, 3, 4]).await;
+    TwoClasses {
+        servers,
+        delay,
+        locker,
+        long,
+        short,
+    }
+}
+
+/// Item 2, the other way round: a lock with a short lease is not kept waiting for a long
+/// lock's bound. Server timeout 1 s; a 6 s lock on servers 2-4 (bound 1 s), a 600 ms lock on
+/// all 5 (bound 300 ms); then servers 3 and 4 answer 1.5 s late. The long lock is undecided
+/// at every renewal (its answers come after its bound); the short one is decided by servers
+/// 0-2 at once and must stay held: in one call with the long lock, its verdict came only at
+/// the long lock's bound, after its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_leases_bound_does_not_delay_a_short_leases_renewal() {
+    let TwoClasses {
+        servers: _servers,
+        delay,
+        locker: _locker,
+        long,
+        short,
+    } = two_classes(Duration::from_secs(6)).await;
     delay.store(1500, Ordering::Relaxed);
     assert!(
         tokio::time::timeout(Duration::from_secs(3), short.lost())
@@ -341,4 +364,99 @@ async fn extends_at_once_reach_every_server() {
         extended_everywhere(&servers, key).await;
     }
     drop(guards);
+}
+
+/// Item 3's spawned per-server calls: a call of an `extend` that outlived the extend is resent
+/// after `NOSCRIPT` (the server's script cache was empty: a restart with `appendonly`, the
+/// documented mode, keeps the keys and drops the scripts), so it lands after a later renewal
+/// of the same lock. All 3 servers answer 100 ms late (a proxy), the per-server bound is
+/// 150 ms. `extend(300 ms)` on a 3 s lock: `NOSCRIPT`, `SCRIPT LOAD`, then the extend again,
+/// 300 ms in all, so it is undecided at 150 ms and the watchdog renews at once with the 3 s
+/// lease: that renewal arrives after the load and before the resent extend, and is answered
+/// within its bound on every server: the lock counts as renewed for 3 s, while every server
+/// then sets the extend's 300 ms. A lease renewed locally must not be shortened on the
+/// servers by an older call: another locker took the lock 300 ms later, two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_extend_landing_late_does_not_shorten_a_renewed_lease() {
+    let servers = servers(3);
+    let delay = Arc::new(AtomicU64::new(0));
+    let mut proxied = Vec::new();
+    for s in &servers {
+        proxied.push(slow_proxy(s.port(), delay.clone()).await);
+    }
+    let proxied: Vec<&str> = proxied.iter().map(String::as_str).collect();
+    let backend = RedlockBackend::builder(&proxied)
+        .server_timeout(Duration::from_millis(150))
+        .response_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let first = Locker::builder(backend)
+        .lease(Duration::from_secs(3))
+        .build();
+    let second = locker(&servers, Duration::from_secs(3)).await;
+    all_reachable(&first, &servers).await;
+    let guard = first.lock("flushed").await.unwrap();
+    held_on(&servers, "flushed", &[0, 1, 2]).await;
+    for s in &servers {
+        let _: () = s.query(redis::cmd("SCRIPT").arg("FLUSH").clone()).await;
+    }
+    delay.store(100, Ordering::Relaxed);
+    assert!(
+        guard.extend(Duration::from_millis(300)).await.is_err(),
+        "the extend was undecided (its answers come after the bound)"
+    );
+    // Past the extend's 300 ms on the servers, well before the 3 s renewal's next one.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let held = guard.is_held();
+    let taken = second.try_lock("flushed").await;
+    assert!(
+        !(held && taken.is_ok()),
+        "two holders: the first still counts its lock renewed, and the second took it"
+    );
+}
+
+/// Until `server` has renewed `key` (a lock of `lease`) at least once since it was taken:
+/// its TTL went down by a fifth, then back up. The renewal script is then loaded there.
+async fn renewed_since_taken(server: &RedisServer, key: &str, lease: Duration) {
+    let name = format!("lock:{{{key}}}");
+    let fifth = i64::try_from((lease * 4 / 5).as_millis()).unwrap();
+    eventually("a fifth of the lease gone", lease, async || {
+        server.pttl(&name).await < fifth
+    })
+    .await;
+    just_renewed(server, key, lease, lease / 6).await;
+}
+
+/// Item 2, when the long lock is due alone: the scheduler does not wait for one lease class's
+/// call before renewing another. Server timeout 1 s; a 1.5 s lock on servers 2-4 (bound
+/// 750 ms: renewed by their answers only), a 600 ms lock on all 5 (bound 300 ms, renewed by
+/// servers 0-2 at once); then servers 3 and 4 answer 600 ms late. The long lock is renewed
+/// within its bound, 600 ms after each call, and is due again at once, mostly with the short
+/// one not due: its call was awaited by the scheduler itself, which renewed nothing else for
+/// those 600 ms, and the short lock (392 ms of validity left a third into its lease) was lost
+/// (5 of 5 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lock_renewed_alone_does_not_hold_up_a_short_lock() {
+    let TwoClasses {
+        servers,
+        delay,
+        locker: _locker,
+        long,
+        short,
+    } = two_classes(Duration::from_millis(1500)).await;
+    // No NOSCRIPT round trips on the slow servers afterwards.
+    for s in &servers[3..] {
+        renewed_since_taken(s, "short", SHORT_LEASE).await;
+    }
+    delay.store(600, Ordering::Relaxed);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), short.lost())
+            .await
+            .is_err(),
+        "the short lock was lost: the scheduler waited for the long lock's renewal"
+    );
+    assert!(short.is_held());
+    assert!(long.is_held(), "the long lock lost its (late) renewals");
 }

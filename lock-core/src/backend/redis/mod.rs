@@ -473,28 +473,63 @@ impl RedisBackend {
     }
 
     pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        self.renew_on_server(items, false).await
+    }
+
+    /// As [`renew`](Self::renew) on one of a Redlock's servers, where a lease is lengthened
+    /// only, never shortened: each server's call runs to its end whatever the Redlock call
+    /// decided, and one resent (after `NOSCRIPT` or a reconnect) may land after a later call
+    /// for the same lock, which a quorum answered, and which the local deadline counts on.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn renew_at_least(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        self.renew_on_server(items, true).await
+    }
+
+    /// One server's renewal (a Redis server, a Sentinel primary, a Redlock server; a cluster
+    /// node without a topology: one call per lock name).
+    async fn renew_on_server(
+        &self,
+        items: &[Renewal],
+        at_least: bool,
+    ) -> Result<Vec<bool>, LockError> {
         if !self.inner.cluster || items.len() <= 1 {
-            return self.renew_batch(items).await;
+            return self
+                .renew_script(self.inner.conn.clone(), items, at_least)
+                .await;
         }
         // One lock name per call on a cluster node (its keys share one slot by construction).
         let mut answers = Vec::with_capacity(items.len());
         for item in items {
-            answers.extend(self.renew_batch(std::slice::from_ref(item)).await?);
+            let one = std::slice::from_ref(item);
+            answers.extend(
+                self.renew_script(self.inner.conn.clone(), one, at_least)
+                    .await?,
+            );
         }
         Ok(answers)
     }
 
-    async fn renew_batch(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        self.renew_batch_on(self.inner.conn.clone(), items).await
+    async fn renew_batch_on(&self, conn: Conn, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        self.renew_script(conn, items, false).await
     }
 
-    async fn renew_batch_on(&self, conn: Conn, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+    /// One `renew.lua` call over `items` (`at_least`: see
+    /// [`renew_at_least`](Self::renew_at_least)).
+    async fn renew_script(
+        &self,
+        conn: Conn,
+        items: &[Renewal],
+        at_least: bool,
+    ) -> Result<Vec<bool>, LockError> {
         let first = items.first().map(|r| r.key.user());
         let mut call = RENEW.prepare_invoke();
         for r in items {
             call.key(r.key.name())
                 .arg(r.token.as_str())
                 .arg(millis(r.lease));
+        }
+        if at_least {
+            call.arg("at-least");
         }
         let reply = self.invoke_on(conn, &call, "renew", first).await?;
         renew_answers(&reply, items.len(), first)

@@ -143,7 +143,9 @@ pub struct NoQuorum {
 ///   ([`LockGuard::lost`](crate::LockGuard::lost), `LeaseLost`), when the servers that extended
 ///   it and those that did not answer could not make a quorum; when they still could (a
 ///   server stalled), the watchdog retries it while its lease is locally valid. Each lock of
-///   the call is judged on its own.
+///   the call is judged on its own. A renewal or an `extend` only lengthens a server's lease,
+///   never shortens it (a call resent after `NOSCRIPT` or a reconnect may land after a later
+///   one): an `extend` to a shorter lease shortens the local deadline, not the servers' keys.
 /// - **Waiting** is by notification: a waiter subscribes on every server, and a release
 ///   message from any of them wakes it. There is no cross-process queue, so
 ///   [`fair`](crate::LockRequest::fair) is refused; contenders that split a vote retry after a

@@ -17,8 +17,13 @@ impl RedlockBackend {
     /// The watchdog's calls for `items`: one per per-server bound (see
     /// [`server_timeout`](Self::server_timeout)), each on a task of its own, so that a lock
     /// with a short lease is not kept waiting for a long one's bound, nor a long one judged by
-    /// a short one's. `None` (one call) when they all share one bound: with the default bound
-    /// every lease of 2 s or more does.
+    /// a short one's. Always `Some`, one group too: the scheduler never waits for a Redlock
+    /// call itself, so a class due alone (its call lasting up to its bound, half its lease at
+    /// most) does not hold back the renewals of another class that fall due meanwhile.
+    #[allow(
+        clippy::unnecessary_wraps,
+        reason = "the watchdog's grouping hook; None would have it await the call itself"
+    )]
     pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
         let mut groups: Vec<(Duration, Vec<usize>)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
@@ -28,7 +33,7 @@ impl RedlockBackend {
                 None => groups.push((bound, vec![i])),
             }
         }
-        (groups.len() > 1).then(|| groups.into_iter().map(|(_, group)| group).collect())
+        Some(groups.into_iter().map(|(_, group)| group).collect())
     }
 
     /// One verdict per lock: [`Renewed::Yes`] when a quorum extended it (each extension is
@@ -52,7 +57,9 @@ impl RedlockBackend {
         // without it (every server asked gets it: a call dropped at the quorum was never sent
         // if its request still sat in the connection's queue). Each is polled once here first,
         // so its request is queued on its connection before this call returns: a later call
-        // for the same lock (the lock's renewals are serial) cannot overtake it there.
+        // for the same lock (the lock's renewals are serial) does not overtake it there, but
+        // one resent (after NOSCRIPT or a reconnect) lands after a later one; a server's lease
+        // is therefore only lengthened (`renew_at_least`), never cut short by an older call.
         let life = self.inner.settings.response_timeout * 2;
         let shared: Arc<[Renewal]> = items.into();
         let mut started = Vec::with_capacity(n);
@@ -64,7 +71,7 @@ impl RedlockBackend {
             let items = shared.clone();
             started.push(
                 start(async move {
-                    match tokio::time::timeout(life, b.renew(&items)).await {
+                    match tokio::time::timeout(life, b.renew_at_least(&items)).await {
                         Ok(Ok(answers)) if answers.len() == items.len() => Some(answers),
                         Ok(Err(e)) => {
                             tracing::debug!(error = %e, "a Redlock server failed a renewal");
