@@ -207,7 +207,8 @@ impl IdempotencyLayer {
     /// by dropping the request, and a detached handler outlives that drop (a `LockLayer`
     /// outside would release its key while the handler still runs). Use it when nothing above
     /// relies on cancelling the handler. Without it, a request dropped mid-handler cancels the
-    /// handler, stores nothing, and releases the key's lock: the retry runs the handler again.
+    /// handler, stores nothing, and releases the key's lock; its "started" mark stays, so the
+    /// retry gets 409 outcome-unknown, never a second run.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).detach_handler();

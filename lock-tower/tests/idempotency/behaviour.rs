@@ -456,9 +456,14 @@ async fn a_store_after_a_lost_lease_is_503_not_success() {
     let answer = request.await.unwrap();
     assert_eq!(answer.status, 503);
     assert_eq!(answer.problem_type(), "urn:lock-tower:lease-lost");
-    // Nothing was stored: the retry runs.
-    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
-    assert_eq!(handler.calls(), 2);
+    // Nothing was stored, and the handler ran: the retry is told the outcome is unknown.
+    let retry = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(retry.status, 409);
+    assert_eq!(
+        retry.problem_type(),
+        "urn:lock-tower:idempotency-outcome-unknown"
+    );
+    assert_eq!(handler.calls(), 1);
 }
 
 #[tokio::test]
