@@ -17,8 +17,9 @@
 //! # }
 //! ```
 //!
-//! For a request carrying the key header (the key is scoped by the optional
-//! [principal](IdempotencyLayer::scope) only, then bounded and hashed like
+//! For a request carrying the key header (the key is scoped by the caller, by default a hash of
+//! its `Authorization` or `Cookie` header, or by the [principal](IdempotencyLayer::scope) you
+//! choose, or [not at all](IdempotencyLayer::shared_records), then bounded and hashed like
 //! [`LockLayer`](crate::LockLayer)'s keys: one key sent with another method or path is a key
 //! reused, 422):
 //!

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tower_service::Service;
 
 use super::future::IdempotencyFuture;
-use super::layer::Config;
+use super::layer::{Config, Scope, caller_principal};
 use super::record::Stored;
 use super::rejection::IdempotencyRejection;
 use crate::BodyError;
@@ -152,8 +152,9 @@ where
             return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured { reason });
         }
         let principal = match &config.scope {
-            None => Vec::new(),
-            Some(scope) => match scope.extract(&mut parts) {
+            Scope::Shared => Vec::new(),
+            Scope::Caller => caller_principal(&parts.headers),
+            Scope::Custom(scope) => match scope.extract(&mut parts) {
                 Ok(p) => p.map(|p| p.as_bytes().to_vec()).unwrap_or_default(),
                 Err(e) if e.is_misconfigured() => {
                     return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {

@@ -7,7 +7,7 @@ use lock_core::{Locker, MemoryBackend};
 use lock_tower::IdempotencyLayer;
 use lock_tower::extract::HeaderKey;
 
-use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve};
+use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, send_with, serve};
 
 #[tokio::test]
 async fn sequential_retries_run_once_and_replay_byte_for_byte() {
@@ -245,6 +245,42 @@ async fn ttl_expiry_lets_the_key_run_again() {
     assert_eq!(again.status, 201);
     assert!(!again.replayed());
     assert_eq!(handler.calls(), 2);
+}
+
+/// Issue 29, item 14: records are scoped to the caller by default. Two clients with other
+/// credentials (`Authorization`, else `Cookie`) that send the same key and body each run
+/// their own request: the second never gets the first's stored response (its `Set-Cookie`
+/// and all). The same credentials get the replay; `.shared_records()` shares records again.
+#[tokio::test]
+async fn records_are_scoped_to_the_caller_by_default() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let call = Call::new("k", "10 EUR");
+    let alice = [("authorization", "Bearer alice")];
+    let mallory = [("authorization", "Bearer mallory")];
+    let first = send_with(addr, &call, &alice).await;
+    assert_eq!((first.status, first.replayed()), (201, false));
+    let other = send_with(addr, &call, &mallory).await;
+    assert!(!other.replayed(), "another caller got the stored response");
+    assert_eq!(other.body, "charge #2 tenant - for 10 EUR");
+    assert!(send_with(addr, &call, &alice).await.replayed());
+    assert!(send_with(addr, &call, &mallory).await.replayed());
+    assert_eq!(handler.calls(), 2);
+    // Cookies when there is no Authorization; a request with neither is anonymous.
+    let (a, b) = ([("cookie", "session=a")], [("cookie", "session=b")]);
+    assert!(!send_with(addr, &Call::new("c", "x"), &a).await.replayed());
+    assert!(!send_with(addr, &Call::new("c", "x"), &b).await.replayed());
+    assert!(!send(addr, &Call::new("c", "x")).await.replayed());
+    assert!(send_with(addr, &Call::new("c", "x"), &b).await.replayed());
+    assert!(send(addr, &Call::new("c", "x")).await.replayed());
+    assert_eq!(handler.calls(), 5);
+    // Opted out: one scope for every caller.
+    let handler = Handler::default();
+    let layer = IdempotencyLayer::new(Locker::memory()).shared_records();
+    let addr = serve(layer, handler.clone()).await;
+    assert!(!send_with(addr, &call, &alice).await.replayed());
+    assert!(send_with(addr, &call, &mallory).await.replayed());
+    assert_eq!(handler.calls(), 1);
 }
 
 #[tokio::test]

@@ -154,6 +154,15 @@ impl<'a> Call<'a> {
 }
 
 pub(crate) async fn send(addr: SocketAddr, call: &Call<'_>) -> Answer {
+    send_with(addr, call, &[]).await
+}
+
+/// [`send`] with more request headers.
+pub(crate) async fn send_with(
+    addr: SocketAddr,
+    call: &Call<'_>,
+    headers: &[(&'static str, &str)],
+) -> Answer {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut request = Request::builder()
@@ -170,6 +179,11 @@ pub(crate) async fn send(addr: SocketAddr, call: &Call<'_>) -> Answer {
         request
             .headers_mut()
             .insert("x-tenant", HeaderValue::from_str(tenant).unwrap());
+    }
+    for (name, value) in headers {
+        request
+            .headers_mut()
+            .append(*name, HeaderValue::from_str(value).unwrap());
     }
     let response = client.request(request).await.unwrap();
     let status = response.status().as_u16();
