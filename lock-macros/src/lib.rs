@@ -199,7 +199,8 @@ mod snapshots;
 /// stored. A store refused because the lease was lost is `LockError::LeaseLost`, never a
 /// success; a stored record of another type, or one that no longer deserializes into `T`, is
 /// `LockError::InvalidConfig`. With `no_wait`, a duplicate while the first call runs gets
-/// `LockError::Busy`. See the crate README, "Idempotent functions".
+/// `LockError::Busy`. See ["Idempotent functions" in lock-macros'
+/// README](https://docs.rs/lock-macros/latest/lock_macros/#idempotent-functions).
 ///
 /// ```
 /// # #[derive(Debug)] struct AppError(lock_core::LockError);
