@@ -393,6 +393,47 @@ async fn a_client_gone_mid_request_does_not_make_the_retry_run_again() {
     );
 }
 
+/// Without `detach_handler`, a request dropped mid-handler cancels the handler and stores
+/// nothing; its "started" mark stays, so the retry is told the outcome is unknown (409) and
+/// never runs the handler a second time (issue 29, item 9; it ran again before).
+#[tokio::test]
+async fn a_request_dropped_mid_handler_leaves_the_outcome_unknown() {
+    use tower::ServiceExt as _;
+    let handler = Handler {
+        delay: Duration::from_secs(30),
+        ..Handler::default()
+    };
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(crate::common::charge))
+        .layer(IdempotencyLayer::new(Locker::memory()))
+        .with_state(handler.clone());
+    let request = || {
+        http::Request::post("/payments")
+            .header("idempotency-key", "k")
+            .body(axum::body::Body::from("a"))
+            .unwrap()
+    };
+    let dropped = tokio::time::timeout(Duration::from_millis(100), app.clone().oneshot(request()));
+    assert!(
+        dropped.await.is_err(),
+        "the first request is dropped mid-handler"
+    );
+    assert_eq!(handler.calls(), 1);
+    // The dropped guard's release runs in the background: 409 in flight until it has.
+    lock_testkit::eventually(
+        "the retry is answered",
+        Duration::from_secs(10),
+        async || {
+            let (status, body, _) =
+                crate::common::summary(app.clone().oneshot(request()).await.unwrap()).await;
+            assert_eq!(status, 409, "{body}");
+            body.contains("urn:lock-tower:idempotency-outcome-unknown")
+        },
+    )
+    .await;
+    assert_eq!(handler.calls(), 1, "the handler ran again");
+}
+
 #[tokio::test]
 async fn a_client_gone_mid_request_then_a_waiting_retry_gets_the_first_answer() {
     let handler = Handler {

@@ -53,7 +53,7 @@ impl Handler {
     }
 }
 
-async fn charge(
+pub(crate) async fn charge(
     State(h): State<Handler>,
     headers: HeaderMap,
     body: String,
