@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite and the bar every change must clear: installs redis-server (Debian/Ubuntu,
-# apt) when it is missing, checks formatting, lints, docs, feature combinations and the declared
+# apt) when it is missing, checks formatting, lints, docs, the guide (mdbook, installed with cargo
+# when missing), feature combinations and the declared
 # minimum Rust version, then runs every test of the workspace. Tests start their own
 # redis-server processes on free ports.
 set -euo pipefail
@@ -29,6 +30,13 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "docs: broken intra-doc links denied"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D rustdoc::private_intra_doc_links" \
   cargo doc --workspace --no-deps --all-features --quiet
+
+step "guide: mdbook build docs (its examples run as lock-tests doctests, its links in tests/docs.rs)"
+if ! command -v mdbook >/dev/null 2>&1; then
+  echo "mdbook not found: installing it with cargo install" >&2
+  cargo install mdbook --version 0.5.4 --locked --no-default-features --features search
+fi
+mdbook build docs --dest-dir "$PWD/target/book"
 
 step "features: each crate with its default features off, and with each feature alone"
 # The features are read from each manifest's [features] table, so a new one is never skipped.

@@ -83,6 +83,26 @@ fn results(r: &Results) -> String {
     .concat()
 }
 
+/// The headline table's rows: of each row of the full table that has a goal, its scenario,
+/// ratio, goal and verdict (the same cells, so the two tables never disagree).
+fn headline(rows: &str) -> String {
+    let mut out = String::new();
+    for row in rows.lines() {
+        let cells: Vec<&str> = row.trim().trim_matches('|').split(" | ").collect();
+        if let [scenario, _, _, _, _, ratio, goal, verdict] = cells[..] {
+            let verdict = verdict.trim();
+            if verdict != "—" {
+                let _ = writeln!(
+                    out,
+                    "| {} | {ratio} | {goal} | {verdict} |",
+                    scenario.trim()
+                );
+            }
+        }
+    }
+    out
+}
+
 /// PING and SET (the floor), uncontended lock + release on Redis and on memory.
 pub(crate) fn latency_rows(u: &Uncontended, m: &Memory) -> String {
     let m = &m.lock_release;
@@ -534,7 +554,7 @@ fn method(r: &Results) -> String {
   (RESP2, as lock-core's command connection) routed to the primary that serves the key's slot
   (unrouted, redis-rs sends PING to every primary), and the same two on the one server.
 - **Redlock**: {servers} independent redis-servers started by the bench (no persistence: a
-  bench, not a deployment; see the README on restarts). Ours is `Locker::redlock(&urls)`
+  bench, not a deployment; see the guide's Redlock chapter on restarts). Ours is `Locker::redlock(&urls)`
   (lock-core's defaults); rslock's is `LockManager::new(urls)` on the same servers (lease 30 s),
   both lock then release over 16 keys in {rounds} interleaved rounds with a PING to one server
   (the goal's round trip) and one PING to each server at once, polled together on one task
@@ -564,6 +584,7 @@ fn method(r: &Results) -> String {
 
 pub(crate) fn render(r: &Results, svg_name: &str) -> String {
     let m = &r.machine;
+    let rows = results(r);
     let mode = match r.plan.quick {
         true => "quick (CI smoke run: figures NOT meaningful)",
         false => "full",
@@ -588,15 +609,24 @@ Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). 
 | load average (1/5/15 min) | start {} — end {} (the machine is shared; other builds may run) |
 | run time | {:.1} s |
 
-## Results
+## Headline
 
-| Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |
-|---|---|---|---|---|---|---|---|
+Each goal of DESIGN.md, the ratio this run measured, and the verdict. The figures behind each
+row are in All figures below; analyses of where the time goes, run by run, are in
+[bench/NOTES.md](bench/NOTES.md). This file is written by the bench, never by hand.
+
+| Scenario | ratio | goal | verdict |
+|---|---|---|---|
 {}
 ## Handoff latency distributions
 
 ![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})
 
+## All figures
+
+| Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |
+|---|---|---|---|---|---|---|---|
+{}
 ## Diagnostics (where the time goes)
 
 {}
@@ -614,7 +644,8 @@ Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). 
         m.load_start,
         m.load_end,
         r.elapsed.as_secs_f64(),
-        results(r),
+        headline(&rows),
+        rows,
         diagnostics(r),
         method(r),
     )

@@ -66,7 +66,33 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
     assert!(run.status.success(), "lock-bench --quick failed:\n{stderr}");
 
     let md = std::fs::read_to_string(&out).unwrap();
-    let table: Vec<&str> = md.lines().filter(|l| l.starts_with("| ")).collect();
+    let (head, all) = md
+        .split_once("## All figures")
+        .unwrap_or_else(|| panic!("no `## All figures` section:\n{md}"));
+    let table: Vec<&str> = all.lines().filter(|l| l.starts_with("| ")).collect();
+    // The headline: every full row with a verdict, as scenario | ratio | goal | verdict.
+    let headline: Vec<&str> = head
+        .split_once("## Headline")
+        .unwrap_or_else(|| panic!("no `## Headline` section:\n{md}"))
+        .1
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Scenario"))
+        .collect();
+    let judged: Vec<&str> = table
+        .iter()
+        .filter(|l| l.ends_with("| **yes** |") || l.ends_with("| **NO** |"))
+        .copied()
+        .collect();
+    assert!(!judged.is_empty(), "no row with a verdict:\n{md}");
+    assert_eq!(headline.len(), judged.len(), "{md}");
+    for (short, full) in headline.iter().zip(&judged) {
+        let cells: Vec<&str> = full.trim_matches('|').split(" | ").map(str::trim).collect();
+        let want = format!(
+            "| {} | {} | {} | {} |",
+            cells[0], cells[5], cells[6], cells[7]
+        );
+        assert_eq!(*short, want);
+    }
     let mut last = 0;
     for row in ROWS {
         let at = table

@@ -100,8 +100,8 @@ pub enum LockError {
     /// A configuration value is out of range (lease, wait, prefix, URL...), or the Redis user
     /// lacks a permission the lock needs.
     ///
-    /// `what` names the value and the range allowed, or the missing permission (see "Redis
-    /// permissions" in the README for the ACL rule).
+    /// `what` names the value and the range allowed, or the missing permission (see
+    /// "Permissions" in the guide's Redis chapter, `docs/src/backends/redis.md`, for the ACL rule).
     #[error("invalid lock configuration: {what}")]
     #[non_exhaustive]
     InvalidConfig {
@@ -148,6 +148,53 @@ pub enum LockError {
         /// The fingerprint written with the mark.
         fingerprint: String,
         /// How long the mark is still kept (`Duration::MAX` without expiry).
+        expires_in: Duration,
+    },
+
+    /// An idempotency key already holds the record of another function (or of this function
+    /// when it returned another type): two `#[distributed_lock(idempotent)]` functions share a
+    /// key template, such as `charge` and `refund` both on `"order:{id}"`. Neither the stored
+    /// value nor a second run is given: the body did not run. The HTTP layer answers the same
+    /// case (one key, another request) with 422.
+    ///
+    /// Give each function a key template of its own (`"charge:{id}"`, `"refund:{id}"`); a
+    /// record of a type changed by a deploy answers this until it expires (`expires_in`).
+    ///
+    /// ```
+    /// # #[derive(Debug)] struct AppError(lock_core::LockError);
+    /// # impl From<lock_core::LockError> for AppError { fn from(e: lock_core::LockError) -> Self { AppError(e) } }
+    /// use lock_core::{distributed_lock, LockError, Locker};
+    ///
+    /// #[distributed_lock(key = "order:{id}", locker = locker, idempotent)]
+    /// async fn charge(locker: &Locker, id: u64) -> Result<u64, AppError> { Ok(100) }
+    ///
+    /// #[distributed_lock(key = "order:{id}", locker = locker, idempotent)]
+    /// async fn refund(locker: &Locker, id: u64) -> Result<u64, AppError> { Ok(0) }
+    ///
+    /// # async fn demo() {
+    /// let locker = Locker::memory();
+    /// assert_eq!(charge(&locker, 7).await.unwrap(), 100);
+    /// match refund(&locker, 7).await {
+    ///     Err(AppError(LockError::IdempotencyKeyReused { key, stored, .. })) => {
+    ///         assert_eq!(key, "order:7");
+    ///         assert!(stored.contains("charge"));
+    ///     }
+    ///     other => panic!("expected IdempotencyKeyReused, got {other:?}"),
+    /// }
+    /// # }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+    /// ```
+    #[error("idempotency key {key:?} holds the record of another function: {stored}")]
+    #[non_exhaustive]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The fingerprint of the stored record: the function that stored it and its return
+        /// type (`json2:<module>::<fn> -> <type>`), or a digest of that when it is long.
+        stored: String,
+        /// The fingerprint of this call, in the same form.
+        caller: String,
+        /// How long the stored record still lives.
         expires_in: Duration,
     },
 
@@ -221,7 +268,8 @@ impl LockError {
             | LockError::MaxHoldExceeded { key, .. }
             | LockError::InvalidKey { key, .. }
             | LockError::RecordTooLarge { key, .. }
-            | LockError::OutcomeUnknown { key, .. } => Some(key),
+            | LockError::OutcomeUnknown { key, .. }
+            | LockError::IdempotencyKeyReused { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             _ => None,
         }

@@ -5,6 +5,9 @@
 //!   back as a float;
 //! - `Some(x)` is written as `x`, so when `x` itself is written as `null` (`Some(())`,
 //!   `Some(None)`, a unit struct) it reads back as `None`: another value, with no error.
+//!
+//! [`same_value`] then tells whether a value read back is the one that was written, as a value
+//! and not as bytes: a `HashMap` or a `HashSet` read back iterates in another order.
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
@@ -40,6 +43,55 @@ impl ser::Error for Unfaithful {
 ///
 pub(crate) fn faithful<T: Serialize + ?Sized>(value: &T) -> Result<(), Unfaithful> {
     value.serialize(Probe)
+}
+
+/// Whether `a` and `b` are the same JSON value: the same scalars (`1` is not `1.0`, nor a
+/// float one ULP off), maps with the same entries in any order, and lists with the same
+/// elements in any order (a `HashSet` is written as a list, in its iteration order, and a set
+/// read back iterates in another). Errors are the JSON encoder's (a number out of its range).
+pub(crate) fn same_value<T: Serialize + ?Sized>(a: &T, b: &T) -> serde_json::Result<bool> {
+    let a = Canonical::of(serde_json::to_value(a)?);
+    let b = Canonical::of(serde_json::to_value(b)?);
+    Ok(a == b)
+}
+
+/// A JSON value in a form where equality ignores the order of map entries and list elements.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Canonical {
+    Null,
+    Bool(bool),
+    /// As serde_json prints it: `1` and `1.0` differ, and so do two floats one ULP apart.
+    Number(String),
+    String(String),
+    /// Sorted.
+    Array(Vec<Canonical>),
+    /// Sorted by key (keys are unique).
+    Object(Vec<(String, Canonical)>),
+}
+
+impl Canonical {
+    fn of(value: serde_json::Value) -> Canonical {
+        use serde_json::Value;
+        match value {
+            Value::Null => Canonical::Null,
+            Value::Bool(b) => Canonical::Bool(b),
+            Value::Number(n) => Canonical::Number(n.to_string()),
+            Value::String(s) => Canonical::String(s),
+            Value::Array(items) => {
+                let mut items: Vec<_> = items.into_iter().map(Canonical::of).collect();
+                items.sort_unstable();
+                Canonical::Array(items)
+            }
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map
+                    .into_iter()
+                    .map(|(k, v)| (k, Canonical::of(v)))
+                    .collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                Canonical::Object(entries)
+            }
+        }
+    }
 }
 
 /// Whether JSON writes `value` as `null`.
@@ -328,7 +380,7 @@ impl ser::Serializer for IsNull {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::faithful;
+    use super::{faithful, same_value};
 
     #[derive(serde::Serialize)]
     struct Unit;
@@ -370,5 +422,30 @@ mod tests {
         let mut map = BTreeMap::new();
         map.insert("x", vec![1.0, f64::NAN]);
         assert!(faithful(&map).is_err());
+    }
+
+    #[test]
+    fn same_value_ignores_the_order_of_maps_and_sets_only() {
+        use std::collections::{HashMap, HashSet};
+        let set: HashSet<u32> = (0..64).collect();
+        let mut reversed: Vec<u32> = set.iter().copied().collect();
+        reversed.reverse();
+        assert!(same_value(&set.iter().collect::<Vec<_>>(), &reversed.iter().collect()).unwrap());
+        let other: HashSet<u32> = reversed.into_iter().collect();
+        assert!(same_value(&set, &other).unwrap());
+        let map: HashMap<String, Vec<HashSet<u32>>> = (0..16)
+            .map(|n| (n.to_string(), vec![set.clone()]))
+            .collect();
+        let mut entries: Vec<_> = map.clone().into_iter().collect();
+        entries.reverse();
+        let again: HashMap<String, Vec<HashSet<u32>>> = entries.into_iter().collect();
+        assert!(same_value(&map, &again).unwrap());
+        // Another element, another count, another number kind, one ULP off: another value.
+        assert!(!same_value(&vec![1, 2], &vec![1, 3]).unwrap());
+        assert!(!same_value(&vec![1, 1, 2], &vec![1, 2, 2]).unwrap());
+        assert!(!same_value(&serde_json::json!(1), &serde_json::json!(1.0)).unwrap());
+        let x = 0.378_050_700_362_922_76_f64;
+        assert!(!same_value(&x, &f64::from_bits(x.to_bits() + 1)).unwrap());
+        assert!(!same_value(&Some(1), &None).unwrap());
     }
 }

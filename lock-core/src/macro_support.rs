@@ -64,23 +64,28 @@ mod idempotent {
     const NOT_STORED: &[u8] = b"\0ran, result not stored";
 
     /// How an idempotent function's `Ok` value is stored: as JSON, under a fingerprint naming
-    /// its type. Made by [`stored`], where the `Serialize + DeserializeOwned` bound is checked
-    /// (the generated code spans that call at `T`, so a type that cannot be stored is reported
-    /// there); [`run_idempotent`] itself has no serde bound.
+    /// the function and its type. Made by [`stored`], where the `Serialize + DeserializeOwned`
+    /// bound is checked (the generated code spans that call at `T`, so a type that cannot be
+    /// stored is reported there), and named by [`called_by`](Stored::called_by);
+    /// [`run_idempotent`] itself has no serde bound.
     ///
     /// ```
-    /// let codec: lock_core::__private::Stored<u32> = lock_core::__private::stored();
+    /// let codec: lock_core::__private::Stored<u32> =
+    ///     lock_core::__private::stored().called_by(module_path!(), "charge", None);
     /// # let _ = codec;
     /// ```
     pub struct Stored<T> {
         encode: fn(&T) -> serde_json::Result<Vec<u8>>,
         decode: fn(&[u8]) -> serde_json::Result<T>,
         type_name: fn() -> &'static str,
+        /// The module of the function that stores, its name, and the `Self` type of a method.
+        function: (&'static str, &'static str, Option<&'static str>),
     }
 
     impl<T> std::fmt::Debug for Stored<T> {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("Stored")
+                .field("function", &self.function)
                 .field("type", &(self.type_name)())
                 .finish()
         }
@@ -108,43 +113,74 @@ mod idempotent {
                 let bytes = serde_json::to_vec(value)?;
                 let back: T = serde_json::from_slice(&bytes)
                     .map_err(|e| refuse(format!("it does not read back as the same type: {e}")))?;
-                if serde_json::to_vec(&back)? != bytes {
+                // As a value, not as bytes: a map or a set read back iterates in another
+                // order. The same length too: entries written twice under one key are one
+                // entry read back, and the value of a map would not tell it.
+                let again = serde_json::to_vec(&back)?;
+                if again != bytes
+                    && !(again.len() == bytes.len() && crate::faithful::same_value(value, &back)?)
+                {
                     return Err(refuse("it reads back as another value"));
                 }
                 Ok(bytes)
             },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
+            function: ("", "", None),
         }
     }
 
     impl<T> Stored<T> {
-        /// `json:<type name of T>`, or `json:sha256:<hex>` of that when the name is longer than
-        /// a fingerprint may be. Type names are what rustc prints: the same in every process
-        /// built from the same code, different for another type under the same key.
-        fn fingerprint(&self) -> String {
-            let name = (self.type_name)();
-            let fingerprint = format!("json:{name}");
-            if fingerprint.len() <= MAX_FINGERPRINT_LEN {
-                return fingerprint;
-            }
-            let digest = Sha256::digest(name.as_bytes());
-            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-            format!("json:sha256:{hex}")
+        /// The codec of the function `name` in `module` (`module_path!()`), a method of
+        /// `self_type` (`type_name::<Self>()`) when it has a receiver: its records are
+        /// replayed to it only, and another function under the same key gets
+        /// [`LockError::IdempotencyKeyReused`].
+        ///
+        /// ```
+        /// let codec = lock_core::__private::stored::<u8>().called_by("shop::billing", "charge", None);
+        /// # let _ = codec;
+        /// ```
+        pub fn called_by(
+            mut self,
+            module: &'static str,
+            name: &'static str,
+            self_type: Option<&'static str>,
+        ) -> Self {
+            self.function = (module, name, self_type);
+            self
         }
 
-        /// The stored value, or `InvalidConfig` when the record holds something else or the
-        /// "ran, result not stored" marker.
+        /// `json2:<module>::<fn> -> <type of T>` (a method: `json2:<module>::<<Self>>::<fn>
+        /// -> ..`), or `json2:sha256:<hex>` of what follows `json2:` when that is longer than
+        /// a fingerprint may be. Type names are what rustc prints: the same in every process
+        /// built from the same code, different for another function or type under one key.
+        fn fingerprint(&self) -> String {
+            let (module, name, self_type) = self.function;
+            let t = (self.type_name)();
+            let named = match self_type {
+                None => format!("{module}::{name} -> {t}"),
+                Some(self_type) => format!("{module}::<{self_type}>::{name} -> {t}"),
+            };
+            hashed_if_long("json2:", &named)
+        }
+
+        /// The fingerprint of records written before the function was named (`json:<type>`):
+        /// still replayed, to any function returning `T`, until they expire.
+        fn unnamed_fingerprint(&self) -> String {
+            hashed_if_long("json:", (self.type_name)())
+        }
+
+        /// The stored value; `IdempotencyKeyReused` when the record is another function's (or
+        /// of another type), `InvalidConfig` when it holds the "ran, result not stored" marker
+        /// or does not deserialize.
         fn replay(&self, key: &str, record: &IdempotencyRecord) -> Result<T, LockError> {
             let ours = self.fingerprint();
-            if record.fingerprint != ours {
-                return Err(LockError::InvalidConfig {
-                    what: format!(
-                        "the idempotency record of key {key:?} holds a result of another type (fingerprint {:?}, this function returns `{}`): two idempotent functions share a key; give each its own key template (the record expires in {:?})",
-                        record.fingerprint,
-                        (self.type_name)(),
-                        record.expires_in,
-                    ),
+            if record.fingerprint != ours && record.fingerprint != self.unnamed_fingerprint() {
+                return Err(LockError::IdempotencyKeyReused {
+                    key: key.to_owned(),
+                    stored: record.fingerprint.clone(),
+                    caller: ours,
+                    expires_in: record.expires_in,
                 });
             }
             if record.result == NOT_STORED {
@@ -165,6 +201,18 @@ mod idempotent {
         }
     }
 
+    /// `prefix` and `name`, or `prefix`, `sha256:` and the hex digest of `name` when that is
+    /// longer than [`MAX_FINGERPRINT_LEN`].
+    fn hashed_if_long(prefix: &str, name: &str) -> String {
+        let fingerprint = format!("{prefix}{name}");
+        if fingerprint.len() <= MAX_FINGERPRINT_LEN {
+            return fingerprint;
+        }
+        let digest = Sha256::digest(name.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{prefix}sha256:{hex}")
+    }
+
     /// Runs `body` at most once per key within `ttl`: a stored result is returned without
     /// running it; otherwise `body` runs under the lock `request` asks for (waiting as it is
     /// configured) and its `Ok` value is stored before the lock is released. A call that
@@ -182,9 +230,10 @@ mod idempotent {
     /// Errors, through `convert` (`From::from` at the signature's error type):
     /// - as [`run_locked`](super::run_locked)'s (no locker, `Busy` for a `no_wait` call while
     ///   the first still runs, `Timeout`, `LeaseLost`...), and `Backend` from reading the record;
-    /// - [`LockError::InvalidConfig`] when the stored record is of another type (another
-    ///   fingerprint) or does not deserialize into `T`, or when the `Ok` value cannot be
-    ///   serialized; never a panic;
+    /// - [`LockError::IdempotencyKeyReused`] when the stored record (or "started" mark) is
+    ///   another function's (or of another type): the body does not run;
+    /// - [`LockError::InvalidConfig`] when the stored record does not deserialize into `T`, or
+    ///   when the `Ok` value cannot be serialized; never a panic;
     /// - [`LockError::OutcomeUnknown`] when an earlier call started and recorded no value
     ///   (see above); the errors of writing the mark (`LeaseLost`, `Backend`): the body did
     ///   not run;
@@ -196,8 +245,8 @@ mod idempotent {
     /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN); `InvalidConfig`: not serializable as JSON,
     /// or not given back by JSON as it is: a float that is not finite, `Some(x)` where `x`
     /// is written as `null`, such as `Some(())`, which would be replayed as `None`, or a value
-    /// that does not read back as the same `T` and the same JSON, such as an untagged enum
-    /// read as another variant)
+    /// that does not read back as the same `T` and the same JSON value, such as an untagged
+    /// enum read as another variant; maps and sets compare by content, in any order)
     /// returns that error, and a "ran, result not stored" marker is stored in its place:
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.
@@ -215,10 +264,11 @@ mod idempotent {
     /// use lock_core::{LockError, Locker, __private::{run_idempotent, stored}};
     /// let locker = Locker::memory();
     /// let ttl = lock_core::DEFAULT_RESULT_TTL;
+    /// let codec = || stored().called_by(module_path!(), "demo", None);
     /// let first: Result<u32, LockError> =
-    ///     run_idempotent(Ok(locker.lock("k")), stored(), ttl, async { Ok(7) }, From::from).await;
+    ///     run_idempotent(Ok(locker.lock("k")), codec(), ttl, async { Ok(7) }, From::from).await;
     /// let again: Result<u32, LockError> =
-    ///     run_idempotent(Ok(locker.lock("k")), stored(), ttl, async { Ok(8) }, From::from).await;
+    ///     run_idempotent(Ok(locker.lock("k")), codec(), ttl, async { Ok(8) }, From::from).await;
     /// assert_eq!((first.unwrap(), again.unwrap()), (7, 7));
     /// # }
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
@@ -266,7 +316,7 @@ mod idempotent {
             IdempotencyState::Started {
                 fingerprint: theirs,
                 expires_in,
-            } => return Err(unknown(&key, &fingerprint, theirs, expires_in)),
+            } => return Err(unknown(&key, fingerprint, theirs, expires_in)),
             _ => {}
         }
         let guard = request.await?;
@@ -286,7 +336,7 @@ mod idempotent {
                     fingerprint: theirs,
                     expires_in,
                     ..
-                } => unknown(&key, &fingerprint, theirs, expires_in),
+                } => unknown(&key, fingerprint, theirs, expires_in),
                 e => e,
             });
         }
@@ -321,7 +371,7 @@ mod idempotent {
         if let Some(error) = not_storable {
             // The body ran: record that, so a later call does not run it again.
             if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
-                tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; a later call runs the body again");
+                tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; later calls get OutcomeUnknown (its mark stays) until it expires");
             }
             release(guard, &key).await;
             return Err(error);
@@ -333,13 +383,15 @@ mod idempotent {
     }
 
     /// The error for a key whose mark (fingerprint `theirs`) has no result: `OutcomeUnknown`,
-    /// or `InvalidConfig` when the mark is another function's (as `replay` answers a record).
-    fn unknown(key: &str, ours: &str, theirs: String, expires_in: Duration) -> LockError {
+    /// or `IdempotencyKeyReused` when the mark is another function's (as `replay` answers a
+    /// record).
+    fn unknown(key: &str, ours: String, theirs: String, expires_in: Duration) -> LockError {
         if theirs != ours {
-            return LockError::InvalidConfig {
-                what: format!(
-                    "the idempotency key {key:?} was started by another function (fingerprint {theirs:?}, this one is {ours:?}): two idempotent functions share a key; give each its own key template (the mark expires in {expires_in:?})"
-                ),
+            return LockError::IdempotencyKeyReused {
+                key: key.to_owned(),
+                stored: theirs,
+                caller: ours,
+                expires_in,
             };
         }
         LockError::OutcomeUnknown {

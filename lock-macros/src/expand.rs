@@ -17,7 +17,8 @@
 //!
 //! ```text
 //!     ::lock_core::__private::run_idempotent(request,
-//!         ::lock_core::__private::stored(),                 // spanned at `T`
+//!         ::lock_core::__private::stored()                  // spanned at `T`
+//!             .called_by(module_path!(), "name", None),     // Some(type_name::<Self>()) for a method
 //!         ::lock_core::DEFAULT_RESULT_TTL,                  // or Duration::from_millis(..)
 //!         async move { .. }, From::from).await
 //! ```
@@ -201,7 +202,20 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
                     token
                 })
                 .collect();
-            let stored = quote_spanned!(t_span=> #krate_at_t::__private::stored());
+            // Named by the function: a record is replayed only to the function that stored
+            // it (its module, its name, and a method's `Self` type).
+            let name = Literal::string(&syn::ext::IdentExt::unraw(&sig.ident).to_string());
+            let self_type = match sig.receiver() {
+                Some(receiver) => {
+                    let self_type = syn::Ident::new("Self", receiver.self_token.span);
+                    quote_spanned!(site=> ::core::option::Option::Some(::core::any::type_name::<#self_type>()))
+                }
+                None => quote_spanned!(site=> ::core::option::Option::None),
+            };
+            let stored_at_t = quote_spanned!(t_span=> #krate_at_t::__private::stored());
+            let stored = quote_spanned! {site=>
+                #stored_at_t.called_by(::core::module_path!(), #name, #self_type)
+            };
             let ttl = match ttl {
                 Some(ttl) => {
                     let ms = millis(ttl);

@@ -197,9 +197,12 @@ mod snapshots;
 /// otherwise) and returned to every later call with the same key, concurrent (they wait for the
 /// lock as configured, then read the stored value) or not (one read, no lock). An `Err` is not
 /// stored. A store refused because the lease was lost is `LockError::LeaseLost`, never a
-/// success; a stored record of another type, or one that no longer deserializes into `T`, is
-/// `LockError::InvalidConfig`. With `no_wait`, a duplicate while the first call runs gets
-/// `LockError::Busy`. See ["Idempotent functions" in lock-macros'
+/// success; a stored record of another function (two functions sharing a key template) or of
+/// another type is `LockError::IdempotencyKeyReused` (the body does not run), one that no
+/// longer deserializes into `T` is `LockError::InvalidConfig`. A call that finds the key
+/// started without a value (a refused store, a crash, a cancelled call) gets
+/// `LockError::OutcomeUnknown`, never a second run. With `no_wait`, a duplicate while the
+/// first call runs gets `LockError::Busy`. See ["Idempotent functions" in lock-macros'
 /// README](https://docs.rs/lock-macros/latest/lock_macros/#idempotent-functions).
 ///
 /// ```

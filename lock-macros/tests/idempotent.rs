@@ -77,7 +77,10 @@ async fn sequential_calls_run_the_body_once_and_get_its_value() {
     );
     assert_eq!(
         record.fingerprint,
-        format!("json:{}", std::any::type_name::<Receipt>())
+        format!(
+            "json2:idempotent::charge -> {}",
+            std::any::type_name::<Receipt>()
+        )
     );
 }
 
@@ -165,15 +168,20 @@ async fn a_record_of_another_type_is_a_typed_error() {
     let locker = Locker::memory();
     assert_eq!(as_number(&locker, 1).await.unwrap(), 1);
     match as_text(&locker, 1).await {
-        Err(PayError::Lock(LockError::InvalidConfig { what, .. })) => {
-            assert!(
-                what.contains("another type") && what.contains("shared:1"),
-                "{what}"
-            )
+        Err(PayError::Lock(LockError::IdempotencyKeyReused {
+            key,
+            stored,
+            caller,
+            ..
+        })) => {
+            assert_eq!(key, "shared:1");
+            assert_eq!(stored, "json2:idempotent::as_number -> u64");
+            assert_eq!(caller, "json2:idempotent::as_text -> alloc::string::String");
         }
-        other => panic!("expected InvalidConfig, got {other:?}"),
+        other => panic!("expected IdempotencyKeyReused, got {other:?}"),
     }
-    // Same fingerprint, bytes that do not deserialize (the type changed between deploys).
+    // A record of the previous format (`json:<type>`), bytes that do not deserialize (the
+    // type changed between deploys).
     let guard = locker.lock("shared:2").await.unwrap();
     let fingerprint = format!("json:{}", std::any::type_name::<u64>());
     guard
@@ -261,7 +269,16 @@ async fn reentrant_idempotent_calls_do_not_deadlock() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(charge_nested(&locker, 1, &bank).await.unwrap(), first);
+    assert_eq!(outer(&locker, 1, &bank).await.unwrap(), first);
+    // The record is the outer function's: the inner one, called alone, is another function.
+    let inner = charge_nested(&locker, 1, &bank).await;
+    assert!(
+        matches!(
+            inner,
+            Err(PayError::Lock(LockError::IdempotencyKeyReused { .. }))
+        ),
+        "{inner:?}"
+    );
     assert_eq!(bank.runs.load(SeqCst), 1);
 }
 
@@ -420,4 +437,201 @@ async fn a_call_cancelled_mid_body_leaves_the_outcome_unknown() {
         }
     }
     assert_eq!(bank.runs.load(SeqCst), 0, "the body never ran again");
+}
+
+/// A receipt holding hash collections, nested: a map of sets, inside a list of maps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Ledger {
+    run: u64,
+    by_account: std::collections::HashMap<String, std::collections::HashSet<u64>>,
+    batches: Vec<std::collections::HashMap<u64, String>>,
+}
+
+#[distributed_lock(key = "ledger:{order}", locker = locker, idempotent)]
+async fn ledger(locker: &Locker, order: u64, bank: &Bank) -> Result<Ledger, PayError> {
+    let run = bank.run(order).run;
+    // Enough entries that a map read back iterates in another order.
+    let by_account = (0..32)
+        .map(|a| (format!("account-{a}"), (0..16).map(|n| n * a).collect()))
+        .collect();
+    let batches = (0..4)
+        .map(|b| (0..32).map(|n| (n * b, format!("line {n}"))).collect())
+        .collect();
+    Ok(Ledger {
+        run,
+        by_account,
+        batches,
+    })
+}
+
+#[distributed_lock(key = "tags:{order}", locker = locker, idempotent)]
+async fn tags(
+    locker: &Locker,
+    order: u64,
+    bank: &Bank,
+) -> Result<std::collections::HashSet<String>, PayError> {
+    bank.run(order);
+    Ok((0..64).map(|n| format!("tag-{n}")).collect())
+}
+
+/// A value holding a `HashMap` or a `HashSet` is stored and replayed: it reads back as the
+/// same value, whatever order its entries iterate in. Issue 29, item 10: the read-back check
+/// compared bytes, so every such value was refused (`InvalidConfig`) and its key blocked for
+/// the record's TTL.
+#[tokio::test]
+async fn values_holding_hash_maps_and_sets_are_stored_and_replayed() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = ledger(&locker, 1, &bank).await.unwrap();
+    assert_eq!(ledger(&locker, 1, &bank).await.unwrap(), first);
+    let first_tags = tags(&locker, 2, &bank).await.unwrap();
+    assert_eq!(tags(&locker, 2, &bank).await.unwrap(), first_tags);
+    assert_eq!(bank.runs.load(SeqCst), 2, "each body ran once");
+}
+
+/// Entries written as a JSON map, one key twice; read back through a `HashMap`, so the key
+/// keeps only its last value. Its JSON value (a map) is the same before and after.
+#[derive(Debug)]
+struct Twice(Vec<(String, u64)>);
+
+impl Serialize for Twice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Twice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = std::collections::HashMap::<String, u64>::deserialize(d)?;
+        Ok(Twice(map.into_iter().collect()))
+    }
+}
+
+#[distributed_lock(key = "twice:{order}", locker = locker, idempotent)]
+async fn twice(locker: &Locker, order: u64, bank: &Bank) -> Result<Twice, PayError> {
+    let run = bank.run(order).run;
+    Ok(Twice(vec![("a".into(), run), ("a".into(), run + 1)]))
+}
+
+#[tokio::test]
+async fn a_map_key_written_twice_is_not_stored_as_the_same_value() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = twice(&locker, 1, &bank).await;
+    assert!(
+        matches!(first, Err(PayError::Lock(LockError::InvalidConfig { .. }))),
+        "{first:?}"
+    );
+    assert!(twice(&locker, 1, &bank).await.is_err());
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+#[distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn charge_order(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+#[distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn refund_order(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+    Ok(bank.run(order))
+}
+
+/// Two idempotent functions on one key template, returning one type: the second gets an
+/// error, never the first one's value, and its body does not run. Issue 29, item 11: the
+/// fingerprint named only the return type, and `refund` returned `charge`'s receipt.
+#[tokio::test]
+async fn another_function_under_the_same_key_is_an_error_not_a_replay() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let charged = charge_order(&locker, 1, &bank).await.unwrap();
+    for _ in 0..2 {
+        match refund_order(&locker, 1, &bank).await {
+            Err(PayError::Lock(LockError::IdempotencyKeyReused {
+                key,
+                stored,
+                caller,
+                ..
+            })) => {
+                assert_eq!(key, "order:1");
+                assert!(
+                    stored.ends_with("::charge_order -> idempotent::Receipt"),
+                    "{stored}"
+                );
+                assert!(
+                    caller.ends_with("::refund_order -> idempotent::Receipt"),
+                    "{caller}"
+                );
+            }
+            other => panic!("refund replayed charge's value: {other:?}"),
+        }
+    }
+    assert_eq!(charge_order(&locker, 1, &bank).await.unwrap(), charged);
+    assert_eq!(bank.runs.load(SeqCst), 1, "only charge ran");
+}
+
+struct Payments {
+    locker: Locker,
+}
+
+struct Refunds {
+    locker: Locker,
+}
+
+impl Payments {
+    #[distributed_lock(key = "settle:{order}", locker = self.locker, idempotent)]
+    async fn settle(&self, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+impl Refunds {
+    #[distributed_lock(key = "settle:{order}", locker = self.locker, idempotent)]
+    async fn settle(&self, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+/// Methods of one name on two types, in one module, are two functions.
+#[tokio::test]
+async fn methods_of_one_name_on_two_types_are_two_functions() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let payments = Payments {
+        locker: locker.clone(),
+    };
+    let refunds = Refunds { locker };
+    let settled = payments.settle(1, &bank).await.unwrap();
+    match refunds.settle(1, &bank).await {
+        Err(PayError::Lock(LockError::IdempotencyKeyReused { stored, caller, .. })) => {
+            assert_eq!(
+                stored,
+                "json2:idempotent::<idempotent::Payments>::settle -> idempotent::Receipt"
+            );
+            assert_eq!(
+                caller,
+                "json2:idempotent::<idempotent::Refunds>::settle -> idempotent::Receipt"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(payments.settle(1, &bank).await.unwrap(), settled);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// A record written before functions were named (fingerprint `json:<type>`) is still replayed
+/// (to any function returning that type, as before) until it expires.
+#[tokio::test]
+async fn a_record_of_the_previous_format_is_replayed() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let stored = Receipt {
+        order: 3,
+        run: 99,
+        lines: vec!["stored before the upgrade".into()],
+    };
+    let guard = locker.lock("order:3").await.unwrap();
+    let fingerprint = format!("json:{}", std::any::type_name::<Receipt>());
+    let json = serde_json::to_vec(&stored).unwrap();
+    guard
+        .store_result(&fingerprint, &json, DEFAULT_RESULT_TTL)
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(charge_order(&locker, 3, &bank).await.unwrap(), stored);
+    assert_eq!(bank.runs.load(SeqCst), 0);
 }

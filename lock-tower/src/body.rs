@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use pin_project_lite::pin_project;
@@ -68,6 +69,8 @@ pin_project! {
         },
         Full {
             data: Option<Bytes>,
+            // Sent after the data (a stored response's trailers).
+            trailers: Option<HeaderMap>,
         },
         Custom {
             body: UnsyncBoxBody<Bytes, BodyError>,
@@ -114,9 +117,15 @@ impl<B> ResponseBody<B> {
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
+        Self::full_with_trailers(data, HeaderMap::new())
+    }
+
+    /// `data`, then `trailers` when there are any.
+    pub(crate) fn full_with_trailers(data: Bytes, trailers: HeaderMap) -> Self {
         ResponseBody {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
+                trailers: (!trailers.is_empty()).then_some(trailers),
             },
         }
     }
@@ -212,7 +221,10 @@ where
                 // the response is incomplete).
                 *releasing = Some((h.release(), last, ended));
             },
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Full { data, trailers } => Poll::Ready(match data.take() {
+                Some(data) => Some(Ok(Frame::data(data))),
+                None => trailers.take().map(|t| Ok(Frame::trailers(t))),
+            }),
             KindProj::Custom { body } => Pin::new(body).poll_frame(cx),
             KindProj::Rest { head, rest } => match head.pop_front() {
                 Some(head) => Poll::Ready(Some(Ok(Frame::data(head)))),
@@ -233,7 +245,7 @@ where
                 failed,
                 ..
             } => *failed || (hold.is_none() && releasing.is_none() && body.is_end_stream()),
-            Kind::Full { data } => data.is_none(),
+            Kind::Full { data, trailers } => data.is_none() && trailers.is_none(),
             Kind::Custom { body } => body.is_end_stream(),
             Kind::Rest { head, rest } => head.is_empty() && rest.is_end_stream(),
         }
@@ -242,8 +254,18 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            Kind::Full { data, trailers } => {
+                let len = data.as_ref().map_or(0, |d| d.len() as u64);
+                match trailers {
+                    None => SizeHint::with_exact(len),
+                    // Not exact: HTTP/1 would declare a `Content-Length`, which leaves
+                    // trailers no place (hyper drops them); chunked, they go out.
+                    Some(_) => {
+                        let mut hint = SizeHint::new();
+                        hint.set_lower(len);
+                        hint
+                    }
+                }
             }
             Kind::Custom { body } => body.size_hint(),
             Kind::Rest { head, rest } => {

@@ -29,3 +29,39 @@
 pub mod chaos;
 pub mod probe;
 pub mod worker;
+
+/// The guide's chapters (`docs/src`) and the root README, whose Rust examples run as this
+/// crate's doctests (`cargo test -p lock-tests --doc`): the book never shows code that does not
+/// build or does not do what its text says. Chapters that only include a crate's README
+/// (`{{#include ..}}`) are tested as that crate's docs.
+#[cfg(doctest)]
+mod guide {
+    macro_rules! chapters {
+        ($($name:ident = $path:literal;)*) => {
+            $(
+                #[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../", $path))]
+                #[allow(dead_code, reason = "a carrier for the file's doctests")]
+                struct $name;
+            )*
+        };
+    }
+    chapters! {
+        Readme = "README.md";
+        Introduction = "docs/src/introduction.md";
+        GettingStarted = "docs/src/getting-started.md";
+        Lease = "docs/src/concepts/lease.md";
+        Fencing = "docs/src/concepts/fencing.md";
+        Reentrancy = "docs/src/concepts/reentrancy.md";
+        Waiting = "docs/src/concepts/waiting.md";
+        Choosing = "docs/src/backends/choosing.md";
+        Memory = "docs/src/backends/memory.md";
+        Redis = "docs/src/backends/redis.md";
+        Cluster = "docs/src/backends/cluster.md";
+        Sentinel = "docs/src/backends/sentinel.md";
+        Failover = "docs/src/backends/failover.md";
+        Redlock = "docs/src/backends/redlock.md";
+        Idempotency = "docs/src/idempotency.md";
+        Operating = "docs/src/operating.md";
+        Upgrading = "docs/src/upgrading.md";
+    }
+}

@@ -23,7 +23,11 @@ use lock_testkit::{AclUser, RedisServer, eventually};
 /// A hang guard for things expected to happen soon: generous, never a speed claim.
 const SOON: Duration = Duration::from_secs(10);
 
-const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+/// The guide's Redis chapter, which gives the least-privilege ACL rule.
+const README: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../docs/src/backends/redis.md"
+));
 
 async fn soon<F: Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(SOON, fut)
@@ -57,8 +61,8 @@ fn assert_permission_error<T: std::fmt::Debug>(r: Result<T, LockError>, names: &
     match r {
         Err(LockError::InvalidConfig { what, .. }) => {
             assert!(
-                what.contains("README") && what.contains("Redis permissions"),
-                "the error points at the README's ACL rule: {what}"
+                what.contains("docs/src/backends/redis.md") && what.contains("Permissions"),
+                "the error points at the guide's ACL rule: {what}"
             );
             for name in names {
                 assert!(what.contains(name), "the error names {name:?}: {what}");

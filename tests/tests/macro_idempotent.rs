@@ -60,7 +60,10 @@ async fn duplicates_across_processes_run_the_body_once_and_get_its_value() {
     else {
         panic!("no record");
     };
-    assert_eq!(record.fingerprint, "json:(u64, u32)");
+    assert_eq!(
+        record.fingerprint,
+        "json2:lock_idempotent_worker::charge -> (u64, u32)"
+    );
     assert!(String::from_utf8(record.result).unwrap().starts_with("[1,"));
     // Another order runs on its own.
     assert!(
@@ -172,4 +175,59 @@ async fn an_err_from_the_body_takes_its_mark_back() {
     assert_eq!(pay(&locker, &server, &runs, &plan, 3).await.unwrap(), 2);
     assert_eq!(pay(&locker, &server, &runs, &plan, 3).await.unwrap(), 2);
     assert_eq!(runs.load(SeqCst), 2);
+}
+
+#[derive(Debug)]
+struct ChargeError(lock_core::LockError);
+
+impl From<lock_core::LockError> for ChargeError {
+    fn from(e: lock_core::LockError) -> Self {
+        ChargeError(e)
+    }
+}
+
+static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[lock_core::distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn charge(locker: &Locker, order: u64) -> Result<String, ChargeError> {
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(format!("charged {order}"))
+}
+
+#[lock_core::distributed_lock(key = "order:{order}", locker = locker, idempotent)]
+async fn refund(locker: &Locker, order: u64) -> Result<String, ChargeError> {
+    RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(format!("refunded {order}"))
+}
+
+/// Two idempotent functions on one key template, on Redis, from two lockers (as two
+/// processes): the second gets `IdempotencyKeyReused`, never the first one's value, and does
+/// not run. Issue 29, item 11.
+#[tokio::test]
+async fn another_function_under_the_same_key_is_refused_on_redis() {
+    let server = RedisServer::start();
+    let first = Locker::redis(&server.url()).await.unwrap();
+    let second = Locker::redis(&server.url()).await.unwrap();
+    assert_eq!(charge(&first, 5).await.unwrap(), "charged 5");
+    match refund(&second, 5).await {
+        Err(ChargeError(lock_core::LockError::IdempotencyKeyReused {
+            key,
+            stored,
+            caller,
+            ..
+        })) => {
+            assert_eq!(key, "order:5");
+            assert_eq!(
+                stored,
+                "json2:macro_idempotent::charge -> alloc::string::String"
+            );
+            assert_eq!(
+                caller,
+                "json2:macro_idempotent::refund -> alloc::string::String"
+            );
+        }
+        other => panic!("refund got {other:?}"),
+    }
+    assert_eq!(charge(&second, 5).await.unwrap(), "charged 5");
+    assert_eq!(RUNS.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -20,7 +20,11 @@ use lock_core::{LockError, Locker, RedisSentinelBackend};
 use lock_testkit::RedisServer;
 use lock_testkit::sentinel::RedisSentinelSet;
 
-const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+/// The guide's Redis chapter, which gives the least-privilege ACL rule.
+const README: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../docs/src/backends/redis.md"
+));
 
 /// A hang guard for what should happen soon; never a speed claim.
 const SOON: Duration = Duration::from_secs(20);

@@ -306,9 +306,9 @@ impl BackendKind {
         }
     }
 
-    /// On a cluster, the renewal items grouped by the shard that serves them: one
-    /// [`renew`](Self::renew) call per group, the groups independent. `None` elsewhere: one call
-    /// for all.
+    /// On a cluster, the renewal items grouped by the shard that serves them; on Redlock, by
+    /// their per-server bound (lease class): one [`renew`](Self::renew) call per group, the
+    /// groups independent. `None` elsewhere (or one group): one call for all.
     pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
         let _ = items;
         match self {
@@ -316,7 +316,7 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renewal_groups(items),
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(_) => None,
+            BackendKind::Redlock(r) => r.renewal_groups(items),
         }
     }
 
@@ -328,7 +328,7 @@ impl BackendKind {
             #[cfg(feature = "redis")]
             BackendKind::Redis(r) => r.renew(items).await.map(Renewed::from_bools),
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.renew(items).await.map(Renewed::from_bools),
+            BackendKind::Redlock(r) => r.renew(items).await,
         }
     }
 

@@ -86,7 +86,7 @@ pub struct LockerStats {
     /// renewals, queue leaves. Subscriptions are not counted, nor the one retry a Redis call
     /// gets after a dropped connection, nor the full release that follows a one-key release
     /// which found the lock marked by a waiter or failed (one release, two round trips; see
-    /// the README).
+    /// the guide's waiting chapter).
     pub backend_calls: u64,
     /// Locks this locker received from a release that handed them straight to its queued
     /// waiter (no acquire round trip after the release).
@@ -212,12 +212,14 @@ impl Locker {
     }
 
     /// A locker on N independent Redis servers (Redlock), with default options: a lock is
-    /// held while a majority of them (N/2 + 1) hold it, so it survives the loss of any N/2.
+    /// held while a majority of them (3 of 5, 5 of 8) hold it, so it survives the loss of any
+    /// (N-1)/2, rounded down (2 of 5, 3 of 8).
     /// See [`RedlockBackend`](crate::RedlockBackend) for what it guarantees, what the servers
     /// must be configured with (restart delay or `appendfsync always`), and why `fenced()` is
-    /// refused on it. The URLs must name distinct servers: one server under two URLs
-    /// (`localhost` and `127.0.0.1`, `/0` and none) is not detected and votes twice, which
-    /// breaks the majority guarantee (only the same URL string twice is refused).
+    /// refused on it. The URLs must name distinct servers: the same URL twice, and one server
+    /// and database under two URLs (`localhost` and `127.0.0.1`, `/0` and none), are refused
+    /// (a probe key written through each server must not be readable through another); two
+    /// databases of one server are not detected, and would vote twice.
     ///
     /// Checks at once, on every server that answers, that the Redis user may run everything
     /// the lock needs on the default prefix's keys and channels.

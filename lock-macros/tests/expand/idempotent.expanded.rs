@@ -4,7 +4,12 @@ pub async fn charge(order: &Order) -> Result<Receipt, PayError> {
     ::lock_core::__private::run_idempotent(
             ::lock_core::__private::global()
                 .map(|__lock_locker| __lock_locker.lock(__lock_key)),
-            ::lock_core::__private::stored(),
+            ::lock_core::__private::stored()
+                .called_by(
+                    ::core::module_path!(),
+                    "charge",
+                    ::core::option::Option::None,
+                ),
             ::lock_core::DEFAULT_RESULT_TTL,
             async move {
                 #[allow(
@@ -39,7 +44,12 @@ pub async fn payout(&self, id: u64) -> Result<u64, PayError> {
                     __lock_locker.lock(__lock_key)
                 })
                 .map(|__lock_request| __lock_request.no_wait()),
-            ::lock_core::__private::stored(),
+            ::lock_core::__private::stored()
+                .called_by(
+                    ::core::module_path!(),
+                    "payout",
+                    ::core::option::Option::Some(::core::any::type_name::<Self>()),
+                ),
             ::lock_core::__private::Duration::from_millis(604800000),
             async move {
                 #[allow(

@@ -26,7 +26,8 @@
 //! - its body is read (up to [`max_body`](IdempotencyLayer::max_body), else 413) and its
 //!   fingerprint taken: SHA-256 of method, route, path and query, and body;
 //! - a stored record with the same fingerprint: the stored response (status, end-to-end headers,
-//!   body, byte for byte) with `Idempotent-Replayed: true`; the handler does not run. Another
+//!   body, byte for byte, and its trailers, such as gRPC's `grpc-status`) with
+//!   `Idempotent-Replayed: true`; the handler does not run. Another
 //!   fingerprint: 422;
 //! - the first request still running: 409 with `Retry-After`, or with
 //!   [`wait`](IdempotencyLayer::wait), wait for it and replay its answer;
@@ -35,9 +36,12 @@
 //!   cannot be written the handler does not run: 503, safe to retry), runs the handler, and
 //!   stores its response with [`lock_core::LockGuard::store_result`] in the mark's place (only
 //!   while the lock is ours: a lost lease answers 503, not the handler's success). 5xx, 401,
-//!   408 and 429 answers are not stored (they say "not now", not "this request's answer"):
-//!   the mark is taken back under the lock, so a retry runs again; other 4xx answers are the
-//!   handler's and are replayed.
+//!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
+//!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
+//!   an extractor's rejection, no such route or method; a layer over a whole router would
+//!   otherwise keep one for every key anyone sends): the mark is taken back under the lock, so
+//!   a retry runs again; other 4xx answers (402, 403, 409, 422...) are the handler's verdict
+//!   and are replayed.
 //! - a request that finds the mark without a response (the server died, lost the key's lease,
 //!   or could not store the response, after the handler started) gets 409
 //!   `idempotency-outcome-unknown` (422 for another fingerprint), never a second run, until
@@ -68,6 +72,10 @@
 //! A [`ttl`](IdempotencyLayer::ttl) out of range never panics: every request carrying a key
 //! answers 500 `misconfigured` before its handler runs.
 //!
+//! The key header is the IETF draft's sf-string (`Idempotency-Key: "abc"`, escapes `\"` and
+//! `\\`) or a bare value (`abc`): both are the key `abc`. A malformed sf-string (no closing
+//! quote, another escape, anything after the closing quote, `""`) is 400 `invalid-key`.
+//!
 //! Requests without the header pass through ([`require_key`](IdempotencyLayer::require_key):
 //! 400); a request with several keys (the header twice, or one value listing two, `a, b`)
 //! gets 400 `invalid-key`: two keys are not one. Every rejection is an
@@ -78,6 +86,7 @@
 //! read (up to [`lock_core::MAX_RESULT_LEN`]) to be stored before the response goes out.
 
 mod future;
+mod key_header;
 mod layer;
 mod record;
 mod rejection;

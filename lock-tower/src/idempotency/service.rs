@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use tower_service::Service;
 
 use super::future::IdempotencyFuture;
+use super::key_header;
 use super::layer::{Config, Scope, caller_principal};
 use super::record::Stored;
 use super::rejection::IdempotencyRejection;
@@ -133,11 +134,20 @@ where
                 reason: format!("the {header} header {how}; send one key").into(),
             });
         }
-        let key = parts
+        // The draft's sf-string (`"abc"`) and the bare value (`abc`) are one key.
+        let key = match parts
             .headers
             .get(header)
-            .map(|v| v.as_bytes().to_vec())
-            .filter(|v| !v.is_empty());
+            .map(|v| key_header::parse(v.as_bytes()))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key.into_owned()).filter(|k| !k.is_empty()),
+            Some(Err(why)) => {
+                return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
+                    reason: format!("the {header} header is malformed: {why}").into(),
+                });
+            }
+        };
         let Some(key) = key else {
             if config.require_key {
                 return IdempotencyFuture::answered(missing_key(header));
@@ -435,13 +445,14 @@ where
         return Ok(lease_lost(guard, key).await);
     };
     let (stored, answer) = match read {
-        Read::Whole(body) => {
+        Read::Whole(body, trailers) => {
             let stored = Stored::Response {
                 status: parts.status,
                 headers: end_to_end(&parts.headers),
                 body: body.clone(),
+                trailers: trailers.clone(),
             };
-            (stored, Ok(ResponseBody::full(body)))
+            (stored, Ok(ResponseBody::full_with_trailers(body, trailers)))
         }
         Read::Over { head, rest } => {
             // Never held in memory whole: the head read so far, then the rest as the handler
@@ -506,8 +517,8 @@ where
 
 /// A handler's response body, read for its record.
 enum Read<B> {
-    /// All of it, at most the record's limit.
-    Whole(Bytes),
+    /// All of it, at most the record's limit, and its trailers (empty when it had none).
+    Whole(Bytes, HeaderMap),
     /// Longer than the limit (or declared so): the chunks read of it, and the rest, unread.
     Over {
         head: VecDeque<Bytes>,
@@ -521,8 +532,8 @@ enum Read<B> {
 /// Reads `body` up to `limit` bytes of data. A longer body (or one whose `Content-Length`,
 /// `declared`, or size hint says so) is never buffered whole (a large download, an endless
 /// stream behind an idempotency key): its head goes to the client and the rest streams after
-/// it. The trailers of a body that fits are dropped (a record has no place for them); a longer
-/// body's trailers stream on with it.
+/// it. The trailers of a body that fits are kept, to be sent after it and stored with it; a
+/// longer body's trailers stream on with it.
 async fn read_response<B: Body<Data = Bytes>>(
     body: B,
     declared: Option<u64>,
@@ -534,14 +545,20 @@ async fn read_response<B: Body<Data = Bytes>>(
     if declared.is_some_and(longer) || longer(body.size_hint().lower()) {
         return Read::Over { head, rest: body };
     }
-    let mut len = 0;
+    let (mut len, mut trailers) = (0, HeaderMap::new());
     loop {
         match body.frame().await {
             None => break,
             Some(Err(_)) => return Read::Failed,
             Some(Ok(frame)) => {
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let data = match frame.into_data() {
+                    Ok(data) => data,
+                    Err(frame) => {
+                        if let Ok(more) = frame.into_trailers() {
+                            trailers.extend(more);
+                        }
+                        continue;
+                    }
                 };
                 len += data.len();
                 head.push_back(data);
@@ -551,10 +568,11 @@ async fn read_response<B: Body<Data = Bytes>>(
             }
         }
     }
-    Read::Whole(match head.len() {
+    let body = match head.len() {
         0 | 1 => head.pop_front().unwrap_or_default(),
         _ => Bytes::from(head.make_contiguous().concat()),
-    })
+    };
+    Read::Whole(body, trailers)
 }
 
 /// The rest of a detached handler's long body, read to its end by a task of its own: the
@@ -637,12 +655,23 @@ impl Body for Forwarded {
     }
 }
 
-/// Whether a response is stored and replayed: not 5xx (a retry runs again), and not the
-/// 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
+/// Whether a response is stored and replayed: not 5xx (a retry runs again); not the 4xx
+/// answers to a request that failed before it was processed, which the IETF draft does not ask
+/// to store and which a layer over a whole router would otherwise keep for every key anyone
+/// sends (issue 29, item 15): 400 (malformed: an extractor's rejection), 404 and 405 (no such
+/// route or method: the router's), 413, 414, 415 and 431 (too large, unsupported); and not
+/// the 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
 /// often from an authentication layer inside this one), 408 (request timeout) and 429 (rate
-/// limited). Other 4xx answers are the handler's verdict on the request and are replayed.
+/// limited). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
+/// not stored either: a retry runs the handler again, as it should when that answer means
+/// nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
+/// on the request and are replayed.
 fn storable(status: http::StatusCode) -> bool {
-    !status.is_server_error() && !matches!(status.as_u16(), 401 | 408 | 429)
+    !status.is_server_error()
+        && !matches!(
+            status.as_u16(),
+            400 | 401 | 404 | 405 | 408 | 413 | 414 | 415 | 429 | 431
+        )
 }
 
 /// `work`'s output, or `None` when the lease was lost first (`work` is then dropped).
@@ -701,8 +730,9 @@ fn answer_from_record<B>(
             status,
             headers,
             body,
+            trailers,
         }) => {
-            let mut response = Response::new(ResponseBody::full(body));
+            let mut response = Response::new(ResponseBody::full_with_trailers(body, trailers));
             *response.status_mut() = status;
             *response.headers_mut() = headers;
             response
@@ -721,16 +751,16 @@ fn answer_from_record<B>(
 }
 
 /// The headers worth storing: all but the hop-by-hop ones (RFC 9110 7.6.1) and those the
-/// `Connection` header names.
+/// `Connection` header names. `Trailer` is end-to-end (RFC 9110 6.6.2) and kept: it names the
+/// stored trailers, and hyper sends HTTP/1 trailers only when it does.
 fn end_to_end(headers: &HeaderMap) -> HeaderMap {
-    const HOP_BY_HOP: [&str; 8] = [
+    const HOP_BY_HOP: [&str; 7] = [
         "connection",
         "keep-alive",
         "proxy-authenticate",
         "proxy-authorization",
         "proxy-connection",
         "te",
-        "trailer",
         "transfer-encoding",
     ];
     let named: Vec<String> = headers
@@ -818,8 +848,13 @@ mod tests {
         h.insert("content-type", HeaderValue::from_static("text/plain"));
         h.append("set-cookie", HeaderValue::from_static("a=1"));
         h.append("set-cookie", HeaderValue::from_static("b=2"));
+        h.insert("trailer", HeaderValue::from_static("grpc-status"));
         let kept = end_to_end(&h);
-        assert_eq!(kept.len(), 3);
+        assert_eq!(kept.len(), 4);
+        assert_eq!(
+            kept["trailer"], "grpc-status",
+            "end-to-end: it names the trailers"
+        );
         assert!(kept.get("x-private").is_none());
         assert_eq!(kept.get_all("set-cookie").iter().count(), 2);
     }

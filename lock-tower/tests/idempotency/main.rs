@@ -10,3 +10,4 @@ mod behaviour;
 mod fingerprint;
 mod redis;
 mod streaming;
+mod unprocessed;

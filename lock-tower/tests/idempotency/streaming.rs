@@ -263,12 +263,7 @@ async fn bodies_at_the_limits_edges_are_byte_exact_over_hyper() {
         let make =
             move || axum::response::Response::new(axum::body::Body::new(Chunks::new(&s, hint)));
         let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), make);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http();
+        let (client, addr) = over_http1(app).await;
         let req = || {
             Request::post(format!("http://{addr}/x"))
                 .header("idempotency-key", "k")
@@ -322,6 +317,85 @@ async fn trailers_after_an_over_limit_body_pass_through() {
             .is_some_and(|t| t.contains_key("x-sum"))
     );
     assert_eq!(collected.to_bytes().len(), LIMIT + 5);
+}
+
+/// 7 bytes (3 + 4), then trailers (`grpc-status: 0`, `x-sum: 1`, `x-sum: 2`) that its
+/// `Trailer` header names.
+fn with_trailers() -> axum::response::Response {
+    let mut b = Chunks::new(&[3, 4], Hint::None);
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from_static("0"));
+    t.append("x-sum", HeaderValue::from_static("1"));
+    t.append("x-sum", HeaderValue::from_static("2"));
+    b.trailers = Some(t);
+    let mut r = axum::response::Response::new(axum::body::Body::new(b));
+    r.headers_mut()
+        .insert("trailer", HeaderValue::from_static("grpc-status, x-sum"));
+    r
+}
+
+/// Trailers of a body short enough to store (gRPC's `grpc-status`) reach the first client and
+/// every replay. Issue 29, item 12: the body was buffered for its record and re-sent without
+/// them, to the first client too, while a longer body kept them.
+#[tokio::test]
+async fn trailers_of_a_stored_body_reach_the_first_client_and_every_replay() {
+    let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), with_trailers);
+    let expected = Chunks::new(&[3, 4], Hint::None).all();
+    for replayed in [false, true] {
+        let r = app.clone().oneshot(post(&["k"])).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers().contains_key("idempotent-replayed"), replayed);
+        let collected = r.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().cloned().unwrap_or_default();
+        assert_eq!(
+            trailers.get("grpc-status").unwrap(),
+            "0",
+            "replayed: {replayed}"
+        );
+        let sums: Vec<_> = trailers.get_all("x-sum").iter().collect();
+        assert_eq!(sums, ["1", "2"], "replayed: {replayed}");
+        assert_eq!(collected.to_bytes(), expected);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+type Http1Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+/// Serves `app` over HTTP/1.1 (axum on hyper) on a loopback port: a client, and the address.
+async fn over_http1(app: axum::Router) -> (Http1Client, std::net::SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http();
+    (client, addr)
+}
+
+/// Over HTTP/1.1 a stored body's trailers go out after it, chunked, first and on replay:
+/// its length is not declared (a `Content-Length` leaves trailers no place) and its `Trailer`
+/// header, which names them and without which hyper sends none, is stored with it (RFC 9110
+/// 6.6.2: an end-to-end field).
+#[tokio::test]
+async fn trailers_of_a_stored_body_cross_http1() {
+    let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), with_trailers);
+    let (client, addr) = over_http1(app).await;
+    for replayed in [false, true] {
+        let request = Request::post(format!("http://{addr}/x"))
+            .header("idempotency-key", "k")
+            .header("te", "trailers")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let r = client.request(request).await.unwrap();
+        assert_eq!(r.headers().contains_key("idempotent-replayed"), replayed);
+        let collected = r.into_body().collect().await.unwrap();
+        let status = collected.trailers().and_then(|t| t.get("grpc-status"));
+        assert_eq!(status.unwrap(), "0", "replayed: {replayed}");
+        assert_eq!(collected.to_bytes().len(), 7);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
 /// A response body the test feeds chunk by chunk (no size hint); it ends when its sender is

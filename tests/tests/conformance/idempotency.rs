@@ -565,15 +565,20 @@ async fn a_restart_without_persistence_loses_records_and_refuses_the_store() {
     );
 }
 
-/// Redis only: the README's ACL rule (read from it) is enough for the result store, with no
-/// `@dangerous` command: storing and reading a record, and a refused stale store.
+/// Redis only: the README's ACL rule (read from the guide's Redis chapter, where the README
+/// sends it) is enough for the result store and the "started" mark, with no `@dangerous`
+/// command: storing and reading a record, a mark written and taken back, and a refused stale
+/// store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_rule_suffices_for_the_result_store() {
-    const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    const README: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/backends/redis.md"
+    ));
     let rule = README
         .lines()
         .find_map(|l| l.trim().strip_prefix("ACL SETUSER "))
-        .expect("the README gives an `ACL SETUSER` rule");
+        .expect("the guide gives an `ACL SETUSER` rule");
     let user = lock_testkit::AclUser::from_setuser(rule.split_whitespace())
         .expect("the rule sets a password");
     let server = RedisServer::builder()
@@ -586,6 +591,9 @@ async fn the_readme_acl_rule_suffices_for_the_result_store() {
     assert_eq!(state(&locker, "acl").await, IdempotencyState::Absent);
     let guard = locker.lock("acl").await.expect("acquire");
     assert_eq!(state(&locker, "acl").await, IdempotencyState::InFlight);
+    guard.mark_started("fp", TTL).await.expect("mark");
+    guard.clear_started().await.expect("take the mark back");
+    guard.mark_started("fp", TTL).await.expect("mark again");
     guard.store_result("fp", b"ok", TTL).await.expect("store");
     assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
     server.del(&lock_name("lock:", "acl")).await;

@@ -1,6 +1,7 @@
 //! Redlock (issue 17): one lock over 5 independent redis-server processes, held while 3 of
-//! them hold it. Three modules: `faults` (quorum under faults), `connect` (joining, doubles),
-//! `waiting` (contention, split votes, take-backs).
+//! them hold it. Four modules: `faults` (quorum under faults), `connect` (joining, doubles),
+//! `waiting` (contention, split votes, take-backs), `renewal` (each lock of a renewal batch on
+//! its own: verdict, per-server bound; every server gets an extend; issue 29).
 //!
 //! - `every_subset_of_servers_down_or_stalled`: all 32 subsets of 5 servers down (killed) or
 //!   stalled (SIGSTOP), both kinds mixed: acquired when 3 or more answer; else refused with a
@@ -39,6 +40,7 @@ use lock_tests::chaos::{Rng, now_us};
 
 mod connect;
 mod faults;
+mod renewal;
 mod waiting;
 
 /// The per-server bound the tests configure.

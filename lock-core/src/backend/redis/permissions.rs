@@ -21,7 +21,7 @@ static PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 const PROBE_NAME: &str = "__lock_probe__";
 
 /// Where a missing permission is explained.
-pub(super) const ACL_HINT: &str = "see \"Redis permissions\" in the README for the ACL rule";
+pub(super) const ACL_HINT: &str = "see \"Permissions\" in the guide's Redis chapter (docs/src/backends/redis.md) for the ACL rule";
 
 pub(super) fn is_noperm(e: &redis::RedisError) -> bool {
     e.code() == Some("NOPERM")
@@ -29,7 +29,7 @@ pub(super) fn is_noperm(e: &redis::RedisError) -> bool {
 
 impl RedisBackend {
     /// Checks that the Redis user may run everything the lock runs on the keys and channels of
-    /// `prefix` (keys `<prefix>*`, channels `<prefix>*`, the commands of the README's ACL rule),
+    /// `prefix` (keys `<prefix>*`, channels `<prefix>*`, the commands of the guide's ACL rule),
     /// without writing anything. The backend does it by itself before the first acquire of each
     /// prefix, and [`Locker::redis`](crate::Locker::redis) at connect for the default prefix;
     /// call it at start-up to learn of a missing permission before the first lock. A success is

@@ -1,5 +1,5 @@
 //! The Redlock backend: one lock over N independent Redis servers, held while a majority
-//! (N/2 + 1) of them hold it.
+//! of them (3 of 5, 5 of 8) hold it: it survives the loss of any (N-1)/2, rounded down.
 //!
 //! Each server is a full [`RedisBackend`] (its scripts, group commit, subscriber and watcher);
 //! this module fans every call out to all of them at once, each bounded by a per-server
@@ -13,8 +13,10 @@
 //! - renew: an item is renewed only when a quorum extended it (each extension is
 //!   owner-checked: the token was on that server continuously); it is lost only when the
 //!   servers that said yes and those that did not answer could not make a quorum; otherwise
-//!   (undecided: too few answers, or a quorum answered with too few yes) the call fails and
-//!   the watchdog retries while the lease is still locally valid.
+//!   it is undecided (too few answers, or a quorum answered with too few yes) and the watchdog
+//!   retries it while its lease is still locally valid. Each lock of a batch gets its own
+//!   verdict (one undecided lock decides nothing for another), judged by its own per-server
+//!   bound; every server asked gets the call, also after the answer came at a quorum.
 //! - release and idempotency records: on every server; success needs a quorum. An
 //!   idempotency read hears every server that answers within the bound (at least a quorum)
 //!   and a record on any of them wins (see `merge_states`).
@@ -45,6 +47,7 @@ mod acquire;
 mod connect;
 mod idempotency;
 mod release;
+mod renew;
 mod take_back;
 #[cfg(test)]
 mod tests;
@@ -124,7 +127,8 @@ pub struct NoQuorum {
 }
 
 /// Locks on N independent Redis servers (Redlock): a lock is held while a majority of the
-/// servers (N/2 + 1) hold it, so it survives the crash or loss of any N/2 of them.
+/// servers (3 of 5, 5 of 8) hold it, so it survives the crash or loss of any (N-1)/2 of them,
+/// rounded down (2 of 5, 3 of 8: with 4 of 8 gone, the 4 left are no majority).
 ///
 /// - **Acquire**: `SET NX PX` on every server at once, each bounded by a per-server timeout
 ///   (a tenth of the lease, at most [`DEFAULT_SERVER_TIMEOUT`]; see
@@ -138,14 +142,15 @@ pub struct NoQuorum {
 ///   renewed only when a quorum extended it (owner-checked). It is lost, and its holder told
 ///   ([`LockGuard::lost`](crate::LockGuard::lost), `LeaseLost`), when the servers that extended
 ///   it and those that did not answer could not make a quorum; when they still could (a
-///   server stalled), the watchdog retries while the lease is locally valid.
+///   server stalled), the watchdog retries it while its lease is locally valid. Each lock of
+///   the call is judged on its own.
 /// - **Waiting** is by notification: a waiter subscribes on every server, and a release
 ///   message from any of them wakes it. There is no cross-process queue, so
 ///   [`fair`](crate::LockRequest::fair) is refused; contenders that split a vote retry after a
 ///   random pause (up to 20 ms: the attempt answers busy for that long).
 /// - **Fencing is refused** ([`LockError::InvalidConfig`], before any I/O): tokens drawn from
 ///   counters on independent servers are not strictly increasing once a server loses its data
-///   or clocks differ (see the README, "Redlock").
+///   or clocks differ (see the guide's Redlock chapter).
 /// - **A server restarted empty** must stay down for at least the longest lease first (or run
 ///   with `appendonly yes` and `appendfsync always`): otherwise a lock it forgot can be taken
 ///   by a second holder on a new majority.
@@ -470,7 +475,8 @@ impl RedlockBackend {
 }
 
 /// Runs `futures` concurrently until all are done or `done` says the outcome is decided; the
-/// outputs so far, in order (`None` for those still running, which are dropped).
+/// outputs so far, in order (`None` for those still running, which are dropped: a call that
+/// must reach its server whatever is decided goes through [`start`] or a task of its own).
 async fn gather<F: Future>(
     futures: impl IntoIterator<Item = F>,
     mut done: impl FnMut(&[Option<F::Output>]) -> bool,
@@ -495,4 +501,37 @@ async fn gather<F: Future>(
     })
     .await;
     outputs
+}
+
+/// A call started on one server by [`start`]: answered at its first poll, or running in a task
+/// of its own.
+enum Started<T> {
+    Done(T),
+    Running(tokio::task::JoinHandle<T>),
+}
+
+impl<T> Started<T> {
+    /// Its output (`None`: its task panicked or was cancelled by a runtime shutting down).
+    async fn finish(self) -> Option<T> {
+        match self {
+            Started::Done(v) => Some(v),
+            Started::Running(task) => task.await.ok(),
+        }
+    }
+}
+
+/// Polls `call` once (its request is then on its server's connection, in the order the calls
+/// were started), then lets it run to its end in a task of its own, whatever the caller does:
+/// every server asked gets the call, even when the outcome is decided without its answer.
+/// `None` outside a runtime (the call is dropped).
+async fn start<F>(call: F) -> Option<Started<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut call = Box::pin(call);
+    match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+        Poll::Ready(v) => Some(Started::Done(v)),
+        Poll::Pending => crate::background::spawn(call).map(Started::Running),
+    }
 }

@@ -1,11 +1,11 @@
-//! Release, the local hand-off (`keep_if_alone`), the waiters' queue entries and renewal on
-//! every server.
+//! Release, the local hand-off (`keep_if_alone`) and the waiters' queue entries on every
+//! server.
 
 use std::time::Duration;
 
 use super::{RedlockBackend, Server, Tally, gather};
 use crate::LockError;
-use crate::backend::{Kept, Renewal};
+use crate::backend::Kept;
 use crate::background;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -177,56 +177,5 @@ impl RedlockBackend {
             return Err(self.no_quorum("release", Some(key.user()), answered));
         }
         Ok(Kept::NotOurs)
-    }
-
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        let Some(shortest) = items.iter().map(|r| r.lease).min() else {
-            return Ok(Vec::new());
-        };
-        let bound = self.server_timeout(shortest);
-        let quorum = self.inner.quorum;
-        let n = self.inner.servers.len();
-        let answers = gather(
-            self.inner.servers.iter().map(|s| async move {
-                let b = s.get()?;
-                match tokio::time::timeout(bound, b.renew(items)).await {
-                    Ok(Ok(answers)) if answers.len() == items.len() => Some(answers),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "a Redlock server failed a renewal");
-                        None
-                    }
-                    _ => None,
-                }
-            }),
-            |answers| {
-                // Done early when every item is decided either way.
-                let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-                (0..items.len()).all(|i| {
-                    let yes = got.iter().filter(|a| a[i]).count();
-                    yes >= quorum || got.len() - yes > n - quorum
-                })
-            },
-        )
-        .await;
-        let got: Vec<&Vec<bool>> = answers.iter().flatten().flatten().collect();
-        let silent = n - got.len();
-        let mut renewed = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let yes = got.iter().filter(|a| a[i]).count();
-            if yes >= quorum {
-                renewed.push(true);
-            } else if yes + silent < quorum {
-                // Even the servers that did not answer could not make a quorum: lost.
-                renewed.push(false);
-            } else {
-                // Undecided: the servers that did not answer may hold it still (too few
-                // answers, or a quorum answered without a quorum of yes). Like a transport
-                // failure on one server, the call fails and the watchdog retries while the
-                // leases are still locally valid; nothing is extended locally without a quorum
-                // of yes.
-                return Err(self.no_quorum("renew", Some(item.key.user()), got.len()));
-            }
-        }
-        Ok(renewed)
     }
 }

@@ -151,3 +151,20 @@ fn counts() {
     let c = Count::of(&votes);
     assert_eq!((c.yes, c.busy, c.silent, c.answered()), (1, 1, 1, 2));
 }
+
+#[test]
+fn each_lock_of_a_renewal_gets_its_own_verdict() {
+    use crate::backend::Renewed::{Lost, Unknown, Yes};
+    // 5 servers, quorum 3; 4 answered (one silent), 3 locks: on all of them, on exactly 3
+    // (one of them the silent one), on one.
+    let answers = [
+        vec![true, false, false],
+        vec![true, false, false],
+        vec![true, true, false],
+        vec![true, true, true],
+    ];
+    let got: Vec<&Vec<bool>> = answers.iter().collect();
+    assert_eq!(renew::verdicts(&got, 3, 3, 5), vec![Yes, Unknown, Lost]);
+    // Nobody answered: nothing is known.
+    assert_eq!(renew::verdicts(&[], 2, 3, 5), vec![Unknown, Unknown]);
+}
