@@ -190,7 +190,7 @@ pub enum LockError {
         /// The key.
         key: String,
         /// The fingerprint of the stored record: the function that stored it and its return
-        /// type (`json2:<module>::<fn> -> <type>`), or a digest of that when it is long.
+        /// type (`json2:<path of the function> -> <type>`), or a digest of that when it is long.
         stored: String,
         /// The fingerprint of this call, in the same form.
         caller: String,

@@ -59,5 +59,5 @@ pub mod __private {
     pub use crate::global::global;
     pub use crate::macro_support::run_locked;
     #[cfg(feature = "idempotent")]
-    pub use crate::macro_support::{Stored, run_idempotent, stored};
+    pub use crate::macro_support::{Stored, function_path, run_idempotent, stored};
 }

@@ -44,7 +44,7 @@ where
 }
 
 #[cfg(feature = "idempotent")]
-pub use idempotent::{Stored, run_idempotent, stored};
+pub use idempotent::{Stored, function_path, run_idempotent, stored};
 
 /// `#[distributed_lock(idempotent)]`: the body runs at most once per key within the TTL, and
 /// its first `Ok` value, stored as JSON in the key's idempotency record, answers every later
@@ -71,15 +71,17 @@ mod idempotent {
     ///
     /// ```
     /// let codec: lock_core::__private::Stored<u32> =
-    ///     lock_core::__private::stored().called_by(module_path!(), "charge", None);
+    ///     lock_core::__private::stored().called_by("shop::charge");
     /// # let _ = codec;
     /// ```
     pub struct Stored<T> {
-        encode: fn(&T) -> serde_json::Result<Vec<u8>>,
+        /// The bytes to store and the value to return: the body's value as a replay reads it
+        /// back, so that every call gets the same value.
+        encode: fn(T) -> serde_json::Result<(Vec<u8>, T)>,
         decode: fn(&[u8]) -> serde_json::Result<T>,
         type_name: fn() -> &'static str,
-        /// The module of the function that stores, its name, and the `Self` type of a method.
-        function: (&'static str, &'static str, Option<&'static str>),
+        /// The path of the function that stores (see [`function_path`]).
+        function: &'static str,
     }
 
     impl<T> std::fmt::Debug for Stored<T> {
@@ -109,8 +111,8 @@ mod idempotent {
                 fn refuse(why: impl std::fmt::Display) -> serde_json::Error {
                     <serde_json::Error as serde::ser::Error>::custom(why)
                 }
-                crate::faithful::faithful(value).map_err(refuse)?;
-                let bytes = serde_json::to_vec(value)?;
+                crate::faithful::faithful(&value).map_err(refuse)?;
+                let bytes = serde_json::to_vec(&value)?;
                 let back: T = serde_json::from_slice(&bytes)
                     .map_err(|e| refuse(format!("it does not read back as the same type: {e}")))?;
                 // As a value, not as bytes: a map or a set read back iterates in another
@@ -118,49 +120,41 @@ mod idempotent {
                 // entry read back, and the value of a map would not tell it.
                 let again = serde_json::to_vec(&back)?;
                 if again != bytes
-                    && !(again.len() == bytes.len() && crate::faithful::same_value(value, &back)?)
+                    && (again.len() != bytes.len() || !crate::faithful::same_value(&value, &back)?)
                 {
                     return Err(refuse("it reads back as another value"));
                 }
-                Ok(bytes)
+                // JSON cannot tell a set from a list whose order is its meaning (one that
+                // `T`'s `Deserialize` sorts), nor two untagged variants written alike: the
+                // first call gets what every replay gets, the value read back.
+                Ok((bytes, back))
             },
             decode: |bytes| serde_json::from_slice(bytes),
             type_name: std::any::type_name::<T>,
-            function: ("", "", None),
+            function: "",
         }
     }
 
     impl<T> Stored<T> {
-        /// The codec of the function `name` in `module` (`module_path!()`), a method of
-        /// `self_type` (`type_name::<Self>()`) when it has a receiver: its records are
-        /// replayed to it only, and another function under the same key gets
+        /// The codec of the function at `function`, its path as [`function_path`] gives it:
+        /// its records are replayed to it only, and another function under the same key gets
         /// [`LockError::IdempotencyKeyReused`].
         ///
         /// ```
-        /// let codec = lock_core::__private::stored::<u8>().called_by("shop::billing", "charge", None);
+        /// let codec = lock_core::__private::stored::<u8>().called_by("shop::billing::charge");
         /// # let _ = codec;
         /// ```
-        pub fn called_by(
-            mut self,
-            module: &'static str,
-            name: &'static str,
-            self_type: Option<&'static str>,
-        ) -> Self {
-            self.function = (module, name, self_type);
+        pub fn called_by(mut self, function: &'static str) -> Self {
+            self.function = function;
             self
         }
 
-        /// `json2:<module>::<fn> -> <type of T>` (a method: `json2:<module>::<<Self>>::<fn>
-        /// -> ..`), or `json2:sha256:<hex>` of what follows `json2:` when that is longer than
-        /// a fingerprint may be. Type names are what rustc prints: the same in every process
-        /// built from the same code, different for another function or type under one key.
+        /// `json2:<function> -> <type of T>`, or `json2:sha256:<hex>` of what follows `json2:`
+        /// when that is longer than a fingerprint may be. Paths and type names are what rustc
+        /// prints: the same in every process built from the same code, different for another
+        /// function or type under one key.
         fn fingerprint(&self) -> String {
-            let (module, name, self_type) = self.function;
-            let t = (self.type_name)();
-            let named = match self_type {
-                None => format!("{module}::{name} -> {t}"),
-                Some(self_type) => format!("{module}::<{self_type}>::{name} -> {t}"),
-            };
+            let named = format!("{} -> {}", self.function, (self.type_name)());
             hashed_if_long("json2:", &named)
         }
 
@@ -199,6 +193,48 @@ mod idempotent {
                 ),
             })
         }
+    }
+
+    /// The path of the function whose body made `here`, a closure: its type name without the
+    /// closures it sits in, nor the function's own generic arguments. rustc names the
+    /// instance, `Self` included: `shop::charge`; `shop::Payments::close` and
+    /// `shop::Refunds::close`, associated functions of one name on two types;
+    /// `<shop::Payments as shop::Close>::all` and `<shop::Refunds as shop::Close>::all`, a
+    /// trait's provided method taken by two types; `shop::outer::step`, a function declared
+    /// inside another. `module_path!()` and the function's name tell none of these apart. A
+    /// generic function (`impl Trait` parameters included) is one function whatever its
+    /// arguments: `shop::fetch`, not `shop::fetch<alloc::string::String>`.
+    ///
+    /// ```
+    /// trait Close {
+    ///     async fn all(_: impl std::fmt::Display) -> &'static str {
+    ///         lock_core::__private::function_path(&|| ())
+    ///     }
+    /// }
+    /// struct Payments;
+    /// impl Close for Payments {}
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// let path = rt.block_on(Payments::all(7));
+    /// assert!(path.starts_with('<') && path.contains("Payments as ") && path.ends_with(">::all"));
+    /// ```
+    pub fn function_path<F>(_here: &F) -> &'static str {
+        let mut path = std::any::type_name::<F>();
+        while let Some(outer) = path.strip_suffix("::{{closure}}") {
+            path = outer;
+        }
+        // The function's own generic arguments: from the `<` that opens the last `>`.
+        if path.ends_with('>') {
+            let mut depth = 0_usize;
+            for (at, byte) in path.bytes().enumerate().rev() {
+                match byte {
+                    b'>' => depth += 1,
+                    b'<' if depth == 1 => return &path[..at],
+                    b'<' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+        path
     }
 
     /// `prefix` and `name`, or `prefix`, `sha256:` and the hex digest of `name` when that is
@@ -251,6 +287,11 @@ mod idempotent {
     /// every later call within the TTL gets [`LockError::InvalidConfig`] ("result was not
     /// stored") and the body does not run again.
     ///
+    /// A stored value is returned as JSON gives it back, to the first call too: every call
+    /// gets the same value, and what `T`'s serde attributes drop or change on the way (a
+    /// `#[serde(skip)]` field, an untagged enum read as another variant written alike, a list
+    /// that its `Deserialize` sorts) is dropped or changed for the first call as well.
+    ///
     /// Cancellation: `body` usually borrows the function's parameters (`&self`, references),
     /// so it is not `'static` and cannot be spawned; it runs inside the caller's future.
     /// Dropping that future while the body runs (a `select!`, a timeout, a dropped request)
@@ -264,7 +305,7 @@ mod idempotent {
     /// use lock_core::{LockError, Locker, __private::{run_idempotent, stored}};
     /// let locker = Locker::memory();
     /// let ttl = lock_core::DEFAULT_RESULT_TTL;
-    /// let codec = || stored().called_by(module_path!(), "demo", None);
+    /// let codec = || stored().called_by("shop::demo");
     /// let first: Result<u32, LockError> =
     ///     run_idempotent(Ok(locker.lock("k")), codec(), ttl, async { Ok(7) }, From::from).await;
     /// let again: Result<u32, LockError> =
@@ -355,31 +396,31 @@ mod idempotent {
                 return Ok(Err(e));
             }
         };
-        let not_storable = match (stored.encode)(&value) {
-            Ok(bytes) => match guard.store_result(&fingerprint, &bytes, ttl).await {
-                Ok(()) => None,
-                Err(e @ LockError::RecordTooLarge { .. }) => Some(e),
+        let error = match (stored.encode)(value) {
+            Ok((bytes, value)) => match guard.store_result(&fingerprint, &bytes, ttl).await {
+                Ok(()) => {
+                    // Stored in one step that checked the lock was ours: the body ran under it
+                    // from start to end (a lost lease never comes back), so a failed release
+                    // changes nothing.
+                    release(guard, &key).await;
+                    return Ok(Ok(value));
+                }
+                Err(e @ LockError::RecordTooLarge { .. }) => e,
                 // Dropping the guard on an error releases the lock in the background.
                 Err(e) => return Err(e),
             },
-            Err(e) => Some(LockError::InvalidConfig {
+            Err(e) => LockError::InvalidConfig {
                 what: format!(
                     "the result of idempotent key {key:?} could not be stored as JSON ({e}); the body ran, so later calls get an error (result not stored) until the record expires"
                 ),
-            }),
+            },
         };
-        if let Some(error) = not_storable {
-            // The body ran: record that, so a later call does not run it again.
-            if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
-                tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; later calls get OutcomeUnknown (its mark stays) until it expires");
-            }
-            release(guard, &key).await;
-            return Err(error);
+        // The body ran: record that, so a later call does not run it again.
+        if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
+            tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; later calls get OutcomeUnknown (its mark stays) until it expires");
         }
-        // Stored in one step that checked the lock was ours: the body ran under it from start
-        // to end (a lost lease never comes back), so a failed release changes nothing.
         release(guard, &key).await;
-        Ok(Ok(value))
+        Err(error)
     }
 
     /// The error for a key whose mark (fingerprint `theirs`) has no result: `OutcomeUnknown`,
@@ -404,6 +445,40 @@ mod idempotent {
     async fn release(guard: crate::LockGuard, key: &str) {
         if let Err(e) = guard.release().await {
             tracing::debug!(key, error = %e, "release after an idempotent call failed; the lease will expire");
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::function_path;
+
+        struct Generic<T>(T);
+
+        impl<T> Generic<T> {
+            fn path<U>(_: U) -> &'static str {
+                function_path(&|| ())
+            }
+        }
+
+        fn generic<T>(_: T) -> &'static str {
+            let outer = || function_path(&|| ());
+            outer()
+        }
+
+        /// The function's own generic arguments go, nested ones included; its `Self` type's
+        /// stay: they name another type.
+        #[test]
+        fn function_paths_drop_the_functions_generics_only() {
+            let here = module_path!();
+            let map = generic(std::collections::HashMap::<String, Vec<(u8, Option<u8>)>>::new());
+            assert_eq!(map, format!("{here}::generic"));
+            assert_eq!(generic(0_u8), map);
+            let method = Generic::<Vec<u8>>::path(std::collections::HashMap::<u8, u8>::new());
+            assert_eq!(
+                method,
+                format!("{here}::Generic<alloc::vec::Vec<u8>>::path")
+            );
+            assert_ne!(Generic::<u8>::path(0_u8), method);
         }
     }
 }

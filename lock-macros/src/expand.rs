@@ -18,7 +18,8 @@
 //! ```text
 //!     ::lock_core::__private::run_idempotent(request,
 //!         ::lock_core::__private::stored()                  // spanned at `T`
-//!             .called_by(module_path!(), "name", None),     // Some(type_name::<Self>()) for a method
+//!             .called_by({ let __lock_here = || ();         // the function's path,
+//!                 function_path(&__lock_here) }),           //   from a closure's type name
 //!         ::lock_core::DEFAULT_RESULT_TTL,                  // or Duration::from_millis(..)
 //!         async move { .. }, From::from).await
 //! ```
@@ -203,18 +204,15 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
                 })
                 .collect();
             // Named by the function: a record is replayed only to the function that stored
-            // it (its module, its name, and a method's `Self` type).
-            let name = Literal::string(&syn::ext::IdentExt::unraw(&sig.ident).to_string());
-            let self_type = match sig.receiver() {
-                Some(receiver) => {
-                    let self_type = syn::Ident::new("Self", receiver.self_token.span);
-                    quote_spanned!(site=> ::core::option::Option::Some(::core::any::type_name::<#self_type>()))
-                }
-                None => quote_spanned!(site=> ::core::option::Option::None),
-            };
+            // it. A closure's type name is the path of the function instance it is in, `Self`
+            // included (`<shop::Refunds as shop::Close>::all`), which `module_path!()` and the
+            // function's name are not.
             let stored_at_t = quote_spanned!(t_span=> #krate_at_t::__private::stored());
             let stored = quote_spanned! {site=>
-                #stored_at_t.called_by(::core::module_path!(), #name, #self_type)
+                #stored_at_t.called_by({
+                    let __lock_here = || ();
+                    #krate::__private::function_path(&__lock_here)
+                })
             };
             let ttl = match ttl {
                 Some(ttl) => {

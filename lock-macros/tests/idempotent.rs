@@ -601,11 +601,11 @@ async fn methods_of_one_name_on_two_types_are_two_functions() {
         Err(PayError::Lock(LockError::IdempotencyKeyReused { stored, caller, .. })) => {
             assert_eq!(
                 stored,
-                "json2:idempotent::<idempotent::Payments>::settle -> idempotent::Receipt"
+                "json2:idempotent::Payments::settle -> idempotent::Receipt"
             );
             assert_eq!(
                 caller,
-                "json2:idempotent::<idempotent::Refunds>::settle -> idempotent::Receipt"
+                "json2:idempotent::Refunds::settle -> idempotent::Receipt"
             );
         }
         other => panic!("{other:?}"),
@@ -634,4 +634,248 @@ async fn a_record_of_the_previous_format_is_replayed() {
     guard.release().await.unwrap();
     assert_eq!(charge_order(&locker, 3, &bank).await.unwrap(), stored);
     assert_eq!(bank.runs.load(SeqCst), 0);
+}
+
+/// A list whose order is its meaning (a ranking), read back sorted by its `Deserialize`: the
+/// same elements, another value. Its JSON value differs only in the order of a list, which
+/// the read-back check ignores for the sake of `HashSet`s.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct Ranking(Vec<u64>);
+
+impl<'de> Deserialize<'de> for Ranking {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut ranks = Vec::<u64>::deserialize(d)?;
+        ranks.sort_unstable();
+        Ok(Ranking(ranks))
+    }
+}
+
+#[distributed_lock(key = "ranking:{order}", locker = locker, idempotent)]
+async fn ranking(locker: &Locker, order: u64, bank: &Bank) -> Result<Ranking, PayError> {
+    let run = bank.run(order).run;
+    Ok(Ranking(vec![run + 30, run + 10, run + 20]))
+}
+
+/// Every call gets the same value, even when `T`'s `Deserialize` reorders a list: the first
+/// call's value is the one a replay reads back. Review of issue 29, item 10: the read-back
+/// check compared lists in any order, so the first call got `[31, 11, 21]` and every replay
+/// `[11, 21, 31]`.
+#[tokio::test]
+async fn a_list_reordered_when_read_back_is_the_same_value_on_every_call() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = ranking(&locker, 1, &bank).await.unwrap();
+    let replay = ranking(&locker, 1, &bank).await.unwrap();
+    assert_eq!(
+        first, replay,
+        "the replay is another value than the first call's"
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// The stored and the caller's fingerprints of an `IdempotencyKeyReused` error; anything else
+/// (another function's value replayed, above all) as an error to unwrap.
+fn reused<T: std::fmt::Debug>(result: Result<T, PayError>) -> Result<(String, String), String> {
+    match result {
+        Err(PayError::Lock(LockError::IdempotencyKeyReused { stored, caller, .. })) => {
+            Ok((stored, caller))
+        }
+        other => Err(format!("expected IdempotencyKeyReused, got {other:?}")),
+    }
+}
+
+impl Payments {
+    #[distributed_lock(key = "close:{order}", locker = locker, idempotent)]
+    async fn close(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+impl Refunds {
+    #[distributed_lock(key = "close:{order}", locker = locker, idempotent)]
+    async fn close(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        Ok(bank.run(order))
+    }
+}
+
+/// Associated functions (no `self`) of one name on two types are two functions. Review of
+/// issue 29, item 11: without a receiver the fingerprint named the module and the function
+/// only, and `Refunds::close` replayed `Payments::close`'s receipt.
+#[tokio::test]
+async fn associated_functions_of_one_name_on_two_types_are_two_functions() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let closed = Payments::close(&locker, 1, &bank).await.unwrap();
+    assert_eq!(
+        reused(Refunds::close(&locker, 1, &bank).await).unwrap(),
+        (
+            "json2:idempotent::Payments::close -> idempotent::Receipt".to_owned(),
+            "json2:idempotent::Refunds::close -> idempotent::Receipt".to_owned()
+        )
+    );
+    assert_eq!(Payments::close(&locker, 1, &bank).await.unwrap(), closed);
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// Functions declared inside two functions under one name are two functions, as are a
+/// trait's methods implemented for two types. Review of issue 29, item 11: both were named
+/// by their module and name only.
+#[tokio::test]
+async fn nested_functions_and_trait_impls_of_one_name_are_distinct() {
+    async fn by_charge(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+        #[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+        async fn step(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(order))
+        }
+        step(locker, 1, bank).await
+    }
+    async fn by_refund(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+        #[distributed_lock(key = "nested:{order}", locker = locker, idempotent)]
+        async fn step(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(order))
+        }
+        step(locker, 1, bank).await
+    }
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = by_charge(&locker, &bank).await.unwrap();
+    let (_, caller) = reused(by_refund(&locker, &bank).await).unwrap();
+    assert!(caller.contains("::by_refund::"), "{caller}");
+    assert_eq!(by_charge(&locker, &bank).await.unwrap(), first);
+
+    trait Settle {
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError>;
+    }
+    impl Settle for Payments {
+        #[distributed_lock(key = "all", locker = locker, idempotent)]
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(0))
+        }
+    }
+    impl Settle for Refunds {
+        #[distributed_lock(key = "all", locker = locker, idempotent)]
+        async fn settle_all(locker: &Locker, bank: &Bank) -> Result<Receipt, PayError> {
+            Ok(bank.run(0))
+        }
+    }
+    let settled = <Payments as Settle>::settle_all(&locker, &bank)
+        .await
+        .unwrap();
+    let (_, caller) = reused(<Refunds as Settle>::settle_all(&locker, &bank).await).unwrap();
+    assert!(caller.contains("Refunds as "), "{caller}");
+    assert_eq!(
+        <Payments as Settle>::settle_all(&locker, &bank)
+            .await
+            .unwrap(),
+        settled
+    );
+    assert_eq!(
+        bank.runs.load(SeqCst),
+        2,
+        "by_charge's step and Payments' settle_all"
+    );
+}
+
+/// Two untagged variants that JSON writes alike: `Premium(n)` reads back as `Basic(n)`, which
+/// writes the same bytes, so no check on JSON can tell them apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Tier {
+    Basic(u64),
+    Premium(u64),
+}
+
+#[distributed_lock(key = "tier:{order}", locker = locker, idempotent)]
+async fn tier(locker: &Locker, order: u64, bank: &Bank) -> Result<Tier, PayError> {
+    Ok(Tier::Premium(bank.run(order).run))
+}
+
+/// Every call gets the same value, even when it reads back as another value writing the same
+/// bytes: the first call's value is the one every replay reads back. Review of issue 29, item
+/// 10: the first call got `Premium(1)` and every replay `Basic(1)`.
+#[tokio::test]
+async fn an_untagged_variant_read_back_as_another_is_the_same_on_every_call() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = tier(&locker, 1, &bank).await.unwrap();
+    let replay = tier(&locker, 1, &bank).await.unwrap();
+    assert_eq!(
+        first, replay,
+        "the replay is another value than the first call's"
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+/// A trait whose provided (default) method is idempotent: one body, run for each type that
+/// takes the default.
+trait Close {
+    fn ledger() -> &'static str;
+
+    #[distributed_lock(key = "close-all:{order}", locker = locker, idempotent)]
+    async fn close_all(locker: &Locker, order: u64, bank: &Bank) -> Result<Receipt, PayError> {
+        let mut receipt = bank.run(order);
+        receipt.lines.push(Self::ledger().to_owned());
+        Ok(receipt)
+    }
+}
+
+impl Close for Payments {
+    fn ledger() -> &'static str {
+        "payments"
+    }
+}
+
+impl Close for Refunds {
+    fn ledger() -> &'static str {
+        "refunds"
+    }
+}
+
+/// A provided method without `self`, taken by two types, is two functions: one body, but
+/// `Self` differs. Review of issue 29, item 11: the fingerprint named the trait's method only,
+/// and `Refunds::close_all` returned the receipt of `Payments::close_all` (ledger "payments").
+#[tokio::test]
+async fn a_provided_trait_method_is_one_function_per_type() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let closed = Payments::close_all(&locker, 1, &bank).await.unwrap();
+    let (stored, caller) = reused(Refunds::close_all(&locker, 1, &bank).await).unwrap();
+    assert_eq!(
+        stored,
+        "json2:<idempotent::Payments as idempotent::Close>::close_all -> idempotent::Receipt"
+    );
+    assert_eq!(
+        caller,
+        "json2:<idempotent::Refunds as idempotent::Close>::close_all -> idempotent::Receipt"
+    );
+    assert_eq!(
+        Payments::close_all(&locker, 1, &bank).await.unwrap(),
+        closed
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+}
+
+#[distributed_lock(key = "generic:{order}", locker = locker, idempotent)]
+async fn generic(
+    locker: &Locker,
+    order: impl std::fmt::Display,
+    bank: &Bank,
+) -> Result<Receipt, PayError> {
+    Ok(bank.run(0))
+}
+
+/// A generic function is one function, whatever its arguments: a retry that passes the order
+/// as a `String` gets the value stored by the call that passed a `u64`.
+#[tokio::test]
+async fn a_generic_function_is_one_function_whatever_its_arguments() {
+    let (locker, bank) = (Locker::memory(), Bank::default());
+    let first = generic(&locker, 1_u64, &bank).await.unwrap();
+    assert_eq!(
+        generic(&locker, "1".to_owned(), &bank).await.unwrap(),
+        first
+    );
+    assert_eq!(bank.runs.load(SeqCst), 1);
+    let record = match locker.idempotency_state("generic:1").await.unwrap() {
+        IdempotencyState::Completed(record) => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        record.fingerprint,
+        "json2:idempotent::generic -> idempotent::Receipt"
+    );
 }

@@ -646,3 +646,29 @@ async fn reported_primary(sentinel: &RedisServer) -> Result<u16, String> {
     addr.map(|(_, port)| port)
         .ok_or_else(|| format!("it does not know {MASTER_NAME}"))
 }
+
+/// A sentinel of its own, outside any set, that monitors the server on `port` under
+/// [`MASTER_NAME`] (quorum 1): a sentinel that names another server than a set's sentinels do
+/// (one left with an old or wrong configuration, or cut off from the others). It shares no
+/// server with a set, so neither hears of the other. Killed on drop.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let stray = lock_testkit::RedisServer::start();
+/// let sentinel = lock_testkit::sentinel::lone_sentinel(stray.port());
+/// let _: Option<(String, u16)> = sentinel
+///     .query(redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("mymaster").clone())
+///     .await;
+/// # }
+/// ```
+pub fn lone_sentinel(port: u16) -> RedisServer {
+    RedisServer::builder()
+        .config(format!(
+            "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} 1\n\
+             sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+             sentinel failover-timeout {MASTER_NAME} 3000\n\
+             sentinel resolve-hostnames no\n"
+        ))
+        .sentinel()
+        .start()
+}

@@ -1,4 +1,4 @@
-//! The randomized fault test ("chaos", `tests/tests/chaos.rs`) and its worker process
+//! The randomized fault test ("chaos", `tests/tests/chaos/`) and its worker process
 //! (`lock-chaos-worker`): the shared clock, the seeded random numbers, the fence-checking store
 //! script, the worker's command line and the record of one critical section, printed by the
 //! worker as one line and parsed back by the test.
@@ -132,6 +132,76 @@ pub fn store_keys(key: &str) -> (String, String) {
     (format!("store:{key}:fence"), format!("store:{key}:log"))
 }
 
+/// The longest lease a chaos worker asks for, in ms: the delay before a killed Redlock server
+/// may come back empty (Redlock's documented restart rule: down for at least the longest
+/// lease).
+pub const MAX_LEASE_MS: u64 = 2000;
+
+/// The engine a chaos run locks on: what `--lock-url` holds and how a worker connects.
+///
+/// ```
+/// use lock_tests::chaos::Engine;
+/// assert_eq!(Engine::parse("redlock"), Some(Engine::Redlock));
+/// assert!(!Engine::Redlock.fencing());
+/// assert_eq!(Engine::Cluster.as_str(), "cluster");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// One redis-server (`--lock-url` is its URL).
+    Redis,
+    /// A Redis Cluster (`--lock-url`: every node's URL, comma-separated).
+    Cluster,
+    /// A Sentinel-watched primary (`--lock-url`: the sentinels' URLs; the name `mymaster`).
+    Sentinel,
+    /// Redlock over independent servers (`--lock-url`: their URLs).
+    Redlock,
+}
+
+impl Engine {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Redis => "redis",
+            Engine::Cluster => "cluster",
+            Engine::Sentinel => "sentinel",
+            Engine::Redlock => "redlock",
+        }
+    }
+
+    /// The engine named `s`.
+    pub fn parse(s: &str) -> Option<Engine> {
+        [
+            Engine::Redis,
+            Engine::Cluster,
+            Engine::Sentinel,
+            Engine::Redlock,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == s)
+    }
+
+    /// Whether the engine draws fences (Redlock refuses `fenced()`).
+    pub fn fencing(self) -> bool {
+        self != Engine::Redlock
+    }
+
+    /// The mode of the `i`-th key on this engine: [`Mode::of_key`], or without fences
+    /// [`Mode::of_key_unfenced`].
+    ///
+    /// ```
+    /// use lock_tests::chaos::{Engine, Mode};
+    /// assert_eq!(Engine::Redis.mode_of(0), Mode::Fenced);
+    /// assert_eq!(Engine::Redlock.mode_of(0), Mode::Nested);
+    /// ```
+    pub fn mode_of(self, i: u64) -> Mode {
+        if self.fencing() {
+            Mode::of_key(i)
+        } else {
+            Mode::of_key_unfenced(i)
+        }
+    }
+}
+
 /// How one key is locked: each key of a run has one mode, so fenced and unfenced writers never
 /// share a key in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -142,6 +212,9 @@ pub enum Mode {
     Reentrant,
     /// No fence: the store logs the writes without checking.
     Plain,
+    /// An unfenced outer lock and a nested `run` on the same key inside it (reentrant where
+    /// fencing is refused: Redlock).
+    Nested,
 }
 
 impl Mode {
@@ -159,9 +232,28 @@ impl Mode {
         }
     }
 
+    /// The mode of the `i`-th key where fencing is refused: nested, plain, nested, ...
+    ///
+    /// ```
+    /// use lock_tests::chaos::Mode;
+    /// assert_eq!(Mode::of_key_unfenced(1), Mode::Plain);
+    /// ```
+    pub fn of_key_unfenced(i: u64) -> Mode {
+        if i.is_multiple_of(2) {
+            Mode::Nested
+        } else {
+            Mode::Plain
+        }
+    }
+
     /// Whether the lock draws a fence.
     pub fn fenced(self) -> bool {
-        self != Mode::Plain
+        matches!(self, Mode::Fenced | Mode::Reentrant)
+    }
+
+    /// Whether a nested `run` on the same key runs inside the outer lock.
+    pub fn nests(self) -> bool {
+        matches!(self, Mode::Reentrant | Mode::Nested)
     }
 
     /// The name used in record lines.
@@ -170,6 +262,7 @@ impl Mode {
             Mode::Fenced => "fenced",
             Mode::Reentrant => "reentrant",
             Mode::Plain => "plain",
+            Mode::Nested => "nested",
         }
     }
 
@@ -178,6 +271,7 @@ impl Mode {
             "fenced" => Some(Mode::Fenced),
             "reentrant" => Some(Mode::Reentrant),
             "plain" => Some(Mode::Plain),
+            "nested" => Some(Mode::Nested),
             _ => None,
         }
     }
@@ -477,9 +571,10 @@ impl Section {
 /// The command line of `lock-chaos-worker`.
 ///
 /// ```
-/// use lock_tests::chaos::WorkerConfig;
+/// use lock_tests::chaos::{Engine, WorkerConfig};
 /// let c = WorkerConfig {
-///     lock_url: "redis://127.0.0.1:1/".into(),
+///     engine: Engine::Redlock,
+///     lock_url: "redis://127.0.0.1:1/,redis://127.0.0.1:3/".into(),
 ///     store_url: "redis://127.0.0.1:2/".into(),
 ///     proc: 1,
 ///     tasks: 4,
@@ -490,7 +585,9 @@ impl Section {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// The lock server (the one the faults hit).
+    /// The engine the lock is on.
+    pub engine: Engine,
+    /// The lock servers (the ones the faults hit), comma-separated: see [`Engine`].
     pub lock_url: String,
     /// The fence-checking store (never faulted).
     pub store_url: String,
@@ -508,6 +605,8 @@ impl WorkerConfig {
     /// The arguments that [`parse`](Self::parse) reads back.
     pub fn to_args(&self) -> Vec<String> {
         vec![
+            "--engine".into(),
+            self.engine.as_str().into(),
             "--lock-url".into(),
             self.lock_url.clone(),
             "--store-url".into(),
@@ -539,7 +638,10 @@ impl WorkerConfig {
                 .parse()
                 .map_err(|e| format!("usage: lock-chaos-worker: {name}: {e}"))
         };
+        let engine = get("--engine")?;
         Ok(WorkerConfig {
+            engine: Engine::parse(&engine)
+                .ok_or_else(|| format!("usage: lock-chaos-worker: no engine {engine:?}"))?,
             lock_url: get("--lock-url")?,
             store_url: get("--store-url")?,
             proc: u32::try_from(num("--proc")?).map_err(|e| e.to_string())?,

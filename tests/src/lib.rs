@@ -5,7 +5,7 @@
 //! - [`worker`]: the `lock-worker` binary's command line and a handle on a worker process, for
 //!   tests that need several OS processes contending for one lock.
 //! - [`chaos`]: the records, clock and store script shared by the randomized fault test
-//!   (`tests/chaos.rs`) and its `lock-chaos-worker` processes.
+//!   (`tests/chaos/`) and its `lock-chaos-worker` processes.
 //! - [`probe`]: checks that run inside critical sections, in Redis.
 //!
 //! ```

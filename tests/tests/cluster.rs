@@ -3,8 +3,10 @@
 //! update; also from several OS processes), a primary killed (its locks fail fast with a typed
 //! error, the other shards keep working, the same locker serves new locks after the failover),
 //! a manual failover while a fenced lock is held (kept, renewed on the new primary, fences
-//! rising), and resharding while a lock is held and a waiter queues (the half-way ASK state
-//! included).
+//! rising), resharding while a lock is held and a waiter queues (the half-way ASK state
+//! included), a stalled primary (with short leases and default timeouts too, and after a slot
+//! moved to it: no other lock is lost), one renewal script call per primary per tick, and no
+//! pile of renewal connections after failovers.
 
 #![allow(
     clippy::panic,
@@ -299,21 +301,18 @@ async fn resharding_while_held_keeps_the_lock_and_wakes_the_queued_waiter() {
 /// told), while the locks on the other shards stay held through several leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_shard_loses_only_its_own_locks() {
+    stalled_shard_loses_only_its_own_locks(Some(Duration::from_millis(200))).await;
+}
+
+/// The body of the stalled-shard tests: a lease of 2 s, the backend's timeouts `timeouts`
+/// (`None`: the defaults, 2 s).
+async fn stalled_shard_loses_only_its_own_locks(timeouts: Option<Duration>) {
     // A long node timeout: the paused primary is not failed over during the test.
     let mut cluster = RedisCluster::builder()
         .node_timeout(Duration::from_secs(60))
         .start()
         .await;
-    let urls = urls(&cluster);
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let backend = RedisClusterBackend::builder(&urls)
-        .response_timeout(Duration::from_millis(200))
-        .connect_timeout(Duration::from_millis(200))
-        .connect()
-        .await
-        .expect("connect");
-    assert_eq!(backend.maxmemory_policy(), Some("noeviction"));
-    let locker = Locker::builder(backend).build();
+    let locker = backend_with(&cluster, timeouts).await;
     let keys = keys_on_every_shard(&cluster, 12).await;
     let stalled = cluster
         .primary_for_key(&format!("lock:{{{}}}", keys[0]))
@@ -328,17 +327,15 @@ async fn a_stalled_shard_loses_only_its_own_locks() {
     cluster.node_mut(stalled).server_mut().pause();
     // Several leases pass (the property is about time: unrenewed leases run out).
     tokio::time::sleep(lease * 3).await;
-    for (k, on_stalled, guard) in &guards {
+    let held: Vec<bool> = guards.iter().map(|(_, _, g)| g.is_held()).collect();
+    cluster.node_mut(stalled).server_mut().resume();
+    for ((k, on_stalled, _), held) in guards.iter().zip(held) {
         if *on_stalled {
-            assert!(
-                !guard.is_held(),
-                "{k}: its shard stalled, the lease ran out"
-            );
+            assert!(!held, "{k}: its shard stalled, the lease ran out");
         } else {
-            assert!(guard.is_held(), "{k}: renewed on its own shard");
+            assert!(held, "{k}: renewed on its own shard");
         }
     }
-    cluster.node_mut(stalled).server_mut().resume();
 }
 
 /// `CLUSTER FAILOVER` (a manual failover: the replica catches up first) while a fenced lock is
@@ -383,4 +380,266 @@ async fn a_manual_failover_keeps_a_held_lock_and_fences_keep_rising() {
         "fences never go backwards across a failover"
     );
     again.release().await.expect("release");
+}
+
+/// A backend on `cluster` with `response_timeout` (connect timeout the same), or the defaults.
+async fn backend_with(cluster: &RedisCluster, response_timeout: Option<Duration>) -> Locker {
+    let urls = urls(cluster);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut builder = RedisClusterBackend::builder(&urls);
+    if let Some(timeout) = response_timeout {
+        builder = builder.response_timeout(timeout).connect_timeout(timeout);
+    }
+    let backend = builder.connect().await.expect("connect");
+    assert_eq!(backend.maxmemory_policy(), Some("noeviction"));
+    Locker::builder(backend).build()
+}
+
+/// `n` keys whose locks live on primary `shard`, each in a slot of its own.
+async fn keys_on(cluster: &RedisCluster, shard: usize, n: usize, tag: &str) -> Vec<String> {
+    let slots = cluster.slots_of(shard).await;
+    let mut seen = HashSet::new();
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .filter(|k| {
+            let slot = key_slot(format!("lock:{{{k}}}"));
+            slots.contains(&slot) && seen.insert(slot)
+        })
+        .take(n)
+        .collect();
+    keys
+}
+
+/// Issue 29, item 4: after a slot moved from primary A to primary B (the locker's slot map
+/// still says A), B stops answering (SIGSTOP, no failover). The lock whose slot stayed on A,
+/// renewed in the same call as the moved one, stays held through several leases, as does a
+/// lock on the third shard; the moved lock is lost (its new owner does not answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_moved_slot_whose_new_owner_stalls_costs_no_other_lock() {
+    let mut cluster = RedisCluster::builder()
+        .node_timeout(Duration::from_secs(60))
+        .start()
+        .await;
+    let locker = backend_with(&cluster, Some(Duration::from_millis(300))).await;
+    let primaries = cluster.primaries().await;
+    let (a, b, c) = (primaries[0], primaries[1], primaries[2]);
+    let on_a = keys_on(&cluster, a, 2, "moved").await;
+    let on_c = keys_on(&cluster, c, 1, "third").await;
+    let lease = Duration::from_millis(1500);
+    let moved = locker
+        .lock(on_a[0].as_str())
+        .lease(lease)
+        .await
+        .expect("lock");
+    let stays = locker
+        .lock(on_a[1].as_str())
+        .lease(lease)
+        .await
+        .expect("lock");
+    let third = locker
+        .lock(on_c[0].as_str())
+        .lease(lease)
+        .await
+        .expect("lock");
+    cluster
+        .migrate_slot(key_slot(format!("lock:{{{}}}", on_a[0])), a, b)
+        .await;
+    cluster.node_mut(b).server_mut().pause();
+    tokio::time::sleep(lease * 3).await;
+    let (stays_held, third_held, moved_held) = (stays.is_held(), third.is_held(), moved.is_held());
+    cluster.node_mut(b).server_mut().resume();
+    assert!(stays_held, "the lock whose slot stayed on A is kept");
+    assert!(third_held, "the lock on the third shard is kept");
+    assert!(
+        !moved_held,
+        "the moved lock's new owner stalled: its lease ran out"
+    );
+}
+
+/// Issue 29, item 5: the same as `a_stalled_shard_loses_only_its_own_locks` with the default
+/// timeouts (2 s) and a lease as short as them (2 s): the other shards keep their locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_shard_loses_only_its_own_locks_with_default_timeouts_and_a_short_lease() {
+    stalled_shard_loses_only_its_own_locks(None).await;
+}
+
+/// Issue 29, item 6: many held locks over many slots of every shard: each primary gets at
+/// most one renewal script call per watchdog call (the watchdog sends one call per shard per
+/// tick), not one per slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_watchdog_sends_one_renewal_call_per_shard_per_tick() {
+    let cluster = RedisCluster::start().await;
+    let locker = locker(&cluster).await;
+    let primaries = cluster.primaries().await;
+    let lease = Duration::from_millis(900);
+    let mut keys = Vec::new();
+    for (i, &p) in primaries.iter().enumerate() {
+        keys.extend(keys_on(&cluster, p, 40, &format!("many{i}")).await);
+    }
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let (locker, k) = (locker.clone(), k.clone());
+            tokio::spawn(async move { locker.lock(k.as_str()).lease(lease).await })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.expect("task").expect("lock"));
+    }
+    // One tick first: the scripts are loaded on every primary.
+    tokio::time::sleep(lease / 2).await;
+    let before_calls = locker.stats().renewal_calls;
+    let mut before = Vec::new();
+    for &p in &primaries {
+        before.push(script_calls(&cluster, p).await);
+    }
+    tokio::time::sleep(lease * 3).await;
+    let watchdog_calls = locker.stats().renewal_calls - before_calls;
+    for (&p, before) in primaries.iter().zip(before) {
+        let calls = script_calls(&cluster, p).await - before;
+        assert!(
+            calls <= watchdog_calls / 3 + 2,
+            "primary {p}: {calls} script calls for {watchdog_calls} watchdog calls over 3 shards"
+        );
+    }
+    assert!(
+        watchdog_calls >= 3,
+        "the watchdog renewed ({watchdog_calls})"
+    );
+    for g in &guards {
+        assert!(g.is_held(), "every lock is kept");
+    }
+}
+
+/// `EVALSHA` and `EVAL` calls a node has served (INFO commandstats).
+async fn script_calls(cluster: &RedisCluster, node: usize) -> u64 {
+    let info: String = cluster
+        .node(node)
+        .server()
+        .query(redis::cmd("INFO").arg("commandstats").clone())
+        .await;
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The client connections open on each node, but replication links (the caller's own
+/// `CLIENT LIST` excluded): how many in all, and how many named as the backend's renewal
+/// connections.
+async fn client_connections(cluster: &RedisCluster) -> Vec<(usize, usize)> {
+    let mut counts = Vec::new();
+    for node in cluster.nodes() {
+        let list: String = node
+            .server()
+            .query(redis::cmd("CLIENT").arg("LIST").clone())
+            .await;
+        let clients: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.contains("cmd=client|list"))
+            .filter(|l| {
+                l.split(' ')
+                    .find_map(|f| f.strip_prefix("flags="))
+                    .is_some_and(|f| !f.contains('S') && !f.contains('M'))
+            })
+            .collect();
+        let renewals = clients
+            .iter()
+            .filter(|l| l.split(' ').any(|f| f == "name=lock-core:renewal"))
+            .count();
+        counts.push((clients.len(), renewals));
+    }
+    counts
+}
+
+/// Issue 29, item 7: the renewal connections of former primaries are dropped: after a
+/// failover of every shard (each promotes a new address), with a lock held and renewed on
+/// each shard throughout, the nodes hold no more client connections than before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn renewal_connections_of_former_primaries_do_not_pile_up() {
+    let cluster = RedisCluster::start().await;
+    let locker = locker(&cluster).await;
+    let lease = Duration::from_millis(900);
+    let keys = keys_on_every_shard(&cluster, 12).await;
+    let mut guards = Vec::new();
+    for k in &keys {
+        guards.push(locker.lock(k.as_str()).lease(lease).await.expect("lock"));
+    }
+    tokio::time::sleep(lease).await;
+    let total = |counts: &[(usize, usize)]| counts.iter().map(|c| c.0).sum::<usize>();
+    let before = total(&client_connections(&cluster).await);
+    let failovers = cluster.primaries().await.len();
+    for p in cluster.primaries().await {
+        let replica = cluster.replicas_of(p).await[0];
+        cluster.failover(replica).await;
+        // Renewed on the new primary a few times.
+        tokio::time::sleep(lease * 2).await;
+    }
+    tokio::time::sleep(lease).await;
+    let after = client_connections(&cluster).await;
+    for g in &guards {
+        assert!(g.is_held(), "every lock is kept across the failovers");
+    }
+    // The command connection (redis-rs's) keeps its link to a former primary and opens one to
+    // the new primary: one more per failover, at most.
+    assert!(
+        total(&after) <= before + failovers,
+        "{before} client connections before {failovers} failovers, {} after",
+        total(&after)
+    );
+    let primaries = cluster.primaries().await;
+    for (i, (_, renewals)) in after.iter().enumerate() {
+        let expected = usize::from(primaries.contains(&i));
+        assert_eq!(
+            *renewals, expected,
+            "node {i}: one renewal connection on a primary, none on a replica"
+        );
+    }
+}
+
+/// A primary stalled (SIGSTOP) long enough to be failed over, with the default 2 s timeouts:
+/// the same locker takes a lock of its slots on the new primary (at first its acquires time
+/// out: redis-rs reads its slot map again on MOVED or a dropped connection, never on a
+/// timeout) and keeps it through several leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_taken_after_a_stalled_primary_failed_over_is_kept() {
+    let mut cluster = RedisCluster::builder()
+        .node_timeout(Duration::from_millis(1000))
+        .start()
+        .await;
+    let locker = backend_with(&cluster, None).await;
+    let victim = cluster.primaries().await[0];
+    let keys = keys_on(&cluster, victim, 2, "stalled-over").await;
+    let lease = Duration::from_millis(1500);
+    let before = locker
+        .lock(keys[0].as_str())
+        .lease(lease)
+        .await
+        .expect("lock");
+    cluster.node_mut(victim).server_mut().pause();
+    cluster.wait_for_failover(victim).await;
+    let deadline = Instant::now() + SOON;
+    let guard = loop {
+        match locker.lock(keys[1].as_str()).lease(lease).await {
+            Ok(guard) => break guard,
+            Err(e) if Instant::now() < deadline => {
+                assert!(matches!(e, LockError::Backend { .. }), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no lock after the failover: {e}"),
+        }
+    };
+    tokio::time::sleep(lease * 3).await;
+    let held = guard.is_held();
+    cluster.node_mut(victim).server_mut().resume();
+    assert!(held, "renewed on the new primary");
+    drop(before);
 }

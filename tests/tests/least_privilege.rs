@@ -315,3 +315,64 @@ async fn the_policy_is_read_from_info_when_config_is_refused() {
     let backend = RedisBackend::connect(&server.url_for(&app)).await.unwrap();
     assert_eq!(backend.maxmemory_policy(), Some("allkeys-lru"));
 }
+
+/// On a Redis Cluster the watchdog renews every lock a primary serves in one script call that
+/// touches keys it did not declare (issue 29, item 6): it runs for a user restricted by the
+/// README's rule plus `+cluster|slots` (which the cluster client needs to learn the slot map;
+/// the rule alone refuses it). Locks on every shard stay held through several leases, and no
+/// node logs a refused command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_renewals_run_under_the_readme_acl_rule_with_cluster_slots() {
+    let mut rule = readme_rule();
+    rule.push("+cluster|slots".to_owned());
+    let cluster = lock_testkit::cluster::RedisCluster::start().await;
+    for node in cluster.nodes() {
+        let () = node
+            .server()
+            .query(redis::cmd("ACL").arg("SETUSER").arg(&rule).clone())
+            .await;
+    }
+    let password = rule
+        .iter()
+        .find_map(|w| w.strip_prefix('>'))
+        .expect("the rule sets a password");
+    let login = format!("redis://{}:{password}@", rule[0]);
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replacen("redis://", &login, 1))
+        .collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let locker = soon("connect", Locker::redis_cluster(&urls))
+        .await
+        .expect("connect as the restricted user");
+    let lease = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        let key = format!("acl-{i}");
+        guards.push(
+            soon("lock", locker.lock(key.as_str()).lease(lease).into_future())
+                .await
+                .expect("lock"),
+        );
+    }
+    let calls = locker.stats().renewal_calls;
+    tokio::time::sleep(lease * 3).await;
+    assert!(locker.stats().renewal_calls > calls, "the watchdog renewed");
+    for g in &guards {
+        assert!(g.is_held(), "renewed under the restricted user");
+    }
+    // The connect's probes of the server (INFO, CONFIG GET) may be refused: they are allowed
+    // to be (see `the_policy_is_read_from_info_when_config_is_refused`); nothing else is.
+    for node in cluster.nodes() {
+        let log: Vec<Vec<(String, redis::Value)>> = node
+            .server()
+            .query(redis::cmd("ACL").arg("LOG").clone())
+            .await;
+        for entry in &log {
+            let object = entry.iter().find(|(k, _)| k == "object").map(|(_, v)| v);
+            let probe = matches!(object, Some(redis::Value::BulkString(o)) if o.as_slice() == b"info" || o.starts_with(b"config"));
+            assert!(probe, "node {}: refused {entry:?}", node.port());
+        }
+    }
+}

@@ -326,7 +326,7 @@ impl BackendKind {
         match self {
             BackendKind::Memory(m) => Ok(Renewed::from_bools(m.renew(items))),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.renew(items).await.map(Renewed::from_bools),
+            BackendKind::Redis(r) => r.renew_verdicts(items).await,
             #[cfg(feature = "redlock")]
             BackendKind::Redlock(r) => r.renew(items).await,
         }

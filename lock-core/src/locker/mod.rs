@@ -183,8 +183,8 @@ impl Locker {
     }
 
     /// A locker on the primary of a Redis group watched by Sentinel, with default options:
-    /// `sentinels` are some of its sentinels (one that answers is enough), `master_name` the
-    /// name they monitor the primary under. The locker follows the primary across failovers;
+    /// `sentinels` are its sentinels (a majority of them must name the same primary),
+    /// `master_name` the name they monitor the primary under. The locker follows the primary across failovers;
     /// see [`RedisSentinelBackend`](crate::RedisSentinelBackend) for what a failover means for
     /// a held lock, and its builder for the primary's credentials.
     ///
@@ -193,12 +193,13 @@ impl Locker {
     ///
     /// # Errors
     /// [`LockError::InvalidConfig`] for bad URLs or a missing Redis permission,
-    /// [`LockError::Backend`] when no sentinel names a primary that answers.
+    /// [`LockError::Backend`] when no address is named by a majority of the sentinels, or
+    /// the one named does not answer as a primary.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
     /// let locker = lock_core::Locker::redis_sentinel(
-    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"],
+    ///     &["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/", "redis://10.0.0.3:26379/"],
     ///     "mymaster",
     /// )
     /// .await?;

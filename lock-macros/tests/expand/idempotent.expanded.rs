@@ -5,11 +5,10 @@ pub async fn charge(order: &Order) -> Result<Receipt, PayError> {
             ::lock_core::__private::global()
                 .map(|__lock_locker| __lock_locker.lock(__lock_key)),
             ::lock_core::__private::stored()
-                .called_by(
-                    ::core::module_path!(),
-                    "charge",
-                    ::core::option::Option::None,
-                ),
+                .called_by({
+                    let __lock_here = || ();
+                    ::lock_core::__private::function_path(&__lock_here)
+                }),
             ::lock_core::DEFAULT_RESULT_TTL,
             async move {
                 #[allow(
@@ -45,11 +44,10 @@ pub async fn payout(&self, id: u64) -> Result<u64, PayError> {
                 })
                 .map(|__lock_request| __lock_request.no_wait()),
             ::lock_core::__private::stored()
-                .called_by(
-                    ::core::module_path!(),
-                    "payout",
-                    ::core::option::Option::Some(::core::any::type_name::<Self>()),
-                ),
+                .called_by({
+                    let __lock_here = || ();
+                    ::lock_core::__private::function_path(&__lock_here)
+                }),
             ::lock_core::__private::Duration::from_millis(604800000),
             async move {
                 #[allow(

@@ -39,9 +39,13 @@
 //!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
 //!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
 //!   an extractor's rejection, no such route or method; a layer over a whole router would
-//!   otherwise keep one for every key anyone sends): the mark is taken back under the lock, so
-//!   a retry runs again; other 4xx answers (402, 403, 409, 422...) are the handler's verdict
-//!   and are replayed.
+//!   otherwise keep one for every key anyone sends), nor 411, 417, 421, 425 and 428 (send it
+//!   again, elsewhere, later or with another header), nor 307 and 308 (the same request,
+//!   key included, goes to another path: stored, it would be a key reused), nor a gRPC error whose `grpc-status`
+//!   (a trailer, or a header) maps to one of those (`UNAVAILABLE`, `INTERNAL`,
+//!   `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED`...): the mark is taken back under the lock, so a
+//!   retry runs again; other 4xx answers (402, 403, 409, 422...) are the handler's verdict and
+//!   are replayed.
 //! - a request that finds the mark without a response (the server died, lost the key's lease,
 //!   or could not store the response, after the handler started) gets 409
 //!   `idempotency-outcome-unknown` (422 for another fingerprint), never a second run, until

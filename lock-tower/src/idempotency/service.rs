@@ -429,7 +429,7 @@ where
         None => return Ok(lease_lost(guard, key).await),
     };
     let (parts, body) = response.into_parts();
-    if !storable(parts.status) {
+    if !storable(parts.status) || !grpc_storable(&parts.headers) {
         // Not stored: the mark is taken back, so a retry runs again.
         unmark(&guard, key).await;
         release(guard).await;
@@ -445,6 +445,14 @@ where
         return Ok(lease_lost(guard, key).await);
     };
     let (stored, answer) = match read {
+        Read::Whole(body, trailers) if !grpc_storable(&trailers) => {
+            // A gRPC error, told at the end: not stored, the mark taken back, a retry runs
+            // again.
+            unmark(&guard, key).await;
+            release(guard).await;
+            let body = ResponseBody::full_with_trailers(body, trailers);
+            return Ok(Response::from_parts(parts, body));
+        }
         Read::Whole(body, trailers) => {
             let stored = Stored::Response {
                 status: parts.status,
@@ -660,18 +668,48 @@ impl Body for Forwarded {
 /// to store and which a layer over a whole router would otherwise keep for every key anyone
 /// sends (issue 29, item 15): 400 (malformed: an extractor's rejection), 404 and 405 (no such
 /// route or method: the router's), 413, 414, 415 and 431 (too large, unsupported); and not
-/// the 4xx answers that say "not now" rather than "this request's answer": 401 (credentials,
-/// often from an authentication layer inside this one), 408 (request timeout) and 429 (rate
-/// limited). The layer cannot tell a handler's own 400 or 404 from a router's, so those are
-/// not stored either: a retry runs the handler again, as it should when that answer means
-/// nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
+/// the 4xx answers that say "not now" or "send it again" rather than "this request's answer":
+/// 401 (credentials, often from an authentication layer inside this one), 408 (request
+/// timeout), 429 (rate limited), 421 and 425 (misdirected, too early: user agents retry them
+/// on their own, with the same key), 411, 417 and 428 (send it with a length, without the
+/// expectation, with a precondition: headers the fingerprint does not cover, so a replay
+/// would refuse the corrected retry); nor 307 and 308, which send the same request, key
+/// included, to another path (stored, that request would be a key reused: 422). 301, 302
+/// and 303 may follow work done (a form post's answer) and are stored. The layer cannot tell
+/// a handler's own 400 or 404 from a router's, so those are not stored either: a retry runs
+/// the handler again, as it should when that answer means nothing was done. Other 4xx answers (402, 403, 409, 410, 422...) are the handler's verdict
 /// on the request and are replayed.
 fn storable(status: http::StatusCode) -> bool {
-    !status.is_server_error()
-        && !matches!(
-            status.as_u16(),
-            400 | 401 | 404 | 405 | 408 | 413 | 414 | 415 | 429 | 431
-        )
+    const NOT_STORED: [u16; 17] = [
+        307, 308, 400, 401, 404, 405, 408, 411, 413, 414, 415, 417, 421, 425, 428, 429, 431,
+    ];
+    !status.is_server_error() && !NOT_STORED.contains(&status.as_u16())
+}
+
+/// Whether a gRPC answer is stored, told by its `grpc-status` (a trailer, or a header of a
+/// trailers-only answer; none: not gRPC, stored) read as the HTTP status gRPC maps it to
+/// (google.rpc.Code), then as [`storable`] says: `OK` and verdicts such as `ALREADY_EXISTS`
+/// (409) or `PERMISSION_DENIED` (403) are stored; `UNAVAILABLE` (503), `INTERNAL` (500),
+/// `UNIMPLEMENTED` (501, a gRPC router's "no such method"), `RESOURCE_EXHAUSTED` (429),
+/// `INVALID_ARGUMENT` (400), `CANCELLED`, an unknown code or an unreadable one are not. A
+/// body longer than a record is recorded "ran, not stored" before its trailers arrive.
+fn grpc_storable(fields: &HeaderMap) -> bool {
+    let Some(code) = fields.get("grpc-status") else {
+        return true;
+    };
+    let http = match code.as_bytes() {
+        b"0" => 200,
+        b"3" | b"9" | b"11" => 400,
+        b"16" => 401,
+        b"7" => 403,
+        b"5" => 404,
+        b"6" | b"10" => 409,
+        b"8" => 429,
+        // CANCELLED (499, the client's), UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL,
+        // UNAVAILABLE, DATA_LOSS, and what no gRPC server sends.
+        _ => 500,
+    };
+    http::StatusCode::from_u16(http).is_ok_and(storable)
 }
 
 /// `work`'s output, or `None` when the lease was lost first (`work` is then dropped).

@@ -359,6 +359,61 @@ async fn trailers_of_a_stored_body_reach_the_first_client_and_every_replay() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
 
+/// A gRPC answer (HTTP 200) whose `grpc-status` is `code`: a trailer after a short body, or
+/// a header with no body (gRPC's trailers-only form).
+fn grpc(code: &'static str, trailers_only: bool) -> axum::response::Response {
+    let mut status = HeaderMap::new();
+    status.insert("grpc-status", HeaderValue::from_static(code));
+    let mut b = Chunks::new(if trailers_only { &[] } else { &[5] }, Hint::None);
+    let mut r = axum::response::Response::new(axum::body::Body::empty());
+    if trailers_only {
+        r.headers_mut().extend(status);
+    } else {
+        b.trailers = Some(status);
+        r.headers_mut()
+            .insert("trailer", HeaderValue::from_static("grpc-status"));
+    }
+    *r.body_mut() = axum::body::Body::new(b);
+    r
+}
+
+/// A gRPC error is an HTTP 200 whose trailer (or header) says what HTTP would say with its
+/// status: `UNAVAILABLE` (14) is a 503, `INTERNAL` (13) a 500, `UNIMPLEMENTED` (12) the
+/// router's "no such method", `RESOURCE_EXHAUSTED` (8) a 429. Those are not stored, as their
+/// HTTP statuses are not: a retry runs again. `OK` and a verdict such as `ALREADY_EXISTS` (6,
+/// a 409) are stored and replayed. Review of issue 29, item 12: once its trailers were kept,
+/// an `UNAVAILABLE` was stored and replayed to every retry for 24 h.
+#[tokio::test]
+async fn a_grpc_error_in_a_trailer_or_header_is_not_stored() {
+    for trailers_only in [false, true] {
+        for (code, stored) in [
+            ("14", false),
+            ("13", false),
+            ("12", false),
+            ("8", false),
+            ("0", true),
+            ("6", true),
+        ] {
+            let (app, calls) = app(IdempotencyLayer::new(Locker::memory()), move || {
+                grpc(code, trailers_only)
+            });
+            for _ in 0..2 {
+                let r = app.clone().oneshot(post(&["k"])).await.unwrap();
+                let in_headers = r.headers().get("grpc-status").cloned();
+                let collected = r.into_body().collect().await.unwrap();
+                let got = in_headers.or_else(|| collected.trailers()?.get("grpc-status").cloned());
+                assert_eq!(got.unwrap(), code);
+            }
+            let runs = if stored { 1 } else { 2 };
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                runs,
+                "grpc-status {code}, trailers only: {trailers_only}"
+            );
+        }
+    }
+}
+
 type Http1Client = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     Full<Bytes>,

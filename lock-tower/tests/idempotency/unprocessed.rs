@@ -132,3 +132,63 @@ async fn a_malformed_quoted_key_is_400() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_eq!(backend.record_count(), 0);
 }
+
+/// Answers that say the request was not processed and ask the client to retry it (421
+/// Misdirected Request and 425 Too Early, which user agents retry on their own, with the same
+/// key), or to send it again with a header the fingerprint does not cover (411 Length
+/// Required, 417 Expectation Failed, 428 Precondition Required) are not stored: a replay
+/// would answer every such retry with the same refusal until the record expires. Review of
+/// issue 29, item 15: they were stored and replayed.
+#[tokio::test]
+async fn refusals_that_ask_for_a_retry_are_not_stored() {
+    for status in [411, 417, 421, 425, 428] {
+        let (app, backend, runs) = app();
+        let post = || request("POST", "/orders/1", "k", status.to_string());
+        assert_eq!(app.clone().oneshot(post()).await.unwrap().status(), status);
+        let retry = app.oneshot(post()).await.unwrap();
+        assert!(
+            !retry.headers().contains_key("idempotent-replayed"),
+            "{status} replayed"
+        );
+        assert_eq!(backend.record_count(), 0, "{status} stored");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "{status}");
+    }
+}
+
+/// A 307 or 308 redirect says "send this request there": the client sends it again, method,
+/// body and headers (the key too) kept, to another path. Not stored, so that request runs
+/// there; stored, it was a key reused for another request (422), and the request never ran.
+/// (A 301, 302 or 303 may follow work done, as after a form post: those are stored.) Review
+/// of issue 29, item 15.
+#[tokio::test]
+async fn a_redirect_that_keeps_the_method_is_not_stored() {
+    for status in [
+        StatusCode::TEMPORARY_REDIRECT,
+        StatusCode::PERMANENT_REDIRECT,
+    ] {
+        let backend = MemoryBackend::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let app = Router::new()
+            .route(
+                "/v1/orders",
+                post(move || async move { (status, [("location", "/v2/orders")]) }),
+            )
+            .route(
+                "/v2/orders",
+                post(move |body: String| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { (StatusCode::CREATED, body) }
+                }),
+            )
+            .layer(IdempotencyLayer::new(
+                Locker::builder(backend.clone()).build(),
+            ));
+        let moved = pay(&app, "/v1/orders", "k").await;
+        assert_eq!(moved.status(), status);
+        let followed = pay(&app, "/v2/orders", "k").await;
+        assert_eq!(followed.status(), StatusCode::CREATED, "{status} then");
+        assert_eq!(backend.record_count(), 1, "only the 201");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}

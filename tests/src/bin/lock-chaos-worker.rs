@@ -1,19 +1,23 @@
-//! `lock-chaos-worker`: one OS process of the randomized fault test (`tests/tests/chaos.rs`).
+//! `lock-chaos-worker`: one OS process of the randomized fault test (`tests/tests/chaos/`).
 //!
 //! ```text
-//! lock-chaos-worker --lock-url U --store-url S --proc P --tasks T --keys K --seed N
+//! lock-chaos-worker --engine E --lock-url U --store-url S --proc P --tasks T --keys K --seed N
 //! ```
 //!
-//! Connects a `Locker` to the lock server (defaults of `RedisBackend`, as a user would) and a
+//! Connects a `Locker` to the lock servers of engine `E` (`redis`, `cluster`, `sentinel` or
+//! `redlock`; `U` is a comma-separated list of URLs: the server, the cluster's nodes, the
+//! sentinels, the Redlock servers; the engine's default options, as a user would) and a
 //! connection to the fence-checking store, prints `READY`, and waits for `GO` on stdin. Then
 //! `T` tasks loop until `STOP` (or the end of stdin): each draws a key, an API (`run` or a
 //! guard), a wait (or `no_wait`) and a lease from its seeded generator, locks the key as its
-//! mode says (fenced; reentrant: a nested `run` on the same key inside the outer lock; plain),
-//! and inside the critical section writes to the store a few times, each write preceded by
-//! `is_held()`. Every attempt ends with one `SEC ...` line on stdout
+//! mode says (fenced; reentrant: a nested `run` on the same key inside the outer lock; plain;
+//! nested: reentrant without a fence, on Redlock), and inside the critical section writes to
+//! the store a few times, each write preceded by `is_held()`; one section in six then stays
+//! in its body for one to two leases (renewed meanwhile). Every attempt ends with one `SEC ...` line on stdout
 //! (`lock_tests::chaos::Section`). At the end it prints `DONE sections=<n>` and exits 0; a
 //! task that panicked prints `PANIC ...` (exit 3), tasks that do not finish within 30 s print
-//! `HANG` (exit 4). Each attempt is bounded too (15 s): one that is not over by then is
+//! `HANG` (exit 4). A thread outside the runtime prints `LAG <µs> <ms>` whenever it woke more
+//! than 50 ms late (the process was not scheduled). Each attempt is bounded too (15 s): one that is not over by then is
 //! recorded with `result=HUNG`.
 
 #![forbid(unsafe_code)]
@@ -29,8 +33,10 @@ use std::time::Duration;
 
 use lock_core::{LockError, LockInfo, Locker, RedisBackend, current_lock};
 use lock_testkit::process::say;
+use lock_testkit::sentinel::MASTER_NAME;
 use lock_tests::chaos::{
-    Answer, FENCE_STORE, Mode, Rng, Section, WorkerConfig, Write, key_name, now_us, store_keys,
+    Answer, Engine, FENCE_STORE, MAX_LEASE_MS, Mode, Rng, Section, WorkerConfig, Write, key_name,
+    now_us, store_keys,
 };
 use lock_tests::worker::error_kind;
 use redis::Script;
@@ -68,23 +74,28 @@ struct Plan {
     lease: Duration,
     /// The pause after each write, in ms.
     gaps: Vec<u64>,
+    /// How long the body stays after its writes, in ms (renewals happen meanwhile).
+    linger: u64,
 }
 
 impl Plan {
-    fn draw(rng: &mut Rng, keys: u64) -> Plan {
+    fn draw(rng: &mut Rng, engine: Engine, keys: u64) -> Plan {
         let k = rng.range(0, keys);
         let wait = (!rng.chance(25)).then(|| Duration::from_millis(rng.range(100, 1500)));
-        let lease = Duration::from_millis(rng.range(800, 2000));
+        let lease_ms = rng.range(800, MAX_LEASE_MS + 1);
         let run = rng.chance(50);
         let writes = rng.range(1, 5);
         let gaps = (0..writes).map(|_| rng.range(10, 120)).collect();
+        let linger = rng.range(lease_ms, 2 * lease_ms);
+        let linger = if rng.chance(16) { linger } else { 0 };
         Plan {
             key: key_name(k),
-            mode: Mode::of_key(k),
+            mode: engine.mode_of(k),
             run,
             wait,
-            lease,
+            lease: Duration::from_millis(lease_ms),
             gaps,
+            linger,
         }
     }
 }
@@ -181,11 +192,22 @@ async fn run_body(ctx: &Ctx, plan: &Plan, rec: &Rec) {
     };
     acquired(rec, &info);
     let _watch = watch_loss(&info, rec);
-    match plan.mode {
-        Mode::Reentrant => nested(ctx, plan, rec, &info).await,
-        Mode::Fenced | Mode::Plain => body(ctx, &info, rec, &plan.gaps, 0).await,
+    if plan.mode.nests() {
+        nested(ctx, plan, rec, &info).await;
+    } else {
+        body(ctx, &info, rec, &plan.gaps, 0).await;
     }
+    linger(ctx, plan, rec, &info).await;
     ended(rec);
+}
+
+/// Stays in the body for the plan's linger (a section that spans leases: renewed meanwhile),
+/// then writes once more (after `is_held()`, as every write).
+async fn linger(ctx: &Ctx, plan: &Plan, rec: &Rec, info: &LockInfo) {
+    if plan.linger > 0 {
+        tokio::time::sleep(Duration::from_millis(plan.linger)).await;
+        body(ctx, info, rec, &[0], plan.gaps.len()).await;
+    }
 }
 
 /// The first write under the outer lock, the rest inside a nested `run` on the same key.
@@ -265,10 +287,12 @@ async fn section(ctx: &Ctx, plan: &Plan, rec: &Rec) {
     acquired(rec, &info);
     {
         let _watch = watch_loss(&info, rec);
-        match plan.mode {
-            Mode::Reentrant => guard.scope(nested(ctx, plan, rec, &info)).await,
-            Mode::Fenced | Mode::Plain => body(ctx, &info, rec, &plan.gaps, 0).await,
+        if plan.mode.nests() {
+            guard.scope(nested(ctx, plan, rec, &info)).await;
+        } else {
+            body(ctx, &info, rec, &plan.gaps, 0).await;
         }
+        linger(ctx, plan, rec, &info).await;
         ended(rec);
     }
     let released = guard.release().await;
@@ -301,7 +325,7 @@ async fn task(
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let plan = Plan::draw(&mut rng, cfg.keys);
+        let plan = Plan::draw(&mut rng, cfg.engine, cfg.keys);
         let rec: Rec = Arc::new(Mutex::new(Section::new(
             cfg.proc,
             id,
@@ -328,12 +352,25 @@ async fn task(
     }
 }
 
-/// Connects to the lock server, retrying while it restarts (bounded).
-async fn connect(url: &str) -> Result<Locker, String> {
+/// Connects to the lock servers, retrying while they restart (bounded).
+async fn connect(engine: Engine, urls: &str) -> Result<Locker, String> {
+    let urls: Vec<&str> = urls.split(',').collect();
     let mut last = String::new();
     for _ in 0..40 {
-        match RedisBackend::builder(url).connect().await {
-            Ok(b) => return Ok(Locker::builder(b).build()),
+        let locker = match engine {
+            Engine::Redis => match urls.first() {
+                Some(url) => RedisBackend::builder(url)
+                    .connect()
+                    .await
+                    .map(|b| Locker::builder(b).build()),
+                None => return Err("no lock server URL".to_owned()),
+            },
+            Engine::Cluster => Locker::redis_cluster(&urls).await,
+            Engine::Sentinel => Locker::redis_sentinel(&urls, MASTER_NAME).await,
+            Engine::Redlock => Locker::redlock(&urls).await,
+        };
+        match locker {
+            Ok(l) => return Ok(l),
             Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -350,7 +387,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let locker = match connect(&cfg.lock_url).await {
+    let locker = match connect(cfg.engine, &cfg.lock_url).await {
         Ok(l) => l,
         Err(e) => {
             say(&format!("ERROR connect to the lock server: {e}"));
@@ -391,6 +428,7 @@ async fn main() -> ExitCode {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
+    lag_probe(stop.clone());
     let count = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..cfg.tasks)
         .map(|id| {
@@ -427,6 +465,27 @@ async fn main() -> ExitCode {
     }
     say(&format!("DONE sections={}", count.load(Ordering::Relaxed)));
     code
+}
+
+/// How often the lag probe wakes, and from how late on it reports.
+const PROBE_TICK: Duration = Duration::from_millis(10);
+const PROBE_REPORT: Duration = Duration::from_millis(50);
+
+/// A plain OS thread (outside the runtime) that sleeps [`PROBE_TICK`] at a time and prints
+/// `LAG <µs> <ms>` when it woke more than [`PROBE_REPORT`] late: the process was not scheduled
+/// (a starved machine, or the test's SIGSTOP). The test shows these beside a late wait; they
+/// excuse nothing. Ends with `stop`.
+fn lag_probe(stop: Arc<AtomicBool>) {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let before = std::time::Instant::now();
+            std::thread::sleep(PROBE_TICK);
+            let late = before.elapsed().saturating_sub(PROBE_TICK);
+            if late > PROBE_REPORT {
+                say(&format!("LAG {} {}", now_us(), late.as_millis()));
+            }
+        }
+    });
 }
 
 /// Awaits every task in turn (no `futures` dependency): the bound is on the whole.

@@ -10,9 +10,15 @@
 //! like `EVALSHA` (following MOVED and ASK), runs the script, and caches it on the node that
 //! ran it: only that node is involved.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Arg, Cmd, ErrorKind, RedisFuture, ServerErrorKind, Value};
+
+use super::Topology;
+use crate::sync::Mutex;
 
 /// A `ClusterConnection` for one call (cloned from the backend's, cheap), remembering the
 /// script a `NOSCRIPT` asked to load.
@@ -22,6 +28,46 @@ pub(crate) struct ClusterConn {
     /// The SHA1 of the last `EVALSHA` answered with `NOSCRIPT`, and then the body that
     /// `SCRIPT LOAD` offered for it.
     missing: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The backend's command connection follows failovers of nodes that do not answer.
+    follow: Option<Arc<Follow>>,
+}
+
+/// redis-rs reads its slot map again after MOVED or a dropped connection, never after a
+/// timeout: requests for the slots of a primary that stopped answering (stalled, partitioned)
+/// and was failed over would go to it for good. After a request times out, the backend's own
+/// map is read again from a node that answers; when any read changed it since the command
+/// connection was made (a failover, a reshard), a new command connection replaces it.
+struct Follow {
+    current: Mutex<ClusterConnection>,
+    /// The map's generation when `current` was made.
+    made_at: AtomicU64,
+    topology: Arc<Topology>,
+    busy: AtomicBool,
+}
+
+impl Follow {
+    fn after_timeout(self: &Arc<Self>, slot: u16) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let follow = self.clone();
+        runtime.spawn(async move {
+            let suspect = follow.topology.shard_of(slot);
+            follow.topology.refresh(None, suspect.as_deref()).await;
+            let generation = follow.topology.generation();
+            if generation != follow.made_at.load(Ordering::Acquire)
+                && let Some(conn) = follow.topology.connect_command().await
+            {
+                tracing::debug!("the slot map changed after a timeout: new command connection");
+                *follow.current.lock() = conn;
+                follow.made_at.store(generation, Ordering::Release);
+            }
+            follow.busy.store(false, Ordering::Release);
+        });
+    }
 }
 
 impl ClusterConn {
@@ -29,12 +75,62 @@ impl ClusterConn {
         ClusterConn {
             conn,
             missing: None,
+            follow: None,
+        }
+    }
+
+    /// This connection, replaced by a new one when a request timed out and the slot map has
+    /// changed since it was made (see `Follow`).
+    pub(crate) fn following(self, topology: Arc<Topology>) -> Self {
+        let follow = Follow {
+            current: Mutex::new(self.conn.clone()),
+            made_at: AtomicU64::new(topology.generation()),
+            topology,
+            busy: AtomicBool::new(false),
+        };
+        ClusterConn {
+            follow: Some(Arc::new(follow)),
+            ..self
         }
     }
 
     pub(crate) fn inner(&mut self) -> &mut ClusterConnection {
         &mut self.conn
     }
+
+    /// Takes the current command connection (when following).
+    fn refresh(&mut self) {
+        if let Some(follow) = &self.follow {
+            self.conn = follow.current.lock().clone();
+        }
+    }
+
+    /// After an answer: a timeout of a request for `slot` may mean a failover (see `Follow`).
+    fn answered<T>(&self, answer: &redis::RedisResult<T>, slot: Option<u16>) {
+        if let (Some(follow), Err(e), Some(slot)) = (&self.follow, answer, slot)
+            && e.is_timeout()
+        {
+            follow.after_timeout(slot);
+        }
+    }
+}
+
+/// The slot of a command's first key, as the backend sends them (`EVALSHA sha n key ...`,
+/// `EVAL body n key ...`, else the first argument).
+fn slot_of(cmd: &Cmd) -> Option<u16> {
+    let mut args = cmd.args_iter();
+    let name = simple(args.next())?;
+    let key = if is(Some(name), "EVALSHA") || is(Some(name), "EVAL") {
+        let _script = args.next();
+        let keys = simple(args.next())?;
+        if keys == b"0" {
+            return None;
+        }
+        simple(args.next())?
+    } else {
+        simple(args.next())?
+    };
+    Some(key_slot(key))
 }
 
 fn simple(arg: Option<Arg<&[u8]>>) -> Option<&[u8]> {
@@ -51,6 +147,37 @@ fn is(arg: Option<&[u8]>, name: &str) -> bool {
 impl ConnectionLike for ClusterConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            self.refresh();
+            let answer = self.send(cmd).await;
+            self.answered(&answer, slot_of(cmd));
+            answer
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.refresh();
+            let answer = self.conn.req_packed_commands(pipeline, offset, count).await;
+            let slot = pipeline.cmd_iter().find_map(slot_of);
+            self.answered(&answer, slot);
+            answer
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl ClusterConn {
+    /// One command, `NOSCRIPT` handled on the node that answered (see the module's doc).
+    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        {
             let mut args = cmd.args_iter();
             let name = simple(args.next());
             let first = simple(args.next());
@@ -87,20 +214,7 @@ impl ConnectionLike for ClusterConn {
                 return answer;
             }
             self.conn.req_packed_command(cmd).await
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.conn.req_packed_commands(pipeline, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        0
+        }
     }
 }
 
@@ -143,5 +257,23 @@ mod tests {
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         assert_eq!(key_slot(b"lock:{a}:queue"), key_slot(b"a"));
+    }
+
+    #[test]
+    fn a_command_s_slot_is_its_first_key_s() {
+        let evalsha = redis::cmd("EVALSHA")
+            .arg("sha")
+            .arg(2)
+            .arg("{a}")
+            .arg("{b}")
+            .clone();
+        assert_eq!(slot_of(&evalsha), Some(key_slot(b"a")));
+        let set = redis::cmd("SET").arg("{b}").arg("v").clone();
+        assert_eq!(slot_of(&set), Some(key_slot(b"b")));
+        assert_eq!(
+            slot_of(&redis::cmd("EVALSHA").arg("sha").arg(0).clone()),
+            None
+        );
+        assert_eq!(slot_of(&redis::cmd("PING").clone()), None);
     }
 }

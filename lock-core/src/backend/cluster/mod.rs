@@ -7,11 +7,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{ProtocolVersion, Value};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, Value,
+};
+use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
@@ -38,15 +44,25 @@ const MAX_RETRY_WAIT_MS: u64 = 200;
 /// resharding, slot map refresh after a failover, reconnects); release notifications use
 /// sharded pub/sub (`SSUBSCRIBE` on the node that owns each channel's slot) on a connection of
 /// their own; one more idle cluster connection hears of a node's dropped connection, and every
-/// held lock is checked then. The watchdog renews the locks of each shard in one call per
-/// shard, the shards concurrently and each on a cluster connection of its own: a shard that
-/// stops answering loses its own locks (their holders are told when the leases run out) and
-/// delays no other shard's renewals.
+/// held lock is checked then. The watchdog renews every lock a primary serves in one script
+/// call per tick (Redis 7's `allow-cross-slot-keys` script flag lets one call touch keys of
+/// several slots), the primaries concurrently, each on a plain connection to that primary
+/// alone: a primary that stops answering loses its own locks (their holders are told when the
+/// leases run out) and delays no other primary's renewals, whatever the lease. Each lock gets
+/// its own verdict: a lock whose slot the primary no longer serves (resharded) is renewed by
+/// itself through the cluster connection, which follows MOVED and ASK, and the slot map is
+/// read again from a node that answers (never the one that failed); the map is also read
+/// again when a primary's renewal call fails, and the renewal connections of addresses that
+/// are no longer primaries are closed then.
 ///
 /// A limit of the cluster client (redis-rs): while one node does not answer (paused or
 /// partitioned, not refused), requests on the same cluster connection to other nodes wait too,
 /// up to the request bound (twice the response timeout). Acquires and releases share one
-/// connection, so they may be slowed then; renewals are not (their connections are per shard).
+/// connection, so they may be slowed then (a `try_lock` on a stalled primary answers after
+/// that bound, whatever the lease); renewals are not. redis-rs reads its slot map again after
+/// MOVED or a dropped connection, never after a timeout: when a request times out and the slot
+/// map (read again from a node that answers) changed since the command connection was made (a
+/// stalled primary failed over), a new command connection replaces it.
 ///
 /// What a failover means for a held lock: replication is asynchronous, so a lock written to a
 /// primary that dies before its replica got it is gone after the failover; its holder's
@@ -261,19 +277,76 @@ impl ClusterSettings {
             ))
         })
     }
+
+    /// A client of the one node at `addr` ("host:port", as `CLUSTER SLOTS` names it), with the
+    /// first URL's user, password and transport.
+    fn node_client(&self, addr: &str) -> Result<Client, String> {
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+            .ok_or_else(|| format!("a node address without a port: {addr:?}"))?;
+        let url = self.urls.first().ok_or("no URL")?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| e.to_string())?;
+        let addr = match info.addr().clone() {
+            ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+            other => return Err(format!("a cluster node over {other:?}")),
+        };
+        Client::open(info.set_addr(addr)).map_err(|e| e.to_string())
+    }
 }
 
-/// Which primary serves each slot, from `CLUSTER SLOTS`: only to group the watchdog's
-/// renewals by shard (routing itself is redis-rs's, by slot). Refreshed when a renewal call
-/// fails and when a node's connection drops.
+/// How long a slot that a node said it does not serve (moved or moving) is renewed one slot
+/// per call through the cluster connection before its primary is asked again (a refreshed map
+/// that names another primary ends it sooner).
+const UNSETTLED: Duration = Duration::from_secs(5);
+
+/// The shortest time between two reads of the slot map after renewal failures (a stalled
+/// node's locks are retried often; one read serves them all).
+const REFRESH_GAP: Duration = Duration::from_millis(100);
+
+/// The client name of the renewal connections (`CLIENT LIST` shows it on each primary).
+const RENEWAL_CONNECTION_NAME: &str = "lock-core:renewal";
+
+/// Where a renewal goes: the primary that serves a slot (one script call for all its locks),
+/// or one slot through the cluster connection (a slot moving or of unknown owner).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
+    Node(Arc<str>),
+    Slot(u16),
+}
+
+/// Which primary serves each slot, from `CLUSTER SLOTS`, to send the watchdog's renewals to
+/// the primaries (routing of every other request is redis-rs's, by slot), and one renewal
+/// connection per primary. Read at connect, and again from a node that answers (never the one
+/// that failed) when a primary's renewal call fails or a primary answers that it does not
+/// serve a lock's slot; each read drops the connections of addresses no longer primaries.
 pub(crate) struct Topology {
     /// `(first slot, last slot, primary "host:port")`, sorted.
     ranges: Mutex<Vec<(u16, u16, Arc<str>)>>,
-    /// One cluster connection per shard for its renewals (redis-rs holds every request of a
-    /// cluster connection while one of its nodes does not answer); made at connect for the
-    /// shards known then, later for new ones.
-    renewers: Mutex<HashMap<Arc<str>, ClusterConn>>,
-    /// `None` in unit tests: no renewal connections.
+    /// Slots a primary said it does not serve, with that primary and when: renewed per slot
+    /// through the cluster connection (which follows MOVED and ASK) meanwhile.
+    unsettled: Mutex<HashMap<u16, (Arc<str>, Instant)>>,
+    /// One plain connection per primary for its renewals: a node that does not answer holds
+    /// only its own calls (a cluster connection would hold every node's while it waits).
+    renewers: Mutex<HashMap<Arc<str>, MultiplexedConnection>>,
+    /// When the map was last read after a failure.
+    refreshed: Mutex<Option<Instant>>,
+    /// Counts the reads that changed the map (see `ClusterConn::following`).
+    generation: AtomicU64,
+    /// `None` in unit tests: no connections.
     settings: Option<ClusterSettings>,
 }
 
@@ -281,46 +354,81 @@ impl Topology {
     pub(crate) fn new(settings: Option<ClusterSettings>) -> Self {
         Topology {
             ranges: Mutex::default(),
+            unsettled: Mutex::default(),
             renewers: Mutex::default(),
+            refreshed: Mutex::default(),
+            generation: AtomicU64::new(0),
             settings,
         }
     }
 
-    /// The renewal connection of the shard that serves `slot` (made now if it is new);
-    /// `None` when the shard is unknown or the connection cannot be made (the caller uses
-    /// the backend's own).
-    pub(crate) async fn renewer(&self, slot: u16) -> Option<ClusterConn> {
-        let shard = self.shard_of(slot)?;
-        if let Some(conn) = self.renewers.lock().get(&shard) {
+    /// The renewal connection of the primary at `addr` (made now if there is none); `None`
+    /// when it cannot be made within twice the connect timeout.
+    pub(crate) async fn renewer(&self, addr: &Arc<str>) -> Option<MultiplexedConnection> {
+        if let Some(conn) = self.renewers.lock().get(addr) {
             return Some(conn.clone());
         }
         let settings = self.settings.as_ref()?;
-        let client = settings
-            .client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)
-            .ok()?;
-        let connect = client.get_async_connection();
+        let client = match settings.node_client(addr) {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot address a primary's renewal connection");
+                return None;
+            }
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout));
+        let connect = client.get_multiplexed_async_connection_with_config(&config);
         let conn = match tokio::time::timeout(settings.connect_timeout * 2, connect).await {
-            Ok(Ok(conn)) => ClusterConn::new(conn),
+            Ok(Ok(mut conn)) => {
+                // Named, so that an operator (and a test) tells it in `CLIENT LIST`.
+                let name = redis::cmd("CLIENT")
+                    .arg("SETNAME")
+                    .arg(RENEWAL_CONNECTION_NAME)
+                    .clone();
+                if let Err(e) = name.query_async::<Value>(&mut conn).await {
+                    tracing::debug!(error = %e, "cannot name a renewal connection");
+                }
+                conn
+            }
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, "cannot connect a shard's renewal connection");
+                tracing::debug!(error = %e, "cannot connect a primary's renewal connection");
                 return None;
             }
             Err(_) => return None,
         };
-        Some(self.renewers.lock().entry(shard).or_insert(conn).clone())
+        let mut renewers = self.renewers.lock();
+        // Not kept for an address that stopped being a primary meanwhile.
+        if !self.ranges.lock().iter().any(|(_, _, a)| a == addr) {
+            return Some(conn);
+        }
+        Some(renewers.entry(addr.clone()).or_insert(conn).clone())
     }
 
-    /// Makes the renewal connection of every known shard.
+    /// Drops the renewal connection of `addr` (its call failed: the next one reconnects).
+    pub(crate) fn forget(&self, addr: &str) {
+        self.renewers.lock().remove(addr);
+    }
+
+    /// Makes the renewal connection of every known primary.
     pub(crate) async fn connect_renewers(&self) {
-        let firsts: Vec<u16> = self
+        for addr in self.primaries() {
+            self.renewer(&addr).await;
+        }
+    }
+
+    /// The primaries of the map, each once.
+    fn primaries(&self) -> Vec<Arc<str>> {
+        let mut primaries: Vec<Arc<str>> = self
             .ranges
             .lock()
             .iter()
-            .map(|(first, _, _)| *first)
+            .map(|(_, _, addr)| addr.clone())
             .collect();
-        for slot in firsts {
-            self.renewer(slot).await;
-        }
+        primaries.sort();
+        primaries.dedup();
+        primaries
     }
 
     /// The primary that serves `slot`, when known.
@@ -332,8 +440,31 @@ impl Topology {
             .map(|(_, _, addr)| addr.clone())
     }
 
-    /// Reads `CLUSTER SLOTS` from one primary; keeps the old map when that fails.
-    pub(crate) async fn refresh(&self, conn: &mut ClusterConn) {
+    /// Where the renewal of a lock in `slot` goes.
+    pub(crate) fn target(&self, slot: u16) -> Target {
+        {
+            let mut unsettled = self.unsettled.lock();
+            match unsettled.get(&slot) {
+                Some((_, since)) if since.elapsed() < UNSETTLED => return Target::Slot(slot),
+                Some(_) => {
+                    unsettled.remove(&slot);
+                }
+                None => {}
+            }
+        }
+        self.shard_of(slot).map_or(Target::Slot(slot), Target::Node)
+    }
+
+    /// `addr` answered that it does not serve `slot`.
+    pub(crate) fn unsettled(&self, slot: u16, addr: &Arc<str>) {
+        self.unsettled
+            .lock()
+            .insert(slot, (addr.clone(), Instant::now()));
+    }
+
+    /// Reads `CLUSTER SLOTS` through the cluster connection (at connect); keeps the old map
+    /// when that fails.
+    pub(crate) async fn load(&self, conn: &mut ClusterConn) {
         let reply = conn
             .inner()
             .route_command(
@@ -342,25 +473,106 @@ impl Topology {
             )
             .await;
         match reply {
-            Ok(reply) => {
-                let ranges = parse_slots(&reply);
-                if !ranges.is_empty() {
-                    *self.ranges.lock() = ranges;
-                }
-            }
+            Ok(reply) => self.apply(parse_slots(&reply)),
             Err(e) => tracing::debug!(error = %e, "cannot read the cluster's slot map"),
         }
     }
 
-    /// Groups `slots` (one per item) by the primary that serves them; items of slots with no
-    /// known primary are grouped by slot.
+    /// Reads `CLUSTER SLOTS` again from the first primary that answers, `prefer` first, never
+    /// `avoid` (a node whose call just failed: it may be stalled); at most once per
+    /// [`REFRESH_GAP`]. Keeps the old map when no primary answers.
+    pub(crate) async fn refresh(&self, prefer: Option<&Arc<str>>, avoid: Option<&str>) {
+        {
+            let mut refreshed = self.refreshed.lock();
+            if refreshed.is_some_and(|at| at.elapsed() < REFRESH_GAP) {
+                return;
+            }
+            *refreshed = Some(Instant::now());
+        }
+        let Some(settings) = &self.settings else {
+            return;
+        };
+        let mut candidates: Vec<Arc<str>> = prefer.into_iter().cloned().collect();
+        candidates.extend(self.primaries().into_iter().filter(|a| Some(a) != prefer));
+        for addr in candidates.iter().filter(|a| Some(&***a) != avoid) {
+            let Some(mut conn) = self.renewer(addr).await else {
+                continue;
+            };
+            let slots = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            let reply = tokio::time::timeout(
+                settings.response_timeout,
+                slots.query_async::<Value>(&mut conn),
+            )
+            .await;
+            match reply {
+                Ok(Ok(reply)) => {
+                    let ranges = parse_slots(&reply);
+                    if !ranges.is_empty() {
+                        self.apply(ranges);
+                        return;
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "cannot read the cluster's slot map");
+                    if !crate::backend::redis::answered(&e) {
+                        self.forget(addr);
+                    }
+                }
+                Err(_) => self.forget(addr),
+            }
+        }
+    }
+
+    /// Takes a new map: the connections of addresses no longer primaries are dropped, and a
+    /// slot now served by another primary than the one that refused it is settled.
+    fn apply(&self, ranges: Vec<(u16, u16, Arc<str>)>) {
+        if ranges.is_empty() {
+            return;
+        }
+        {
+            let mut current = self.ranges.lock();
+            if *current != ranges {
+                self.generation.fetch_add(1, Ordering::AcqRel);
+            }
+            *current = ranges;
+        }
+        let primaries = self.primaries();
+        self.renewers
+            .lock()
+            .retain(|addr, _| primaries.contains(addr));
+        let mut unsettled = self.unsettled.lock();
+        unsettled.retain(|&slot, (refused_by, _)| self.shard_of(slot).as_ref() == Some(refused_by));
+    }
+
+    /// How many reads changed the map so far.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A new command connection (it reads the slot map afresh); `None` when it cannot be made
+    /// within twice the connect timeout.
+    pub(crate) async fn connect_command(&self) -> Option<ClusterConnection> {
+        let settings = self.settings.as_ref()?;
+        let client = settings
+            .client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)
+            .ok()?;
+        match tokio::time::timeout(settings.connect_timeout * 2, client.get_async_connection())
+            .await
+        {
+            Ok(Ok(conn)) => Some(conn),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot make a new command connection");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Groups `slots` (one per item) by where their renewals go (see [`Topology::target`]).
     pub(crate) fn group(&self, slots: impl Iterator<Item = u16>) -> Vec<Vec<usize>> {
-        let mut groups: HashMap<Result<Arc<str>, u16>, Vec<usize>> = HashMap::new();
+        let mut groups: HashMap<Target, Vec<usize>> = HashMap::new();
         for (i, slot) in slots.enumerate() {
-            groups
-                .entry(self.shard_of(slot).ok_or(slot))
-                .or_default()
-                .push(i);
+            groups.entry(self.target(slot)).or_default().push(i);
         }
         groups.into_values().collect()
     }
@@ -425,12 +637,30 @@ mod tests {
             Value::Int(3),
         ]);
         let topology = Topology::new(None);
-        *topology.ranges.lock() = parse_slots(&reply);
+        topology.apply(parse_slots(&reply));
         assert_eq!(topology.shard_of(0).as_deref(), Some("127.0.0.1:7000"));
         assert_eq!(topology.shard_of(16383).as_deref(), Some("127.0.0.1:7001"));
         let mut groups = topology.group([1, 9000, 2, 8191].into_iter());
         groups.sort();
         assert_eq!(groups, vec![vec![0, 2, 3], vec![1]]);
+        // A slot that its primary refused is renewed per slot until the map names another.
+        let a: Arc<str> = Arc::from("127.0.0.1:7000");
+        topology.unsettled(2, &a);
+        assert_eq!(topology.target(2), Target::Slot(2));
+        assert_eq!(topology.target(1), Target::Node(a.clone()));
+        topology.apply(parse_slots(&reply));
+        assert_eq!(topology.target(2), Target::Slot(2), "still served there");
+        let moved = Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(8191), node(7002)]),
+            Value::Array(vec![Value::Int(8192), Value::Int(16383), node(7001)]),
+        ]);
+        topology.apply(parse_slots(&moved));
+        assert_eq!(
+            topology.target(2),
+            Target::Node(Arc::from("127.0.0.1:7002")),
+            "settled: another primary serves it"
+        );
+        assert_eq!(topology.primaries().len(), 2);
         let empty = Topology::new(None);
         let mut by_slot = empty.group([5, 6, 5].into_iter());
         by_slot.sort();

@@ -216,10 +216,10 @@ pub(crate) async fn connect_cluster(
         .await
         .map_err(|e| LockError::backend("connect", None, e))?;
     let mut conn = ClusterConn::new(conn);
-    let topology = Topology::new(Some(settings.clone()));
-    topology.refresh(&mut conn).await;
+    let topology = std::sync::Arc::new(Topology::new(Some(settings.clone())));
+    topology.load(&mut conn).await;
     topology.connect_renewers().await;
-    let mut conn = Conn::Cluster(conn);
+    let mut conn = Conn::Cluster(conn.following(topology.clone()));
     // HELLO and CONFIG GET go to one node (redis-rs picks it): the cluster runs one version,
     // and the policy should be the same on every node (the docs say so).
     let probed = probe(&mut conn).await?;

@@ -29,6 +29,8 @@ mod subscriber;
 mod watcher;
 
 pub use connect::RedisBackendBuilder;
+#[cfg(feature = "cluster")]
+pub(crate) use shards::answered;
 
 use conn::Conn;
 use subscriber::Subscriber;
@@ -41,7 +43,12 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("scripts/acquire.lua")
     ))
 });
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/renew_one.lua"),
+        include_str!("scripts/renew.lua")
+    ))
+});
 static ACQUIRE_QUEUED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/fence.lua"),
@@ -110,7 +117,7 @@ struct Inner {
     contention: release::Contention,
     /// The cluster's slot map (cluster backend only), to group renewals by shard.
     #[cfg(feature = "cluster")]
-    topology: Option<crate::backend::cluster::Topology>,
+    topology: Option<Arc<crate::backend::cluster::Topology>>,
     /// The primary a Sentinel set names (Sentinel backend only).
     #[cfg(feature = "sentinel")]
     master: Option<Arc<crate::backend::sentinel::Master>>,
@@ -434,8 +441,9 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// On a cluster, the renewal items grouped by the shard that serves them: the watchdog
-    /// sends one call per group, the groups concurrently. `None` on one server.
+    /// On a cluster, the renewal items grouped by where they go (the primary that serves them,
+    /// or their slot while it moves): the watchdog sends one call per group, the groups
+    /// concurrently. `None` on one server.
     pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
         #[cfg(feature = "cluster")]
         if let Some(topology) = &self.inner.topology {
@@ -451,11 +459,20 @@ impl RedisBackend {
         None
     }
 
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
+    /// One verdict per item: on a cluster each lock's own (a primary that fails leaves only
+    /// its locks undecided), elsewhere yes or no for the whole call.
+    pub(crate) async fn renew_verdicts(
+        &self,
+        items: &[Renewal],
+    ) -> Result<Vec<super::Renewed>, LockError> {
         #[cfg(feature = "cluster")]
-        if self.inner.topology.is_some() {
-            return self.renew_shard(items).await;
+        if let Some(topology) = &self.inner.topology {
+            return self.renew_shard(topology, items).await;
         }
+        self.renew(items).await.map(super::Renewed::from_bools)
+    }
+
+    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         if !self.inner.cluster || items.len() <= 1 {
             return self.renew_batch(items).await;
         }

@@ -31,6 +31,10 @@ const RECHECK_MAX: Duration = Duration::from_secs(1);
 /// How often the `+switch-master` listener checks that its sentinel still answers (an idle
 /// connection to a vanished host would otherwise stay silent for minutes).
 const LISTEN_PING: Duration = Duration::from_secs(1);
+/// How long an address a sentinel announced (`+switch-master`) is waited for to be named by a
+/// majority of the sentinels: the others learn a new configuration from each other's hello
+/// messages, sent every 2 s, and a stale sentinel's announcement never gets there.
+const ANNOUNCED_CONFIRM: Duration = Duration::from_secs(10);
 /// Backoff of the `+switch-master` listener's reconnections.
 const LISTEN_RETRY_MIN: Duration = Duration::from_millis(50);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(1);
@@ -82,7 +86,7 @@ impl Master {
     /// Asks the sentinels for the primary, connects to it, and starts listening for
     /// failovers.
     pub(crate) async fn connect(settings: SentinelSettings) -> Result<Arc<Self>, LockError> {
-        let addr = resolve(&settings, None).await?;
+        let addr = resolve(&settings).await?;
         let (client, conn) = open(&settings, &addr).await?;
         let master = Arc::new(Master {
             settings,
@@ -126,11 +130,13 @@ impl Master {
         *self.generation.borrow()
     }
 
-    /// Makes sure the connection follows the primary the sentinels name now; `true` when it
-    /// moved since generation `seen` (by this call or another). `announced` is the address a
-    /// sentinel's `+switch-master` named: tried first (once it answers as a primary), and the
-    /// call is not subject to the back-off that spaces resolutions which found nothing new.
-    pub(crate) async fn follow(&self, seen: u64, announced: Option<(String, u16)>) -> bool {
+    /// Makes sure the connection follows the primary a majority of the sentinels name now;
+    /// `true` when it moved since generation `seen` (by this call or another). `announced`
+    /// tells that a sentinel's `+switch-master` named a new primary: the call is then not
+    /// subject to the back-off that spaces resolutions which found nothing new, but the
+    /// announced address is taken only as the majority's answer (one sentinel, stale or cut
+    /// off from the others, must not move the backend to a server the others do not name).
+    pub(crate) async fn follow(&self, seen: u64, announced: bool) -> bool {
         if self.generation() != seen {
             return true;
         }
@@ -138,7 +144,7 @@ impl Master {
         if self.generation() != seen {
             return true;
         }
-        if announced.is_none() {
+        if !announced {
             let (at, misses) = *self.checked.lock();
             let wait = RECHECK.saturating_mul(1 << misses.min(4)).min(RECHECK_MAX);
             if at.is_some_and(|at| at.elapsed() < wait) {
@@ -146,10 +152,7 @@ impl Master {
             }
         }
         let current = self.current.lock().addr.clone();
-        let found = match announced {
-            Some(addr) if is_primary(&self.settings, &addr).await.is_ok() => Ok(addr),
-            _ => resolve(&self.settings, Some(&current)).await,
-        };
+        let found = resolve(&self.settings).await;
         let moved = match found {
             Ok(addr) if addr != current => match open(&self.settings, &addr).await {
                 Ok((client, conn)) => {
@@ -186,7 +189,7 @@ impl Master {
     /// answer (the resolution goes on without it).
     async fn follow_bounded(self: &Arc<Self>, seen: u64) -> bool {
         let master = self.clone();
-        let Some(task) = crate::background::spawn(async move { master.follow(seen, None).await })
+        let Some(task) = crate::background::spawn(async move { master.follow(seen, false).await })
         else {
             return false;
         };
@@ -301,13 +304,13 @@ impl ConnectionLike for SentinelConn {
 struct SentinelError(String);
 
 /// Asks every sentinel at once for the primary of `settings.master_name` and takes the address
-/// most of the answering sentinels name (on a tie, `current`: a sentinel that has not heard of
-/// a failover yet must not move the backend back and forth), once it answers as a primary
-/// (the role in its `HELLO`); else the next most named.
-async fn resolve(
-    settings: &SentinelSettings,
-    current: Option<&(String, u16)>,
-) -> Result<(String, u16), LockError> {
+/// that a majority of the configured sentinels name (counted over all of them, not over those
+/// that answered), once it answers as a primary (the role in its `HELLO`). Nothing else is
+/// ever taken: not the address fewer sentinels name when the majority's does not answer (a
+/// stale or cut-off sentinel's server, where the backend would stay and hold locks beside the
+/// real primary's holders), not a tie. Without a majority the resolution fails, and is asked
+/// again later (the next failing command, the listener).
+async fn resolve(settings: &SentinelSettings) -> Result<(String, u16), LockError> {
     let asks = settings
         .sentinels
         .iter()
@@ -330,38 +333,64 @@ async fn resolve(
                 as std::pin::Pin<Box<dyn std::future::Future<Output = Result<_, String>> + Send>>
         })
         .collect();
-    let mut named = Vec::new();
-    let mut last: Option<String> = None;
-    for answer in crate::backend::join_all(asks).await {
-        match answer {
-            Ok(addr) => named.push(addr),
-            Err(e) => last = Some(e),
-        }
-    }
-    for addr in ranked(named, current) {
-        match is_primary(settings, &addr).await {
-            Ok(()) => return Ok(addr),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(LockError::backend(
-        "find the Redis primary through Sentinel",
-        None,
-        SentinelError(last.unwrap_or_else(|| "no sentinel given".to_owned())),
-    ))
+    let answers = crate::backend::join_all(asks).await;
+    let checked = match majority(answers, settings.sentinels.len()) {
+        Ok(addr) => is_primary(settings, &addr)
+            .await
+            .map(|()| addr)
+            .map_err(|e| {
+                format!("the primary a majority of the sentinels name does not answer as one: {e}")
+            }),
+        Err(e) => Err(e),
+    };
+    checked.map_err(|e| {
+        LockError::backend(
+            "find the Redis primary through Sentinel",
+            None,
+            SentinelError(e),
+        )
+    })
 }
 
-/// The addresses the sentinels named, most named first; on a tie, `current` first.
-fn ranked(named: Vec<(String, u16)>, current: Option<&(String, u16)>) -> Vec<(String, u16)> {
+/// The address named by more than half of the `configured` sentinels, from their `answers`;
+/// else an error that says what each named and why the others did not answer.
+fn majority(
+    answers: Vec<Result<(String, u16), String>>,
+    configured: usize,
+) -> Result<(String, u16), String> {
     let mut counts: Vec<((String, u16), usize)> = Vec::new();
-    for addr in named {
-        match counts.iter_mut().find(|(a, _)| *a == addr) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((addr, 1)),
+    let mut failed = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok(addr) => match counts.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((addr, 1)),
+            },
+            Err(e) => failed.push(e),
         }
     }
-    counts.sort_by_key(|(addr, n)| (std::cmp::Reverse(*n), Some(addr) != current));
-    counts.into_iter().map(|(addr, _)| addr).collect()
+    let needed = configured / 2 + 1;
+    if let Some(at) = counts.iter().position(|(_, n)| *n >= needed) {
+        return Ok(counts.swap_remove(at).0);
+    }
+    let named: Vec<String> = counts
+        .iter()
+        .map(|((host, port), n)| format!("{host}:{port} by {n}"))
+        .collect();
+    Err(format!(
+        "no address is named by a majority ({needed}) of the {configured} configured sentinels \
+         (named: {}; {} did not answer{}); the sentinels are asked again later",
+        if named.is_empty() {
+            "none".to_owned()
+        } else {
+            named.join(", ")
+        },
+        failed.len(),
+        failed
+            .first()
+            .map(|e| format!(", e.g. {e}"))
+            .unwrap_or_default(),
+    ))
 }
 
 /// `Ok` when the server at `addr` says it is a primary.
@@ -476,15 +505,17 @@ fn switched(data: &[Value], name: &str) -> Option<(String, u16)> {
     }
 }
 
-/// Follows the primary a sentinel announced, trying again for a while when it does not answer
-/// as a primary yet or cannot be connected to (the announcement is not repeated).
+/// Follows the primary a sentinel announced once a majority of the sentinels name it (and it
+/// answers as a primary and can be connected to), trying again for a while: the other
+/// sentinels learn of a failover seconds after the one that announced it, and the
+/// announcement is not repeated. A stale sentinel's announcement is never followed.
 async fn follow_announced(master: &Master, announced: (String, u16)) {
     let mut delay = LISTEN_RETRY_MIN;
-    let until = Instant::now() + master.settings.connect_timeout * 5;
+    let until = Instant::now() + (master.settings.connect_timeout * 5).max(ANNOUNCED_CONFIRM);
     loop {
         let seen = master.generation();
         if master.current.lock().addr == announced
-            || master.follow(seen, Some(announced.clone())).await
+            || master.follow(seen, true).await
             || Instant::now() >= until
         {
             return;
@@ -536,7 +567,7 @@ async fn listen(master: Weak<Master>) {
         match master.upgrade() {
             Some(m) => {
                 *m.checked.lock() = (None, 0);
-                m.follow(seen, None).await;
+                m.follow(seen, false).await;
             }
             None => return,
         }
@@ -602,21 +633,40 @@ mod tests {
     }
 
     #[test]
-    fn the_most_named_primary_wins_and_a_tie_keeps_the_current_one() {
+    fn only_an_address_a_majority_of_the_configured_sentinels_name_is_taken() {
         let a = ("10.0.0.1".to_owned(), 6379);
         let b = ("10.0.0.2".to_owned(), 6379);
-        // One stale sentinel names the old primary, two the new one.
+        let down = || Err::<(String, u16), _>("timed out".to_owned());
+        // One stale sentinel names another address, two the primary.
         assert_eq!(
-            ranked(vec![a.clone(), b.clone(), b.clone()], Some(&a)),
-            vec![b.clone(), a.clone()]
+            majority(vec![Ok(a.clone()), Ok(b.clone()), Ok(b.clone())], 3),
+            Ok(b.clone())
         );
-        // A tie does not move the backend.
+        // A tie of the answering sentinels is no majority of the configured ones.
+        let tie = majority(vec![Ok(a.clone()), Ok(b.clone()), down()], 3);
+        assert!(
+            tie.as_ref().is_err_and(|e| e.contains("10.0.0.1:6379 by 1")
+                && e.contains("10.0.0.2:6379 by 1")
+                && e.contains("1 did not answer")),
+            "{tie:?}"
+        );
+        // One answer of three is not enough, even when it is the only one.
+        assert!(majority(vec![Ok(a.clone()), down(), down()], 3).is_err());
+        // Two of four is not a majority; three of four is.
+        assert!(
+            majority(
+                vec![Ok(a.clone()), Ok(a.clone()), Ok(b.clone()), Ok(b.clone())],
+                4
+            )
+            .is_err()
+        );
         assert_eq!(
-            ranked(vec![b.clone(), a.clone()], Some(&a)),
-            vec![a.clone(), b.clone()]
+            majority(vec![Ok(a.clone()), Ok(a.clone()), Ok(a.clone()), down()], 4),
+            Ok(a.clone())
         );
-        assert_eq!(ranked(vec![b.clone(), a.clone()], Some(&b))[0], b);
-        assert!(ranked(Vec::new(), None).is_empty());
+        // A single configured sentinel is its own majority.
+        assert_eq!(majority(vec![Ok(a.clone())], 1), Ok(a));
+        assert!(majority(Vec::new(), 0).is_err());
     }
 
     #[test]

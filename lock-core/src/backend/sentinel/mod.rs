@@ -18,7 +18,7 @@ pub(crate) use master::{Master, SentinelConn, SentinelSettings};
 ///
 /// The same locks as [`RedisBackend`](crate::RedisBackend) (the same scripts and semantics;
 /// the conformance suite runs on both) on the primary that the sentinels name. The backend
-/// asks the sentinels for the primary at connect (and checks with `ROLE` that it is one), then
+/// asks the sentinels for the primary at connect (and checks with `HELLO` that it is one), then
 /// follows it: when a sentinel announces a failover (`+switch-master`), and when the primary
 /// refuses a command in a way that says it may be one no more (`READONLY`, a refused or
 /// dropped connection), the sentinels are asked again; when they name a new primary, commands,
@@ -26,12 +26,15 @@ pub(crate) use master::{Master, SentinelConn, SentinelSettings};
 /// is sent once more there.
 ///
 /// Every answer a caller gets is the current primary's: a command answered while the primary
-/// moved is sent again on the new one. The sentinels are all asked at once and the address
-/// most of them name wins (on a tie, the current one), so a sentinel that has not heard of a
-/// failover yet does not move the backend back; a sentinel's `+switch-master` names the new
-/// primary directly. The listened sentinel is pinged every second, the next one listened to
-/// when it does not answer; a primary that does not answer in time has the sentinels asked
-/// too.
+/// moved is sent again on the new one. The sentinels are all asked at once and only an
+/// address that a majority of the configured sentinels name (more than half of the URLs
+/// given, whether they answered or not) is taken, once it answers as a primary: a stale or
+/// cut-off sentinel never moves the backend to a server the others do not name, and a
+/// sentinel's `+switch-master` is followed once the majority names the new primary too
+/// (seconds later). While no address has a majority, or the one it names does not answer as
+/// a primary, lock requests fail with [`LockError::Backend`] and the sentinels are asked again
+/// later. The listened sentinel is pinged every second, the next one listened to when it does
+/// not answer; a primary that does not answer in time has the sentinels asked too.
 ///
 /// What a failover means for a held lock: replication is asynchronous, so a lock written to a
 /// primary that fails before its replica got it is gone after the failover. Every held lock
@@ -99,8 +102,9 @@ impl RedisSentinelBackend {
         Self::builder(sentinels, master_name).connect().await
     }
 
-    /// Options for connecting. `sentinels` are the URLs of some sentinels of the group (asked
-    /// in order; one that answers is enough), `redis://` or `rediss://` (when redis-rs is
+    /// Options for connecting. `sentinels` are the URLs of the sentinels of the group (all
+    /// asked at once; a majority of them must name the same primary), `redis://` or
+    /// `rediss://` (when redis-rs is
     /// built with TLS), with the sentinels' own ACL user and password in them;
     /// `master_name` is the name they monitor the primary under. The primary's user,
     /// password and database are set with
@@ -268,7 +272,8 @@ impl RedisSentinelBackendBuilder {
     ///
     /// # Errors
     /// [`LockError::InvalidConfig`] for no or malformed sentinel URLs, an empty name or zero
-    /// timeouts; [`LockError::Backend`] when no sentinel names a primary that answers as one.
+    /// timeouts; [`LockError::Backend`] when no address is named by a majority of the sentinels, or
+    /// the one named does not answer as a primary.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
