@@ -128,6 +128,29 @@ pub enum LockError {
         max: usize,
     },
 
+    /// A request with this idempotency key started (its "started" mark is stored, see
+    /// [`LockGuard::mark_started`](crate::LockGuard::mark_started)) but its outcome was never
+    /// recorded: the process ended, or lost its lock, or its result could not be stored, after
+    /// the work began. The work may have been done, partly or wholly; it is not run again
+    /// under this key until the mark expires (the record's TTL).
+    ///
+    /// Not retryable: the same key gets the same answer until then. Check the state of what
+    /// the work changes, then call again with a new key if the work is still needed.
+    /// `fingerprint` is the mark's: compare it with yours to tell another request under the
+    /// same key from this one.
+    #[error(
+        "the outcome of idempotent key {key:?} is unknown: it started and recorded no result (the mark expires in {expires_in:?})"
+    )]
+    #[non_exhaustive]
+    OutcomeUnknown {
+        /// The idempotency key.
+        key: String,
+        /// The fingerprint written with the mark.
+        fingerprint: String,
+        /// How long the mark is still kept (`Duration::MAX` without expiry).
+        expires_in: Duration,
+    },
+
     /// An idempotency key already holds the record of another function (or of this function
     /// when it returned another type): two `#[distributed_lock(idempotent)]` functions share a
     /// key template, such as `charge` and `refund` both on `"order:{id}"`. Neither the stored
@@ -245,6 +268,7 @@ impl LockError {
             | LockError::MaxHoldExceeded { key, .. }
             | LockError::InvalidKey { key, .. }
             | LockError::RecordTooLarge { key, .. }
+            | LockError::OutcomeUnknown { key, .. }
             | LockError::IdempotencyKeyReused { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             _ => None,

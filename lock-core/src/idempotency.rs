@@ -8,9 +8,19 @@
 //! [`Locker::idempotency_state`]: the stored result, or "in flight" while the first still
 //! holds the lock, or nothing.
 //!
+//! At most once needs one more step: before the work runs, the holder writes a "started"
+//! mark with [`LockGuard::mark_started`] (owner-checked like the result, same TTL). The result
+//! replaces the mark. A later request that finds the mark without a result
+//! ([`IdempotencyState::Started`]) never runs the work again: the first one may have done it
+//! and died, or lost its lock, or failed to store its result, and nobody can tell which. A
+//! crash between the mark and the result leaves the key "outcome unknown"
+//! ([`LockError::OutcomeUnknown`]) for the record's TTL: that is the price of never running
+//! twice. Work that ends in an error it wants retried removes its mark with
+//! [`LockGuard::clear_started`] (still under the lock) before releasing.
+//!
 //! The record lives under the locker's prefix in the lock's hash slot (on Redis a hash
-//! `P{T}S:result` with fields `fingerprint` and `result`, beside the lock `P{T}S`), and
-//! expires after its TTL. Like the locks, records live in the server's memory: a Redis restart
+//! `P{T}S:result` with fields `fingerprint` and `result`, or `fingerprint` and `started` for
+//! a mark, beside the lock `P{T}S`), and expires after its TTL. Like the locks, records live in the server's memory: a Redis restart
 //! without persistence, a `FLUSHALL` or an eviction loses them, and the next request with the
 //! same key runs again.
 
@@ -64,6 +74,7 @@ pub const MAX_FINGERPRINT_LEN: usize = 1024;
 ///     IdempotencyState::Absent => { /* first request: lock the key, run, store_result */ }
 ///     IdempotencyState::InFlight => { /* the first request still runs: 409, or wait */ }
 ///     IdempotencyState::Completed(record) => { /* replay record.result */ drop(record) }
+///     IdempotencyState::Started { .. } => { /* it started and recorded nothing: unknown */ }
 ///     _ => {}
 /// }
 /// # Ok(()) }
@@ -79,6 +90,36 @@ pub enum IdempotencyState {
     InFlight,
     /// A result is stored; its lock may or may not be held still.
     Completed(IdempotencyRecord),
+    /// A "started" mark is stored ([`LockGuard::mark_started`]) without a result, and nobody
+    /// holds the key's lock: a request began its work and ended without recording an outcome
+    /// (it died, lost its lock, or could not store its result). The outcome is unknown; the
+    /// work must not run again under this key until the mark expires (see
+    /// [`LockError::OutcomeUnknown`]). While the key's lock is held the state is
+    /// [`InFlight`](Self::InFlight), mark or not.
+    #[non_exhaustive]
+    Started {
+        /// The fingerprint written with the mark: another fingerprint is another request
+        /// under the same key.
+        fingerprint: String,
+        /// How long the mark is still kept; `Duration::MAX` without expiry.
+        expires_in: Duration,
+    },
+}
+
+/// What a backend answered to a mark write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Marked {
+    /// The mark is written.
+    Written,
+    /// The lock was not ours: nothing written.
+    NotOurs,
+    /// A mark was there already (nothing written): its fingerprint and remaining TTL.
+    Started {
+        fingerprint: String,
+        expires_in: Duration,
+    },
+    /// A result was there already (nothing written).
+    Completed,
 }
 
 /// A stored result, as [`LockGuard::store_result`] wrote it.
@@ -221,6 +262,139 @@ impl LockGuard {
             Ok(())
         } else {
             held.mark_lost("storing an idempotency result found the lock no longer ours");
+            Err(held.lease_lost())
+        }
+    }
+}
+
+impl LockGuard {
+    /// Writes the durable "started" mark of this lock's key, with the request's `fingerprint`,
+    /// kept for `ttl` (the record's TTL): call it under the lock, after reading
+    /// [`Locker::idempotency_state`] and before the work runs. One atomic step that checks the
+    /// lock is still ours and that the key has neither a mark nor a result; the result stored
+    /// later with [`store_result`](Self::store_result) replaces the mark.
+    ///
+    /// If this returns an error, do not run the work. A request that later finds the mark
+    /// without a result never runs it again ([`IdempotencyState::Started`]).
+    ///
+    /// # Errors
+    /// [`LockError::OutcomeUnknown`] when a mark is there already (an earlier request started
+    /// and recorded no outcome; compare its `fingerprint` with yours: another one is another
+    /// request under the same key). [`LockError::LeaseLost`] when the lock is no longer ours.
+    /// [`LockError::InvalidConfig`] when a result is stored already (read the state under the
+    /// lock first and replay it), or for a zero TTL or one above [`MAX_RESULT_TTL`];
+    /// [`LockError::RecordTooLarge`] for a fingerprint above [`MAX_FINGERPRINT_LEN`].
+    /// [`LockError::Backend`] when the backend did not answer: the mark may or may not have
+    /// been written. An attempt to remove it again is made at once (owner-checked); if that
+    /// fails too, the key reads as started (outcome unknown) until the TTL ends.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{DEFAULT_RESULT_TTL, IdempotencyState, LockError, Locker};
+    ///
+    /// let locker = Locker::memory();
+    /// let guard = locker.lock("charge:7").await?;
+    /// guard.mark_started("sha256:ab12", DEFAULT_RESULT_TTL).await?;
+    /// // ... the work runs here; then its result cannot be stored (or the process dies) ...
+    /// guard.release().await?;
+    /// let state = locker.idempotency_state("charge:7").await?;
+    /// assert!(matches!(state, IdempotencyState::Started { .. }));
+    /// // A retry takes the lock, and the mark refuses to let it run again.
+    /// let retry = locker.lock("charge:7").await?;
+    /// let again = retry.mark_started("sha256:ab12", DEFAULT_RESULT_TTL).await;
+    /// assert!(matches!(again, Err(LockError::OutcomeUnknown { .. })));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn mark_started(&self, fingerprint: &str, ttl: Duration) -> Result<(), LockError> {
+        let held = self.held();
+        validate_record(held.key.user(), fingerprint, b"", ttl)?;
+        if !self.is_held() {
+            return Err(held.lease_lost());
+        }
+        // As in `store_result`: no local hand-off while the write is in flight.
+        let _serial = held.renewing().lock().await;
+        let marked = match held
+            .locker
+            .call()
+            .mark_started(&held.key, &held.token, fingerprint, ttl)
+            .await
+        {
+            Ok(marked) => marked,
+            Err(error) => {
+                // Maybe written, maybe not: the work will not run, so take the mark back if
+                // it is there (only ours, only a mark). If that fails too, the key reads as
+                // "started" until its TTL ends: never a second run.
+                let cleared = held.locker.call().clear_started(&held.key, &held.token);
+                if let Err(e) = cleared.await {
+                    tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends");
+                }
+                return Err(error);
+            }
+        };
+        match marked {
+            Marked::Written => Ok(()),
+            Marked::NotOurs => {
+                held.mark_lost("writing an idempotency mark found the lock no longer ours");
+                Err(held.lease_lost())
+            }
+            Marked::Started {
+                fingerprint,
+                expires_in,
+            } => Err(LockError::OutcomeUnknown {
+                key: held.key.user().to_owned(),
+                fingerprint,
+                expires_in,
+            }),
+            Marked::Completed => Err(LockError::config(format!(
+                "mark_started: idempotency key {:?} has a stored result already: read idempotency_state under the lock and replay it",
+                held.key.user()
+            ))),
+        }
+    }
+
+    /// Removes the "started" mark of this lock's key (see [`mark_started`](Self::mark_started))
+    /// while the lock is ours, so that a later request may run the work again: for work that
+    /// ended in an error that is not stored (the macro's `Err`, the layer's 5xx). Never removes
+    /// a stored result; removing no mark is not an error.
+    ///
+    /// Call it before releasing the lock. If it fails (the lock was lost, the backend did not
+    /// answer), the mark stays and the key reads as started (outcome unknown) until its TTL
+    /// ends.
+    ///
+    /// # Errors
+    /// [`LockError::LeaseLost`] when the lock is no longer ours (nothing removed),
+    /// [`LockError::Backend`] when the backend did not answer.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{DEFAULT_RESULT_TTL, IdempotencyState, Locker};
+    ///
+    /// let locker = Locker::memory();
+    /// let guard = locker.lock("charge:8").await?;
+    /// guard.mark_started("fp", DEFAULT_RESULT_TTL).await?;
+    /// // ... the work fails before doing anything, and may be retried ...
+    /// guard.clear_started().await?;
+    /// guard.release().await?;
+    /// assert_eq!(locker.idempotency_state("charge:8").await?, IdempotencyState::Absent);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn clear_started(&self) -> Result<(), LockError> {
+        let held = self.held();
+        if !self.is_held() {
+            return Err(held.lease_lost());
+        }
+        let _serial = held.renewing().lock().await;
+        if held
+            .locker
+            .call()
+            .clear_started(&held.key, &held.token)
+            .await?
+        {
+            Ok(())
+        } else {
+            held.mark_lost("removing an idempotency mark found the lock no longer ours");
             Err(held.lease_lost())
         }
     }

@@ -253,15 +253,26 @@ mod idempotent {
     /// running it; otherwise `body` runs under the lock `request` asks for (waiting as it is
     /// configured) and its `Ok` value is stored before the lock is released. A call that
     /// waited for the first one finds the result stored when it gets the lock and returns it.
-    /// An `Err` from `body` is returned and not stored: a later call runs again.
+    /// An `Err` from `body` is returned and not stored: its "started" mark is removed, and a
+    /// later call runs again.
+    ///
+    /// At most once: before `body` runs, a durable "started" mark is written under the lock
+    /// ([`LockGuard::mark_started`](crate::LockGuard::mark_started)); if it cannot be written,
+    /// `body` does not run (the error is returned). A call that finds the mark without a
+    /// result (the first call's process died, lost its lock, or could not store its value)
+    /// gets [`LockError::OutcomeUnknown`] and never runs `body` again until the mark expires
+    /// with the TTL.
     ///
     /// Errors, through `convert` (`From::from` at the signature's error type):
     /// - as [`run_locked`](super::run_locked)'s (no locker, `Busy` for a `no_wait` call while
     ///   the first still runs, `Timeout`, `LeaseLost`...), and `Backend` from reading the record;
-    /// - [`LockError::IdempotencyKeyReused`] when the stored record is another function's (or
-    ///   of another type): the body does not run;
+    /// - [`LockError::IdempotencyKeyReused`] when the stored record (or "started" mark) is
+    ///   another function's (or of another type): the body does not run;
     /// - [`LockError::InvalidConfig`] when the stored record does not deserialize into `T`, or
     ///   when the `Ok` value cannot be serialized; never a panic;
+    /// - [`LockError::OutcomeUnknown`] when an earlier call started and recorded no value
+    ///   (see above); the errors of writing the mark (`LeaseLost`, `Backend`): the body did
+    ///   not run;
     /// - the errors of [`LockGuard::store_result`](crate::LockGuard::store_result): `LeaseLost`
     ///   (the lock was lost before the value was stored), `RecordTooLarge`, `Backend`. The
     ///   body has run then, but its value is not reported as a success.
@@ -284,10 +295,10 @@ mod idempotent {
     /// Cancellation: `body` usually borrows the function's parameters (`&self`, references),
     /// so it is not `'static` and cannot be spawned; it runs inside the caller's future.
     /// Dropping that future while the body runs (a `select!`, a timeout, a dropped request)
-    /// cancels the body where it stands: nothing is stored, the lock is released, and the
-    /// next call runs the body again. At most once holds for calls that run to their end;
-    /// callers that may be cancelled mid-body must make the body's effects idempotent
-    /// themselves, or spawn the call (with owned arguments) so it cannot be cancelled.
+    /// cancels the body where it stands: nothing is stored, the lock is released, and its
+    /// mark stays: later calls get [`LockError::OutcomeUnknown`] until the TTL ends (the body
+    /// may have done part of its work). Spawn the call (with owned arguments) where it may be
+    /// cancelled and a stored value matters.
     ///
     /// ```
     /// # async fn demo() {
@@ -339,9 +350,15 @@ mod idempotent {
     {
         let locker = request.locker().clone();
         let key = request.key().to_owned();
+        let fingerprint = stored.fingerprint();
         // A replay costs this one read and takes no lock.
-        if let IdempotencyState::Completed(record) = locker.idempotency_state(&key).await? {
-            return stored.replay(&key, &record).map(Ok);
+        match locker.idempotency_state(&key).await? {
+            IdempotencyState::Completed(record) => return stored.replay(&key, &record).map(Ok),
+            IdempotencyState::Started {
+                fingerprint: theirs,
+                expires_in,
+            } => return Err(unknown(&key, fingerprint, theirs, expires_in)),
+            _ => {}
         }
         let guard = request.await?;
         // Read again under the lock: a duplicate that waited for the first call finds its result.
@@ -350,17 +367,35 @@ mod idempotent {
             release(guard, &key).await;
             return replay.map(Ok);
         }
+        // The durable "started" mark, before the body: if it cannot be written the body does
+        // not run; a mark already there (a call that started and recorded nothing) means the
+        // outcome is unknown, and the body never runs again under this key within the TTL.
+        if let Err(e) = guard.mark_started(&fingerprint, ttl).await {
+            release(guard, &key).await;
+            return Err(match e {
+                LockError::OutcomeUnknown {
+                    fingerprint: theirs,
+                    expires_in,
+                    ..
+                } => unknown(&key, fingerprint, theirs, expires_in),
+                e => e,
+            });
+        }
         // A reentrant run inside the guard's scope: the body is dropped at once if the lease is
         // lost (run's watch), and the guard stays ours to store the result with.
         let output = guard.scope(locker.lock(&key).run(body)).await?;
         let value = match output {
             Ok(value) => value,
             Err(e) => {
+                // `Err` is not stored: take the mark back so a later call runs again (if that
+                // fails, the key reads "outcome unknown" until its TTL ends).
+                if let Err(error) = guard.clear_started().await {
+                    tracing::warn!(key, %error, "removing the mark after an Err failed: later calls get OutcomeUnknown until it expires");
+                }
                 release(guard, &key).await;
                 return Ok(Err(e));
             }
         };
-        let fingerprint = stored.fingerprint();
         let error = match (stored.encode)(value) {
             Ok((bytes, value)) => match guard.store_result(&fingerprint, &bytes, ttl).await {
                 Ok(()) => {
@@ -382,10 +417,29 @@ mod idempotent {
         };
         // The body ran: record that, so a later call does not run it again.
         if let Err(e) = guard.store_result(&fingerprint, NOT_STORED, ttl).await {
-            tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; a later call runs the body again");
+            tracing::warn!(key, error = %e, "recording an idempotent result as not stored failed; later calls get OutcomeUnknown (its mark stays) until it expires");
         }
         release(guard, &key).await;
         Err(error)
+    }
+
+    /// The error for a key whose mark (fingerprint `theirs`) has no result: `OutcomeUnknown`,
+    /// or `IdempotencyKeyReused` when the mark is another function's (as `replay` answers a
+    /// record).
+    fn unknown(key: &str, ours: String, theirs: String, expires_in: Duration) -> LockError {
+        if theirs != ours {
+            return LockError::IdempotencyKeyReused {
+                key: key.to_owned(),
+                stored: theirs,
+                caller: ours,
+                expires_in,
+            };
+        }
+        LockError::OutcomeUnknown {
+            key: key.to_owned(),
+            fingerprint: theirs,
+            expires_in,
+        }
     }
 
     async fn release(guard: crate::LockGuard, key: &str) {

@@ -199,8 +199,11 @@ mod snapshots;
 /// stored. A store refused because the lease was lost is `LockError::LeaseLost`, never a
 /// success; a stored record of another function (two functions sharing a key template) or of
 /// another type is `LockError::IdempotencyKeyReused` (the body does not run), one that no
-/// longer deserializes into `T` is `LockError::InvalidConfig`. With `no_wait`, a duplicate while the first call runs gets
-/// `LockError::Busy`. See the crate README, "Idempotent functions".
+/// longer deserializes into `T` is `LockError::InvalidConfig`. A call that finds the key
+/// started without a value (a refused store, a crash, a cancelled call) gets
+/// `LockError::OutcomeUnknown`, never a second run. With `no_wait`, a duplicate while the
+/// first call runs gets `LockError::Busy`. See ["Idempotent functions" in lock-macros'
+/// README](https://docs.rs/lock-macros/latest/lock_macros/#idempotent-functions).
 ///
 /// ```
 /// # #[derive(Debug)] struct AppError(lock_core::LockError);

@@ -413,10 +413,11 @@ async fn a_result_json_cannot_keep_is_recorded_and_the_body_does_not_run_again()
 }
 
 #[tokio::test]
-async fn a_call_cancelled_mid_body_stores_nothing_and_the_next_call_runs_again() {
+async fn a_call_cancelled_mid_body_leaves_the_outcome_unknown() {
     // Documented: the body borrows its parameters, so it cannot be spawned and runs inside the
     // caller's future; dropping that future mid-body cancels the body, stores nothing and
-    // releases the lock, and the next call runs the body again.
+    // releases the lock. Its "started" mark stays (the body may have done part of its work):
+    // later calls get OutcomeUnknown and never run it again (issue 29, item 9).
     let (locker, bank) = (Locker::memory(), Bank::default());
     let cancelled =
         tokio::time::timeout(Duration::from_millis(10), charge(&locker, 9, &bank)).await;
@@ -427,9 +428,15 @@ async fn a_call_cancelled_mid_body_stores_nothing_and_the_next_call_runs_again()
         "cancelled before the body's effect"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let next = charge(&locker, 9, &bank).await.unwrap();
-    assert_eq!(next.run, 1, "the next call ran the body");
-    assert_eq!(charge(&locker, 9, &bank).await.unwrap(), next);
+    for _ in 0..2 {
+        match charge(&locker, 9, &bank).await {
+            Err(PayError::Lock(LockError::OutcomeUnknown { key, .. })) => {
+                assert_eq!(key, "charge:9");
+            }
+            other => panic!("expected OutcomeUnknown, got {other:?}"),
+        }
+    }
+    assert_eq!(bank.runs.load(SeqCst), 0, "the body never ran again");
 }
 
 /// A receipt holding hash collections, nested: a map of sets, inside a list of maps.

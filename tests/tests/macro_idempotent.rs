@@ -11,9 +11,11 @@
     reason = "test code: a failed expectation fails the test"
 )]
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use lock_core::{IdempotencyState, Locker};
+use lock_core::{IdempotencyState, LockError, Locker, distributed_lock};
 use lock_testkit::{ChildProcess, RedisServer};
 
 mod support;
@@ -72,25 +74,128 @@ async fn duplicates_across_processes_run_the_body_once_and_get_its_value() {
     );
 }
 
+/// What `pay` fails with: the lock's errors, or its own.
 #[derive(Debug)]
-struct PayError(lock_core::LockError);
+enum PayError {
+    Lock(LockError),
+    Declined,
+}
 
-impl From<lock_core::LockError> for PayError {
+impl From<LockError> for PayError {
+    fn from(e: LockError) -> Self {
+        PayError::Lock(e)
+    }
+}
+
+/// Counts its runs; fills the server's memory on the runs listed in `fill_on`, and fails with
+/// `Declined` on those in `decline_on` (1-based).
+#[distributed_lock(key = "pay:{order}", locker = locker, idempotent)]
+async fn pay(
+    locker: &Locker,
+    server: &RedisServer,
+    runs: &AtomicUsize,
+    plan: &Plan,
+    order: u32,
+) -> Result<usize, PayError> {
+    let run = runs.fetch_add(1, SeqCst) + 1;
+    if plan.fill_on.contains(&run) {
+        // Leaves the server over its limit: every write that adds memory is refused then.
+        server.fill("filler", 16 << 20).await;
+    }
+    if plan.decline_on.contains(&run) {
+        return Err(PayError::Declined);
+    }
+    Ok(run)
+}
+
+#[derive(Default)]
+struct Plan {
+    fill_on: Vec<usize>,
+    decline_on: Vec<usize>,
+}
+
+fn full_server() -> RedisServer {
+    RedisServer::start_with(["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"])
+}
+
+/// Issue 29, item 9, the macro: Redis refuses the value's record (`maxmemory` reached,
+/// `noeviction`) after the body ran. The call fails; a later call, once memory is freed, gets
+/// `OutcomeUnknown` and never runs the body again (before the "started" mark it ran it twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_record_write_never_lets_a_later_call_run_the_body_again() {
+    let server = full_server();
+    let locker = Locker::redis(&server.url()).await.unwrap();
+    let runs = AtomicUsize::new(0);
+    let plan = Plan {
+        fill_on: vec![1],
+        ..Plan::default()
+    };
+    match pay(&locker, &server, &runs, &plan, 1).await {
+        Err(PayError::Lock(LockError::Backend { .. })) => {}
+        other => panic!("expected the refused store's Backend error, got {other:?}"),
+    }
+    assert_eq!(server.del("filler").await, 1);
+    for _ in 0..2 {
+        match pay(&locker, &server, &runs, &plan, 1).await {
+            Err(PayError::Lock(LockError::OutcomeUnknown { key, .. })) => {
+                assert_eq!(key, "pay:1");
+            }
+            other => panic!("expected OutcomeUnknown, got {other:?}"),
+        }
+    }
+    assert_eq!(runs.load(SeqCst), 1, "the body ran again");
+    assert!(matches!(
+        locker.idempotency_state("pay:1").await.unwrap(),
+        IdempotencyState::Started { .. }
+    ));
+    // Another key runs and is replayed as before.
+    assert_eq!(pay(&locker, &server, &runs, &plan, 2).await.unwrap(), 2);
+    assert_eq!(pay(&locker, &server, &runs, &plan, 2).await.unwrap(), 2);
+}
+
+/// An `Err` from the body is not stored: its mark is taken back under the lock, so the next
+/// call runs the body again (and its `Ok` is stored and replayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_err_from_the_body_takes_its_mark_back() {
+    let server = RedisServer::start();
+    let locker = Locker::redis(&server.url()).await.unwrap();
+    let runs = AtomicUsize::new(0);
+    let plan = Plan {
+        decline_on: vec![1],
+        ..Plan::default()
+    };
+    assert!(matches!(
+        pay(&locker, &server, &runs, &plan, 3).await,
+        Err(PayError::Declined)
+    ));
+    assert_eq!(
+        locker.idempotency_state("pay:3").await.unwrap(),
+        IdempotencyState::Absent
+    );
+    assert_eq!(pay(&locker, &server, &runs, &plan, 3).await.unwrap(), 2);
+    assert_eq!(pay(&locker, &server, &runs, &plan, 3).await.unwrap(), 2);
+    assert_eq!(runs.load(SeqCst), 2);
+}
+
+#[derive(Debug)]
+struct ChargeError(lock_core::LockError);
+
+impl From<lock_core::LockError> for ChargeError {
     fn from(e: lock_core::LockError) -> Self {
-        PayError(e)
+        ChargeError(e)
     }
 }
 
 static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 #[lock_core::distributed_lock(key = "order:{order}", locker = locker, idempotent)]
-async fn charge(locker: &Locker, order: u64) -> Result<String, PayError> {
+async fn charge(locker: &Locker, order: u64) -> Result<String, ChargeError> {
     RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(format!("charged {order}"))
 }
 
 #[lock_core::distributed_lock(key = "order:{order}", locker = locker, idempotent)]
-async fn refund(locker: &Locker, order: u64) -> Result<String, PayError> {
+async fn refund(locker: &Locker, order: u64) -> Result<String, ChargeError> {
     RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(format!("refunded {order}"))
 }
@@ -105,7 +210,7 @@ async fn another_function_under_the_same_key_is_refused_on_redis() {
     let second = Locker::redis(&server.url()).await.unwrap();
     assert_eq!(charge(&first, 5).await.unwrap(), "charged 5");
     match refund(&second, 5).await {
-        Err(PayError(lock_core::LockError::IdempotencyKeyReused {
+        Err(ChargeError(lock_core::LockError::IdempotencyKeyReused {
             key,
             stored,
             caller,

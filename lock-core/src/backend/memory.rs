@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use std::collections::VecDeque;
 
 use super::{Attempt, Inbox, Kept, Listeners, QueueTicket, Renewal};
-use crate::idempotency::{IdempotencyRecord, IdempotencyState};
+use crate::idempotency::{IdempotencyRecord, IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
@@ -75,7 +75,9 @@ struct Table {
 #[derive(Debug)]
 struct Record {
     fingerprint: String,
-    result: Vec<u8>,
+    /// A result, or `Err(token)` for a "started" mark (the writer's token: a mark written
+    /// twice by one holder is written once).
+    result: Result<Vec<u8>, Token>,
     expires: Instant,
 }
 
@@ -347,44 +349,84 @@ impl MemoryBackend {
     ) -> bool {
         let now = Instant::now();
         let mut t = self.table();
-        let ours = t
-            .locks
-            .get(key.name())
-            .is_some_and(|e| e.token == *token && e.expires > now);
-        if !ours {
+        if !t.ours(key, token, now) {
             return false;
         }
-        t.records.insert(
-            key.result(),
-            Record {
-                fingerprint: fingerprint.to_owned(),
-                result: result.to_vec(),
-                // `ttl` is at most MAX_RESULT_TTL (checked by the caller): no overflow.
-                expires: now.checked_add(ttl).unwrap_or(now),
+        // Replaces a mark (or an older record).
+        t.put_record(key, fingerprint, Ok(result.to_vec()), ttl, now);
+        true
+    }
+
+    /// Writes the "started" mark of `key` if the lock still holds `token` and the key has no
+    /// live mark or result.
+    pub(crate) fn mark_started(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> Marked {
+        let now = Instant::now();
+        let mut t = self.table();
+        if !t.ours(key, token, now) {
+            return Marked::NotOurs;
+        }
+        match t.records.get(&key.result()).filter(|r| r.expires > now) {
+            Some(Record { result: Ok(_), .. }) => Marked::Completed,
+            Some(Record {
+                result: Err(by), ..
+            }) if by == token => Marked::Written,
+            Some(r) => Marked::Started {
+                fingerprint: r.fingerprint.clone(),
+                expires_in: r.expires - now,
             },
-        );
-        if t.records.len() > t.records_sweep_above.max(MIN_SWEEP) {
-            t.records.retain(|_, r| r.expires > now);
-            t.records_sweep_above = t.records.len() * 2;
+            None => {
+                t.put_record(key, fingerprint, Err(token.clone()), ttl, now);
+                Marked::Written
+            }
+        }
+    }
+
+    /// Removes the "started" mark of `key` (never a result) if the lock still holds `token`.
+    pub(crate) fn clear_started(&self, key: &LockKey, token: &Token) -> bool {
+        let now = Instant::now();
+        let mut t = self.table();
+        if !t.ours(key, token, now) {
+            return false;
+        }
+        let name = key.result();
+        if t.records.get(&name).is_some_and(|r| r.result.is_err()) {
+            t.records.remove(&name);
         }
         true
     }
 
-    /// The record of `key` if one is live, else whether its lock is held.
+    /// The record of `key` if one is live, else whether its lock is held, else its mark.
     pub(crate) fn idempotency_state(&self, key: &LockKey) -> IdempotencyState {
         let now = Instant::now();
         let t = self.table();
-        if let Some(r) = t.records.get(&key.result()).filter(|r| r.expires > now) {
+        let record = t.records.get(&key.result()).filter(|r| r.expires > now);
+        if let Some(Record {
+            fingerprint,
+            result: Ok(result),
+            expires,
+        }) = record
+        {
             return IdempotencyState::Completed(IdempotencyRecord {
-                fingerprint: r.fingerprint.clone(),
-                result: r.result.clone(),
-                expires_in: r.expires - now,
+                fingerprint: fingerprint.clone(),
+                result: result.clone(),
+                expires_in: *expires - now,
             });
         }
         if t.locks.get(key.name()).is_some_and(|e| e.expires > now) {
-            IdempotencyState::InFlight
-        } else {
-            IdempotencyState::Absent
+            return IdempotencyState::InFlight;
+        }
+        match record {
+            Some(mark) => IdempotencyState::Started {
+                fingerprint: mark.fingerprint.clone(),
+                expires_in: mark.expires - now,
+            },
+            None => IdempotencyState::Absent,
         }
     }
 
@@ -399,6 +441,37 @@ impl MemoryBackend {
 }
 
 impl Table {
+    /// Whether the live lock of `key` holds `token`.
+    fn ours(&self, key: &LockKey, token: &Token, now: Instant) -> bool {
+        self.locks
+            .get(key.name())
+            .is_some_and(|e| e.token == *token && e.expires > now)
+    }
+
+    /// Sets the record (a result, or a mark: `Err(token)`) of `key`.
+    fn put_record(
+        &mut self,
+        key: &LockKey,
+        fingerprint: &str,
+        result: Result<Vec<u8>, Token>,
+        ttl: Duration,
+        now: Instant,
+    ) {
+        self.records.insert(
+            key.result(),
+            Record {
+                fingerprint: fingerprint.to_owned(),
+                result,
+                // `ttl` is at most MAX_RESULT_TTL (checked by the caller): no overflow.
+                expires: now.checked_add(ttl).unwrap_or(now),
+            },
+        );
+        if self.records.len() > self.records_sweep_above.max(MIN_SWEEP) {
+            self.records.retain(|_, r| r.expires > now);
+            self.records_sweep_above = self.records.len() * 2;
+        }
+    }
+
     /// Sets the lock (free now) to `token` until `expires`, drawing a fence when asked.
     fn take(
         &mut self,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::idempotency::IdempotencyState;
+use crate::idempotency::{IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -349,6 +349,40 @@ impl BackendKind {
             BackendKind::Redis(r) => r.store_result(key, token, fingerprint, result, ttl).await,
             #[cfg(feature = "redlock")]
             BackendKind::Redlock(r) => r.store_result(key, token, fingerprint, result, ttl).await,
+        }
+    }
+
+    /// Writes the "started" mark of `key` in one atomic step that checks the lock still holds
+    /// `token` and that neither a mark nor a result is there (then nothing is written).
+    pub(crate) async fn mark_started(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> Result<Marked, LockError> {
+        match self {
+            BackendKind::Memory(m) => Ok(m.mark_started(key, token, fingerprint, ttl)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.mark_started(key, token, fingerprint, ttl).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.mark_started(key, token, fingerprint, ttl).await,
+        }
+    }
+
+    /// Removes the "started" mark of `key` (never a result) if the lock still holds `token`:
+    /// `Ok(false)`, nothing removed, when it does not.
+    pub(crate) async fn clear_started(
+        &self,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<bool, LockError> {
+        match self {
+            BackendKind::Memory(m) => Ok(m.clear_started(key, token)),
+            #[cfg(feature = "redis")]
+            BackendKind::Redis(r) => r.clear_started(key, token).await,
+            #[cfg(feature = "redlock")]
+            BackendKind::Redlock(r) => r.clear_started(key, token).await,
         }
     }
 

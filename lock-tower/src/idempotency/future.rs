@@ -16,7 +16,8 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// The response future of [`IdempotencyService`](crate::IdempotencyService): reads the body,
 /// looks the key up, replays, rejects, or runs the request under the key's lock and stores its
 /// response. Dropping this future (the client went away, a timeout layer gave up) cancels the
-/// handler with it and stores nothing, so a retry runs it again; with
+/// handler with it and stores nothing; the key's "started" mark stays, so a retry is told
+/// the outcome is unknown (409) and never runs it again; with
 /// [`detach_handler`](crate::IdempotencyLayer::detach_handler) the handler runs in a task of
 /// its own instead, until it ends or the key's lease is lost (then it is cancelled and nothing
 /// is stored), and its stored response is replayed to the retry.

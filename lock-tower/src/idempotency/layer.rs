@@ -42,7 +42,7 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) require_key: bool,
     pub(crate) wait: Option<Duration>,
-    pub(crate) scope: Option<Arc<dyn KeyExtractor>>,
+    pub(crate) scope: Scope,
     pub(crate) max_body: usize,
     pub(crate) key_prefix: String,
     pub(crate) detach: bool,
@@ -64,6 +64,49 @@ impl Clone for Config {
     }
 }
 
+/// Whose records a request may meet (see [`IdempotencyLayer::scope`]).
+#[derive(Clone)]
+pub(crate) enum Scope {
+    /// The default: the caller's credentials (see [`caller_principal`]).
+    Caller,
+    /// One scope for every caller ([`IdempotencyLayer::shared_records`]).
+    Shared,
+    /// A principal taken by the user's extractor ([`IdempotencyLayer::scope`]).
+    Custom(Arc<dyn KeyExtractor>),
+}
+
+/// The default principal of a request: `authorization sha256:<hex>` of its `Authorization`
+/// header (every line, in order), else `cookie sha256:<hex>` of its `Cookie` header, else
+/// empty (the anonymous scope, which requests without either share). Hashed, so no
+/// credential reaches a record key, a log or the backend.
+pub(crate) fn caller_principal(headers: &http::HeaderMap) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    for (name, label) in [
+        (http::header::AUTHORIZATION, "authorization"),
+        (http::header::COOKIE, "cookie"),
+    ] {
+        let mut values = headers.get_all(&name).iter().peekable();
+        if values.peek().is_none() {
+            continue;
+        }
+        let mut hash = Sha256::new();
+        for value in values {
+            // Length-prefixed: two lines never hash like one.
+            hash.update((value.len() as u64).to_be_bytes());
+            hash.update(value.as_bytes());
+        }
+        let mut out = Vec::with_capacity(label.len() + 72);
+        out.extend_from_slice(label.as_bytes());
+        out.extend_from_slice(b" sha256:");
+        for byte in hash.finalize() {
+            out.push(b"0123456789abcdef"[usize::from(byte >> 4)]);
+            out.push(b"0123456789abcdef"[usize::from(byte & 0x0f)]);
+        }
+        return out;
+    }
+    Vec::new()
+}
+
 /// The default request body limit: 1 MiB.
 pub(crate) const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
@@ -73,8 +116,9 @@ impl IdempotencyLayer {
     ///
     /// Defaults: key from the `Idempotency-Key` header; records kept
     /// [`DEFAULT_RESULT_TTL`] (24 h); requests without a key pass through; a duplicate of a
-    /// request still running gets 409 at once; no scope (one record per key value, with
-    /// method and path in its fingerprint); request bodies up to 1 MiB.
+    /// request still running gets 409 at once; records scoped to the caller (see
+    /// [`scope`](Self::scope)), one per caller and key value, with method and path in its
+    /// fingerprint; request bodies up to 1 MiB.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory());
@@ -88,7 +132,7 @@ impl IdempotencyLayer {
                 ttl: DEFAULT_RESULT_TTL,
                 require_key: false,
                 wait: None,
-                scope: None,
+                scope: Scope::Caller,
                 max_body: DEFAULT_MAX_BODY,
                 key_prefix: String::from("idempotency:"),
                 detach: false,
@@ -166,9 +210,22 @@ impl IdempotencyLayer {
     }
 
     /// Scopes keys by a principal taken from each request (a tenant, a user, an API key
-    /// set by an authentication layer outside this one), so two principals' keys never meet.
+    /// set by an authentication layer outside this one), so two principals' keys never meet,
+    /// instead of the default scope.
     /// A request whose extractor finds no principal is in the anonymous scope; an extractor
     /// error answers 400 (or 500 for a misconfiguration).
+    ///
+    /// By default records are scoped to the caller: to a SHA-256 of the request's
+    /// `Authorization` header, or of its `Cookie` header when it has no `Authorization`. One
+    /// client never gets another's stored response (its `Set-Cookie` and all) by sending the
+    /// other's key and body: it runs its own request. Requests with neither header share one
+    /// anonymous scope (they carry no credential to tell them apart): a service whose callers
+    /// authenticate otherwise (an API-key header, mTLS, a session known to a layer outside)
+    /// passes its own principal here. The default principal must stay the same across a
+    /// client's retries: a token refreshed or a cookie changed between a request and its
+    /// retry makes the retry another caller's request, which runs again; scope by the stable
+    /// identity (a user id set by the authentication layer) where that happens.
+    /// [`shared_records`](Self::shared_records) turns scoping off.
     ///
     /// ```
     /// use lock_tower::{IdempotencyLayer, extract::HeaderKey};
@@ -178,7 +235,22 @@ impl IdempotencyLayer {
     /// ```
     pub fn scope(self, principal: impl KeyExtractor) -> Self {
         let principal: Arc<dyn KeyExtractor> = Arc::new(principal);
-        self.with(|c| c.scope = Some(principal))
+        self.with(|c| c.scope = Scope::Custom(principal))
+    }
+
+    /// One scope for every caller: a record is found by its key value alone, so a client that
+    /// sends another client's key and body gets that client's stored response. For
+    /// single-tenant services only (one caller, or callers that trust each other, such as the
+    /// services of one system retrying each other's work), where a retry may come with other
+    /// credentials than the first request. Overrides [`scope`](Self::scope), and is overridden
+    /// by it: the last one called counts.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).shared_records();
+    /// # drop(layer);
+    /// ```
+    pub fn shared_records(self) -> Self {
+        self.with(|c| c.scope = Scope::Shared)
     }
 
     /// Reads request bodies up to `max` bytes (default 1 MiB) to fingerprint them; larger
@@ -207,7 +279,8 @@ impl IdempotencyLayer {
     /// by dropping the request, and a detached handler outlives that drop (a `LockLayer`
     /// outside would release its key while the handler still runs). Use it when nothing above
     /// relies on cancelling the handler. Without it, a request dropped mid-handler cancels the
-    /// handler, stores nothing, and releases the key's lock: the retry runs the handler again.
+    /// handler, stores nothing, and releases the key's lock; its "started" mark stays, so the
+    /// retry gets 409 outcome-unknown, never a second run.
     ///
     /// ```
     /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).detach_handler();
@@ -228,7 +301,9 @@ impl IdempotencyLayer {
     }
 
     /// The lock (and record) key the layer uses for a request: `"idempotency:"`, then the
-    /// principal (empty when none, see [`scope`](Self::scope)) and the key value, hashed
+    /// principal (empty when none and for [`shared_records`](Self::shared_records); by default
+    /// `authorization sha256:<hex>` or `cookie sha256:<hex>` of the request's credentials, see
+    /// [`scope`](Self::scope)) and the key value, hashed
     /// (`#sha256:...`) when long or unusual, like [`LockLayer`](crate::LockLayer)'s keys.
     /// `None` for an empty key value. Method and path are not part of it: they are in the
     /// request's fingerprint, so one key sent with another method or path is a key reused for
@@ -301,7 +376,14 @@ impl fmt::Debug for Config {
             .field("ttl", &self.ttl)
             .field("require_key", &self.require_key)
             .field("wait", &self.wait)
-            .field("scope", &self.scope.is_some())
+            .field(
+                "scope",
+                &match self.scope {
+                    Scope::Caller => "caller",
+                    Scope::Shared => "shared",
+                    Scope::Custom(_) => "custom",
+                },
+            )
             .field("max_body", &self.max_body)
             .finish()
     }

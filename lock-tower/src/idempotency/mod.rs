@@ -17,8 +17,9 @@
 //! # }
 //! ```
 //!
-//! For a request carrying the key header (the key is scoped by the optional
-//! [principal](IdempotencyLayer::scope) only, then bounded and hashed like
+//! For a request carrying the key header (the key is scoped by the caller, by default a hash of
+//! its `Authorization` or `Cookie` header, or by the [principal](IdempotencyLayer::scope) you
+//! choose, or [not at all](IdempotencyLayer::shared_records), then bounded and hashed like
 //! [`LockLayer`](crate::LockLayer)'s keys: one key sent with another method or path is a key
 //! reused, 422):
 //!
@@ -30,8 +31,10 @@
 //!   fingerprint: 422;
 //! - the first request still running: 409 with `Retry-After`, or with
 //!   [`wait`](IdempotencyLayer::wait), wait for it and replay its answer;
-//! - otherwise the request takes the key's lock, looks again (another may have finished), runs
-//!   the handler, and stores its response with [`lock_core::LockGuard::store_result`] (only
+//! - otherwise the request takes the key's lock, looks again (another may have finished),
+//!   writes the key's durable "started" mark ([`lock_core::LockGuard::mark_started`]; if it
+//!   cannot be written the handler does not run: 503, safe to retry), runs the handler, and
+//!   stores its response with [`lock_core::LockGuard::store_result`] in the mark's place (only
 //!   while the lock is ours: a lost lease answers 503, not the handler's success). 5xx, 401,
 //!   408 and 429 answers are not stored (they say "not now", not "this request's answer"),
 //!   nor 400, 404, 405, 413, 414, 415 and 431 (a request that failed before it was processed:
@@ -40,8 +43,15 @@
 //!   again, elsewhere, later or with another header), nor 307 and 308 (the same request,
 //!   key included, goes to another path: stored, it would be a key reused), nor a gRPC error whose `grpc-status`
 //!   (a trailer, or a header) maps to one of those (`UNAVAILABLE`, `INTERNAL`,
-//!   `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED`...), so a retry runs again; other 4xx
-//!   answers (402, 403, 409, 422...) are the handler's verdict and are replayed. A response
+//!   `UNIMPLEMENTED`, `RESOURCE_EXHAUSTED`...): the mark is taken back under the lock, so a
+//!   retry runs again; other 4xx answers (402, 403, 409, 422...) are the handler's verdict and
+//!   are replayed.
+//! - a request that finds the mark without a response (the server died, lost the key's lease,
+//!   or could not store the response, after the handler started) gets 409
+//!   `idempotency-outcome-unknown` (422 for another fingerprint), never a second run, until
+//!   the mark expires with the record's TTL: the handler may have done its work, and only the
+//!   client can check. A crash mid-handler leaves its key so for the TTL: that is the price of
+//!   at most once. A response
 //!   too large to store ([`lock_core::MAX_RESULT_LEN`]), or whose body fails while it is
 //!   read, is recorded as "ran, not stored": duplicates within the TTL get 409
 //!   `idempotency-response-not-stored`, never a second run. The body is read before the
@@ -52,13 +62,14 @@
 //!   even if the client goes away).
 //! - a request dropped mid-handler (the client went away, a timeout layer above gave up)
 //!   cancels the handler, stores nothing and releases the key's lock, so layers above keep
-//!   their meaning (a `LockLayer` outside never sees its handler outlive its lock); the retry
-//!   runs the handler again. With [`detach_handler`](IdempotencyLayer::detach_handler), the
+//!   their meaning (a `LockLayer` outside never sees its handler outlive its lock); its mark
+//!   stays, so the retry gets 409 outcome-unknown (the handler may have done part of its
+//!   work). With [`detach_handler`](IdempotencyLayer::detach_handler), the
 //!   handler, the storing of its response and the release run in a task of their own
 //!   (`tokio::spawn`): the handler runs to its end, its response is stored, and the retry
 //!   replays it (or gets 409 while it still runs, or with `wait` waits for it). Only the loss
 //!   of the key's lease stops it, detached or not: the handler is cancelled, nothing is stored,
-//!   and the request gets 503 `lease-lost`. Hence the
+//!   the request gets 503 `lease-lost`, and its retry 409 outcome-unknown. Hence the
 //!   bounds: the inner service, its future, its error and both body types are
 //!   `Send + 'static`, as axum's and hyper's are, and the layer runs inside a Tokio runtime.
 //!

@@ -17,6 +17,7 @@ use crate::rejection::problem_json;
 /// | `BodyUnreadable` | 400    |               | `urn:lock-tower:body-unreadable`              |
 /// | `InFlight`       | 409    | 1             | `urn:lock-tower:idempotency-in-flight`        |
 /// | `NotStored`      | 409    |               | `urn:lock-tower:idempotency-response-not-stored` |
+/// | `OutcomeUnknown` | 409    |               | `urn:lock-tower:idempotency-outcome-unknown`  |
 /// | `BodyTooLarge`   | 413    |               | `urn:lock-tower:payload-too-large`            |
 /// | `Mismatch`       | 422    |               | `urn:lock-tower:idempotency-key-reused`       |
 /// | `Unavailable`    | 503    | 1             | `urn:lock-tower:lock-unavailable`             |
@@ -55,6 +56,14 @@ pub enum IdempotencyRejection {
         /// The status the first request answered.
         status: StatusCode,
     },
+    /// A request with this key started its handler (its "started" mark is stored) and no
+    /// response was recorded: the server died, lost the key's lock, or could not store the
+    /// response while or after the handler ran. The handler may have done its work, partly or
+    /// wholly; it is not run again under this key within the TTL. 409, and no `Retry-After`:
+    /// retrying the same key gets the same answer (a 5xx would invite automatic retries that
+    /// cannot help). The client should check the state of the resource, then send a new
+    /// request with a new key if it is still needed.
+    OutcomeUnknown,
     /// The request body is larger than the [limit](crate::IdempotencyLayer::max_body). 413.
     BodyTooLarge {
         /// The limit, in bytes.
@@ -85,7 +94,7 @@ impl IdempotencyRejection {
             Self::MissingKey | Self::InvalidKey { .. } | Self::BodyUnreadable => {
                 StatusCode::BAD_REQUEST
             }
-            Self::InFlight | Self::NotStored { .. } => StatusCode::CONFLICT,
+            Self::InFlight | Self::NotStored { .. } | Self::OutcomeUnknown => StatusCode::CONFLICT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Mismatch => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unavailable | Self::LeaseLost => StatusCode::SERVICE_UNAVAILABLE,
@@ -119,6 +128,7 @@ impl IdempotencyRejection {
             Self::BodyUnreadable => "urn:lock-tower:body-unreadable",
             Self::InFlight => "urn:lock-tower:idempotency-in-flight",
             Self::NotStored { .. } => "urn:lock-tower:idempotency-response-not-stored",
+            Self::OutcomeUnknown => "urn:lock-tower:idempotency-outcome-unknown",
             Self::BodyTooLarge { .. } => "urn:lock-tower:payload-too-large",
             Self::Mismatch => "urn:lock-tower:idempotency-key-reused",
             Self::Unavailable => crate::problem_type::LOCK_UNAVAILABLE,
@@ -139,6 +149,7 @@ impl IdempotencyRejection {
             Self::BodyUnreadable => "Request body unreadable",
             Self::InFlight => "Request with this idempotency key in progress",
             Self::NotStored { .. } => "Response of this idempotency key not available",
+            Self::OutcomeUnknown => "Outcome of this idempotency key unknown",
             Self::BodyTooLarge { .. } => "Request body too large",
             Self::Mismatch => "Idempotency key reused",
             Self::Unavailable => "Lock service unavailable",
@@ -168,6 +179,9 @@ impl IdempotencyRejection {
             }
             Self::NotStored { .. } => {
                 "A request with this idempotency key was processed, but its response was too large to keep. It is not processed again; use a new key for a new request."
+            }
+            Self::OutcomeUnknown => {
+                "A request with this idempotency key started, but its outcome was not recorded (the server failed while or after processing it). It may have been applied, wholly or in part, and it is not processed again under this key. Check the resource's state, then send a new request with a new key if it is still needed."
             }
             Self::BodyTooLarge { limit } => {
                 return Cow::Owned(format!(

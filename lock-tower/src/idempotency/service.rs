@@ -19,7 +19,7 @@ use tower_service::Service;
 
 use super::future::IdempotencyFuture;
 use super::key_header;
-use super::layer::Config;
+use super::layer::{Config, Scope, caller_principal};
 use super::record::Stored;
 use super::rejection::IdempotencyRejection;
 use crate::BodyError;
@@ -162,8 +162,9 @@ where
             return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured { reason });
         }
         let principal = match &config.scope {
-            None => Vec::new(),
-            Some(scope) => match scope.extract(&mut parts) {
+            Scope::Shared => Vec::new(),
+            Scope::Caller => caller_principal(&parts.headers),
+            Scope::Custom(scope) => match scope.extract(&mut parts) {
                 Ok(p) => p.map(|p| p.as_bytes().to_vec()).unwrap_or_default(),
                 Err(e) if e.is_misconfigured() => {
                     return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {
@@ -316,6 +317,10 @@ where
                 &fingerprint,
             ));
         }
+        Ok(IdempotencyState::Started {
+            fingerprint: theirs,
+            ..
+        }) => return Ok(reject(&started(&theirs, &fingerprint))),
         Ok(IdempotencyState::InFlight) if config.wait.is_none() => {
             return Ok(reject(&IdempotencyRejection::InFlight));
         }
@@ -341,11 +346,32 @@ where
                 &fingerprint,
             ));
         }
+        Ok(IdempotencyState::Started {
+            fingerprint: theirs,
+            ..
+        }) => {
+            release(guard).await;
+            return Ok(reject(&started(&theirs, &fingerprint)));
+        }
         Ok(_) => {}
         Err(error) => {
             release(guard).await;
             return Ok(reject(&from_lock_error(&key, error)));
         }
+    }
+    // At most once: the durable "started" mark before the handler. Not written, the handler
+    // does not run (503, safe to retry); a mark there already is a request that started and
+    // recorded nothing: its outcome is unknown, and the handler never runs again for it.
+    if let Err(error) = guard.mark_started(&fingerprint, config.ttl).await {
+        release(guard).await;
+        return Ok(reject(&match error {
+            LockError::OutcomeUnknown {
+                fingerprint: theirs,
+                ..
+            } => started(&theirs, &fingerprint),
+            LockError::LeaseLost { .. } => IdempotencyRejection::Unavailable,
+            error => from_lock_error(&key, error),
+        }));
     }
     if !config.detach {
         // Dropped mid-handler, this future cancels the handler as every layer above expects
@@ -395,6 +421,8 @@ where
     let response = match called {
         Some(Ok(response)) => response,
         Some(Err(error)) => {
+            // Not stored, like a 5xx: a retry runs again.
+            unmark(&guard, key).await;
             release(guard).await;
             return Err(error);
         }
@@ -402,7 +430,8 @@ where
     };
     let (parts, body) = response.into_parts();
     if !storable(parts.status) || !grpc_storable(&parts.headers) {
-        // Not stored: a retry runs again.
+        // Not stored: the mark is taken back, so a retry runs again.
+        unmark(&guard, key).await;
         release(guard).await;
         return Ok(Response::from_parts(parts, ResponseBody::new(body)));
     }
@@ -417,7 +446,9 @@ where
     };
     let (stored, answer) = match read {
         Read::Whole(body, trailers) if !grpc_storable(&trailers) => {
-            // A gRPC error, told at the end: not stored, a retry runs again.
+            // A gRPC error, told at the end: not stored, the mark taken back, a retry runs
+            // again.
+            unmark(&guard, key).await;
             release(guard).await;
             let body = ResponseBody::full_with_trailers(body, trailers);
             return Ok(Response::from_parts(parts, body));
@@ -696,6 +727,24 @@ async fn lease_lost<B>(guard: LockGuard, key: &str) -> Response<ResponseBody<B>>
     tracing::warn!(key = %LogKey(key), "lease lost while the handler ran: handler cancelled, answering 503");
     release(guard).await;
     reject(&IdempotencyRejection::LeaseLost)
+}
+
+/// Takes the "started" mark back (owner-checked) after a response that is not stored. If that
+/// fails, the key answers "outcome unknown" until its TTL ends: never a second run.
+async fn unmark(guard: &LockGuard, key: &str) {
+    if let Err(error) = guard.clear_started().await {
+        tracing::warn!(key = %LogKey(key), %error, "removing the started mark failed: duplicates get 409 outcome-unknown until it expires");
+    }
+}
+
+/// The answer to a request finding a "started" mark without a result: 422 for another
+/// request under the key, else 409 outcome unknown.
+fn started(theirs: &str, fingerprint: &str) -> IdempotencyRejection {
+    if theirs == fingerprint {
+        IdempotencyRejection::OutcomeUnknown
+    } else {
+        IdempotencyRejection::Mismatch
+    }
 }
 
 async fn release(guard: LockGuard) {

@@ -7,7 +7,7 @@ use lock_core::{Locker, MemoryBackend};
 use lock_tower::IdempotencyLayer;
 use lock_tower::extract::HeaderKey;
 
-use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve};
+use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, send_with, serve};
 
 #[tokio::test]
 async fn sequential_retries_run_once_and_replay_byte_for_byte() {
@@ -247,6 +247,42 @@ async fn ttl_expiry_lets_the_key_run_again() {
     assert_eq!(handler.calls(), 2);
 }
 
+/// Issue 29, item 14: records are scoped to the caller by default. Two clients with other
+/// credentials (`Authorization`, else `Cookie`) that send the same key and body each run
+/// their own request: the second never gets the first's stored response (its `Set-Cookie`
+/// and all). The same credentials get the replay; `.shared_records()` shares records again.
+#[tokio::test]
+async fn records_are_scoped_to_the_caller_by_default() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let call = Call::new("k", "10 EUR");
+    let alice = [("authorization", "Bearer alice")];
+    let mallory = [("authorization", "Bearer mallory")];
+    let first = send_with(addr, &call, &alice).await;
+    assert_eq!((first.status, first.replayed()), (201, false));
+    let other = send_with(addr, &call, &mallory).await;
+    assert!(!other.replayed(), "another caller got the stored response");
+    assert_eq!(other.body, "charge #2 tenant - for 10 EUR");
+    assert!(send_with(addr, &call, &alice).await.replayed());
+    assert!(send_with(addr, &call, &mallory).await.replayed());
+    assert_eq!(handler.calls(), 2);
+    // Cookies when there is no Authorization; a request with neither is anonymous.
+    let (a, b) = ([("cookie", "session=a")], [("cookie", "session=b")]);
+    assert!(!send_with(addr, &Call::new("c", "x"), &a).await.replayed());
+    assert!(!send_with(addr, &Call::new("c", "x"), &b).await.replayed());
+    assert!(!send(addr, &Call::new("c", "x")).await.replayed());
+    assert!(send_with(addr, &Call::new("c", "x"), &b).await.replayed());
+    assert!(send(addr, &Call::new("c", "x")).await.replayed());
+    assert_eq!(handler.calls(), 5);
+    // Opted out: one scope for every caller.
+    let handler = Handler::default();
+    let layer = IdempotencyLayer::new(Locker::memory()).shared_records();
+    let addr = serve(layer, handler.clone()).await;
+    assert!(!send_with(addr, &call, &alice).await.replayed());
+    assert!(send_with(addr, &call, &mallory).await.replayed());
+    assert_eq!(handler.calls(), 1);
+}
+
 #[tokio::test]
 async fn scope_keeps_two_principals_apart() {
     let handler = Handler::default();
@@ -357,6 +393,47 @@ async fn a_client_gone_mid_request_does_not_make_the_retry_run_again() {
     );
 }
 
+/// Without `detach_handler`, a request dropped mid-handler cancels the handler and stores
+/// nothing; its "started" mark stays, so the retry is told the outcome is unknown (409) and
+/// never runs the handler a second time (issue 29, item 9; it ran again before).
+#[tokio::test]
+async fn a_request_dropped_mid_handler_leaves_the_outcome_unknown() {
+    use tower::ServiceExt as _;
+    let handler = Handler {
+        delay: Duration::from_secs(30),
+        ..Handler::default()
+    };
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(crate::common::charge))
+        .layer(IdempotencyLayer::new(Locker::memory()))
+        .with_state(handler.clone());
+    let request = || {
+        http::Request::post("/payments")
+            .header("idempotency-key", "k")
+            .body(axum::body::Body::from("a"))
+            .unwrap()
+    };
+    let dropped = tokio::time::timeout(Duration::from_millis(100), app.clone().oneshot(request()));
+    assert!(
+        dropped.await.is_err(),
+        "the first request is dropped mid-handler"
+    );
+    assert_eq!(handler.calls(), 1);
+    // The dropped guard's release runs in the background: 409 in flight until it has.
+    lock_testkit::eventually(
+        "the retry is answered",
+        Duration::from_secs(10),
+        async || {
+            let (status, body, _) =
+                crate::common::summary(app.clone().oneshot(request()).await.unwrap()).await;
+            assert_eq!(status, 409, "{body}");
+            body.contains("urn:lock-tower:idempotency-outcome-unknown")
+        },
+    )
+    .await;
+    assert_eq!(handler.calls(), 1, "the handler ran again");
+}
+
 #[tokio::test]
 async fn a_client_gone_mid_request_then_a_waiting_retry_gets_the_first_answer() {
     let handler = Handler {
@@ -456,9 +533,14 @@ async fn a_store_after_a_lost_lease_is_503_not_success() {
     let answer = request.await.unwrap();
     assert_eq!(answer.status, 503);
     assert_eq!(answer.problem_type(), "urn:lock-tower:lease-lost");
-    // Nothing was stored: the retry runs.
-    assert_eq!(send(addr, &Call::new("k", "a")).await.status, 201);
-    assert_eq!(handler.calls(), 2);
+    // Nothing was stored, and the handler ran: the retry is told the outcome is unknown.
+    let retry = send(addr, &Call::new("k", "a")).await;
+    assert_eq!(retry.status, 409);
+    assert_eq!(
+        retry.problem_type(),
+        "urn:lock-tower:idempotency-outcome-unknown"
+    );
+    assert_eq!(handler.calls(), 1);
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use lock_core::{Locker, RedisBackend};
 use lock_testkit::RedisServer;
 use lock_tower::IdempotencyLayer;
 
-use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve};
+use crate::common::{Call, Handler, a_lost_lease_cancels_the_handler, send, serve, summary};
 
 async fn locker(redis: &RedisServer) -> Locker {
     let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
@@ -92,4 +92,66 @@ async fn a_lost_lease_cancels_the_handler_before_a_retry_runs() {
         assert_eq!(redis.del(&format!("lock:{{{key}}}")).await, 1);
     })
     .await;
+}
+
+/// Issue 29, item 9: Redis refuses the response's record (`maxmemory` reached, `noeviction`)
+/// after the handler ran. The first request gets 503; its retry, once memory is freed, finds
+/// the key's "started" mark without a result and gets 409 outcome-unknown: the handler never
+/// runs a second time (before the mark, the retry ran it again).
+#[tokio::test]
+async fn a_refused_record_write_never_lets_a_retry_run_the_handler_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt as _;
+
+    let server = Arc::new(RedisServer::start_with([
+        "--maxmemory",
+        "8mb",
+        "--maxmemory-policy",
+        "noeviction",
+    ]));
+    let locker = locker(&server).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (server, calls) = (server.clone(), calls.clone());
+        move || async move {
+            // The first run leaves the server over its limit: every write that adds memory
+            // is refused then.
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                server.fill("filler", 16 << 20).await;
+            }
+            (http::StatusCode::CREATED, "charged")
+        }
+    };
+    let app = axum::Router::new()
+        .route("/pay", axum::routing::post(handler))
+        .layer(IdempotencyLayer::new(locker));
+    let request = || {
+        http::Request::post("/pay")
+            .header("idempotency-key", "k")
+            .body(axum::body::Body::from("10 EUR"))
+            .unwrap()
+    };
+    let (status, body, _) = summary(app.clone().oneshot(request()).await.unwrap()).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("urn:lock-tower:lock-unavailable"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // Memory freed: the retry could write a record now, and must still not run the handler.
+    assert_eq!(server.del("filler").await, 1);
+    for _ in 0..2 {
+        let (status, body, replayed) = summary(app.clone().oneshot(request()).await.unwrap()).await;
+        assert_eq!((status, replayed), (409, false), "{body}");
+        assert!(
+            body.contains("urn:lock-tower:idempotency-outcome-unknown"),
+            "{body}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran again");
+    // Another request under the key is still a key reused.
+    let other = http::Request::post("/pay")
+        .header("idempotency-key", "k")
+        .body(axum::body::Body::from("20 EUR"))
+        .unwrap();
+    assert_eq!(app.oneshot(other).await.unwrap().status(), 422);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

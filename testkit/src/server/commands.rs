@@ -185,6 +185,30 @@ impl RedisServer {
         self.query(redis::cmd("DEL").arg(key).clone()).await
     }
 
+    /// Makes `key` a string of `len` zero bytes with one short command (`SETRANGE key len-1`):
+    /// how a test fills a server that has a `maxmemory` (the server checks memory before a
+    /// command runs, counting the command's own bytes, so a short command that makes a large
+    /// value is taken, and leaves the server over its limit).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let server = lock_testkit::RedisServer::start();
+    /// server.fill("filler", 1024).await;
+    /// assert_eq!(server.get("filler").await.map(|v| v.len()), Some(1024));
+    /// # }
+    /// ```
+    pub async fn fill(&self, key: &str, len: usize) {
+        let _: i64 = self
+            .query(
+                redis::cmd("SETRANGE")
+                    .arg(key)
+                    .arg(len.saturating_sub(1))
+                    .arg(b"\0")
+                    .clone(),
+            )
+            .await;
+    }
+
     /// `EXISTS key`.
     ///
     /// ```

@@ -404,6 +404,122 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
     held.release().await.expect("release");
 }
 
+#[track_caller]
+fn started(state: IdempotencyState) -> (String, Duration) {
+    match state {
+        IdempotencyState::Started {
+            fingerprint,
+            expires_in,
+            ..
+        } => (fingerprint, expires_in),
+        other => panic!("expected Started, got {other:?}"),
+    }
+}
+
+/// The state of `key` once no server shows its lock any more (on Redlock a release answers at
+/// a quorum, and the last servers' releases may still be on their way).
+async fn settled(locker: &Locker, key: &str) -> IdempotencyState {
+    eventually("the released lock is gone everywhere", SOON, async || {
+        state(locker, key).await != IdempotencyState::InFlight
+    })
+    .await;
+    state(locker, key).await
+}
+
+/// Issue 29, item 9: the durable "started" mark, written under the lock before the work.
+/// While the lock is held the key is in flight; released without a result it is `Started`
+/// (with its fingerprint and the record's TTL) for every locker, and a new holder's mark is
+/// refused with `OutcomeUnknown`: the work never runs again. A result replaces the mark, and
+/// a mark never replaces a result. `clear_started` takes a mark back (never a result). Both
+/// are owner-checked like a result; a holder that writes its mark twice wrote it once.
+async fn the_started_mark_lets_the_work_run_at_most_once(fx: Fixture) {
+    let a = fx.locker().await;
+    let b = fx.locker().await;
+
+    // Started, then no result (the holder died, or its store failed): outcome unknown.
+    let guard = a.lock("mark:1").await.expect("acquire");
+    guard.mark_started("fp-1", TTL).await.expect("mark");
+    guard
+        .mark_started("fp-1", TTL)
+        .await
+        .expect("the holder's own mark, written again, is written once");
+    assert_eq!(state(&b, "mark:1").await, IdempotencyState::InFlight);
+    guard.release().await.expect("release");
+    let (fingerprint, expires_in) = started(settled(&b, "mark:1").await);
+    assert_eq!(fingerprint, "fp-1");
+    assert!(
+        expires_in <= TTL && expires_in > TTL - SOON,
+        "{expires_in:?}"
+    );
+    let retry = b.lock("mark:1").await.expect("the lock is free");
+    match retry.mark_started("fp-1", TTL).await {
+        Err(LockError::OutcomeUnknown {
+            key, fingerprint, ..
+        }) => assert_eq!((key.as_str(), fingerprint.as_str()), ("mark:1", "fp-1")),
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    assert!(retry.is_held(), "a refused mark keeps the lock");
+    retry.release().await.expect("release");
+    assert_eq!(started(settled(&a, "mark:1").await).0, "fp-1");
+
+    // The result replaces the mark; a mark never replaces a result.
+    let guard = a.lock("mark:2").await.expect("acquire");
+    guard.mark_started("fp-2", TTL).await.expect("mark");
+    guard
+        .store_result("fp-2", b"done", TTL)
+        .await
+        .expect("store");
+    guard.release().await.expect("release");
+    assert_eq!(completed(state(&b, "mark:2").await).result, b"done");
+    let guard = b.lock("mark:2").await.expect("acquire");
+    assert_invalid_config(guard.mark_started("fp-2", TTL).await, "stored result");
+    guard.clear_started().await.expect("no mark to take back");
+    guard.release().await.expect("release");
+    assert_eq!(completed(state(&a, "mark:2").await).result, b"done");
+
+    // Taken back under the lock (an error that is not stored): the key runs again.
+    let guard = a.lock("mark:3").await.expect("acquire");
+    guard.mark_started("fp-3", TTL).await.expect("mark");
+    guard.clear_started().await.expect("take the mark back");
+    guard
+        .clear_started()
+        .await
+        .expect("no mark left: not an error");
+    guard.release().await.expect("release");
+    assert_eq!(settled(&b, "mark:3").await, IdempotencyState::Absent);
+
+    // Owner-checked: a holder whose lock is gone writes no mark, and takes none back.
+    let guard = a.lock("mark:4").await.expect("acquire");
+    fx.force_delete("mark:4").await;
+    assert!(matches!(
+        guard.mark_started("fp-4", TTL).await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert!(!guard.is_held(), "the refused mark marks the lock lost");
+    assert_eq!(settled(&b, "mark:4").await, IdempotencyState::Absent);
+    drop(guard);
+    let guard = a.lock("mark:5").await.expect("acquire");
+    guard.mark_started("fp-5", TTL).await.expect("mark");
+    fx.force_delete("mark:5").await;
+    assert!(matches!(
+        guard.clear_started().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    assert_eq!(started(settled(&b, "mark:5").await).0, "fp-5");
+    drop(guard);
+
+    // Bad input is a typed error and writes nothing.
+    let guard = a.lock("mark:6").await.expect("acquire");
+    assert_invalid_config(guard.mark_started("fp", Duration::ZERO).await, "TTL");
+    let long = "f".repeat(MAX_FINGERPRINT_LEN + 1);
+    assert!(matches!(
+        guard.mark_started(&long, TTL).await,
+        Err(LockError::RecordTooLarge { .. })
+    ));
+    guard.release().await.expect("release");
+    assert_eq!(settled(&b, "mark:6").await, IdempotencyState::Absent);
+}
+
 conformance!(
     state_goes_absent_in_flight_completed,
     stored_bytes_and_fingerprint_come_back_exactly,
@@ -413,6 +529,7 @@ conformance!(
     bad_input_is_a_typed_error,
     the_record_shares_the_locks_hash_slot,
     idempotency_state_is_one_request,
+    the_started_mark_lets_the_work_run_at_most_once,
 );
 
 /// Redis only: a restart without persistence loses the records like the locks (the next
@@ -448,15 +565,20 @@ async fn a_restart_without_persistence_loses_records_and_refuses_the_store() {
     );
 }
 
-/// Redis only: the README's ACL rule (read from it) is enough for the result store, with no
-/// `@dangerous` command: storing and reading a record, and a refused stale store.
+/// Redis only: the README's ACL rule (read from the guide's Redis chapter, where the README
+/// sends it) is enough for the result store and the "started" mark, with no `@dangerous`
+/// command: storing and reading a record, a mark written and taken back, and a refused stale
+/// store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_rule_suffices_for_the_result_store() {
-    const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    const README: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/backends/redis.md"
+    ));
     let rule = README
         .lines()
         .find_map(|l| l.trim().strip_prefix("ACL SETUSER "))
-        .expect("the README gives an `ACL SETUSER` rule");
+        .expect("the guide gives an `ACL SETUSER` rule");
     let user = lock_testkit::AclUser::from_setuser(rule.split_whitespace())
         .expect("the rule sets a password");
     let server = RedisServer::builder()
@@ -469,6 +591,9 @@ async fn the_readme_acl_rule_suffices_for_the_result_store() {
     assert_eq!(state(&locker, "acl").await, IdempotencyState::Absent);
     let guard = locker.lock("acl").await.expect("acquire");
     assert_eq!(state(&locker, "acl").await, IdempotencyState::InFlight);
+    guard.mark_started("fp", TTL).await.expect("mark");
+    guard.clear_started().await.expect("take the mark back");
+    guard.mark_started("fp", TTL).await.expect("mark again");
     guard.store_result("fp", b"ok", TTL).await.expect("store");
     assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
     server.del(&lock_name("lock:", "acl")).await;

@@ -190,6 +190,76 @@ async fn idempotency_records_need_a_quorum() {
     servers[1].restart();
 }
 
+/// Issue 29, item 9 on Redlock: the "started" mark is a quorum write. With 2 of 5 servers
+/// down it is written, read back as `Started` after the release, and refuses a new holder
+/// (`OutcomeUnknown`); with 3 of 5 down it cannot be written (`NoQuorum`: the work must not
+/// run). The copies sent to the stalled servers may still land when they wake (after the
+/// removal that followed them, when a retry went on another connection): then the key reads
+/// "started", the documented cost of a mark write that failed, never a run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_marks_need_a_quorum() {
+    let mut servers = servers(5);
+    let locker = locker(&servers, Duration::from_secs(5)).await;
+    let ttl = Duration::from_secs(60);
+    all_reachable(&locker, &servers).await;
+    let guard = locker.lock("charge:2").await.unwrap();
+    servers[0].pause();
+    servers[1].stop();
+    guard.mark_started("fp", ttl).await.unwrap();
+    guard.release().await.unwrap();
+    eventually(
+        "the mark is read back",
+        Duration::from_secs(10),
+        async || {
+            matches!(
+                locker.idempotency_state("charge:2").await,
+                Ok(lock_core::IdempotencyState::Started { .. })
+            )
+        },
+    )
+    .await;
+    // Three servers left: a loaded machine may miss one answer; try again then.
+    let mut retry = locker.lock("charge:2").await;
+    for _ in 0..5 {
+        match &retry {
+            Err(e) if no_quorum(e).is_some() => retry = locker.lock("charge:2").await,
+            _ => break,
+        }
+    }
+    let retry = retry.unwrap();
+    match retry.mark_started("fp", ttl).await {
+        Err(LockError::OutcomeUnknown { fingerprint, .. }) => assert_eq!(fingerprint, "fp"),
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    retry.release().await.unwrap();
+    servers[0].resume();
+    servers[1].restart();
+    all_reachable(&locker, &servers).await;
+
+    let guard = locker.lock("charge:3").await.unwrap();
+    for s in &mut servers[..3] {
+        s.pause();
+    }
+    let e = guard.mark_started("fp", ttl).await.unwrap_err();
+    assert!(no_quorum(&e).is_some(), "{e:?}");
+    for s in &mut servers[..3] {
+        s.resume();
+    }
+    guard.release().await.unwrap();
+    eventually(
+        "the key is absent or started",
+        Duration::from_secs(10),
+        async || {
+            matches!(
+                locker.idempotency_state("charge:3").await,
+                Ok(lock_core::IdempotencyState::Absent
+                    | lock_core::IdempotencyState::Started { .. })
+            )
+        },
+    )
+    .await;
+}
+
 /// A server restarted empty at once can let a second holder in: the hazard the restart rule
 /// (stay down for at least the longest lease, or persist with `appendfsync always`) prevents.
 /// Shown without the watchdog (whose checks after a reconnect only narrow the window).

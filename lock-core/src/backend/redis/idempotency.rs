@@ -1,7 +1,8 @@
 //! The idempotency result store on Redis: a hash `P{T}S:result` (fields `fingerprint` and
-//! `result`, with a TTL) beside the lock `P{T}S`, in its hash slot. Written by
-//! `store_result.lua` only while the lock holds the writer's token; read with the lock's state
-//! by `result_state.lua`, one call each.
+//! `result`, with a TTL; or `fingerprint` and `started`, the writer's token, for a "started"
+//! mark) beside the lock `P{T}S`, in its hash slot. Written by `mark_started.lua`,
+//! `store_result.lua` and `clear_started.lua` only while the lock holds the writer's token;
+//! read with the lock's state by `result_state.lua`, one call each.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use redis::{Script, Value};
 
 use super::{RedisBackend, millis};
 use crate::LockError;
-use crate::idempotency::{IdempotencyRecord, IdempotencyState};
+use crate::idempotency::{IdempotencyRecord, IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -18,6 +19,10 @@ static STORE_RESULT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/store_result.lua")));
 static RESULT_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/result_state.lua")));
+static MARK_STARTED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/mark_started.lua")));
+static CLEAR_STARTED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/clear_started.lua")));
 
 impl RedisBackend {
     pub(crate) async fn store_result(
@@ -44,6 +49,51 @@ impl RedisBackend {
                 "store result",
                 key.user(),
                 format!("store script answered {other:?}"),
+            )),
+        }
+    }
+
+    pub(crate) async fn mark_started(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> Result<Marked, LockError> {
+        let mut call = MARK_STARTED.prepare_invoke();
+        call.key(key.name())
+            .key(key.result())
+            .arg(token.as_str())
+            .arg(fingerprint)
+            .arg(millis(ttl));
+        // Safe to run twice: a mark of this token found again answers "written".
+        let reply = self.invoke(&call, "mark started", Some(key.user())).await?;
+        parse_marked(&reply).ok_or_else(|| {
+            LockError::protocol(
+                "mark started",
+                key.user(),
+                format!("mark script answered {}", shown(&reply)),
+            )
+        })
+    }
+
+    pub(crate) async fn clear_started(
+        &self,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<bool, LockError> {
+        let mut call = CLEAR_STARTED.prepare_invoke();
+        call.key(key.name()).key(key.result()).arg(token.as_str());
+        match self
+            .invoke(&call, "clear started", Some(key.user()))
+            .await?
+        {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            other => Err(LockError::protocol(
+                "clear started",
+                key.user(),
+                format!("clear script answered {other:?}"),
             )),
         }
     }
@@ -84,10 +134,43 @@ fn parse_state(reply: &Value) -> Option<IdempotencyState> {
         ] => Some(IdempotencyState::Completed(IdempotencyRecord {
             fingerprint: String::from_utf8(fingerprint.clone()).ok()?,
             result: result.clone(),
-            expires_in: u64::try_from(*pttl).map_or(Duration::MAX, Duration::from_millis),
+            expires_in: expires_in(*pttl),
         })),
+        [
+            Value::Int(3),
+            Value::BulkString(fingerprint),
+            Value::Int(pttl),
+        ] => Some(IdempotencyState::Started {
+            fingerprint: String::from_utf8(fingerprint.clone()).ok()?,
+            expires_in: expires_in(*pttl),
+        }),
         _ => None,
     }
+}
+
+fn parse_marked(reply: &Value) -> Option<Marked> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    match items.as_slice() {
+        [Value::Int(1)] => Some(Marked::Written),
+        [Value::Int(0)] => Some(Marked::NotOurs),
+        [Value::Int(3)] => Some(Marked::Completed),
+        [
+            Value::Int(2),
+            Value::BulkString(fingerprint),
+            Value::Int(pttl),
+        ] => Some(Marked::Started {
+            fingerprint: String::from_utf8(fingerprint.clone()).ok()?,
+            expires_in: expires_in(*pttl),
+        }),
+        _ => None,
+    }
+}
+
+/// A PTTL as a duration: `Duration::MAX` for a key without expiry (-1).
+fn expires_in(pttl: i64) -> Duration {
+    u64::try_from(pttl).map_or(Duration::MAX, Duration::from_millis)
 }
 
 /// A reply for an error message: its shape, never the stored bytes (a result may be large or
@@ -165,5 +248,55 @@ mod tests {
             assert_eq!(parse_state(&bad), None);
         }
         assert!(!shown(&arr(vec![Value::BulkString(b"secret".to_vec())])).contains("secret"));
+        assert_eq!(
+            parse_state(&arr(vec![
+                Value::Int(3),
+                Value::BulkString(b"fp".to_vec()),
+                Value::Int(-1),
+            ])),
+            Some(IdempotencyState::Started {
+                fingerprint: "fp".into(),
+                expires_in: Duration::MAX,
+            })
+        );
+    }
+
+    #[test]
+    fn mark_answers_parse() {
+        let arr = |v: Vec<Value>| Value::Array(v);
+        assert_eq!(
+            parse_marked(&arr(vec![Value::Int(1)])),
+            Some(Marked::Written)
+        );
+        assert_eq!(
+            parse_marked(&arr(vec![Value::Int(0)])),
+            Some(Marked::NotOurs)
+        );
+        assert_eq!(
+            parse_marked(&arr(vec![Value::Int(3)])),
+            Some(Marked::Completed)
+        );
+        assert_eq!(
+            parse_marked(&arr(vec![
+                Value::Int(2),
+                Value::BulkString(b"fp".to_vec()),
+                Value::Int(900),
+            ])),
+            Some(Marked::Started {
+                fingerprint: "fp".into(),
+                expires_in: Duration::from_millis(900),
+            })
+        );
+        for bad in [
+            Value::Int(1),
+            arr(vec![Value::Int(2)]),
+            arr(vec![
+                Value::Int(2),
+                Value::BulkString(vec![0xff]),
+                Value::Int(1),
+            ]),
+        ] {
+            assert_eq!(parse_marked(&bad), None);
+        }
     }
 }

@@ -50,24 +50,78 @@ fn states_merge_with_a_record_first() {
     };
     let record = |r: &str| record_for(r, 10);
     assert_eq!(
-        merge_states(vec![
-            IdempotencyState::Absent,
-            IdempotencyState::InFlight,
-            record("a")
-        ]),
+        merge_states(
+            vec![
+                IdempotencyState::Absent,
+                IdempotencyState::InFlight,
+                record("a")
+            ],
+            3,
+            2
+        ),
         record("a")
     );
     assert_eq!(
-        merge_states(vec![record("b"), record_for("a", 12), record("a")]),
+        merge_states(vec![record("b"), record_for("a", 12), record("a")], 3, 2),
         record("a")
     );
     assert_eq!(
-        merge_states(vec![IdempotencyState::Absent, IdempotencyState::InFlight]),
+        merge_states(
+            vec![IdempotencyState::Absent, IdempotencyState::InFlight],
+            3,
+            2
+        ),
         IdempotencyState::InFlight
     );
     assert_eq!(
-        merge_states(vec![IdempotencyState::Absent, IdempotencyState::Absent]),
+        merge_states(
+            vec![IdempotencyState::Absent, IdempotencyState::Absent],
+            3,
+            2
+        ),
         IdempotencyState::Absent
+    );
+}
+
+/// A mark counts when it may have reached a quorum: on at least `answered - (n - quorum)`
+/// of the servers that answered; fewer copies are leftovers of a failed mark write.
+#[test]
+fn marks_count_when_they_may_have_reached_a_quorum() {
+    let mark = |f: &str, secs: u64| IdempotencyState::Started {
+        fingerprint: f.to_owned(),
+        expires_in: Duration::from_secs(secs),
+    };
+    let absent = || IdempotencyState::Absent;
+    // 5 servers, quorum 3, all answer: 3 copies needed.
+    assert_eq!(
+        merge_states(
+            vec![mark("f", 9), mark("f", 7), absent(), mark("f", 8), absent()],
+            5,
+            3
+        ),
+        mark("f", 7)
+    );
+    assert_eq!(
+        merge_states(
+            vec![mark("f", 9), absent(), absent(), mark("f", 8), absent()],
+            5,
+            3
+        ),
+        absent()
+    );
+    // Only 3 answer: one copy may stand for a quorum (the two silent servers may hold it).
+    assert_eq!(
+        merge_states(vec![absent(), mark("f", 9), absent()], 5, 3),
+        mark("f", 9)
+    );
+    // A lock held anywhere is in flight; a record wins over everything.
+    assert_eq!(
+        merge_states(
+            vec![mark("f", 9), IdempotencyState::InFlight, mark("f", 9)],
+            3,
+            2
+        ),
+        IdempotencyState::InFlight
     );
 }
 

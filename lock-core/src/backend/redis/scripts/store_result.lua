@@ -1,6 +1,6 @@
 -- Store an idempotency record if, and only if, the lock is still ours: a holder that lost its
 -- lease (expired, deleted, taken by another owner) writes nothing. A record already there is
--- replaced (only the lock's holder can have written it).
+-- replaced (only the lock's holder can have written it), a "started" mark too.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the record key (a hash beside the lock, same hash slot)
@@ -15,5 +15,6 @@ if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'result', ARGV[3])
+redis.call('HDEL', KEYS[2], 'started')
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1

@@ -1,0 +1,32 @@
+-- Write the "started" mark of an idempotency key if, and only if, the lock is still ours and
+-- the key has neither a mark of another holder nor a result: a request about to run its work
+-- says so durably first, so that a retry that finds the mark never runs the work again.
+-- Nothing is written otherwise. The mark keeps the writer's token, so a write sent again
+-- (the retry after a dropped connection) finds its own mark and answers as written.
+--
+-- KEYS[1]  the lock key
+-- KEYS[2]  the record key (a hash beside the lock, same hash slot)
+-- ARGV[1]  the owner token
+-- ARGV[2]  the request's fingerprint
+-- ARGV[3]  the mark's TTL in milliseconds (at least 1): the record's TTL
+--
+-- Returns {1} when the mark is written (now, or before by this token), {0} when the lock was
+-- not ours, {2, fingerprint, pttl} when another holder's mark is there (pttl: its remaining
+-- TTL in milliseconds, -1 when it has none), {3} when a result is stored already.
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+  return {0}
+end
+local fingerprint = redis.call('HGET', KEYS[2], 'fingerprint')
+if fingerprint then
+  if redis.call('HGET', KEYS[2], 'result') then
+    return {3}
+  end
+  if redis.call('HGET', KEYS[2], 'started') == ARGV[1] then
+    return {1}
+  end
+  return {2, fingerprint, redis.call('PTTL', KEYS[2])}
+end
+redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'started', ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return {1}
