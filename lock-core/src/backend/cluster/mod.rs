@@ -49,11 +49,12 @@ const MAX_RETRY_WAIT_MS: u64 = 200;
 /// several slots), the primaries concurrently, each on a plain connection to that primary
 /// alone: a primary that stops answering loses its own locks (their holders are told when the
 /// leases run out) and delays no other primary's renewals, whatever the lease. Each lock gets
-/// its own verdict: a lock whose slot the primary no longer serves (resharded) is renewed by
-/// itself through the cluster connection, which follows MOVED and ASK, and the slot map is
-/// read again from a node that answers (never the one that failed); the map is also read
-/// again when a primary's renewal call fails, and the renewal connections of addresses that
-/// are no longer primaries are closed then.
+/// its own verdict: when a primary no longer serves a lock's slot (resharded, or failed over:
+/// it answers READONLY), the slot map is read again from the primaries that answer (at once,
+/// never the one that failed) and the lock is renewed on the primary it names, or by itself
+/// through the cluster connection (which follows MOVED and ASK) while its slot moves; the map
+/// is also read again when a primary's renewal call fails, and the renewal connections of
+/// addresses that are no longer primaries are closed then.
 ///
 /// A limit of the cluster client (redis-rs): while one node does not answer (paused or
 /// partitioned, not refused), requests on the same cluster connection to other nodes wait too,
