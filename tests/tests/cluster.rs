@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker, RedisClusterBackend};
-use lock_testkit::cluster::{RedisCluster, key_slot};
+use lock_testkit::cluster::{RedisCluster, Role, key_slot};
 use lock_testkit::{ChildProcess, RedisServer};
 use lock_tests::worker::{WorkerArgs, WorkerSummary};
 
@@ -642,4 +642,53 @@ async fn a_lock_taken_after_a_stalled_primary_failed_over_is_kept() {
     cluster.node_mut(victim).server_mut().resume();
     assert!(held, "renewed on the new primary");
     drop(before);
+}
+
+/// Issue 29, items 4-5 (review): a primary A is failed over (`CLUSTER FAILOVER`: A now answers
+/// its renewals with READONLY) while another primary B, the first the slot map names after A,
+/// is stalled (SIGSTOP, not failed over). The slot map is read again from a primary that
+/// answers without first waiting out the stalled one's timeout, so A's shard keeps its lock
+/// (renewed on the promoted replica), as does the third shard's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_while_another_primary_stalls_keeps_the_failed_over_shard_s_lock() {
+    let mut cluster = RedisCluster::builder()
+        .node_timeout(Duration::from_secs(60))
+        .start()
+        .await;
+    let locker = backend_with(&cluster, Some(Duration::from_millis(1000))).await;
+    let primaries = cluster.primaries().await;
+    let a = primaries[0];
+    // B: the other primary whose address sorts first (the order the map is read in).
+    let mut others: Vec<usize> = primaries[1..].to_vec();
+    others.sort_by_key(|&p| format!("127.0.0.1:{}", cluster.node(p).port()));
+    let (b, c) = (others[0], others[1]);
+    let lease = Duration::from_millis(1500);
+    let on_a = keys_on(&cluster, a, 1, "failed-over").await;
+    let on_c = keys_on(&cluster, c, 1, "bystander").await;
+    let mut guards = Vec::new();
+    for key in [&on_a[0], &on_c[0]] {
+        guards.push(locker.lock(key.as_str()).lease(lease).await.expect("lock"));
+    }
+    cluster.node_mut(b).server_mut().pause();
+    let replica = cluster.replicas_of(a).await[0];
+    // `RedisCluster::failover` waits for every live node to see the cluster whole, which a
+    // paused node prevents: the roles are awaited here instead.
+    let () = cluster
+        .node(replica)
+        .server()
+        .query(redis::cmd("CLUSTER").arg("FAILOVER").clone())
+        .await;
+    lock_testkit::eventually("the roles swapped", SOON, async || {
+        cluster.node(replica).role().await == Role::Primary
+            && cluster.node(a).role().await == Role::Replica
+    })
+    .await;
+    tokio::time::sleep(lease * 3).await;
+    let (failed_over_held, bystander_held) = (guards[0].is_held(), guards[1].is_held());
+    cluster.node_mut(b).server_mut().resume();
+    assert!(bystander_held, "the third shard's lock is kept");
+    assert!(
+        failed_over_held,
+        "the failed-over shard's lock is kept: renewed on its new primary"
+    );
 }

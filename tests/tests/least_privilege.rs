@@ -316,20 +316,14 @@ async fn the_policy_is_read_from_info_when_config_is_refused() {
     assert_eq!(backend.maxmemory_policy(), Some("allkeys-lru"));
 }
 
-/// On a Redis Cluster the watchdog renews every lock a primary serves in one script call that
-/// touches keys it did not declare (issue 29, item 6): it runs for a user restricted by the
-/// README's rule plus `+cluster|slots` (which the cluster client needs to learn the slot map;
-/// the rule alone refuses it). Locks on every shard stay held through several leases, and no
-/// node logs a refused command.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_renewals_run_under_the_readme_acl_rule_with_cluster_slots() {
-    let mut rule = readme_rule();
-    rule.push("+cluster|slots".to_owned());
+/// A cluster whose every node has one more user defined by `rule` (the words of an
+/// `ACL SETUSER` rule, user name first), and the URLs that log in as it.
+async fn cluster_with_user(rule: &[String]) -> (lock_testkit::cluster::RedisCluster, Vec<String>) {
     let cluster = lock_testkit::cluster::RedisCluster::start().await;
     for node in cluster.nodes() {
         let () = node
             .server()
-            .query(redis::cmd("ACL").arg("SETUSER").arg(&rule).clone())
+            .query(redis::cmd("ACL").arg("SETUSER").arg(rule).clone())
             .await;
     }
     let password = rule
@@ -342,6 +336,19 @@ async fn cluster_renewals_run_under_the_readme_acl_rule_with_cluster_slots() {
         .iter()
         .map(|u| u.replacen("redis://", &login, 1))
         .collect();
+    (cluster, urls)
+}
+
+/// On a Redis Cluster the watchdog renews every lock a primary serves in one script call that
+/// touches keys it did not declare (issue 29, item 6): it runs for a user restricted by the
+/// README's rule plus `+cluster|slots` (which the cluster client needs to learn the slot map;
+/// the rule alone refuses it). Locks on every shard stay held through several leases, and no
+/// node logs a refused command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_renewals_run_under_the_readme_acl_rule_with_cluster_slots() {
+    let mut rule = readme_rule();
+    rule.push("+cluster|slots".to_owned());
+    let (cluster, urls) = cluster_with_user(&rule).await;
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let locker = soon("connect", Locker::redis_cluster(&urls))
         .await
@@ -375,4 +382,20 @@ async fn cluster_renewals_run_under_the_readme_acl_rule_with_cluster_slots() {
             assert!(probe, "node {}: refused {entry:?}", node.port());
         }
     }
+}
+
+/// A cluster user under the guide's rule without `+cluster|slots` (which the cluster client
+/// needs to learn the slot map) is refused at connect with an `InvalidConfig` error that names
+/// the missing permission, before any lock, not a bare backend error (issue 29, items 4-7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_without_cluster_slots_is_refused_at_connect_naming_it() {
+    let rule = readme_rule();
+    let (_cluster, urls) = cluster_with_user(&rule).await;
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let refused = soon("connect", Locker::redis_cluster(&urls)).await;
+    let what = assert_permission_error(refused, &["cluster|slots"]);
+    assert!(
+        what.contains("docs/src/backends/cluster.md"),
+        "the error points at the cluster chapter: {what}"
+    );
 }

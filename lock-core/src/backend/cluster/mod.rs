@@ -49,11 +49,12 @@ const MAX_RETRY_WAIT_MS: u64 = 200;
 /// several slots), the primaries concurrently, each on a plain connection to that primary
 /// alone: a primary that stops answering loses its own locks (their holders are told when the
 /// leases run out) and delays no other primary's renewals, whatever the lease. Each lock gets
-/// its own verdict: a lock whose slot the primary no longer serves (resharded) is renewed by
-/// itself through the cluster connection, which follows MOVED and ASK, and the slot map is
-/// read again from a node that answers (never the one that failed); the map is also read
-/// again when a primary's renewal call fails, and the renewal connections of addresses that
-/// are no longer primaries are closed then.
+/// its own verdict: when a primary no longer serves a lock's slot (resharded, or failed over:
+/// it answers READONLY), the slot map is read again from the primaries that answer (at once,
+/// never the one that failed) and the lock is renewed on the primary it names, or by itself
+/// through the cluster connection (which follows MOVED and ASK) while its slot moves; the map
+/// is also read again when a primary's renewal call fails, and the renewal connections of
+/// addresses that are no longer primaries are closed then.
 ///
 /// A limit of the cluster client (redis-rs): while one node does not answer (paused or
 /// partitioned, not refused), requests on the same cluster connection to other nodes wait too,
@@ -320,6 +321,9 @@ const REFRESH_GAP: Duration = Duration::from_millis(100);
 /// The client name of the renewal connections (`CLIENT LIST` shows it on each primary).
 const RENEWAL_CONNECTION_NAME: &str = "lock-core:renewal";
 
+/// One primary's read of the slot map in [`Topology::refresh`].
+type Read<'a> = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// Where a renewal goes: the primary that serves a slot (one script call for all its locks),
 /// or one slot through the cluster connection (a slot moving or of unknown owner).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -478,9 +482,11 @@ impl Topology {
         }
     }
 
-    /// Reads `CLUSTER SLOTS` again from the first primary that answers, `prefer` first, never
-    /// `avoid` (a node whose call just failed: it may be stalled); at most once per
-    /// [`REFRESH_GAP`]. Keeps the old map when no primary answers.
+    /// Reads `CLUSTER SLOTS` again: from `prefer` first (a node that just answered), then from
+    /// every other primary at once, never `avoid` (a node whose call just failed: it may be
+    /// stalled), taking the first answer; at most once per [`REFRESH_GAP`]. Keeps the old map
+    /// when no primary answers. Asked at once, not in turn: another stalled primary would
+    /// otherwise hold the read (and the renewals waiting for it) for its timeout.
     pub(crate) async fn refresh(&self, prefer: Option<&Arc<str>>, avoid: Option<&str>) {
         {
             let mut refreshed = self.refreshed.lock();
@@ -489,36 +495,63 @@ impl Topology {
             }
             *refreshed = Some(Instant::now());
         }
-        let Some(settings) = &self.settings else {
+        if self.settings.is_none() {
             return;
+        }
+        if let Some(prefer) = prefer.filter(|p| Some(&***p) != avoid)
+            && let Some(ranges) = self.read_slots(prefer).await
+        {
+            self.apply(ranges);
+            return;
+        }
+        let (found, mut first) = tokio::sync::mpsc::unbounded_channel();
+        let reads: Vec<Read<'_>> = self
+            .primaries()
+            .into_iter()
+            .filter(|a| Some(a) != prefer && Some(&**a) != avoid)
+            .map(|addr| {
+                let found = found.clone();
+                Box::pin(async move {
+                    if let Some(ranges) = self.read_slots(&addr).await {
+                        let _ = found.send(ranges);
+                    }
+                }) as Read<'_>
+            })
+            .collect();
+        drop(found);
+        // The first map read ends the others (their requests are dropped).
+        let ranges = tokio::select! {
+            Some(ranges) = first.recv() => Some(ranges),
+            () = async { crate::backend::join_all(reads).await; } => first.try_recv().ok(),
         };
-        let mut candidates: Vec<Arc<str>> = prefer.into_iter().cloned().collect();
-        candidates.extend(self.primaries().into_iter().filter(|a| Some(a) != prefer));
-        for addr in candidates.iter().filter(|a| Some(&***a) != avoid) {
-            let Some(mut conn) = self.renewer(addr).await else {
-                continue;
-            };
-            let slots = redis::cmd("CLUSTER").arg("SLOTS").clone();
-            let reply = tokio::time::timeout(
-                settings.response_timeout,
-                slots.query_async::<Value>(&mut conn),
-            )
-            .await;
-            match reply {
-                Ok(Ok(reply)) => {
-                    let ranges = parse_slots(&reply);
-                    if !ranges.is_empty() {
-                        self.apply(ranges);
-                        return;
-                    }
+        if let Some(ranges) = ranges {
+            self.apply(ranges);
+        }
+    }
+
+    /// The slot map as the primary at `addr` sees it, on its renewal connection; `None` when it
+    /// does not answer in time (its connection is dropped then) or answers no map.
+    async fn read_slots(&self, addr: &Arc<str>) -> Option<Vec<(u16, u16, Arc<str>)>> {
+        let settings = self.settings.as_ref()?;
+        let mut conn = self.renewer(addr).await?;
+        let slots = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        let reply = tokio::time::timeout(
+            settings.response_timeout,
+            slots.query_async::<Value>(&mut conn),
+        )
+        .await;
+        match reply {
+            Ok(Ok(reply)) => Some(parse_slots(&reply)).filter(|ranges| !ranges.is_empty()),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot read the cluster's slot map");
+                if !crate::backend::redis::answered(&e) {
+                    self.forget(addr);
                 }
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "cannot read the cluster's slot map");
-                    if !crate::backend::redis::answered(&e) {
-                        self.forget(addr);
-                    }
-                }
-                Err(_) => self.forget(addr),
+                None
+            }
+            Err(_) => {
+                self.forget(addr);
+                None
             }
         }
     }

@@ -211,10 +211,18 @@ pub(crate) async fn connect_cluster(
 ) -> Result<RedisBackend, LockError> {
     use crate::backend::cluster::{ClusterConn, Topology};
     let client = settings.client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)?;
-    let conn = client
-        .get_async_connection()
-        .await
-        .map_err(|e| LockError::backend("connect", None, e))?;
+    let conn = client.get_async_connection().await.map_err(|e| {
+        if super::permissions::is_noperm(&e) {
+            // The cluster client reads the slot map (`CLUSTER SLOTS`) at connect: a user
+            // without it learns so here, before any lock, not as a bare backend error.
+            LockError::config(format!(
+                "the Redis user is refused a command the cluster client runs at connect ({e}); on a cluster, grant +cluster|slots beside the lock's rule on every node (docs/src/backends/cluster.md): {}",
+                super::permissions::ACL_HINT
+            ))
+        } else {
+            LockError::backend("connect", None, e)
+        }
+    })?;
     let mut conn = ClusterConn::new(conn);
     let topology = std::sync::Arc::new(Topology::new(Some(settings.clone())));
     topology.load(&mut conn).await;

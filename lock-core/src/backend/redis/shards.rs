@@ -62,7 +62,10 @@ impl RedisBackend {
     /// `items`, all bound for `target`.
     async fn renew_at(&self, topology: &Topology, target: &Target, items: &[Renewal]) -> Verdicts {
         match target {
-            Target::Node(addr) => self.renew_on_node(topology, addr, items).await,
+            Target::Node(addr) => match self.renew_on_node(topology, addr, items).await {
+                Some(verdicts) => verdicts,
+                None => self.renew_elsewhere(topology, addr, items).await,
+            },
             Target::Slot(_) => self.renew_slot(items).await,
         }
     }
@@ -77,24 +80,25 @@ impl RedisBackend {
 
     /// The locks the primary at `addr` serves, in one script call on its own connection. A
     /// lock whose slot it does not serve is undecided and its slot unsettled (renewed per slot
-    /// from now on), and the map is read again from this node; when no lock got a verdict here,
-    /// those are renewed per slot at once (nothing else waits for them). A failed call drops
-    /// the connection and reads the map from another node; a refused call (an error reply)
-    /// renews the locks per slot.
+    /// from now on), and the map is read again from this node. A failed call drops the
+    /// connection and reads the map from another node. `None` when the node answered but no
+    /// lock got a verdict (a refused call: an error reply; or none of the slots served there):
+    /// the map was read again, and the caller renews them at once where it sends them now
+    /// ([`RedisBackend::renew_elsewhere`]; nothing else waits for them).
     async fn renew_on_node(
         &self,
         topology: &Topology,
         addr: &Arc<str>,
         items: &[Renewal],
-    ) -> Verdicts {
+    ) -> Option<Verdicts> {
         let first = items.first().map(|r| r.key.user());
         let Some(mut conn) = topology.renewer(addr).await else {
             topology.refresh(None, Some(addr)).await;
-            return Err(LockError::backend(
+            return Some(Err(LockError::backend(
                 "renew",
                 first,
                 std::io::Error::other(format!("cannot connect to the primary {addr}")),
-            ));
+            )));
         };
         let mut call = RENEW_NODE.prepare_invoke();
         for r in items {
@@ -106,27 +110,27 @@ impl RedisBackend {
             Ok(reply) => reply,
             Err(e) if answered(&e) => {
                 // The node answered with an error (a replica now: READONLY; a cluster down):
-                // no lock got a verdict, so they are renewed per slot at once, where the
-                // cluster connection finds them.
-                tracing::debug!(primary = %addr, error = %e, "a primary refused a renewal; renewing per slot");
+                // no lock got a verdict, so they are renewed at once where the map read again
+                // sends them.
+                tracing::debug!(primary = %addr, error = %e, "a primary refused a renewal; renewing where the slot map says now");
                 topology.refresh(None, Some(addr)).await;
-                return self.renew_slots(items).await;
+                return None;
             }
             Err(e) => {
                 // No answer: never sent through the cluster connection (a stalled node would
                 // hold its other requests too).
                 topology.forget(addr);
                 topology.refresh(None, Some(addr)).await;
-                return Err(LockError::backend("renew", first, e));
+                return Some(Err(LockError::backend("renew", first, e)));
             }
         };
-        let answers = node_answers(&reply, items.len()).ok_or_else(|| {
-            LockError::protocol(
+        let Some(answers) = node_answers(&reply, items.len()) else {
+            return Some(Err(LockError::protocol(
                 "renew",
                 first,
                 format!("renew script answered {reply:?} for {} locks", items.len()),
-            )
-        })?;
+            )));
+        };
         let mut verdicts = Vec::with_capacity(items.len());
         let mut elsewhere = Vec::new();
         for (i, (r, answer)) in items.iter().zip(answers).enumerate() {
@@ -141,14 +145,55 @@ impl RedisBackend {
             });
         }
         if elsewhere.is_empty() {
-            return Ok(verdicts);
+            return Some(Ok(verdicts));
         }
         tracing::debug!(primary = %addr, locks = elsewhere.len(), "a primary does not serve some locks' slots; renewing them per slot");
         topology.refresh(Some(addr), None).await;
         if elsewhere.len() == items.len() {
-            return self.renew_slots(items).await;
+            return None;
         }
-        Ok(verdicts)
+        Some(Ok(verdicts))
+    }
+
+    /// `items`, which `addr` refused, renewed where the slot map (just read again) sends them
+    /// when that is another primary: on its own connection, not through the cluster connection
+    /// (whose own map refresh after a MOVED may wait for a stalled node); the others, and those
+    /// that primary refuses too, per slot through the cluster connection.
+    async fn renew_elsewhere(
+        &self,
+        topology: &Topology,
+        addr: &Arc<str>,
+        items: &[Renewal],
+    ) -> Verdicts {
+        let mut targets: HashMap<Option<Arc<str>>, Vec<usize>> = HashMap::new();
+        for (i, r) in items.iter().enumerate() {
+            let node = match topology.target(key_slot(r.key.name().as_bytes())) {
+                Target::Node(node) if node != *addr => Some(node),
+                _ => None,
+            };
+            targets.entry(node).or_default().push(i);
+        }
+        let targets: Vec<(Option<Arc<str>>, Vec<usize>)> = targets.into_iter().collect();
+        let calls: Vec<Call<'_>> = targets
+            .iter()
+            .map(|(node, idx)| {
+                let part: Vec<Renewal> = idx.iter().map(|&i| items[i].clone()).collect();
+                Box::pin(async move {
+                    match node {
+                        Some(node) => match self.renew_on_node(topology, node, &part).await {
+                            Some(verdicts) => verdicts,
+                            None => self.renew_slots(&part).await,
+                        },
+                        None => self.renew_slots(&part).await,
+                    }
+                }) as Call<'_>
+            })
+            .collect();
+        let answers = join_all(calls).await;
+        merge(
+            items.len(),
+            targets.iter().map(|(_, idx)| idx.as_slice()).zip(answers),
+        )
     }
 
     /// `items` one slot per call through the cluster connection, the slots concurrently.
