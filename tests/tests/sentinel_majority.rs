@@ -264,3 +264,44 @@ async fn a_switch_announced_by_one_stale_sentinel_is_not_followed() {
     }
     held.release().await.expect("release");
 }
+
+/// One sentinel given twice would vote twice: with the stale sentinel under two URLs and one
+/// sentinel of the set, the stale one's server had "two of three" and the locker took every
+/// lock there. The same sentinel twice is refused at connect with `InvalidConfig`, whether
+/// under the same URL or another name of the same address (`localhost` and `127.0.0.1`), as
+/// Redlock refuses one server under two URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_given_twice_is_refused_at_connect() {
+    let set = start_set().await;
+    let stale = Stale::start();
+    let set_urls = set.sentinel_urls();
+    let port = stale.sentinel.port();
+    let twice = [
+        [
+            stale.sentinel.url(),
+            stale.sentinel.url(),
+            set_urls[0].clone(),
+        ],
+        [
+            format!("redis://127.0.0.1:{port}/"),
+            format!("redis://localhost:{port}"),
+            set_urls[0].clone(),
+        ],
+    ];
+    for urls in &twice {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let connected = RedisSentinelBackend::builder(&urls, set.master_name())
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(300))
+            .connect()
+            .await;
+        match connected {
+            Err(LockError::InvalidConfig { .. }) => {}
+            Ok(backend) => panic!(
+                "connected to {} with one sentinel given twice ({urls:?})",
+                backend.primary()
+            ),
+            Err(e) => panic!("expected InvalidConfig for {urls:?}, got {e:?}"),
+        }
+    }
+}
