@@ -31,6 +31,9 @@ const SOON: Duration = Duration::from_secs(20);
 /// the backend's own retries of an announced address (5 connect timeouts, 1.5 s here).
 const WATCH: Duration = Duration::from_secs(3);
 
+/// How long a primary stalls in [`an_unbounded_connect_timeout_does_not_panic_when_following`].
+const STALL: Duration = Duration::from_secs(2);
+
 /// A set whose sentinels never fail the primary over on their own during a test's stall.
 async fn start_set() -> RedisSentinelSet {
     RedisSentinelSet::builder()
@@ -263,4 +266,81 @@ async fn a_switch_announced_by_one_stale_sentinel_is_not_followed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     held.release().await.expect("release");
+}
+
+/// One sentinel given twice would vote twice: with the stale sentinel under two URLs and one
+/// sentinel of the set, the stale one's server had "two of three" and the locker took every
+/// lock there. The same sentinel twice is refused at connect with `InvalidConfig`, whether
+/// under the same URL or another name of the same address (`localhost` and `127.0.0.1`), as
+/// Redlock refuses one server under two URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_given_twice_is_refused_at_connect() {
+    let set = start_set().await;
+    let stale = Stale::start();
+    let set_urls = set.sentinel_urls();
+    let port = stale.sentinel.port();
+    let twice = [
+        [
+            stale.sentinel.url(),
+            stale.sentinel.url(),
+            set_urls[0].clone(),
+        ],
+        [
+            format!("redis://127.0.0.1:{port}/"),
+            format!("redis://localhost:{port}"),
+            set_urls[0].clone(),
+        ],
+    ];
+    for urls in &twice {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let connected = RedisSentinelBackend::builder(&urls, set.master_name())
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(300))
+            .connect()
+            .await;
+        match connected {
+            Err(LockError::InvalidConfig { .. }) => {}
+            Ok(backend) => panic!(
+                "connected to {} with one sentinel given twice ({urls:?})",
+                backend.primary()
+            ),
+            Err(e) => panic!("expected InvalidConfig for {urls:?}, got {e:?}"),
+        }
+    }
+}
+
+/// Timeouts are caller input: a connect timeout of `Duration::MAX` (no bound) must not panic
+/// when a command times out and the sentinels are asked again (before: the bound of that
+/// resolution, connect + response timeout, overflowed and the caller's request panicked; so did
+/// the connect, on the batch lanes' bound). With no connect bound, the request waits for the
+/// stalled primary's `HELLO`: the stall is a fault of [`STALL`], then the primary resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unbounded_connect_timeout_does_not_panic_when_following() {
+    let mut set = start_set().await;
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedisSentinelBackend::builder(&urls, set.master_name())
+        .connect_timeout(Duration::MAX)
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect through the sentinels");
+    let locker = Locker::builder(backend.clone()).build();
+    set.primary_mut().pause();
+    let mut request = tokio::spawn(async move { locker.try_lock("k").await.map(drop) });
+    // The stall's length, not a synchronization: the request may end before or after it.
+    let early = tokio::time::timeout(STALL, &mut request).await.ok();
+    set.primary_mut().resume();
+    let during = match early {
+        Some(during) => during,
+        None => tokio::time::timeout(SOON, request)
+            .await
+            .expect("the request ends once the primary answers"),
+    };
+    match during {
+        Ok(Err(LockError::Backend { .. })) => {}
+        Ok(other) => panic!("expected a Backend error, got {other:?}"),
+        Err(e) => panic!("the lock request panicked: {e}"),
+    }
+    assert_eq!(backend.primary(), addr(set.primary()));
 }

@@ -122,7 +122,11 @@ impl Batches {
             acquire: Lane::default(),
             release: Lane::default(),
             batched: std::sync::atomic::AtomicU64::new(0),
-            answer_bound: (connect + response) * 12 + ANSWER_SLACK,
+            // Saturating: the timeouts are the caller's, `Duration::MAX` included.
+            answer_bound: connect
+                .saturating_add(response)
+                .saturating_mul(12)
+                .saturating_add(ANSWER_SLACK),
         }
     }
 }

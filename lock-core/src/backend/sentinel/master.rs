@@ -193,7 +193,11 @@ impl Master {
         else {
             return false;
         };
-        let bound = self.settings.connect_timeout + self.settings.response_timeout;
+        // Saturating: the timeouts are the caller's, `Duration::MAX` included.
+        let bound = self
+            .settings
+            .connect_timeout
+            .saturating_add(self.settings.response_timeout);
         matches!(tokio::time::timeout(bound, task).await, Ok(Ok(true)))
     }
 }
@@ -511,12 +515,17 @@ fn switched(data: &[Value], name: &str) -> Option<(String, u16)> {
 /// announcement is not repeated. A stale sentinel's announcement is never followed.
 async fn follow_announced(master: &Master, announced: (String, u16)) {
     let mut delay = LISTEN_RETRY_MIN;
-    let until = Instant::now() + (master.settings.connect_timeout * 5).max(ANNOUNCED_CONFIRM);
+    let started = Instant::now();
+    let span = master
+        .settings
+        .connect_timeout
+        .saturating_mul(5)
+        .max(ANNOUNCED_CONFIRM);
     loop {
         let seen = master.generation();
         if master.current.lock().addr == announced
             || master.follow(seen, true).await
-            || Instant::now() >= until
+            || started.elapsed() >= span
         {
             return;
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::{IntoConnectionInfo, RedisConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::LockError;
 use crate::backend::Backend;
@@ -103,7 +103,8 @@ impl RedisSentinelBackend {
     }
 
     /// Options for connecting. `sentinels` are the URLs of the sentinels of the group (all
-    /// asked at once; a majority of them must name the same primary), `redis://` or
+    /// asked at once; a majority of them must name the same primary, so each is given once:
+    /// one sentinel under two URLs is refused), `redis://` or
     /// `rediss://` (when redis-rs is
     /// built with TLS), with the sentinels' own ACL user and password in them;
     /// `master_name` is the name they monitor the primary under. The primary's user,
@@ -271,8 +272,8 @@ impl RedisSentinelBackendBuilder {
     /// Asks the sentinels for the primary and connects to it.
     ///
     /// # Errors
-    /// [`LockError::InvalidConfig`] for no or malformed sentinel URLs, an empty name or zero
-    /// timeouts; [`LockError::Backend`] when no address is named by a majority of the sentinels, or
+    /// [`LockError::InvalidConfig`] for no or malformed sentinel URLs, one sentinel given twice
+    /// (the same host and port, or names of the same address), an empty name or zero timeouts; [`LockError::Backend`] when no address is named by a majority of the sentinels, or
     /// the one named does not answer as a primary.
     ///
     /// ```no_run
@@ -309,6 +310,7 @@ impl RedisSentinelBackendBuilder {
                 "a Redis Sentinel backend needs the URL of at least one sentinel",
             ));
         };
+        refuse_doubles(&sentinels, self.connect_timeout).await?;
         let settings = SentinelSettings {
             transport: first.addr().clone(),
             sentinels,
@@ -320,4 +322,47 @@ impl RedisSentinelBackendBuilder {
         let backend = crate::backend::redis::connect::connect_sentinel(settings).await?;
         Ok(RedisSentinelBackend { backend })
     }
+}
+
+/// Refuses one sentinel given twice: it would vote twice, and a "majority" of the configured
+/// sentinels could be one stale sentinel. Two URLs are the same sentinel when they name the
+/// same host and port, or when their host names resolve to a common address (`localhost` and
+/// `127.0.0.1`); a name that does not resolve within `bound` is compared as written (it is
+/// asked again at each resolution, like any other). Two sentinels behind one address (a proxy)
+/// are one to the backend too: it cannot tell which one answers.
+async fn refuse_doubles(sentinels: &[ConnectionInfo], bound: Duration) -> Result<(), LockError> {
+    let mut seen: Vec<(usize, Vec<String>)> = Vec::with_capacity(sentinels.len());
+    for (i, sentinel) in sentinels.iter().enumerate() {
+        let names = endpoints(sentinel.addr(), bound).await;
+        if let Some((j, _)) = seen
+            .iter()
+            .find(|(_, other)| other.iter().any(|n| names.contains(n)))
+        {
+            return Err(LockError::config(format!(
+                "sentinels {} and {} of the list are the same sentinel (the same address): its \
+                 vote would count twice toward the majority; give each sentinel once",
+                j + 1,
+                i + 1
+            )));
+        }
+        seen.push((i, names));
+    }
+    Ok(())
+}
+
+/// The names of a sentinel's endpoint: its host and port as written, and each address they
+/// resolve to.
+async fn endpoints(addr: &ConnectionAddr, bound: Duration) -> Vec<String> {
+    let (host, port) = match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            (host.as_str(), *port)
+        }
+        other => return vec![format!("{other:?}")],
+    };
+    let mut names = vec![format!("{}:{port}", host.to_ascii_lowercase())];
+    if let Ok(Ok(found)) = tokio::time::timeout(bound, tokio::net::lookup_host((host, port))).await
+    {
+        names.extend(found.map(|a| a.to_string()));
+    }
+    names
 }
