@@ -28,7 +28,7 @@ pub use backend::{Backend, MemoryBackend};
 #[cfg(feature = "redlock")]
 pub use backend::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBackendBuilder};
 #[cfg(feature = "redis")]
-pub use backend::{RedisBackend, RedisBackendBuilder};
+pub use backend::{MAX_TIMEOUT, RedisBackend, RedisBackendBuilder};
 #[cfg(feature = "cluster")]
 pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "sentinel")]

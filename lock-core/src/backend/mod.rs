@@ -149,6 +149,37 @@ pub(crate) struct QueueTicket {
     pub(crate) handover_lease: Duration,
 }
 
+/// The longest connect, response or server timeout a backend accepts: an hour. Longer bounds
+/// serve no lock (the watchdog must hear a renewal within a lease), and the backends add and
+/// multiply them, which must never overflow.
+///
+/// ```
+/// # async fn demo() {
+/// use std::time::Duration;
+/// let refused = lock_core::RedisBackend::builder("redis://127.0.0.1/")
+///     .connect_timeout(Duration::MAX)
+///     .connect()
+///     .await;
+/// assert!(matches!(refused, Err(lock_core::LockError::InvalidConfig { .. })));
+/// assert_eq!(lock_core::MAX_TIMEOUT, Duration::from_secs(3600));
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+/// ```
+#[cfg(feature = "redis")]
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Checks a backend's timeouts (`what` names them in the error): each above zero and at most
+/// [`MAX_TIMEOUT`].
+#[cfg(feature = "redis")]
+pub(crate) fn validate_timeouts(what: &str, timeouts: &[Duration]) -> Result<(), LockError> {
+    if timeouts.iter().any(|t| t.is_zero() || *t > MAX_TIMEOUT) {
+        return Err(LockError::config(format!(
+            "{what} must be above zero and at most {MAX_TIMEOUT:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// One lock's answer to a batched renewal (or an extend): each lock of a batch gets its own,
 /// so one lock's state never decides another's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -534,5 +565,54 @@ mod tests {
             Box::pin(async { 2 }),
         ];
         assert_eq!(join_all(futures).await, vec![1, 2]);
+    }
+}
+
+#[cfg(all(test, feature = "cluster", feature = "sentinel", feature = "redlock"))]
+mod timeout_tests {
+    use std::time::Duration;
+
+    use crate::{
+        LockError, RedisBackend, RedisClusterBackend, RedisSentinelBackend, RedlockBackend,
+    };
+
+    fn refused<T>(r: Result<T, LockError>) -> bool {
+        matches!(r, Err(LockError::InvalidConfig { .. }))
+    }
+
+    /// A timeout the backends cannot add or multiply without overflow is refused by every
+    /// builder before anything is sent (port 1: nothing listens, so a builder that went on
+    /// would answer `Backend`, or panic in a sum).
+    #[tokio::test]
+    async fn every_builder_refuses_a_timeout_above_the_maximum() {
+        let (url, max) = ("redis://127.0.0.1:1/", Duration::MAX);
+        let over = super::MAX_TIMEOUT + Duration::from_millis(1);
+        for t in [max, over] {
+            let redis = RedisBackend::builder(url)
+                .connect_timeout(t)
+                .connect()
+                .await;
+            assert!(refused(redis), "redis connect_timeout {t:?}");
+            let redis = RedisBackend::builder(url)
+                .response_timeout(t)
+                .connect()
+                .await;
+            assert!(refused(redis), "redis response_timeout {t:?}");
+            let cluster = RedisClusterBackend::builder(&[url])
+                .response_timeout(t)
+                .connect()
+                .await;
+            assert!(refused(cluster), "cluster response_timeout {t:?}");
+            let sentinel = RedisSentinelBackend::builder(&[url], "m")
+                .connect_timeout(t)
+                .connect()
+                .await;
+            assert!(refused(sentinel), "sentinel connect_timeout {t:?}");
+            let redlock = RedlockBackend::builder(&[url])
+                .server_timeout(t)
+                .connect()
+                .await;
+            assert!(refused(redlock), "redlock server_timeout {t:?}");
+        }
     }
 }

@@ -230,11 +230,13 @@ impl RedisClusterBackendBuilder {
     /// # drop(backend); Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisClusterBackend, LockError> {
-        if self.settings.connect_timeout.is_zero() || self.settings.response_timeout.is_zero() {
-            return Err(LockError::config(
-                "Redis connect and response timeouts must be above zero",
-            ));
-        }
+        crate::backend::validate_timeouts(
+            "Redis connect and response timeouts",
+            &[
+                self.settings.connect_timeout,
+                self.settings.response_timeout,
+            ],
+        )?;
         if self.settings.urls.is_empty() {
             return Err(LockError::config(
                 "a Redis Cluster backend needs the URL of at least one node",

@@ -109,11 +109,10 @@ impl RedisBackendBuilder {
     /// # drop(backend); Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisBackend, LockError> {
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(LockError::config(
-                "Redis connect and response timeouts must be above zero",
-            ));
-        }
+        crate::backend::validate_timeouts(
+            "Redis connect and response timeouts",
+            &[self.connect_timeout, self.response_timeout],
+        )?;
         let client = Client::open(self.url.as_str()).map_err(|e| {
             LockError::config(format!(
                 "cannot parse the Redis URL ({e}); expected redis://[user:password@]host[:port][/db], rediss://... or redis+unix:///path"

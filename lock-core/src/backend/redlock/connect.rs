@@ -109,14 +109,14 @@ impl RedlockBackendBuilder {
             response_timeout,
             server_timeout,
         } = self.settings;
-        if connect_timeout.is_zero()
-            || response_timeout.is_zero()
-            || server_timeout.is_some_and(|t| t.is_zero())
-        {
-            return Err(LockError::config(
-                "Redlock connect, response and server timeouts must be above zero",
-            ));
-        }
+        crate::backend::validate_timeouts(
+            "Redlock connect, response and server timeouts",
+            &[
+                connect_timeout,
+                response_timeout,
+                server_timeout.unwrap_or(connect_timeout),
+            ],
+        )?;
         if self.urls.is_empty() {
             return Err(LockError::config(
                 "a Redlock backend needs the URL of at least one server",

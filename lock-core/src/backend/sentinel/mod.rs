@@ -284,11 +284,10 @@ impl RedisSentinelBackendBuilder {
     /// # drop(backend); Ok(()) }
     /// ```
     pub async fn connect(self) -> Result<RedisSentinelBackend, LockError> {
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
-            return Err(LockError::config(
-                "Redis connect and response timeouts must be above zero",
-            ));
-        }
+        crate::backend::validate_timeouts(
+            "Redis connect and response timeouts",
+            &[self.connect_timeout, self.response_timeout],
+        )?;
         if self.master_name.is_empty() {
             return Err(LockError::config(
                 "a Redis Sentinel backend needs the name the sentinels monitor the primary under",
