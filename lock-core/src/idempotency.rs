@@ -353,10 +353,11 @@ impl LockGuard {
         }
     }
 
-    /// Removes the "started" mark of this lock's key (see [`mark_started`](Self::mark_started))
+    /// Removes the "started" mark this lock wrote (see [`mark_started`](Self::mark_started))
     /// while the lock is ours, so that a later request may run the work again: for work that
     /// ended in an error that is not stored (the macro's `Err`, the layer's 5xx). Never removes
-    /// a stored result; removing no mark is not an error.
+    /// a stored result, nor an earlier holder's mark (found by `mark_started` as
+    /// [`LockError::OutcomeUnknown`]): removing no mark is not an error.
     ///
     /// Call it before releasing the lock. If it fails (the lock was lost, the backend did not
     /// answer), the mark stays and the key reads as started (outcome unknown) until its TTL

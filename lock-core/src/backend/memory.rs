@@ -387,7 +387,8 @@ impl MemoryBackend {
         }
     }
 
-    /// Removes the "started" mark of `key` (never a result) if the lock still holds `token`.
+    /// Removes the "started" mark of `key` if the lock still holds `token` and `token` wrote
+    /// the mark (never a result, never another holder's mark).
     pub(crate) fn clear_started(&self, key: &LockKey, token: &Token) -> bool {
         let now = Instant::now();
         let mut t = self.table();
@@ -395,7 +396,10 @@ impl MemoryBackend {
             return false;
         }
         let name = key.result();
-        if t.records.get(&name).is_some_and(|r| r.result.is_err()) {
+        if t.records
+            .get(&name)
+            .is_some_and(|r| r.result.as_ref().err() == Some(token))
+        {
             t.records.remove(&name);
         }
         true
