@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::held::Held;
+use crate::token::Token;
 
 /// An acquired lock. Dropping it releases the lock in the background; [`release`] does it now
 /// and says whether the lock was still ours. (On the memory backend, inside a runtime, a drop
@@ -47,6 +48,10 @@ pub struct LockGuard {
     held: Arc<Held>,
     reentrant: bool,
     done: bool,
+    /// The id of this guard's idempotency "started" mark, made at its first use: one per
+    /// guard, so that a reentrant guard (same token) never takes another guard's mark for its
+    /// own.
+    mark: std::sync::OnceLock<Token>,
 }
 
 impl LockGuard {
@@ -55,6 +60,7 @@ impl LockGuard {
             held,
             reentrant: false,
             done: false,
+            mark: std::sync::OnceLock::new(),
         }
     }
 
@@ -63,7 +69,13 @@ impl LockGuard {
             held,
             reentrant: true,
             done: false,
+            mark: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The id of this guard's "started" mark (see `mark`).
+    pub(crate) fn mark_id(&self) -> &Token {
+        self.mark.get_or_init(|| Token::new(true))
     }
 
     pub(crate) fn held(&self) -> &Arc<Held> {

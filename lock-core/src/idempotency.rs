@@ -272,7 +272,9 @@ impl LockGuard {
     /// kept for `ttl` (the record's TTL): call it under the lock, after reading
     /// [`Locker::idempotency_state`] and before the work runs. One atomic step that checks the
     /// lock is still ours and that the key has neither a mark nor a result; the result stored
-    /// later with [`store_result`](Self::store_result) replaces the mark.
+    /// later with [`store_result`](Self::store_result) replaces the mark. Called again on the
+    /// same guard it answers as written; another guard's mark, a reentrant guard's of the same
+    /// lock included, is an earlier request's ([`LockError::OutcomeUnknown`]).
     ///
     /// If this returns an error, do not run the work. A request that later finds the mark
     /// without a result never runs it again ([`IdempotencyState::Started`]).
@@ -317,7 +319,7 @@ impl LockGuard {
         let marked = match held
             .locker
             .call()
-            .mark_started(&held.key, &held.token, fingerprint, ttl)
+            .mark_started(&held.key, &held.token, self.mark_id(), fingerprint, ttl)
             .await
         {
             Ok(marked) => marked,
@@ -325,7 +327,10 @@ impl LockGuard {
                 // Maybe written, maybe not: the work will not run, so take the mark back if
                 // it is there (only ours, only a mark). If that fails too, the key reads as
                 // "started" until its TTL ends: never a second run.
-                let cleared = held.locker.call().clear_started(&held.key, &held.token);
+                let cleared =
+                    held.locker
+                        .call()
+                        .clear_started(&held.key, &held.token, self.mark_id());
                 if let Err(e) = cleared.await {
                     tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends");
                 }
@@ -353,11 +358,12 @@ impl LockGuard {
         }
     }
 
-    /// Removes the "started" mark this lock wrote (see [`mark_started`](Self::mark_started))
+    /// Removes the "started" mark this guard wrote (see [`mark_started`](Self::mark_started))
     /// while the lock is ours, so that a later request may run the work again: for work that
     /// ended in an error that is not stored (the macro's `Err`, the layer's 5xx). Never removes
-    /// a stored result, nor an earlier holder's mark (found by `mark_started` as
-    /// [`LockError::OutcomeUnknown`]): removing no mark is not an error.
+    /// a stored result, nor a mark this guard did not write (an earlier request's, found by
+    /// `mark_started` as [`LockError::OutcomeUnknown`], or another reentrant guard's of the
+    /// same lock): removing no mark is not an error.
     ///
     /// Call it before releasing the lock. If it fails (the lock was lost, the backend did not
     /// answer), the mark stays and the key reads as started (outcome unknown) until its TTL
@@ -390,7 +396,7 @@ impl LockGuard {
         if held
             .locker
             .call()
-            .clear_started(&held.key, &held.token)
+            .clear_started(&held.key, &held.token, self.mark_id())
             .await?
         {
             Ok(())
