@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::held::Held;
-use crate::token::Token;
 
 /// An acquired lock. Dropping it releases the lock in the background; [`release`] does it now
 /// and says whether the lock was still ours. (On the memory backend, inside a runtime, a drop
@@ -48,10 +47,10 @@ pub struct LockGuard {
     held: Arc<Held>,
     reentrant: bool,
     done: bool,
-    /// The id of this guard's idempotency "started" mark, made at its first use: one per
-    /// guard, so that a reentrant guard (same token) never takes another guard's mark for its
-    /// own.
-    mark: std::sync::OnceLock<Token>,
+    /// Whether this guard may have left an idempotency "started" mark behind: written (or
+    /// tried) and neither replaced by a result nor taken back. Then, when it ends, later marks
+    /// under its acquisition take a new id (see `Held::forget_mark`).
+    marked: std::sync::atomic::AtomicBool,
 }
 
 impl LockGuard {
@@ -60,7 +59,7 @@ impl LockGuard {
             held,
             reentrant: false,
             done: false,
-            mark: std::sync::OnceLock::new(),
+            marked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -69,13 +68,21 @@ impl LockGuard {
             held,
             reentrant: true,
             done: false,
-            mark: std::sync::OnceLock::new(),
+            marked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// The id of this guard's "started" mark (see `mark`).
-    pub(crate) fn mark_id(&self) -> &Token {
-        self.mark.get_or_init(|| Token::new(true))
+    /// Records whether this guard may have left a "started" mark behind (see `marked`).
+    pub(crate) fn set_marked(&self, marked: bool) {
+        self.marked
+            .store(marked, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// At the guard's end: a mark it left behind is never taken for a later one's.
+    fn forget_mark_left(&self) {
+        if self.marked.load(std::sync::atomic::Ordering::Relaxed) {
+            self.held.forget_mark();
+        }
     }
 
     pub(crate) fn held(&self) -> &Arc<Held> {
@@ -305,6 +312,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
+        self.forget_mark_left();
         if self.reentrant {
             // Never `Ok` for a lock known to be gone: the caller may take it for "held until
             // now" (found by an outside audit: `Ok` while another owner held the key).
@@ -320,6 +328,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if !self.done {
+            self.forget_mark_left();
+        }
         if !self.done && !self.reentrant {
             self.held.release_in_background();
         }

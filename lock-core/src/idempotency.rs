@@ -259,6 +259,8 @@ impl LockGuard {
             .store_result(&held.key, &held.token, fingerprint, result, ttl)
             .await?;
         if ours {
+            // The result replaced the mark.
+            self.set_marked(false);
             Ok(())
         } else {
             held.mark_lost("storing an idempotency result found the lock no longer ours");
@@ -272,9 +274,11 @@ impl LockGuard {
     /// kept for `ttl` (the record's TTL): call it under the lock, after reading
     /// [`Locker::idempotency_state`] and before the work runs. One atomic step that checks the
     /// lock is still ours and that the key has neither a mark nor a result; the result stored
-    /// later with [`store_result`](Self::store_result) replaces the mark. Called again on the
-    /// same guard it answers as written; another guard's mark, a reentrant guard's of the same
-    /// lock included, is an earlier request's ([`LockError::OutcomeUnknown`]).
+    /// later with [`store_result`](Self::store_result) replaces the mark. Called again under
+    /// the same acquisition (this guard, or a reentrant one inside it: a nested call) it
+    /// answers as written; a mark left behind by a guard that ended without a result or a
+    /// take-back (a reentrant one before this one, or an acquisition handed over locally) is
+    /// an earlier request's ([`LockError::OutcomeUnknown`]).
     ///
     /// If this returns an error, do not run the work. A request that later finds the mark
     /// without a result never runs it again ([`IdempotencyState::Started`]).
@@ -316,10 +320,13 @@ impl LockGuard {
         }
         // As in `store_result`: no local hand-off while the write is in flight.
         let _serial = held.renewing().lock().await;
+        let mark = held.mark_id();
+        // From here until a result or a take-back, the mark may be there.
+        self.set_marked(true);
         let marked = match held
             .locker
             .call()
-            .mark_started(&held.key, &held.token, self.mark_id(), fingerprint, ttl)
+            .mark_started(&held.key, &held.token, &mark, fingerprint, ttl)
             .await
         {
             Ok(marked) => marked,
@@ -327,16 +334,24 @@ impl LockGuard {
                 // Maybe written, maybe not: the work will not run, so take the mark back if
                 // it is there (only ours, only a mark). If that fails too, the key reads as
                 // "started" until its TTL ends: never a second run.
-                let cleared =
-                    held.locker
-                        .call()
-                        .clear_started(&held.key, &held.token, self.mark_id());
-                if let Err(e) = cleared.await {
-                    tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends");
+                let cleared = held
+                    .locker
+                    .call()
+                    .clear_started(&held.key, &held.token, &mark);
+                match cleared.await {
+                    Ok(true) => self.set_marked(false),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends")
+                    }
                 }
                 return Err(error);
             }
         };
+        if marked != Marked::Written {
+            // Nothing written.
+            self.set_marked(false);
+        }
         match marked {
             Marked::Written => Ok(()),
             Marked::NotOurs => {
@@ -361,9 +376,9 @@ impl LockGuard {
     /// Removes the "started" mark this guard wrote (see [`mark_started`](Self::mark_started))
     /// while the lock is ours, so that a later request may run the work again: for work that
     /// ended in an error that is not stored (the macro's `Err`, the layer's 5xx). Never removes
-    /// a stored result, nor a mark this guard did not write (an earlier request's, found by
-    /// `mark_started` as [`LockError::OutcomeUnknown`], or another reentrant guard's of the
-    /// same lock): removing no mark is not an error.
+    /// a stored result, nor a mark written under another acquisition or left behind by an
+    /// ended guard (an earlier request's, found by `mark_started` as
+    /// [`LockError::OutcomeUnknown`]): removing no mark is not an error.
     ///
     /// Call it before releasing the lock. If it fails (the lock was lost, the backend did not
     /// answer), the mark stays and the key reads as started (outcome unknown) until its TTL
@@ -396,9 +411,10 @@ impl LockGuard {
         if held
             .locker
             .call()
-            .clear_started(&held.key, &held.token, self.mark_id())
+            .clear_started(&held.key, &held.token, &held.mark_id())
             .await?
         {
+            self.set_marked(false);
             Ok(())
         } else {
             held.mark_lost("removing an idempotency mark found the lock no longer ours");

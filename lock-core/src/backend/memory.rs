@@ -75,8 +75,8 @@ struct Table {
 #[derive(Debug)]
 struct Record {
     fingerprint: String,
-    /// A result, or `Err(mark)` for a "started" mark (its id, one per guard: a mark written
-    /// twice by one guard is written once).
+    /// A result, or `Err(mark)` for a "started" mark (its id, one per acquisition: a mark
+    /// written twice under one acquisition is written once).
     result: Result<Vec<u8>, Token>,
     expires: Instant,
 }

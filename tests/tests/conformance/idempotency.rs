@@ -681,3 +681,48 @@ async fn a_mark_write_without_an_answer_keeps_an_earlier_mark() {
         "the earlier request's mark survives a timed-out mark write"
     );
 }
+
+/// Redis only (issue 29, item 9, review): a lock handed over locally to another task of the
+/// same locker keeps its token, and the next holder is another request. The first one wrote
+/// its mark and released without a result (its store refused, say): the next one must find
+/// that mark an earlier request's (`OutcomeUnknown`), not its own. Before, the mark was the
+/// token's, and the waiting duplicate ran the work a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_locally_never_takes_the_last_holders_mark() {
+    let server = RedisServer::start();
+    let locker = Locker::redis(&server.url()).await.expect("connect");
+    let first = locker.lock("pay").await.expect("acquire");
+    // The first waiter gets the lock from the backend (nobody queued when it was taken) and
+    // passes it on locally to the second.
+    let first_waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock("pay").await.expect("acquire");
+            guard.mark_started("fp", TTL).await.expect("mark");
+            // ... the work ran, its result could not be stored ...
+            guard.release().await.expect("release");
+        }
+    });
+    eventually("the first waiter queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    let second_waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.lock("pay").await.expect("acquire") }
+    });
+    eventually("both waiters queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    first.release().await.expect("release");
+    first_waiter.await.expect("join");
+    let next = second_waiter.await.expect("join");
+    assert_eq!(locker.stats().local_handoffs, 1, "handed over locally");
+    match next.mark_started("fp", TTL).await {
+        Err(LockError::OutcomeUnknown { fingerprint, .. }) => assert_eq!(fingerprint, "fp"),
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    next.release().await.expect("release");
+    assert_eq!(started(settled(&locker, "pay").await).0, "fp");
+}
