@@ -47,6 +47,10 @@ pub struct LockGuard {
     held: Arc<Held>,
     reentrant: bool,
     done: bool,
+    /// Whether this guard may have left an idempotency "started" mark behind: written (or
+    /// tried) and neither replaced by a result nor taken back. Then, when it ends, later marks
+    /// under its acquisition take a new id (see `Held::forget_mark`).
+    marked: std::sync::atomic::AtomicBool,
 }
 
 impl LockGuard {
@@ -55,6 +59,7 @@ impl LockGuard {
             held,
             reentrant: false,
             done: false,
+            marked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -63,6 +68,20 @@ impl LockGuard {
             held,
             reentrant: true,
             done: false,
+            marked: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Records whether this guard may have left a "started" mark behind (see `marked`).
+    pub(crate) fn set_marked(&self, marked: bool) {
+        self.marked
+            .store(marked, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// At the guard's end: a mark it left behind is never taken for a later one's.
+    fn forget_mark_left(&self) {
+        if self.marked.load(std::sync::atomic::Ordering::Relaxed) {
+            self.held.forget_mark();
         }
     }
 
@@ -293,6 +312,7 @@ impl LockGuard {
     /// ```
     pub async fn release(mut self) -> Result<(), LockError> {
         self.done = true;
+        self.forget_mark_left();
         if self.reentrant {
             // Never `Ok` for a lock known to be gone: the caller may take it for "held until
             // now" (found by an outside audit: `Ok` while another owner held the key).
@@ -308,6 +328,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        if !self.done {
+            self.forget_mark_left();
+        }
         if !self.done && !self.reentrant {
             self.held.release_in_background();
         }

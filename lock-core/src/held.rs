@@ -73,6 +73,12 @@ pub(crate) struct Held {
     /// is learnt about the lease by an earlier holder (a renewal in flight, a loss) is
     /// forwarded to it, whichever holders in between are gone.
     current: OnceLock<Arc<Mutex<Weak<Held>>>>,
+    /// The id of the idempotency "started" mark written under this acquisition (made at its
+    /// first use): its reentrant guards share it (a nested call under the same key works
+    /// inside its outer call's mark); an acquisition handed over locally (same token) gets
+    /// its own, and it is made anew when a guard leaves a mark behind (see
+    /// [`forget_mark`](Self::forget_mark)).
+    mark: Mutex<Option<Token>>,
 }
 
 /// The drift allowance subtracted from every lease: 1 % plus 2 ms.
@@ -101,6 +107,20 @@ pub(crate) struct Acquisition {
 }
 
 impl Held {
+    /// The id of this acquisition's "started" mark (see `mark`).
+    pub(crate) fn mark_id(&self) -> Token {
+        self.mark
+            .lock()
+            .get_or_insert_with(|| Token::new(true))
+            .clone()
+    }
+
+    /// A guard left its mark behind (its outcome unknown): later marks under this acquisition
+    /// take a new id, so they never take that one for their own.
+    pub(crate) fn forget_mark(&self) {
+        *self.mark.lock() = None;
+    }
+
     pub(crate) fn new(locker: Arc<LockerInner>, acquisition: Acquisition) -> Arc<Self> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let Acquisition {
@@ -149,6 +169,7 @@ impl Held {
             waited,
             renewing: OnceLock::new(),
             current: OnceLock::new(),
+            mark: Mutex::new(None),
         })
     }
 
@@ -183,6 +204,7 @@ impl Held {
             waited: true,
             renewing: OnceLock::from(self.renewing().clone()),
             current: OnceLock::from(current.clone()),
+            mark: Mutex::new(None),
         });
         // From here a renewal answer or a loss that reaches this acquisition (or an earlier
         // holder of the lease) reaches `next` too; then this one ends. Had it been lost just

@@ -259,6 +259,8 @@ impl LockGuard {
             .store_result(&held.key, &held.token, fingerprint, result, ttl)
             .await?;
         if ours {
+            // The result replaced the mark.
+            self.set_marked(false);
             Ok(())
         } else {
             held.mark_lost("storing an idempotency result found the lock no longer ours");
@@ -272,7 +274,11 @@ impl LockGuard {
     /// kept for `ttl` (the record's TTL): call it under the lock, after reading
     /// [`Locker::idempotency_state`] and before the work runs. One atomic step that checks the
     /// lock is still ours and that the key has neither a mark nor a result; the result stored
-    /// later with [`store_result`](Self::store_result) replaces the mark.
+    /// later with [`store_result`](Self::store_result) replaces the mark. Called again under
+    /// the same acquisition (this guard, or a reentrant one inside it: a nested call) it
+    /// answers as written; a mark left behind by a guard that ended without a result or a
+    /// take-back (a reentrant one before this one, or an acquisition handed over locally) is
+    /// an earlier request's ([`LockError::OutcomeUnknown`]).
     ///
     /// If this returns an error, do not run the work. A request that later finds the mark
     /// without a result never runs it again ([`IdempotencyState::Started`]).
@@ -314,10 +320,13 @@ impl LockGuard {
         }
         // As in `store_result`: no local hand-off while the write is in flight.
         let _serial = held.renewing().lock().await;
+        let mark = held.mark_id();
+        // From here until a result or a take-back, the mark may be there.
+        self.set_marked(true);
         let marked = match held
             .locker
             .call()
-            .mark_started(&held.key, &held.token, fingerprint, ttl)
+            .mark_started(&held.key, &held.token, &mark, fingerprint, ttl)
             .await
         {
             Ok(marked) => marked,
@@ -325,13 +334,24 @@ impl LockGuard {
                 // Maybe written, maybe not: the work will not run, so take the mark back if
                 // it is there (only ours, only a mark). If that fails too, the key reads as
                 // "started" until its TTL ends: never a second run.
-                let cleared = held.locker.call().clear_started(&held.key, &held.token);
-                if let Err(e) = cleared.await {
-                    tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends");
+                let cleared = held
+                    .locker
+                    .call()
+                    .clear_started(&held.key, &held.token, &mark);
+                match cleared.await {
+                    Ok(true) => self.set_marked(false),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(key = %held.key.display(), error = %e, "a mark write failed and its removal too: the key reads as started (outcome unknown) until its TTL ends")
+                    }
                 }
                 return Err(error);
             }
         };
+        if marked != Marked::Written {
+            // Nothing written.
+            self.set_marked(false);
+        }
         match marked {
             Marked::Written => Ok(()),
             Marked::NotOurs => {
@@ -353,10 +373,12 @@ impl LockGuard {
         }
     }
 
-    /// Removes the "started" mark of this lock's key (see [`mark_started`](Self::mark_started))
+    /// Removes the "started" mark this guard wrote (see [`mark_started`](Self::mark_started))
     /// while the lock is ours, so that a later request may run the work again: for work that
     /// ended in an error that is not stored (the macro's `Err`, the layer's 5xx). Never removes
-    /// a stored result; removing no mark is not an error.
+    /// a stored result, nor a mark written under another acquisition or left behind by an
+    /// ended guard (an earlier request's, found by `mark_started` as
+    /// [`LockError::OutcomeUnknown`]): removing no mark is not an error.
     ///
     /// Call it before releasing the lock. If it fails (the lock was lost, the backend did not
     /// answer), the mark stays and the key reads as started (outcome unknown) until its TTL
@@ -389,9 +411,10 @@ impl LockGuard {
         if held
             .locker
             .call()
-            .clear_started(&held.key, &held.token)
+            .clear_started(&held.key, &held.token, &held.mark_id())
             .await?
         {
+            self.set_marked(false);
             Ok(())
         } else {
             held.mark_lost("removing an idempotency mark found the lock no longer ours");

@@ -118,18 +118,24 @@ fn full_server() -> RedisServer {
     RedisServer::start_with(["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"])
 }
 
+/// A server with `full_server`'s memory limit, a locker on it, a run counter and a plan that
+/// fills the server on the first run (its value cannot be stored).
+async fn refused_first_store() -> (RedisServer, Locker, AtomicUsize, Plan) {
+    let server = full_server();
+    let locker = Locker::redis(&server.url()).await.unwrap();
+    let plan = Plan {
+        fill_on: vec![1],
+        ..Plan::default()
+    };
+    (server, locker, AtomicUsize::new(0), plan)
+}
+
 /// Issue 29, item 9, the macro: Redis refuses the value's record (`maxmemory` reached,
 /// `noeviction`) after the body ran. The call fails; a later call, once memory is freed, gets
 /// `OutcomeUnknown` and never runs the body again (before the "started" mark it ran it twice).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_record_write_never_lets_a_later_call_run_the_body_again() {
-    let server = full_server();
-    let locker = Locker::redis(&server.url()).await.unwrap();
-    let runs = AtomicUsize::new(0);
-    let plan = Plan {
-        fill_on: vec![1],
-        ..Plan::default()
-    };
+    let (server, locker, runs, plan) = refused_first_store().await;
     match pay(&locker, &server, &runs, &plan, 1).await {
         Err(PayError::Lock(LockError::Backend { .. })) => {}
         other => panic!("expected the refused store's Backend error, got {other:?}"),
@@ -151,6 +157,37 @@ async fn a_refused_record_write_never_lets_a_later_call_run_the_body_again() {
     // Another key runs and is replayed as before.
     assert_eq!(pay(&locker, &server, &runs, &plan, 2).await.unwrap(), 2);
     assert_eq!(pay(&locker, &server, &runs, &plan, 2).await.unwrap(), 2);
+}
+
+/// Issue 29, item 9 (review): two calls in one lock scope. A caller that holds the key's lock
+/// already (a retry loop inside `locker.lock(key).run(..)`) calls the idempotent function,
+/// whose value cannot be stored, then calls it again: the second call's lock is reentrant and
+/// shares the outer lock's token, and it must not take the first call's "started" mark for
+/// its own (before, the mark was the token's, and the body ran twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_call_in_one_lock_scope_never_runs_the_body_again() {
+    let (server, locker, runs, plan) = refused_first_store().await;
+    let second = locker
+        .lock("pay:4")
+        .run(async {
+            let first = pay(&locker, &server, &runs, &plan, 4).await;
+            assert!(
+                matches!(first, Err(PayError::Lock(LockError::Backend { .. }))),
+                "{first:?}"
+            );
+            assert_eq!(server.del("filler").await, 1);
+            pay(&locker, &server, &runs, &plan, 4).await
+        })
+        .await
+        .expect("the outer lock");
+    assert!(
+        matches!(
+            second,
+            Err(PayError::Lock(LockError::OutcomeUnknown { .. }))
+        ),
+        "{second:?}"
+    );
+    assert_eq!(runs.load(SeqCst), 1, "the body ran again");
 }
 
 /// An `Err` from the body is not stored: its mark is taken back under the lock, so the next

@@ -75,8 +75,8 @@ struct Table {
 #[derive(Debug)]
 struct Record {
     fingerprint: String,
-    /// A result, or `Err(token)` for a "started" mark (the writer's token: a mark written
-    /// twice by one holder is written once).
+    /// A result, or `Err(mark)` for a "started" mark (its id, one per acquisition: a mark
+    /// written twice under one acquisition is written once).
     result: Result<Vec<u8>, Token>,
     expires: Instant,
 }
@@ -363,6 +363,7 @@ impl MemoryBackend {
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
         fingerprint: &str,
         ttl: Duration,
     ) -> Marked {
@@ -375,27 +376,31 @@ impl MemoryBackend {
             Some(Record { result: Ok(_), .. }) => Marked::Completed,
             Some(Record {
                 result: Err(by), ..
-            }) if by == token => Marked::Written,
+            }) if by == mark => Marked::Written,
             Some(r) => Marked::Started {
                 fingerprint: r.fingerprint.clone(),
                 expires_in: r.expires - now,
             },
             None => {
-                t.put_record(key, fingerprint, Err(token.clone()), ttl, now);
+                t.put_record(key, fingerprint, Err(mark.clone()), ttl, now);
                 Marked::Written
             }
         }
     }
 
-    /// Removes the "started" mark of `key` (never a result) if the lock still holds `token`.
-    pub(crate) fn clear_started(&self, key: &LockKey, token: &Token) -> bool {
+    /// Removes the "started" mark of `key` whose id is `mark` if the lock still holds `token`
+    /// (never a result, never another mark).
+    pub(crate) fn clear_started(&self, key: &LockKey, token: &Token, mark: &Token) -> bool {
         let now = Instant::now();
         let mut t = self.table();
         if !t.ours(key, token, now) {
             return false;
         }
         let name = key.result();
-        if t.records.get(&name).is_some_and(|r| r.result.is_err()) {
+        if t.records
+            .get(&name)
+            .is_some_and(|r| r.result.as_ref().err() == Some(mark))
+        {
             t.records.remove(&name);
         }
         true

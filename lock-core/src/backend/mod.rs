@@ -383,37 +383,40 @@ impl BackendKind {
         }
     }
 
-    /// Writes the "started" mark of `key` in one atomic step that checks the lock still holds
-    /// `token` and that neither a mark nor a result is there (then nothing is written).
+    /// Writes the "started" mark of `key`, with the id `mark`, in one atomic step that checks
+    /// the lock still holds `token` and that neither a mark nor a result is there (then nothing
+    /// is written; a mark with the id `mark` is this one, written before).
     pub(crate) async fn mark_started(
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
         fingerprint: &str,
         ttl: Duration,
     ) -> Result<Marked, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.mark_started(key, token, fingerprint, ttl)),
+            BackendKind::Memory(m) => Ok(m.mark_started(key, token, mark, fingerprint, ttl)),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.mark_started(key, token, fingerprint, ttl).await,
+            BackendKind::Redis(r) => r.mark_started(key, token, mark, fingerprint, ttl).await,
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.mark_started(key, token, fingerprint, ttl).await,
+            BackendKind::Redlock(r) => r.mark_started(key, token, mark, fingerprint, ttl).await,
         }
     }
 
-    /// Removes the "started" mark of `key` (never a result) if the lock still holds `token`:
-    /// `Ok(false)`, nothing removed, when it does not.
+    /// Removes the "started" mark of `key` whose id is `mark` (never a result, never another
+    /// mark) if the lock still holds `token`: `Ok(false)`, nothing removed, when it does not.
     pub(crate) async fn clear_started(
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
     ) -> Result<bool, LockError> {
         match self {
-            BackendKind::Memory(m) => Ok(m.clear_started(key, token)),
+            BackendKind::Memory(m) => Ok(m.clear_started(key, token, mark)),
             #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.clear_started(key, token).await,
+            BackendKind::Redis(r) => r.clear_started(key, token, mark).await,
             #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.clear_started(key, token).await,
+            BackendKind::Redlock(r) => r.clear_started(key, token, mark).await,
         }
     }
 

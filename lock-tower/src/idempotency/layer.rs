@@ -76,9 +76,11 @@ pub(crate) enum Scope {
 }
 
 /// The default principal of a request: `authorization sha256:<hex>` of its `Authorization`
-/// header (every line, in order), else `cookie sha256:<hex>` of its `Cookie` header, else
-/// empty (the anonymous scope, which requests without either share). Hashed, so no
-/// credential reaches a record key, a log or the backend.
+/// header (every line, in order), else `cookie sha256:<hex>` of its `Cookie` header (its
+/// lines joined with `; `: HTTP/2 sends each cookie as a line of its own, RFC 9113 8.2.3, and
+/// HTTP/1.1 sends them in one, so one cookie set is one caller however it came), else empty
+/// (the anonymous scope, which requests without either share). Hashed, so no credential
+/// reaches a record key, a log or the backend.
 pub(crate) fn caller_principal(headers: &http::HeaderMap) -> Vec<u8> {
     use sha2::{Digest, Sha256};
     for (name, label) in [
@@ -89,11 +91,19 @@ pub(crate) fn caller_principal(headers: &http::HeaderMap) -> Vec<u8> {
         if values.peek().is_none() {
             continue;
         }
+        let lines: Vec<&[u8]> = values.map(|v| v.as_bytes()).collect();
+        let joined;
+        let lines = if name == http::header::COOKIE {
+            joined = lines.join(&b"; "[..]);
+            vec![joined.as_slice()]
+        } else {
+            lines
+        };
         let mut hash = Sha256::new();
-        for value in values {
+        for line in lines {
             // Length-prefixed: two lines never hash like one.
-            hash.update((value.len() as u64).to_be_bytes());
-            hash.update(value.as_bytes());
+            hash.update((line.len() as u64).to_be_bytes());
+            hash.update(line);
         }
         let mut out = Vec::with_capacity(label.len() + 72);
         out.extend_from_slice(label.as_bytes());

@@ -283,6 +283,28 @@ async fn records_are_scoped_to_the_caller_by_default() {
     assert_eq!(handler.calls(), 1);
 }
 
+/// Issue 29, item 14 (review): one cookie set, sent as HTTP/2 "crumbs" (one `cookie` field
+/// per cookie, RFC 9113 8.2.3) by one attempt and as one `Cookie` line by its retry (over
+/// HTTP/1.1, or through a proxy that joins them), is one caller: the retry is replayed, not
+/// run again as another caller's request. Before, the lines were hashed as they came, and
+/// the retry ran the handler a second time.
+#[tokio::test]
+async fn cookie_crumbs_and_one_cookie_line_are_one_caller() {
+    let handler = Handler::default();
+    let addr = serve(IdempotencyLayer::new(Locker::memory()), handler.clone()).await;
+    let call = Call::new("k", "10 EUR");
+    let crumbs = [("cookie", "sid=a"), ("cookie", "theme=dark")];
+    let first = send_with(addr, &call, &crumbs).await;
+    assert_eq!((first.status, first.replayed()), (201, false));
+    let retry = send_with(addr, &call, &[("cookie", "sid=a; theme=dark")]).await;
+    assert!(retry.replayed(), "the retry ran again: {:?}", retry.body);
+    assert_eq!(handler.calls(), 1);
+    // Another cookie set is still another caller.
+    let other = send_with(addr, &call, &[("cookie", "sid=b; theme=dark")]).await;
+    assert!(!other.replayed());
+    assert_eq!(handler.calls(), 2);
+}
+
 #[tokio::test]
 async fn scope_keeps_two_principals_apart() {
     let handler = Handler::default();

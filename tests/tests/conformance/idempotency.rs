@@ -520,6 +520,40 @@ async fn the_started_mark_lets_the_work_run_at_most_once(fx: Fixture) {
     assert_eq!(settled(&b, "mark:6").await, IdempotencyState::Absent);
 }
 
+/// Issue 29, item 9 (review): `clear_started` takes back the caller's own mark only. A holder
+/// whose `mark_started` found an earlier request's mark (`OutcomeUnknown`) and then takes
+/// "its" mark back on its error path (as `mark_started` itself does after a write that got
+/// no answer) must leave the earlier mark in place: removed, the next request would run the
+/// work a second time.
+async fn clear_started_never_takes_another_requests_mark(fx: Fixture) {
+    let a = fx.locker().await;
+    let b = fx.locker().await;
+    let first = a.lock("mark:other").await.expect("acquire");
+    first.mark_started("fp", TTL).await.expect("mark");
+    first.release().await.expect("release");
+    let retry = b.lock("mark:other").await.expect("the lock is free");
+    assert!(matches!(
+        retry.mark_started("fp", TTL).await,
+        Err(LockError::OutcomeUnknown { .. })
+    ));
+    retry
+        .clear_started()
+        .await
+        .expect("no mark of ours: nothing to take back, not an error");
+    retry.release().await.expect("release");
+    assert_eq!(
+        started(settled(&a, "mark:other").await).0,
+        "fp",
+        "the earlier request's mark survives another holder's clear_started"
+    );
+    let third = a.lock("mark:other").await.expect("acquire");
+    assert!(matches!(
+        third.mark_started("fp", TTL).await,
+        Err(LockError::OutcomeUnknown { .. })
+    ));
+    third.release().await.expect("release");
+}
+
 conformance!(
     state_goes_absent_in_flight_completed,
     stored_bytes_and_fingerprint_come_back_exactly,
@@ -530,6 +564,7 @@ conformance!(
     the_record_shares_the_locks_hash_slot,
     idempotency_state_is_one_request,
     the_started_mark_lets_the_work_run_at_most_once,
+    clear_started_never_takes_another_requests_mark,
 );
 
 /// Redis only: a restart without persistence loses the records like the locks (the next
@@ -602,4 +637,92 @@ async fn the_readme_acl_rule_suffices_for_the_result_store() {
         Err(LockError::LeaseLost { .. })
     ));
     assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
+}
+
+/// Redis only (issue 29, item 9, review): a mark write that gets no answer in time (the
+/// server stalled) is taken back by `mark_started` itself, owner-checked; when the key held
+/// an earlier request's mark (that request started and recorded nothing), the take-back,
+/// run by the server once it wakes, must not remove that mark: removed, the next request
+/// would run the work a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_write_without_an_answer_keeps_an_earlier_mark() {
+    let mut server = RedisServer::start();
+    let backend = lock_core::RedisBackend::builder(&server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .expect("connect");
+    let locker = Locker::builder(backend).build();
+    // Scripts loaded (as in any process that ran one before), so the frozen server is the
+    // only delay.
+    let warm = locker.lock("warm").await.expect("acquire");
+    warm.mark_started("fp", TTL).await.expect("mark");
+    warm.clear_started().await.expect("take the mark back");
+    warm.release().await.expect("release");
+    let first = locker.lock("charge").await.expect("acquire");
+    first.mark_started("fp", TTL).await.expect("mark");
+    first.release().await.expect("release");
+    assert_eq!(started(state(&locker, "charge").await).0, "fp");
+
+    let retry = locker.lock("charge").await.expect("the lock is free");
+    server.pause();
+    let marked = retry.mark_started("fp", TTL).await;
+    server.resume();
+    assert!(
+        matches!(marked, Err(LockError::Backend { .. })),
+        "{marked:?}"
+    );
+    // Sent on the same connection after the queued mark write and its take-back: answered
+    // once both ran.
+    retry.release().await.expect("release");
+    assert_eq!(
+        started(settled(&locker, "charge").await).0,
+        "fp",
+        "the earlier request's mark survives a timed-out mark write"
+    );
+}
+
+/// Redis only (issue 29, item 9, review): a lock handed over locally to another task of the
+/// same locker keeps its token, and the next holder is another request. The first one wrote
+/// its mark and released without a result (its store refused, say): the next one must find
+/// that mark an earlier request's (`OutcomeUnknown`), not its own. Before, the mark was the
+/// token's, and the waiting duplicate ran the work a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_locally_never_takes_the_last_holders_mark() {
+    let server = RedisServer::start();
+    let locker = Locker::redis(&server.url()).await.expect("connect");
+    let first = locker.lock("pay").await.expect("acquire");
+    // The first waiter gets the lock from the backend (nobody queued when it was taken) and
+    // passes it on locally to the second.
+    let first_waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let guard = locker.lock("pay").await.expect("acquire");
+            guard.mark_started("fp", TTL).await.expect("mark");
+            // ... the work ran, its result could not be stored ...
+            guard.release().await.expect("release");
+        }
+    });
+    eventually("the first waiter queued", SOON, async || {
+        locker.stats().waiters == 1
+    })
+    .await;
+    let second_waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.lock("pay").await.expect("acquire") }
+    });
+    eventually("both waiters queued", SOON, async || {
+        locker.stats().waiters == 2
+    })
+    .await;
+    first.release().await.expect("release");
+    first_waiter.await.expect("join");
+    let next = second_waiter.await.expect("join");
+    assert_eq!(locker.stats().local_handoffs, 1, "handed over locally");
+    match next.mark_started("fp", TTL).await {
+        Err(LockError::OutcomeUnknown { fingerprint, .. }) => assert_eq!(fingerprint, "fp"),
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    next.release().await.expect("release");
+    assert_eq!(started(settled(&locker, "pay").await).0, "fp");
 }

@@ -630,3 +630,54 @@ async fn two_holders_never_overlap_under_server_faults() {
         "too few faults: {stalls} stalls, {kills} kills"
     );
 }
+
+/// Issue 29, item 9 (review), Redlock: a mark write left undecided (one server silent) is
+/// taken back on every server where the new holder's lock is; the take-back must leave an
+/// earlier request's mark alone. Before, it removed that mark from the servers that answered,
+/// the copies left (a minority) read back as `Absent`, and the next request ran the work a
+/// second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_mark_write_keeps_an_earlier_mark() {
+    let mut servers = servers(5);
+    let locker = locker(&servers, Duration::from_secs(5)).await;
+    let ttl = Duration::from_secs(60);
+    all_reachable(&locker, &servers).await;
+    // The first request's mark lands on servers 0, 1 and 2 (3 and 4 are down); it records
+    // nothing.
+    let first = locker.lock("charge:5").await.unwrap();
+    servers[3].stop();
+    servers[4].stop();
+    first.mark_started("fp", ttl).await.unwrap();
+    first.release().await.unwrap();
+    servers[3].restart();
+    servers[4].restart();
+    all_reachable(&locker, &servers).await;
+    // A retry holds the lock everywhere; server 2 is silent while it writes its mark: two
+    // servers find the first mark, two write the retry's, so the write is undecided.
+    let retry = locker.lock("charge:5").await.unwrap();
+    servers[2].pause();
+    let marked = retry.mark_started("fp", ttl).await;
+    assert!(
+        matches!(&marked, Err(e) if no_quorum(e).is_some()),
+        "{marked:?}"
+    );
+    retry.release().await.unwrap();
+    servers[2].resume();
+    eventually(
+        "the retry's lock is gone",
+        Duration::from_secs(10),
+        async || {
+            !matches!(
+                locker.idempotency_state("charge:5").await,
+                Ok(lock_core::IdempotencyState::InFlight) | Err(_)
+            )
+        },
+    )
+    .await;
+    match locker.idempotency_state("charge:5").await {
+        Ok(lock_core::IdempotencyState::Started { fingerprint, .. }) => {
+            assert_eq!(fingerprint, "fp");
+        }
+        other => panic!("the earlier mark was taken: {other:?}"),
+    }
+}

@@ -57,6 +57,7 @@ impl RedisBackend {
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
         fingerprint: &str,
         ttl: Duration,
     ) -> Result<Marked, LockError> {
@@ -65,8 +66,9 @@ impl RedisBackend {
             .key(key.result())
             .arg(token.as_str())
             .arg(fingerprint)
-            .arg(millis(ttl));
-        // Safe to run twice: a mark of this token found again answers "written".
+            .arg(millis(ttl))
+            .arg(mark.as_str());
+        // Safe to run twice: a mark of this id found again answers "written".
         let reply = self.invoke(&call, "mark started", Some(key.user())).await?;
         parse_marked(&reply).ok_or_else(|| {
             LockError::protocol(
@@ -81,9 +83,13 @@ impl RedisBackend {
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
     ) -> Result<bool, LockError> {
         let mut call = CLEAR_STARTED.prepare_invoke();
-        call.key(key.name()).key(key.result()).arg(token.as_str());
+        call.key(key.name())
+            .key(key.result())
+            .arg(token.as_str())
+            .arg(mark.as_str());
         match self
             .invoke(&call, "clear started", Some(key.user()))
             .await?

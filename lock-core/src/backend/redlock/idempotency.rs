@@ -85,6 +85,7 @@ impl RedlockBackend {
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
         fingerprint: &str,
         ttl: Duration,
     ) -> Result<Marked, LockError> {
@@ -97,9 +98,9 @@ impl RedlockBackend {
             .on_every_server(
                 "mark started",
                 |b| {
-                    let (key, token) = (key.clone(), token.clone());
+                    let (key, token, mark) = (key.clone(), token.clone(), mark.clone());
                     let fingerprint = fingerprint.to_owned();
-                    async move { b.mark_started(&key, &token, &fingerprint, ttl).await }
+                    async move { b.mark_started(&key, &token, &mark, &fingerprint, ttl).await }
                 },
                 |answers| {
                     let votes: Vec<_> = answers.iter().map(as_vote).collect();
@@ -135,14 +136,15 @@ impl RedlockBackend {
         &self,
         key: &LockKey,
         token: &Token,
+        mark: &Token,
     ) -> Result<bool, LockError> {
         let (quorum, n) = (self.inner.quorum, self.inner.servers.len());
         let answers = self
             .on_every_server(
                 "clear started",
                 |b| {
-                    let (key, token) = (key.clone(), token.clone());
-                    async move { b.clear_started(&key, &token).await }
+                    let (key, token, mark) = (key.clone(), token.clone(), mark.clone());
+                    async move { b.clear_started(&key, &token, &mark).await }
                 },
                 |answers| Tally::of(answers).decided(quorum, n),
             )
