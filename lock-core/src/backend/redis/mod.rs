@@ -509,6 +509,7 @@ impl RedisBackend {
         Ok(answers)
     }
 
+    #[cfg(feature = "cluster")]
     async fn renew_batch_on(&self, conn: Conn, items: &[Renewal]) -> Result<Vec<bool>, LockError> {
         self.renew_script(conn, items, false).await
     }
