@@ -31,7 +31,7 @@ const SOON: Duration = Duration::from_secs(20);
 /// the backend's own retries of an announced address (5 connect timeouts, 1.5 s here).
 const WATCH: Duration = Duration::from_secs(3);
 
-/// How long a primary stalls in [`an_unbounded_connect_timeout_does_not_panic_when_following`].
+/// How long a primary stalls in [`the_longest_connect_timeout_does_not_panic_when_following`].
 const STALL: Duration = Duration::from_secs(2);
 
 /// A set whose sentinels never fail the primary over on their own during a test's stall.
@@ -309,18 +309,20 @@ async fn a_sentinel_given_twice_is_refused_at_connect() {
     }
 }
 
-/// Timeouts are caller input: a connect timeout of `Duration::MAX` (no bound) must not panic
-/// when a command times out and the sentinels are asked again (before: the bound of that
-/// resolution, connect + response timeout, overflowed and the caller's request panicked; so did
-/// the connect, on the batch lanes' bound). With no connect bound, the request waits for the
-/// stalled primary's `HELLO`: the stall is a fault of [`STALL`], then the primary resumes.
+/// Timeouts are caller input: the longest connect timeout a builder accepts
+/// ([`lock_core::MAX_TIMEOUT`]; `Duration::MAX` is refused at connect, see lock-core's
+/// `every_builder_refuses_a_timeout_above_the_maximum`) must not panic when a command times
+/// out and the sentinels are asked again (before: with `Duration::MAX`, the bound of that
+/// resolution, connect + response timeout, overflowed and the caller's request panicked). With
+/// so long a connect bound, the request waits for the stalled primary's `HELLO`: the stall is
+/// a fault of [`STALL`], then the primary resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unbounded_connect_timeout_does_not_panic_when_following() {
+async fn the_longest_connect_timeout_does_not_panic_when_following() {
     let mut set = start_set().await;
     let urls = set.sentinel_urls();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let backend = RedisSentinelBackend::builder(&urls, set.master_name())
-        .connect_timeout(Duration::MAX)
+        .connect_timeout(lock_core::MAX_TIMEOUT)
         .response_timeout(Duration::from_millis(300))
         .connect()
         .await
