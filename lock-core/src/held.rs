@@ -592,33 +592,33 @@ impl Held {
             .renew(std::slice::from_ref(&item))
             .await?;
         match answer.first() {
-            Some(Renewed::Yes | Renewed::Lost) => {}
+            Some(Renewed::Yes) => {}
+            Some(Renewed::Lost) => {
+                unsure.held = None;
+                self.mark_lost("extend found the lock no longer ours");
+                return Err(self.lease_lost());
+            }
             // Undecided (too few servers answered): the backend may hold either lease, as
             // when the call failed; `unsure` has the watchdog renew at once.
             _ => return Err(LockError::undecided("extend", self.key.user())),
         }
         unsure.held = None;
-        if answer.first() == Some(&Renewed::Yes) {
-            self.lease_ms.store(
-                u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
-                Ordering::Relaxed,
-            );
-            // The new lease may be shorter than the old one: the deadline follows it down.
-            self.state.change(|s| {
-                if s.phase != Phase::Held {
-                    return false;
-                }
-                s.valid_until = sent_at + lease.saturating_sub(drift(lease));
-                true
-            });
-            self.locker
-                .watchdog
-                .rescheduled(self.id, sent_at + lease / 3);
-            Ok(())
-        } else {
-            self.mark_lost("extend found the lock no longer ours");
-            Err(self.lease_lost())
-        }
+        self.lease_ms.store(
+            u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        // The new lease may be shorter than the old one: the deadline follows it down.
+        self.state.change(|s| {
+            if s.phase != Phase::Held {
+                return false;
+            }
+            s.valid_until = sent_at + lease.saturating_sub(drift(lease));
+            true
+        });
+        self.locker
+            .watchdog
+            .rescheduled(self.id, sent_at + lease / 3);
+        Ok(())
     }
 
     pub(crate) fn lease_lost(&self) -> LockError {
