@@ -34,17 +34,19 @@ pub(crate) fn normalize(prefix: &str, raw: &[u8], max_len: usize) -> Option<Stri
         Some(s) => key.push_str(s),
         None => {
             key.push_str(HASHED);
-            for byte in Sha256::digest(raw) {
-                key.push(hex_digit(byte >> 4));
-                key.push(hex_digit(byte & 0x0f));
-            }
+            push_hex(&mut key, &Sha256::digest(raw));
         }
     }
     Some(key)
 }
 
-fn hex_digit(nibble: u8) -> char {
-    char::from(b"0123456789abcdef"[usize::from(nibble & 0x0f)])
+/// Appends `bytes` to `out` in lower-case hex (digests in keys, fingerprints and principals).
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
 }
 
 /// A key as it may appear in logs: escaped (`Debug` of a string) and cut at [`LOG_LEN`] bytes.

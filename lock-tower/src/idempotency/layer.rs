@@ -105,14 +105,11 @@ pub(crate) fn caller_principal(headers: &http::HeaderMap) -> Vec<u8> {
             hash.update((line.len() as u64).to_be_bytes());
             hash.update(line);
         }
-        let mut out = Vec::with_capacity(label.len() + 72);
-        out.extend_from_slice(label.as_bytes());
-        out.extend_from_slice(b" sha256:");
-        for byte in hash.finalize() {
-            out.push(b"0123456789abcdef"[usize::from(byte >> 4)]);
-            out.push(b"0123456789abcdef"[usize::from(byte & 0x0f)]);
-        }
-        return out;
+        let mut out = String::with_capacity(label.len() + 72);
+        out.push_str(label);
+        out.push_str(" sha256:");
+        crate::key::push_hex(&mut out, &hash.finalize());
+        return out.into_bytes();
     }
     Vec::new()
 }

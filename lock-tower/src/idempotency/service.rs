@@ -284,10 +284,7 @@ fn fingerprint(parts: &http::request::Parts, body: &[u8]) -> String {
     field(&mut hash, Some(body));
     let mut out = String::with_capacity(67);
     out.push_str("v2:");
-    for byte in hash.finalize() {
-        out.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        out.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
-    }
+    crate::key::push_hex(&mut out, &hash.finalize());
     out
 }
 
