@@ -549,7 +549,7 @@ impl Held {
         // background only if it has to wait (a renewal in progress). Not outside a runtime
         // (none entered above): a lock passed on to a local waiter may start the watchdog's
         // task, which needs one.
-        if self.locker.backend.answers_at_once()
+        if self.locker.backend.in_process()
             && in_runtime
             && release
                 .as_mut()

@@ -106,16 +106,24 @@ pub enum IdempotencyState {
     },
 }
 
-/// What a backend answered to a mark write.
+/// What a backend answered to a mark write
+/// ([`Backend::mark_started`](crate::backend::Backend::mark_started)).
+///
+/// ```
+/// use lock_core::backend::Marked;
+/// assert_ne!(Marked::Written, Marked::NotOurs);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Marked {
+pub enum Marked {
     /// The mark is written.
     Written,
     /// The lock was not ours: nothing written.
     NotOurs,
     /// A mark was there already (nothing written): its fingerprint and remaining TTL.
     Started {
+        /// The fingerprint written with the mark.
         fingerprint: String,
+        /// How long the mark is still kept; `Duration::MAX` without expiry.
         expires_in: Duration,
     },
     /// A result was there already (nothing written).

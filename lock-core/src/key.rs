@@ -41,9 +41,22 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// How many characters of a key an error message shows.
 const DISPLAY_LEN: usize = 128;
 
-/// One validated lock name with its backend names.
+/// One validated lock name with its backend names: what the engine hands a
+/// [`Backend`](crate::backend::Backend). Cheap to clone (shared).
+///
+/// [`name`](Self::name) is the store's name of the lock (prefix, hash tag and key, so every
+/// name of one lock falls in one Redis Cluster slot); a backend of another store may use it
+/// as a path or a key prefix. It never holds a token.
+///
+/// ```
+/// use lock_core::backend::LockKey;
+/// let key = LockKey::new("shop:", "order:42").unwrap();
+/// assert_eq!(key.user(), "order:42");
+/// assert_eq!(key.name(), "shop:{order:42}");
+/// assert!(LockKey::new("shop:", "").is_err());
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct LockKey(Arc<KeyNames>);
+pub struct LockKey(Arc<KeyNames>);
 
 /// Every name a lock cycle needs, in one allocation: `buf` is
 /// `NAME:queueNAME:releasedNAME:fenceNAME:waiters`, the user's key a slice of `NAME` (the hash
@@ -65,7 +78,15 @@ const FENCE_SUFFIX: &str = ":fence";
 const WAITERS_SUFFIX: &str = ":waiters";
 
 impl LockKey {
-    pub(crate) fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
+    /// Validates `user` (not empty, at most [`MAX_KEY_LEN`] bytes) and names it under
+    /// `prefix`: [`LockError::InvalidKey`] otherwise. The prefix is taken as given (a
+    /// [`Locker`](crate::Locker) validates its own).
+    ///
+    /// ```
+    /// let key = lock_core::backend::LockKey::new("lock:", "job").unwrap();
+    /// assert_eq!(key.name(), "lock:{job}");
+    /// ```
+    pub fn new(prefix: &str, user: &str) -> Result<Self, LockError> {
         validate_key(user)?;
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let hashed = user.contains(['{', '}']);
@@ -113,18 +134,34 @@ impl LockKey {
     }
 
     /// The key as the user gave it.
-    pub(crate) fn user(&self) -> &str {
+    ///
+    /// ```
+    /// let key = lock_core::backend::LockKey::new("lock:", "a{b}").unwrap();
+    /// assert_eq!(key.user(), "a{b}");
+    /// ```
+    pub fn user(&self) -> &str {
         let n = &self.0;
         &n.buf[n.user_start..n.user_start + n.user_len]
     }
 
-    /// The key as the user gave it, made safe for messages and logs (see [`display_key`]).
-    pub(crate) fn display(&self) -> String {
+    /// The key as the user gave it, made safe for messages and logs (control characters
+    /// escaped, long keys cut).
+    ///
+    /// ```
+    /// let key = lock_core::backend::LockKey::new("lock:", "a\nb").unwrap();
+    /// assert!(!key.display().contains('\n'));
+    /// ```
+    pub fn display(&self) -> String {
         display_key(self.user())
     }
 
     /// The backend name of the lock itself (`P{T}S`); the other names add a suffix to it.
-    pub(crate) fn name(&self) -> &str {
+    ///
+    /// ```
+    /// let key = lock_core::backend::LockKey::new("p:", "k").unwrap();
+    /// assert_eq!(key.name(), "p:{k}");
+    /// ```
+    pub fn name(&self) -> &str {
         &self.0.buf[..self.0.name_len]
     }
 

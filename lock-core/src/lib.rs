@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
-mod backend;
+pub mod backend;
 mod background;
 mod error;
 #[cfg(feature = "idempotent")]

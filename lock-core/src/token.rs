@@ -14,8 +14,18 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// parent and child never contend on one lock).
 ///
 /// `Debug` prints `Token(<redacted>)` so tokens never reach logs.
+///
+/// A [`Backend`](crate::backend::Backend) stores it with the lock and compares it on release
+/// and renewal; it must never log it.
+///
+/// ```
+/// let token = lock_core::backend::Token::generate();
+/// assert_eq!(token.as_str().len(), 32);
+/// assert_eq!(format!("{token:?}"), "Token(<redacted>)");
+/// assert_ne!(token, lock_core::backend::Token::generate());
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Token(String);
+pub struct Token(String);
 
 impl Token {
     /// A new token; `shared` when other processes see the lock (every backend but memory).
@@ -29,8 +39,23 @@ impl Token {
         Token(hex)
     }
 
+    /// A new token from the operating system's generator (as every backend shared between
+    /// processes gets).
+    ///
+    /// ```
+    /// let token = lock_core::backend::Token::generate();
+    /// assert!(token.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+    /// ```
+    pub fn generate() -> Self {
+        Token::new(true)
+    }
+
     /// The hex digits (also used to draw other random names, a waiter's ticket, the same way).
-    pub(crate) fn as_str(&self) -> &str {
+    ///
+    /// ```
+    /// assert_eq!(lock_core::backend::Token::generate().as_str().len(), 32);
+    /// ```
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }

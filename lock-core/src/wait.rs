@@ -698,14 +698,6 @@ mod tests {
         assert!(!has_queue(&locker, &key), "a new sweeper removed it");
     }
 
-    fn listeners(locker: &Locker) -> usize {
-        match &locker.inner.backend {
-            crate::backend::BackendKind::Memory(m) => m.listener_count(),
-            #[allow(unreachable_patterns, reason = "other backends with their features")]
-            _ => panic!("a memory locker"),
-        }
-    }
-
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -717,7 +709,8 @@ mod tests {
     /// emptyings on a running runtime started none: queue and subscription kept for good.
     #[test]
     fn a_queue_emptied_on_a_running_runtime_is_removed_though_its_sweeper_idles_elsewhere() {
-        let (locker, key) = (Locker::memory(), key());
+        let memory = crate::MemoryBackend::new();
+        let (locker, key) = (Locker::builder(memory.clone()).build(), key());
         let idle = runtime();
         idle.block_on(async { join_and_leave(&locker, &key) });
         runtime().block_on(async {
@@ -730,7 +723,7 @@ mod tests {
             !has_queue(&locker, &key),
             "queue kept on the running runtime"
         );
-        assert_eq!(listeners(&locker), 0, "subscription kept");
+        assert_eq!(memory.listener_count(), 0, "subscription kept");
         drop(idle);
     }
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_core::{Backend, LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use lock_core::backend::{Backend, IntoBackend};
+use lock_core::{LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
 use lock_testkit::{RedisServer, eventually};
 use tokio::task::JoinSet;
 
@@ -42,9 +43,12 @@ impl Store {
 
     /// A locker of its own on the shared store (another process, as far as locks go).
     async fn builder(&self) -> LockerBuilder {
-        let backend: Backend = match self {
-            Store::Memory(m) => m.clone().into(),
-            Store::Redis(s) => RedisBackend::connect(&s.url()).await.unwrap().into(),
+        let backend: Arc<dyn Backend> = match self {
+            Store::Memory(m) => m.clone().into_backend(),
+            Store::Redis(s) => RedisBackend::connect(&s.url())
+                .await
+                .unwrap()
+                .into_backend(),
         };
         Locker::builder(backend).wait(SOON)
     }

@@ -8,7 +8,8 @@ use tokio::time::Instant;
 
 use std::collections::VecDeque;
 
-use super::{Attempt, Inbox, Kept, Listeners, QueueTicket, Renewal};
+use super::{Attempt, BoxFuture, Inbox, Kept, Listeners, QueueTicket, Renewal, Renewed};
+use crate::LockError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
@@ -443,6 +444,140 @@ impl MemoryBackend {
     pub(crate) fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
         self.table().listeners.remove(key.name(), inbox);
     }
+}
+
+/// Every call answers in its first poll: the futures are ready values.
+impl super::Backend for MemoryBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        lease: Duration,
+        options: super::AttemptOptions<'a>,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+        ready(Ok(MemoryBackend::acquire(
+            self,
+            key,
+            token,
+            lease,
+            options.fenced,
+            options.ticket,
+        )))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(MemoryBackend::release(self, key, token)))
+    }
+
+    fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
+        ready(Ok(Renewed::from_bools(MemoryBackend::renew(self, items))))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
+        MemoryBackend::subscribe(self, key, inbox);
+        ready(true)
+    }
+
+    fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+        MemoryBackend::unsubscribe(self, key, inbox);
+    }
+
+    fn store_result<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        fingerprint: &'a str,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(MemoryBackend::store_result(
+            self,
+            key,
+            token,
+            fingerprint,
+            result,
+            ttl,
+        )))
+    }
+
+    fn mark_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+        fingerprint: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Marked, LockError>> {
+        ready(Ok(MemoryBackend::mark_started(
+            self,
+            key,
+            token,
+            mark,
+            fingerprint,
+            ttl,
+        )))
+    }
+
+    fn clear_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        ready(Ok(MemoryBackend::clear_started(self, key, token, mark)))
+    }
+
+    fn idempotency_state<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+        ready(Ok(MemoryBackend::idempotency_state(self, key)))
+    }
+
+    /// Fencing and the fair queue are both kept here.
+    fn refuses(&self, _fenced: bool, _fair: bool) -> Option<&'static str> {
+        None
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        key: &'a LockKey,
+        ticket: &'a str,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        MemoryBackend::leave_queue(self, key, ticket, token);
+        ready(Ok(()))
+    }
+
+    fn leave_queue_at_once(&self, key: &LockKey, ticket: &str, token: &Token) -> bool {
+        MemoryBackend::leave_queue(self, key, ticket, token);
+        true
+    }
+
+    fn keep_if_alone<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<Kept, LockError>> {
+        ready(Ok(MemoryBackend::keep_if_alone(self, key, token)))
+    }
+
+    fn eviction_risk(&self) -> Option<bool> {
+        Some(false)
+    }
+}
+
+/// A future that is ready with `value`.
+fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(value))
 }
 
 impl Table {

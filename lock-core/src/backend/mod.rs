@@ -1,17 +1,26 @@
-//! Where locks live: the embedded memory backend and Redis.
+//! Where locks live: the [`Backend`] trait, its vocabulary, and the backends of this crate
+//! (the embedded memory backend, Redis and its scale-out engines).
 //!
 //! A [`Backend`] is what [`Locker::builder`](crate::Locker::builder) takes. Every backend keeps
 //! the same semantics (one conformance suite runs against each): atomic acquire with a random
 //! token, owner-checked release and renewal, a lease on every lock, a release notification for
-//! waiters, and an optional fencing counter.
+//! waiters, and an optional fencing counter. None of the backends knows the engine above it:
+//! they talk to it only through this trait.
+//!
+//! ```
+//! use lock_core::backend::{Backend, IntoBackend};
+//! let backend = lock_core::MemoryBackend::new().into_backend();
+//! assert!(backend.refuses(true, true).is_none());
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::idempotency::{IdempotencyState, Marked};
-use crate::key::LockKey;
-use crate::token::Token;
+use crate::idempotency::IdempotencyState;
+pub use crate::idempotency::Marked;
+pub use crate::key::LockKey;
+pub use crate::token::Token;
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
@@ -23,130 +32,456 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
+mod types;
 
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
 pub use memory::MemoryBackend;
-pub(crate) use notify::{Grant, Inbox, Listeners};
+pub(crate) use notify::Grant;
+pub use notify::{Inbox, Listeners};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};
 #[cfg(feature = "redlock")]
 pub use redlock::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBackendBuilder};
 #[cfg(feature = "sentinel")]
 pub use sentinel::{RedisSentinelBackend, RedisSentinelBackendBuilder};
+pub use types::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
 
-/// A lock backend, as taken by [`Locker::builder`](crate::Locker::builder).
-///
-/// Made from a [`MemoryBackend`], a [`RedisBackend`] or a `RedisClusterBackend` with `.into()`
-/// (the builder does it).
+/// A boxed future, as the [`Backend`] trait's methods return (the engine holds its backend as
+/// `Arc<dyn Backend>`). Write a method's body as `Box::pin(async move { .. })`.
 ///
 /// ```
-/// use lock_core::{Backend, Locker, MemoryBackend};
+/// use lock_core::backend::BoxFuture;
+/// fn answer(n: u32) -> BoxFuture<'static, u32> {
+///     Box::pin(async move { n + 1 })
+/// }
+/// # drop(answer(1));
+/// ```
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Where locks live: the one boundary between the engine (waiting, local hand-off, watchdog,
+/// reentrancy, idempotency) and a store. Every backend of this crate implements it (memory,
+/// one Redis server, Cluster and Sentinel, Redlock), and so can a store of your own: pass it
+/// to [`Locker::builder`](crate::Locker::builder) and the same locker, guard, macro and layers
+/// run on it.
 ///
-/// let shared = MemoryBackend::new();
+/// # What an implementation must keep
+///
+/// The semantics of DESIGN.md's "Semantics every backend must keep", checked by the
+/// conformance kit (`lock_core::conformance`, feature `conformance`): run it against your
+/// backend in your own tests, and a backend that passes it keeps every guarantee.
+/// - [`acquire`](Self::acquire) is one atomic step: the lock is taken with the token and the
+///   lease only if nobody holds it; never set-then-expire.
+/// - [`release`](Self::release) and [`renew`](Self::renew) check the token atomically: a lock
+///   another owner took after ours expired is never released or renewed by us. A renewal
+///   answers each lock on its own ([`Renewed`]); `Unknown` when it cannot tell, never `Yes`.
+/// - A release wakes the key's listeners ([`subscribe`](Self::subscribe)) in every process;
+///   the lease ends a lock whose holder died.
+/// - Fences (when offered) strictly increase per key, whatever the store went through.
+///
+/// # Required and optional
+///
+/// Required: acquire, release, renew, the release notification (subscribe / unsubscribe),
+/// and the idempotency record (store, mark, clear, read). Everything else has a default for a
+/// backend without the capability: no queue with hand-over (tickets are ignored, waiters are
+/// woken and try again), no group commit, no per-shard renewal groups, no connection-loss
+/// signal, and no fencing nor fair queue: [`refuses`](Self::refuses) turns those requests
+/// down, so a caller is never promised what the store cannot keep.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::backend::{
+///     Attempt, AttemptOptions, Backend, BoxFuture, Inbox, LockKey, Marked, Renewal, Renewed, Token,
+/// };
+/// use lock_core::{IdempotencyState, LockError, Locker, MemoryBackend};
+///
+/// /// A backend that counts acquires and leaves the rest to the memory backend.
+/// #[derive(Debug, Default)]
+/// struct Counting {
+///     inner: MemoryBackend,
+///     acquires: std::sync::atomic::AtomicU64,
+/// }
+///
+/// impl Backend for Counting {
+///     fn acquire<'a>(&'a self, key: &'a LockKey, token: &'a Token, lease: Duration,
+///         options: AttemptOptions<'a>) -> BoxFuture<'a, Result<Attempt, LockError>> {
+///         self.acquires.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///         self.inner.acquire(key, token, lease, options)
+///     }
+///     fn release<'a>(&'a self, key: &'a LockKey, token: &'a Token)
+///         -> BoxFuture<'a, Result<bool, LockError>> {
+///         self.inner.release(key, token)
+///     }
+///     fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
+///         self.inner.renew(items)
+///     }
+///     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
+///         self.inner.subscribe(key, inbox)
+///     }
+///     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+///         self.inner.unsubscribe(key, inbox)
+///     }
+///     fn store_result<'a>(&'a self, key: &'a LockKey, token: &'a Token, fingerprint: &'a str,
+///         result: &'a [u8], ttl: Duration) -> BoxFuture<'a, Result<bool, LockError>> {
+///         self.inner.store_result(key, token, fingerprint, result, ttl)
+///     }
+///     fn mark_started<'a>(&'a self, key: &'a LockKey, token: &'a Token, mark: &'a Token,
+///         fingerprint: &'a str, ttl: Duration) -> BoxFuture<'a, Result<Marked, LockError>> {
+///         self.inner.mark_started(key, token, mark, fingerprint, ttl)
+///     }
+///     fn clear_started<'a>(&'a self, key: &'a LockKey, token: &'a Token, mark: &'a Token)
+///         -> BoxFuture<'a, Result<bool, LockError>> {
+///         self.inner.clear_started(key, token, mark)
+///     }
+///     fn idempotency_state<'a>(&'a self, key: &'a LockKey)
+///         -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+///         self.inner.idempotency_state(key)
+///     }
+/// }
+///
+/// # async fn demo() -> Result<(), LockError> {
+/// let backend = Arc::new(Counting::default());
+/// let locker = Locker::builder(backend.clone()).build();
+/// locker.lock("order:42").await?.release().await?;
+/// assert_eq!(backend.acquires.load(std::sync::atomic::Ordering::Relaxed), 1);
+/// // Without `refuses`, fencing is turned down rather than promised.
+/// assert!(matches!(locker.lock("order:42").fenced().await, Err(LockError::InvalidConfig { .. })));
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// One atomic attempt to take `key` with `token` for `lease`: [`Attempt::Acquired`] (with a
+    /// fence when [`AttemptOptions::fenced`] asks) or [`Attempt::Busy`]. With a
+    /// [`QueueTicket`], a busy attempt keeps (or refreshes) the ticket's place in the key's
+    /// queue, when the backend has one.
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        lease: Duration,
+        options: AttemptOptions<'a>,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>>;
+
+    /// `Ok(true)` when the lock was ours and is now deleted or handed to a queued waiter (and
+    /// the key's listeners, in this process too, were told); `Ok(false)`, nothing touched,
+    /// when it was not ours.
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Renews each lock of the batch that still holds its token, with its lease from now: one
+    /// verdict per item, in order. `Err` when the whole call failed (every item
+    /// [`Renewed::Unknown`]).
+    fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>>;
+
+    /// Registers `inbox` for the release notifications of `key` (wake it with
+    /// [`Inbox::wake`], or deliver messages through [`Listeners`]). Returns `false` when the
+    /// backend could not confirm the subscription: the caller then falls back to bounded
+    /// retries.
+    fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool>;
+
+    /// Removes a registration [`subscribe`](Self::subscribe) made.
+    fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>);
+
+    /// Stores an idempotency record for `key` in one atomic step that checks the lock still
+    /// holds `token`: `Ok(false)`, nothing written, when it does not.
+    fn store_result<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        fingerprint: &'a str,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Writes the "started" mark of `key`, with the id `mark`, in one atomic step that checks
+    /// the lock still holds `token` and that neither a mark nor a result is there (then nothing
+    /// is written; a mark with the id `mark` is this one, written before).
+    fn mark_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+        fingerprint: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Marked, LockError>>;
+
+    /// Removes the "started" mark of `key` whose id is `mark` (never a result, never another
+    /// mark) if the lock still holds `token`: `Ok(false)`, nothing removed, when it does not.
+    fn clear_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The idempotency record of `key`, else whether its lock is held, in one atomic read.
+    fn idempotency_state<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<IdempotencyState, LockError>>;
+
+    /// Why this backend refuses a request with these options, if it does: checked at the
+    /// start of the request, before any I/O and before the request joins the local queue. The
+    /// default refuses fencing and fair waiting (a backend offers them by overriding this):
+    /// a store that cannot keep a promise must say so rather than make it.
+    fn refuses(&self, fenced: bool, fair: bool) -> Option<&'static str> {
+        if fenced {
+            Some(NO_FENCING)
+        } else if fair {
+            Some(NO_FAIR_QUEUE)
+        } else {
+            None
+        }
+    }
+
+    /// Whether an acquire that fails, or is dropped mid-flight, takes back on its own whatever
+    /// it may have taken (announcing nothing): the engine's in-flight release is then not sent,
+    /// as it would announce the release of a lock nobody held to the key's waiters. Such a
+    /// backend gets a new token for every attempt of a waiter.
+    fn takes_back_failed_attempts(&self) -> bool {
+        false
+    }
+
+    /// Whether the store lives in this process only (the memory backend): every call completes
+    /// without I/O, and tokens come from a fast in-process generator (no other process can see
+    /// them).
+    fn in_process(&self) -> bool {
+        false
+    }
+
+    /// Takes a waiter's ticket out of the key's queue (it gave up). If a release handed the
+    /// lock to the ticket meanwhile (`token`), the lock is passed on as a release would.
+    fn leave_queue<'a>(
+        &'a self,
+        key: &'a LockKey,
+        ticket: &'a str,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let _ = (key, ticket, token);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Leaves the queue at once when that needs no I/O; `false` when the engine must call
+    /// [`leave_queue`](Self::leave_queue). The default (no queue) has nothing to leave.
+    fn leave_queue_at_once(&self, key: &LockKey, ticket: &str, token: &Token) -> bool {
+        let _ = (key, ticket, token);
+        true
+    }
+
+    /// At the bound of a local hand-off's turns: keeps the lock held by `token` when no waiter
+    /// queues for it in the backend (the hand-off goes on), else releases it to them. The
+    /// default cannot see other processes' waiters and releases.
+    fn keep_if_alone<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<Kept, LockError>> {
+        Box::pin(async move {
+            Ok(if self.release(key, token).await? {
+                Kept::Released
+            } else {
+                Kept::NotOurs
+            })
+        })
+    }
+
+    /// The renewal items grouped (by the shard that serves them, say): one
+    /// [`renew`](Self::renew) call per group, each on a task of its own. `None` (the default):
+    /// one call for all.
+    fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
+        let _ = items;
+        None
+    }
+
+    /// When a subscription that failed (or whose connection has gone) may succeed if asked for
+    /// again: at once while notifications flow or no connection is trying to restore them,
+    /// after the back-off of a failed connect; `None` while a connection recovers (it
+    /// subscribes every registered key itself) or never can.
+    fn resubscribe_after(&self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+
+    /// Whether release notifications are flowing right now.
+    fn notifications_healthy(&self) -> bool {
+        true
+    }
+
+    /// Acquires and releases sent in a batch with others (group commit); 0 without it.
+    fn batched_requests(&self) -> u64 {
+        0
+    }
+
+    /// Whether the store may evict lock keys under memory pressure (`None`: unknown).
+    fn eviction_risk(&self) -> Option<bool> {
+        None
+    }
+
+    /// A receiver whose value changes each time the connection to the store was lost or came
+    /// back (held locks may have gone with it: the watchdog checks them all at once); `None`
+    /// when the backend cannot tell.
+    fn reconnects(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// The trait methods of a Redis-family backend that forward to its inherent methods of the
+/// same name (the one server and Redlock backends share this vocabulary).
+#[cfg(feature = "redis")]
+macro_rules! forward_to_inherent {
+    ($ty:ident) => {
+        fn acquire<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            lease: Duration,
+            options: AttemptOptions<'a>,
+        ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+            Box::pin($ty::acquire(self, key, token, lease, options))
+        }
+
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            Box::pin($ty::release(self, key, token))
+        }
+
+        fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
+            Box::pin($ty::subscribe(self, key, inbox))
+        }
+
+        fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+            $ty::unsubscribe(self, key, inbox);
+        }
+
+        fn store_result<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            fingerprint: &'a str,
+            result: &'a [u8],
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            Box::pin($ty::store_result(
+                self,
+                key,
+                token,
+                fingerprint,
+                result,
+                ttl,
+            ))
+        }
+
+        fn mark_started<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            mark: &'a Token,
+            fingerprint: &'a str,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<Marked, LockError>> {
+            Box::pin($ty::mark_started(self, key, token, mark, fingerprint, ttl))
+        }
+
+        fn clear_started<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            mark: &'a Token,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            Box::pin($ty::clear_started(self, key, token, mark))
+        }
+
+        fn idempotency_state<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+            Box::pin($ty::idempotency_state(self, key))
+        }
+
+        fn keep_if_alone<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+        ) -> BoxFuture<'a, Result<Kept, LockError>> {
+            Box::pin($ty::keep_if_alone(self, key, token))
+        }
+
+        fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
+            $ty::renewal_groups(self, items)
+        }
+
+        fn resubscribe_after(&self) -> Option<Duration> {
+            $ty::resubscribe_after(self)
+        }
+
+        fn notifications_healthy(&self) -> bool {
+            $ty::notifications_healthy(self)
+        }
+
+        fn batched_requests(&self) -> u64 {
+            $ty::batched_requests(self)
+        }
+
+        fn eviction_risk(&self) -> Option<bool> {
+            $ty::eviction_risk(self)
+        }
+
+        fn reconnects(&self) -> Option<watch::Receiver<u64>> {
+            $ty::reconnects(self)
+        }
+    };
+}
+#[cfg(feature = "redis")]
+pub(crate) use forward_to_inherent;
+
+/// Why a backend without fencing refuses `fenced()` (the default of [`Backend::refuses`]).
+pub const NO_FENCING: &str = "this backend offers no fencing tokens";
+
+/// Why a backend without a queue refuses `fair()` (the default of [`Backend::refuses`]).
+pub const NO_FAIR_QUEUE: &str =
+    "this backend keeps no queue of waiters, so it cannot serve them in order";
+
+/// What [`Locker::builder`](crate::Locker::builder) takes: any [`Backend`], shared or not, and
+/// the Redis Cluster and Sentinel backends (the Redis backend over their connections).
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::backend::Backend;
+/// use lock_core::{Locker, MemoryBackend};
+///
+/// let shared: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
 /// // Two lockers on one backend contend like two processes on one Redis.
 /// let a = Locker::builder(shared.clone()).build();
-/// let b = Locker::builder(Backend::from(shared)).build();
+/// let b = Locker::builder(shared).build();
 /// # drop((a, b));
 /// ```
-#[derive(Debug, Clone)]
-pub struct Backend(pub(crate) BackendKind);
-
-#[derive(Debug, Clone)]
-pub(crate) enum BackendKind {
-    Memory(MemoryBackend),
-    #[cfg(feature = "redis")]
-    Redis(RedisBackend),
-    #[cfg(feature = "redlock")]
-    Redlock(RedlockBackend),
+pub trait IntoBackend {
+    /// The backend, ready for a locker.
+    fn into_backend(self) -> Arc<dyn Backend>;
 }
 
-impl From<MemoryBackend> for Backend {
-    fn from(b: MemoryBackend) -> Self {
-        Backend(BackendKind::Memory(b))
+impl<B: Backend> IntoBackend for B {
+    fn into_backend(self) -> Arc<dyn Backend> {
+        Arc::new(self)
     }
 }
 
-#[cfg(feature = "redis")]
-impl From<RedisBackend> for Backend {
-    fn from(b: RedisBackend) -> Self {
-        Backend(BackendKind::Redis(b))
+impl<B: Backend> IntoBackend for Arc<B> {
+    fn into_backend(self) -> Arc<dyn Backend> {
+        self
     }
 }
 
-/// A cluster is the Redis backend over a cluster connection: the same calls, routed by slot.
-#[cfg(feature = "cluster")]
-impl From<RedisClusterBackend> for Backend {
-    fn from(b: RedisClusterBackend) -> Self {
-        Backend(BackendKind::Redis(b.backend))
+impl IntoBackend for Arc<dyn Backend> {
+    fn into_backend(self) -> Arc<dyn Backend> {
+        self
     }
-}
-
-/// Redlock: one lock over a majority of independent servers.
-#[cfg(feature = "redlock")]
-impl From<RedlockBackend> for Backend {
-    fn from(b: RedlockBackend) -> Self {
-        Backend(BackendKind::Redlock(b))
-    }
-}
-
-/// What an acquire attempt asks of the backend besides the lock itself.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AttemptOptions<'a> {
-    /// Draw a fencing token with the lock.
-    pub(crate) fenced: bool,
-    /// A place in the key's cross-process queue, taken when the lock is held.
-    pub(crate) ticket: Option<&'a QueueTicket>,
-    /// Report how long a holder's lease still runs when the lock is busy (a request that does
-    /// not wait tells its caller; one that waits learns it from its queued attempts, so the
-    /// Redis backend saves a command).
-    #[cfg_attr(
-        not(feature = "redis"),
-        allow(dead_code, reason = "read by the Redis backend")
-    )]
-    pub(crate) remaining: bool,
-}
-
-/// The answer to [`BackendKind::keep_if_alone`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kept {
-    /// Still ours, and nobody of another process queues for it.
-    Alone,
-    /// Someone queued: the lock was released to them (handed over or announced).
-    Released,
-    /// It was no longer ours.
-    NotOurs,
-}
-
-/// The answer to one acquire attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// Ours now; the fencing token when one was asked for.
-    Acquired { fence: Option<u64> },
-    /// Held by someone else; how long their lease still runs, when known.
-    Busy { remaining: Option<Duration> },
-}
-
-/// A waiter's place in the backend's cross-process queue of a key. While it is there, a release
-/// hands the lock straight to it (the lock is set to the ticket's registered token and the
-/// release message says so), which saves the waiter its own acquire round trip.
-#[derive(Debug, Clone)]
-pub(crate) struct QueueTicket {
-    /// Random, not secret: it is published to name the waiter a lock was handed to.
-    pub(crate) id: String,
-    /// How long the ticket stays alive without a refresh (each attempt refreshes it); zero for
-    /// a single attempt that must not join the queue.
-    pub(crate) ttl: Duration,
-    /// Fair mode: the lock is taken only in queue order. Otherwise (the head of a local queue
-    /// in the default mode) the ticket takes a free lock whatever its place.
-    pub(crate) strict: bool,
-    /// Counts this ticket's attempts; a handover names the attempt it was decided on, so the
-    /// waiter knows from when to count the lease.
-    pub(crate) generation: u64,
-    /// The lease a handover sets: the requested lease capped at the ticket lifetime (3 s), so a
-    /// waiter that died unseen holds the key only briefly; the new owner's watchdog, or its
-    /// next attempt, sets the full lease.
-    pub(crate) handover_lease: Duration,
 }
 
 /// The longest connect, response or server timeout a backend accepts: an hour. Longer bounds
@@ -178,347 +513,6 @@ pub(crate) fn validate_timeouts(what: &str, timeouts: &[Duration]) -> Result<(),
         )));
     }
     Ok(())
-}
-
-/// One lock's answer to a batched renewal (or an extend): each lock of a batch gets its own,
-/// so one lock's state never decides another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewed {
-    /// Still ours: the lease was reset.
-    Yes,
-    /// Known not ours (expired, deleted, taken by another owner): the lock is lost.
-    Lost,
-    /// Not known either way (a server or a slot did not answer, or too few answered for a
-    /// quorum): the caller retries while the lease is locally valid, and nothing is extended
-    /// locally.
-    Unknown,
-}
-
-impl Renewed {
-    /// The verdicts of a backend that answers every lock of a batch yes or no.
-    pub(crate) fn from_bools(answers: Vec<bool>) -> Vec<Renewed> {
-        answers
-            .into_iter()
-            .map(|ok| if ok { Renewed::Yes } else { Renewed::Lost })
-            .collect()
-    }
-}
-
-/// One lock to renew (or extend) in a batch.
-#[derive(Debug, Clone)]
-pub(crate) struct Renewal {
-    pub(crate) key: LockKey,
-    pub(crate) token: Token,
-    pub(crate) lease: Duration,
-}
-
-impl BackendKind {
-    /// Why this backend refuses a request with these options, if it does: checked at the
-    /// start of the request, before any I/O and before the request joins the local queue (a
-    /// refusal must not wait behind a local holder, nor subscribe anywhere first).
-    pub(crate) fn refuses(&self, fenced: bool, fair: bool) -> Option<&'static str> {
-        match self {
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(_) if fenced => Some(redlock::FENCING_REFUSED),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(_) if fair => Some(redlock::FAIR_REFUSED),
-            _ => {
-                let _ = (fenced, fair);
-                None
-            }
-        }
-    }
-
-    /// Whether an acquire that fails, or is dropped mid-flight, takes back on its own whatever
-    /// it may have taken (announcing nothing): the core's in-flight release is then not sent,
-    /// as it would announce the release of a lock nobody held to the key's waiters. Redlock's
-    /// ballot does it (see `backend::redlock`). A waiter on such a backend uses a new token for
-    /// every attempt: a take-back deletes by token, and a copy of a refused attempt's key left
-    /// on a server must never count as (nor be deleted as) a later attempt's.
-    pub(crate) fn takes_back_failed_attempts(&self) -> bool {
-        match self {
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(_) => true,
-            _ => false,
-        }
-    }
-
-    pub(crate) async fn acquire(
-        &self,
-        key: &LockKey,
-        token: &Token,
-        lease: Duration,
-        options: AttemptOptions<'_>,
-    ) -> Result<Attempt, LockError> {
-        match self {
-            BackendKind::Memory(m) => {
-                Ok(m.acquire(key, token, lease, options.fenced, options.ticket))
-            }
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.acquire(key, token, lease, options).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.acquire(key, token, lease, options).await,
-        }
-    }
-
-    /// Takes a waiter's ticket out of the key's queue (it gave up). If a release handed the
-    /// lock to the ticket meanwhile (`token`), the lock is passed on as a release would.
-    pub(crate) async fn leave_queue(
-        &self,
-        key: &LockKey,
-        ticket: &str,
-        token: &Token,
-    ) -> Result<(), LockError> {
-        match self {
-            BackendKind::Memory(m) => {
-                m.leave_queue(key, ticket, token);
-                Ok(())
-            }
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.leave_queue(key, ticket, token).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => {
-                r.leave_queue(key, ticket);
-                Ok(())
-            }
-        }
-    }
-
-    /// Whether every call completes without I/O (memory): its futures finish in their first
-    /// poll unless they wait for another task of this process.
-    pub(crate) fn answers_at_once(&self) -> bool {
-        matches!(self, BackendKind::Memory(_))
-    }
-
-    /// Leaves the queue at once when that needs no I/O (memory); `false` when it must go
-    /// through [`leave_queue`](Self::leave_queue).
-    pub(crate) fn leave_queue_at_once(&self, key: &LockKey, ticket: &str, token: &Token) -> bool {
-        match self {
-            BackendKind::Memory(m) => {
-                m.leave_queue(key, ticket, token);
-                true
-            }
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(_) => false,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => {
-                r.leave_queue(key, ticket);
-                true
-            }
-        }
-    }
-
-    /// `Ok(true)` when the lock was ours and is now deleted or handed to a queued waiter (and
-    /// waiters, in this process too, were told).
-    pub(crate) async fn release(&self, key: &LockKey, token: &Token) -> Result<bool, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.release(key, token)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.release(key, token).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.release(key, token).await,
-        }
-    }
-
-    /// At the bound of a local hand-off's turns: keeps the lock held by `token` when no waiter
-    /// queues for it in the backend (the hand-off goes on), else releases it to the oldest
-    /// live waiter.
-    pub(crate) async fn keep_if_alone(
-        &self,
-        key: &LockKey,
-        token: &Token,
-    ) -> Result<Kept, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.keep_if_alone(key, token)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.keep_if_alone(key, token).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.keep_if_alone(key, token).await,
-        }
-    }
-
-    /// On a cluster, the renewal items grouped by the shard that serves them; on Redlock, by
-    /// their per-server bound (lease class; one group too): one [`renew`](Self::renew) call per
-    /// group, each on a task of its own. `None` elsewhere: one call for all, awaited by the
-    /// scheduler.
-    pub(crate) fn renewal_groups(&self, items: &[Renewal]) -> Option<Vec<Vec<usize>>> {
-        let _ = items;
-        match self {
-            BackendKind::Memory(_) => None,
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.renewal_groups(items),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.renewal_groups(items),
-        }
-    }
-
-    /// One verdict per item, in order. `Err` when the whole call failed (every item
-    /// [`Renewed::Unknown`]).
-    pub(crate) async fn renew(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(Renewed::from_bools(m.renew(items))),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.renew_verdicts(items).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.renew(items).await,
-        }
-    }
-
-    /// Stores an idempotency record for `key` in one atomic step that checks the lock still
-    /// holds `token`: `Ok(false)`, nothing written, when it does not.
-    pub(crate) async fn store_result(
-        &self,
-        key: &LockKey,
-        token: &Token,
-        fingerprint: &str,
-        result: &[u8],
-        ttl: Duration,
-    ) -> Result<bool, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.store_result(key, token, fingerprint, result, ttl)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.store_result(key, token, fingerprint, result, ttl).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.store_result(key, token, fingerprint, result, ttl).await,
-        }
-    }
-
-    /// Writes the "started" mark of `key`, with the id `mark`, in one atomic step that checks
-    /// the lock still holds `token` and that neither a mark nor a result is there (then nothing
-    /// is written; a mark with the id `mark` is this one, written before).
-    pub(crate) async fn mark_started(
-        &self,
-        key: &LockKey,
-        token: &Token,
-        mark: &Token,
-        fingerprint: &str,
-        ttl: Duration,
-    ) -> Result<Marked, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.mark_started(key, token, mark, fingerprint, ttl)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.mark_started(key, token, mark, fingerprint, ttl).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.mark_started(key, token, mark, fingerprint, ttl).await,
-        }
-    }
-
-    /// Removes the "started" mark of `key` whose id is `mark` (never a result, never another
-    /// mark) if the lock still holds `token`: `Ok(false)`, nothing removed, when it does not.
-    pub(crate) async fn clear_started(
-        &self,
-        key: &LockKey,
-        token: &Token,
-        mark: &Token,
-    ) -> Result<bool, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.clear_started(key, token, mark)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.clear_started(key, token, mark).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.clear_started(key, token, mark).await,
-        }
-    }
-
-    /// The idempotency record of `key`, else whether its lock is held, in one atomic read.
-    pub(crate) async fn idempotency_state(
-        &self,
-        key: &LockKey,
-    ) -> Result<IdempotencyState, LockError> {
-        match self {
-            BackendKind::Memory(m) => Ok(m.idempotency_state(key)),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.idempotency_state(key).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.idempotency_state(key).await,
-        }
-    }
-
-    /// Registers `inbox` for the release messages of `key`. Returns `false` when the backend
-    /// could not confirm the subscription: the caller must then fall back to bounded retries.
-    pub(crate) async fn subscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) -> bool {
-        match self {
-            BackendKind::Memory(m) => {
-                m.subscribe(key, inbox);
-                true
-            }
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.subscribe(key, inbox).await,
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.subscribe(key, inbox).await,
-        }
-    }
-
-    pub(crate) fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        match self {
-            BackendKind::Memory(m) => m.unsubscribe(key, inbox),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.unsubscribe(key, inbox),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.unsubscribe(key, inbox),
-        }
-    }
-
-    /// When a subscription that failed (or whose connection has gone) may succeed if asked for
-    /// again: at once while notifications flow (the backend recovered, and with it every
-    /// registered channel) or no connection is trying to restore them (the next subscription
-    /// connects), after the back-off of a failed connect; `None` while a connection recovers
-    /// (it subscribes every registered channel itself) or never can.
-    pub(crate) fn resubscribe_after(&self) -> Option<std::time::Duration> {
-        match self {
-            BackendKind::Memory(_) => Some(std::time::Duration::ZERO),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.resubscribe_after(),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.resubscribe_after(),
-        }
-    }
-
-    /// Whether release notifications are flowing right now.
-    pub(crate) fn notifications_healthy(&self) -> bool {
-        match self {
-            BackendKind::Memory(_) => true,
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.notifications_healthy(),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.notifications_healthy(),
-        }
-    }
-
-    /// Acquires and releases sent in a batch with others (group commit; none on memory).
-    pub(crate) fn batched_requests(&self) -> u64 {
-        match self {
-            BackendKind::Memory(_) => 0,
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.batched_requests(),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.batched_requests(),
-        }
-    }
-
-    /// Whether the backend may evict lock keys under memory pressure (`None`: unknown).
-    pub(crate) fn eviction_risk(&self) -> Option<bool> {
-        match self {
-            BackendKind::Memory(_) => Some(false),
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.eviction_risk(),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.eviction_risk(),
-        }
-    }
-
-    /// A receiver whose value changes each time the connection to the server was lost or came
-    /// back (held locks may have gone with the server's data: the watchdog checks them all at
-    /// once); `None` when the backend cannot tell (memory: nothing to lose).
-    pub(crate) fn reconnects(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        match self {
-            BackendKind::Memory(_) => None,
-            #[cfg(feature = "redis")]
-            BackendKind::Redis(r) => r.reconnects(),
-            #[cfg(feature = "redlock")]
-            BackendKind::Redlock(r) => r.reconnects(),
-        }
-    }
 }
 
 /// Runs `futures` concurrently; their outputs in order.

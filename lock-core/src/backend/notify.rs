@@ -67,8 +67,22 @@ impl<'a> Announcement<'a> {
 
 /// Where release messages reach a waiter (a local queue's head, or a fair waiter): a wake-up,
 /// and the lock itself when a release handed it to the ticket the inbox expects.
+///
+/// The engine makes inboxes and registers them with
+/// [`Backend::subscribe`](crate::backend::Backend::subscribe); a backend wakes them when the
+/// key is released ([`wake`](Self::wake)), or delivers release messages through
+/// [`Listeners`].
+///
+/// ```
+/// # async fn demo() {
+/// let inbox = lock_core::backend::Inbox::default();
+/// inbox.wake(); // kept until the waiter waits
+/// inbox.notified().await;
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo());
+/// ```
 #[derive(Debug, Default)]
-pub(crate) struct Inbox {
+pub struct Inbox {
     notify: Notify,
     state: Mutex<InboxState>,
     /// A fair waiter of another queue joined the backend's queue since this was last cleared.
@@ -87,12 +101,23 @@ impl Inbox {
     }
 
     /// Resolves on the next wake-up (or at once for one that came since the last wait).
-    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    ///
+    /// ```
+    /// let inbox = lock_core::backend::Inbox::default();
+    /// let next = inbox.notified();
+    /// # drop(next);
+    /// ```
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.notify.notified()
     }
 
-    /// Wakes the waiter (a permit is kept when it is not waiting yet).
-    pub(crate) fn wake(&self) {
+    /// Wakes the waiter (a permit is kept when it is not waiting yet): the key may be free,
+    /// the waiter tries again.
+    ///
+    /// ```
+    /// lock_core::backend::Inbox::default().wake();
+    /// ```
+    pub fn wake(&self) {
         self.notify.notify_one();
     }
 
@@ -164,14 +189,45 @@ impl Inbox {
 /// its ticket once it has one. A handover reaches only the inbox expecting its ticket (the lock
 /// is held again, nobody else needs to wake); a turn message wakes the ticket's inbox and the
 /// inboxes without a ticket; a plain release wakes everyone.
+///
+/// A backend keeps one per process (behind its own lock), adds an inbox in
+/// [`Backend::subscribe`](crate::backend::Backend::subscribe), removes it in `unsubscribe`,
+/// and calls [`wake`](Self::wake) with the message of each release it sees. Messages:
+/// `released` (the lock is free: every listener wakes), `<ticket>` (the lock is free and it is
+/// that queued ticket's turn), `<ticket>:<generation>:<fence>` (the lock was handed to that
+/// ticket, fence 0 = not fenced) and `fair:<ticket>` (a fair waiter queued). A backend without
+/// a queue sends only `released`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::backend::{Inbox, Listeners};
+/// # async fn demo() {
+/// let mut listeners = Listeners::default();
+/// let inbox = Arc::new(Inbox::default());
+/// listeners.add("lock:{job}", &inbox);
+/// listeners.wake("lock:{job}", b"released");
+/// inbox.notified().await; // woken
+/// assert!(listeners.remove("lock:{job}", &inbox)); // the last one
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo());
+/// ```
 #[derive(Debug, Default)]
-pub(crate) struct Listeners {
+pub struct Listeners {
     by_channel: std::collections::HashMap<String, Vec<Arc<Inbox>>>,
 }
 
 impl Listeners {
     /// Adds a listener (once: adding the same one again changes nothing).
-    pub(crate) fn add(&mut self, channel: &str, inbox: &Arc<Inbox>) {
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// let mut l = lock_core::backend::Listeners::default();
+    /// let inbox = Arc::new(lock_core::backend::Inbox::default());
+    /// l.add("c", &inbox);
+    /// l.add("c", &inbox);
+    /// assert!(l.remove("c", &inbox));
+    /// ```
+    pub fn add(&mut self, channel: &str, inbox: &Arc<Inbox>) {
         let list = self.by_channel.entry(channel.to_owned()).or_default();
         if !list.iter().any(|l| Arc::ptr_eq(l, inbox)) {
             list.push(inbox.clone());
@@ -179,7 +235,13 @@ impl Listeners {
     }
 
     /// Removes a listener; `true` when the channel has none left.
-    pub(crate) fn remove(&mut self, channel: &str, inbox: &Arc<Inbox>) -> bool {
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// let mut l = lock_core::backend::Listeners::default();
+    /// assert!(!l.remove("c", &Arc::new(lock_core::backend::Inbox::default())));
+    /// ```
+    pub fn remove(&mut self, channel: &str, inbox: &Arc<Inbox>) -> bool {
         let Some(list) = self.by_channel.get_mut(channel) else {
             return false;
         };
@@ -194,8 +256,12 @@ impl Listeners {
         }
     }
 
-    /// Delivers a release message on `channel`.
-    pub(crate) fn wake(&self, channel: &str, payload: &[u8]) {
+    /// Delivers a release message on `channel` (the formats are in the type's docs).
+    ///
+    /// ```
+    /// lock_core::backend::Listeners::default().wake("nobody", b"released");
+    /// ```
+    pub fn wake(&self, channel: &str, payload: &[u8]) {
         let Some(list) = self.by_channel.get(channel) else {
             return;
         };
@@ -229,9 +295,13 @@ impl Listeners {
         }
     }
 
-    #[cfg(feature = "redis")]
-    /// Wakes every listener of every channel (used when notifications may have been missed).
-    pub(crate) fn wake_all(&self) {
+    /// Wakes every listener of every channel (used when notifications may have been missed:
+    /// a connection that came back).
+    ///
+    /// ```
+    /// lock_core::backend::Listeners::default().wake_all();
+    /// ```
+    pub fn wake_all(&self) {
         for l in self.by_channel.values().flatten() {
             l.wake();
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::LockError;
-use crate::backend::BackendKind;
+use crate::backend::Backend;
 use crate::background;
 use crate::key::LockKey;
 use crate::token::Token;
@@ -17,7 +17,7 @@ use crate::watchdog::Watchdog;
 #[derive(Debug)]
 pub(crate) struct LockerInner {
     pub(crate) id: u64,
-    pub(crate) backend: BackendKind,
+    pub(crate) backend: Arc<dyn Backend>,
     pub(crate) config: Config,
     pub(crate) watchdog: Watchdog,
     pub(crate) queues: WaitQueues,
@@ -32,13 +32,13 @@ pub(crate) struct LockerInner {
 impl LockerInner {
     /// A new owner token, from the OS for a backend other processes share (fork-safe).
     pub(crate) fn new_token(&self) -> Token {
-        Token::new(!matches!(self.backend, BackendKind::Memory(_)))
+        Token::new(!self.backend.in_process())
     }
 
     /// Counts one call to the backend; returns `self` for chaining into it.
-    pub(crate) fn call(&self) -> &BackendKind {
+    pub(crate) fn call(&self) -> &dyn Backend {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        &self.backend
+        &*self.backend
     }
 
     /// Releases `key` if it still holds `token`, in the background (best effort: the lease is

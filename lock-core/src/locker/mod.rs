@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::LockError;
-use crate::backend::{Backend, MemoryBackend};
+use crate::backend::{Backend, IntoBackend, MemoryBackend};
 use crate::key::{DEFAULT_PREFIX, validate_prefix};
 use crate::request::LockRequest;
 use crate::wait::WaitQueues;
@@ -257,9 +257,9 @@ impl Locker {
     ///     .build();
     /// # drop(locker);
     /// ```
-    pub fn builder(backend: impl Into<Backend>) -> LockerBuilder {
+    pub fn builder(backend: impl IntoBackend) -> LockerBuilder {
         LockerBuilder {
-            backend: backend.into(),
+            backend: backend.into_backend(),
             prefix: DEFAULT_PREFIX.to_owned(),
             lease: DEFAULT_LEASE,
             wait: DEFAULT_WAIT,
@@ -330,10 +330,10 @@ impl Locker {
     ///
     /// ```
     /// let backend = lock_core::Locker::memory().backend();
-    /// # drop(backend);
+    /// assert!(backend.in_process());
     /// ```
-    pub fn backend(&self) -> Backend {
-        Backend(self.inner.backend.clone())
+    pub fn backend(&self) -> Arc<dyn Backend> {
+        self.inner.backend.clone()
     }
 
     /// Counters: locks being renewed, renewal calls sent, local waiters.
@@ -376,7 +376,7 @@ impl Locker {
 #[derive(Debug)]
 #[must_use]
 pub struct LockerBuilder {
-    backend: Backend,
+    backend: Arc<dyn Backend>,
     prefix: String,
     lease: Duration,
     wait: Duration,
@@ -510,7 +510,7 @@ impl LockerBuilder {
         Locker {
             inner: Arc::new(LockerInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                backend: self.backend.0,
+                backend: self.backend,
                 config: Config {
                     prefix: self.prefix,
                     lease: self.lease,

@@ -13,9 +13,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{
-    Backend, LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence,
-};
+use lock_core::backend::{Backend, IntoBackend};
+use lock_core::{LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence};
 use lock_testkit::process::say;
 use lock_tests::worker::{Mode, WorkerArgs, WorkerSummary, error_kind};
 use redis::aio::MultiplexedConnection;
@@ -78,17 +77,17 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: WorkerArgs) -> Result<(), Failure> {
-    let backend: Backend = if args.cluster {
+    let backend: Arc<dyn Backend> = if args.cluster {
         let urls: Vec<&str> = args.url.split(',').collect();
         RedisClusterBackend::connect(&urls)
             .await
             .map_err(|e| Failure::lock("connect", &e))?
-            .into()
+            .into_backend()
     } else {
         RedisBackend::connect(&args.url)
             .await
             .map_err(|e| Failure::lock("connect", &e))?
-            .into()
+            .into_backend()
     };
     let mut builder = Locker::builder(backend).wait(Duration::from_millis(args.wait_ms));
     if let Some(p) = &args.prefix {

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lock_core::backend::{Backend, IntoBackend};
 use lock_core::{
-    Backend, LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend,
-    RedisClusterBackend, RedisSentinelBackend, RedlockBackend,
+    LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend, RedisClusterBackend,
+    RedisSentinelBackend, RedlockBackend,
 };
 use lock_testkit::RedisServer;
 use lock_testkit::cluster::RedisCluster;
@@ -164,20 +165,20 @@ impl Fixture {
     }
 
     /// A new handle on the same store: lockers built on it contend like separate processes.
-    pub(crate) async fn backend(&self) -> Backend {
+    pub(crate) async fn backend(&self) -> Arc<dyn Backend> {
         match &self.store {
-            Store::Memory(m) => Backend::from(m.clone()),
+            Store::Memory(m) => m.clone().into_backend(),
             Store::Redis(Server::Own(s)) => RedisBackend::connect(&s.url())
                 .await
                 .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
-                .into(),
+                .into_backend(),
             Store::Redis(Server::SentinelPrimary(set)) => {
                 let urls = set.sentinel_urls();
                 let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
                 RedisSentinelBackend::connect(&urls, set.master_name())
                     .await
                     .unwrap_or_else(|e| panic!("connect through the sentinels: {e}"))
-                    .into()
+                    .into_backend()
             }
             Store::Redis(Server::Redlock(servers)) => {
                 let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -185,7 +186,7 @@ impl Fixture {
                 RedlockBackend::connect(&urls)
                     .await
                     .unwrap_or_else(|e| panic!("connect to the Redlock servers: {e}"))
-                    .into()
+                    .into_backend()
             }
             Store::Cluster(c) => {
                 let urls = c.urls();
@@ -193,7 +194,7 @@ impl Fixture {
                 RedisClusterBackend::connect(&urls)
                     .await
                     .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
-                    .into()
+                    .into_backend()
             }
         }
     }

@@ -96,6 +96,13 @@ impl std::fmt::Debug for RedisClusterBackend {
     }
 }
 
+/// A cluster is the Redis backend over a cluster connection: the same calls, routed by slot.
+impl crate::backend::IntoBackend for RedisClusterBackend {
+    fn into_backend(self) -> std::sync::Arc<dyn crate::backend::Backend> {
+        std::sync::Arc::new(self.backend)
+    }
+}
+
 impl RedisClusterBackend {
     /// Connects with default options; see [`RedisClusterBackend::builder`].
     ///

@@ -13,6 +13,7 @@ use crate::token::Token;
 use redis::{Script, ScriptInvocation, Value};
 
 mod batch;
+mod boundary;
 mod cohort;
 mod conn;
 pub(crate) mod connect;

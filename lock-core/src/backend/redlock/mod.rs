@@ -44,6 +44,7 @@ use crate::sync::Mutex;
 use crate::token::Token;
 
 mod acquire;
+mod boundary;
 mod connect;
 mod idempotency;
 mod release;

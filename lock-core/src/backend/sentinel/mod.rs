@@ -6,7 +6,6 @@ use std::time::Duration;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use crate::LockError;
-use crate::backend::Backend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 
@@ -83,9 +82,9 @@ impl std::fmt::Debug for RedisSentinelBackend {
 }
 
 /// A Sentinel group is the Redis backend on its current primary.
-impl From<RedisSentinelBackend> for Backend {
-    fn from(b: RedisSentinelBackend) -> Self {
-        Backend(crate::backend::BackendKind::Redis(b.backend))
+impl crate::backend::IntoBackend for RedisSentinelBackend {
+    fn into_backend(self) -> std::sync::Arc<dyn crate::backend::Backend> {
+        std::sync::Arc::new(self.backend)
     }
 }
 
