@@ -41,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod acl;
+mod binary;
 pub mod cluster;
 mod eventually;
 mod ports;
@@ -48,6 +49,7 @@ pub mod process;
 pub mod sentinel;
 pub mod server;
 pub mod signal;
+mod supervised;
 mod tempdir;
 
 pub use crate::acl::AclUser;
