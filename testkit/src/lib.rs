@@ -9,6 +9,8 @@
 //!   by default) with failover and slot-migration helpers, and the key-to-slot function.
 //! - [`sentinel`]: a primary, its replicas and the sentinels watching it
 //!   ([`sentinel::RedisSentinelSet`]), with failover and crash helpers.
+//! - [`proxy`]: a TCP proxy that cuts one client off ([`proxy::Proxy`]: drop every
+//!   connection, blackhole them, or hold back the answer to one request).
 //! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
 //! - [`process`]: child processes driven by lines on stdin and stdout ([`ChildProcess`]), and
 //!   the child's side of that protocol ([`process::say`]).
@@ -46,6 +48,7 @@ pub mod cluster;
 mod eventually;
 mod ports;
 pub mod process;
+pub mod proxy;
 pub mod sentinel;
 pub mod server;
 pub mod signal;
