@@ -38,6 +38,11 @@ impl Supervised {
         self.paused
     }
 
+    /// Running and not paused: it may answer.
+    pub(crate) fn is_live(&self) -> bool {
+        self.is_running() && !self.paused
+    }
+
     /// SIGKILL, like a crash, and waits for the exit. Does nothing when not running.
     pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
