@@ -198,6 +198,39 @@ impl Proxy {
         self.shared.frozen.load(Ordering::SeqCst)
     }
 
+    /// Waits (bounded) until [`freeze_after`](Self::freeze_after) has frozen a connection.
+    ///
+    /// A reply lost with its connection, step by step: arm the freeze, start the request,
+    /// wait here, check on the server that the request took effect (the held-back answer
+    /// proves nothing yet), then [`cut`](Self::cut) and [`restore`](Self::restore): the
+    /// client sees its connection drop without an answer and retries on a new one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # use tokio::io::AsyncWriteExt;
+    /// # let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    /// let proxy = lock_testkit::proxy::Proxy::start(upstream.local_addr().unwrap()).await;
+    /// proxy.freeze_after(b"acquire");
+    /// let mut client = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    /// client.write_all(b"acquire order:42").await.unwrap();
+    /// proxy.wait_frozen().await;
+    /// // ... the server has the request; its answer will never arrive:
+    /// proxy.cut();
+    /// proxy.restore();
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// When no connection is frozen within 15 s.
+    pub async fn wait_frozen(&self) {
+        crate::eventually(
+            "the proxy froze a connection",
+            std::time::Duration::from_secs(15),
+            async || self.frozen() > 0,
+        )
+        .await;
+    }
+
     /// How many connections it has accepted (those dropped by a cut included): a client that
     /// reconnected shows here.
     ///

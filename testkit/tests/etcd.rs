@@ -278,3 +278,32 @@ async fn a_proxy_cuts_one_client_off() {
     proxy.restore();
     assert_eq!(through.get("k").await.unwrap().value, b"2");
 }
+
+/// A reply lost with its connection: the proxy lets the put through and holds its answer
+/// back; the put has taken effect in etcd; the cut leaves the caller without an answer.
+#[tokio::test]
+async fn a_frozen_proxy_loses_the_reply_of_a_request_that_landed() {
+    let cluster = EtcdCluster::start_single().await;
+    let proxy = cluster.proxy(0).await;
+    // The gateway's JSON carries keys in base64 (a gRPC client's would carry them raw).
+    proxy.freeze_after(lock_testkit::etcd::encode("lost-reply").as_bytes());
+    let through = EtcdClient::new([proxy.addr()]).timeout(Duration::from_secs(10));
+    let put = tokio::spawn(async move {
+        through
+            .call(
+                "/v3/kv/put",
+                &json!({ "key": lock_testkit::etcd::encode("lost-reply"), "value": "dg==" }),
+            )
+            .await
+    });
+    proxy.wait_frozen().await;
+    let etcd = cluster.client();
+    lock_testkit::eventually("the put landed", Duration::from_secs(5), async || {
+        etcd.get("lost-reply").await.is_some()
+    })
+    .await;
+    proxy.cut();
+    let err = put.await.unwrap().unwrap_err();
+    assert!(!err.contains("no answer within"), "the cut ended it: {err}");
+    proxy.restore();
+}

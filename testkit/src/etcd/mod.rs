@@ -344,6 +344,28 @@ impl EtcdCluster {
         Proxy::start(self.client_addr(i)).await
     }
 
+    /// A [`Proxy`] in front of every member, in member order: give one client
+    /// `http://<addr>` of each, and [`cut`](Proxy::cut) or [`blackhole`](Proxy::blackhole)
+    /// them all to cut that client off from the whole cluster while others go on.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let cluster = lock_testkit::etcd::EtcdCluster::start().await;
+    /// let proxies = cluster.proxies().await;
+    /// let urls: Vec<String> = proxies.iter().map(|p| format!("http://{}", p.addr())).collect();
+    /// // ... a client on `urls` takes a lock, then:
+    /// proxies.iter().for_each(|p| p.blackhole());
+    /// # drop(urls);
+    /// # }
+    /// ```
+    pub async fn proxies(&self) -> Vec<Proxy> {
+        let mut proxies = Vec::with_capacity(self.members.len());
+        for i in 0..self.members.len() {
+            proxies.push(self.proxy(i).await);
+        }
+        proxies
+    }
+
     /// Kills member `i` with SIGKILL, like a crash (a paused member too), and waits for it to
     /// exit. Its ports and data are kept for [`restart`](Self::restart). Does nothing when it
     /// is not running.
