@@ -183,7 +183,6 @@ async fn a_paused_member_stops_answering_and_comes_back() {
         paused_at.elapsed()
     );
     assert_ne!(new, old);
-    assert!(paused_at.elapsed() >= cluster.election_timeout());
     cluster.client().put("k", "while paused").await;
     cluster.resume(old);
     cluster.wait_healthy().await;

@@ -54,6 +54,12 @@
 //! leader renews every lease to its full TTL (etcd's lessor promotion): a key bound to a lease
 //! outlives its lease's deadline by up to one TTL when the leader changes meanwhile.
 //!
+//! Such short timeouts make elections quick, and also possible without a fault on a loaded
+//! machine (etcd then logs "leader failed to send out heartbeat on time"): a test asks for the
+//! leader when it acts on it ([`kill_leader`](EtcdCluster::kill_leader) and
+//! [`pause_leader`](EtcdCluster::pause_leader) do) and never assumes it stays; one that needs
+//! a steady leader sets longer timeouts on the builder.
+//!
 //! Data directories are on tmpfs (`/dev/shm`, else the system temp dir): fsyncs cost nothing,
 //! and a restart keeps the data. Every member is killed when the cluster is dropped, on a
 //! panic too (a test process killed by SIGKILL leaves its members behind, as it would leave
