@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::member::{Member, Settings};
-use super::{EtcdCluster, PORT_ATTEMPTS, find_etcd, missing_message};
+use super::{EtcdCluster, find_etcd, missing_message};
 use crate::tempdir::TempDir;
 
 /// Options for starting an [`EtcdCluster`]; from [`EtcdCluster::builder`].
@@ -176,7 +176,7 @@ impl EtcdClusterBuilder {
             None => find_etcd().unwrap_or_else(|message| panic!("{message}")),
         };
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let mut settings = Settings {
+        let settings = Settings {
             binary,
             // A cluster of its own: a member of another test's cluster that happens to reach
             // one of these ports is refused, not joined.
@@ -189,38 +189,16 @@ impl EtcdClusterBuilder {
             election_timeout: self.election_timeout,
             args: self.args,
         };
-        let mut dir = TempDir::on_tmpfs("etcd");
-        let mut last = String::new();
-        for _ in 0..PORT_ATTEMPTS {
-            let members = (0..self.members)
+        let dir = TempDir::on_tmpfs("etcd");
+        let mut cluster = EtcdCluster {
+            members: (0..self.members)
                 .map(|i| Member::new(i, dir.path()))
-                .collect();
-            let mut cluster = EtcdCluster {
-                members,
-                settings,
-                dir,
-            };
-            match cluster.launch_new().await {
-                Ok(()) => {
-                    cluster.wait_healthy().await;
-                    return cluster;
-                }
-                Err(taken) => {
-                    last = taken.0;
-                    cluster.kill_all();
-                    for member in &cluster.members {
-                        let _ = std::fs::remove_dir_all(&member.data_dir);
-                    }
-                    let EtcdCluster {
-                        members,
-                        settings: s,
-                        dir: d,
-                    } = cluster;
-                    drop(members);
-                    (settings, dir) = (s, d);
-                }
-            }
-        }
-        panic!("etcd could not bind free ports in {PORT_ATTEMPTS} attempts; last log:\n{last}");
+                .collect(),
+            settings,
+            dir,
+        };
+        cluster.launch_new().await;
+        cluster.wait_healthy().await;
+        cluster
     }
 }

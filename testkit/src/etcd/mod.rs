@@ -622,8 +622,25 @@ impl EtcdCluster {
         peers.join(",")
     }
 
-    /// Starts a new cluster's members one after the other.
-    async fn launch_new(&mut self) -> Result<(), PortTaken> {
+    /// Starts a new cluster's members one after the other; when another process took one of
+    /// the ports meanwhile, starts afresh on new ones.
+    async fn launch_new(&mut self) {
+        let mut last = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            match self.try_launch_new().await {
+                Ok(()) => return,
+                Err(taken) => last = taken.0,
+            }
+            self.kill_all();
+            for i in 0..self.members.len() {
+                let _ = std::fs::remove_dir_all(&self.members[i].data_dir);
+                self.members[i] = Member::new(i, self.dir.path());
+            }
+        }
+        panic!("etcd could not bind free ports in {PORT_ATTEMPTS} attempts; last log:\n{last}");
+    }
+
+    async fn try_launch_new(&mut self) -> Result<(), PortTaken> {
         let initial = self.initial_cluster();
         for member in &mut self.members {
             member.launch(&self.settings, &initial).await?;
