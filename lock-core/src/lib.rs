@@ -4,6 +4,8 @@
 mod acquire;
 pub mod backend;
 mod background;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
 #[cfg(feature = "idempotent")]
 mod faithful;
