@@ -224,7 +224,7 @@ async fn release_after_expiry_says_lease_lost(fx: Fixture) {
 }
 
 /// The release of a guard whose lease ran out leaves the new holder's lock alone: still held
-/// and exclusive, and on Redis the same token with the new holder's TTL (30 s lease).
+/// and exclusive, and (as the probe reads it) the same token with the new holder's TTL (30 s lease).
 async fn release_after_expiry_leaves_the_new_holder_alone(fx: Fixture) {
     let expired = fx.expire_and_retake("stale").await;
     soon("lost() after expiry", expired.stale.lost()).await;
@@ -297,7 +297,7 @@ async fn release_by_a_usurped_guard_says_lease_lost(fx: Fixture) {
 }
 
 /// The extend and release of a usurped guard leave the new holder's lock alone: still held and
-/// exclusive, and on Redis the same token, not extended to the stale guard's 60 s (still
+/// exclusive, and (as the probe reads it) the same token, not extended to the stale guard's 60 s (still
 /// within the new holder's own 20 s lease).
 async fn usurped_guard_leaves_the_new_holder_alone(fx: Fixture) {
     let u = usurped(&fx).await;

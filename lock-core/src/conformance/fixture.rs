@@ -47,6 +47,11 @@ impl Fixture {
         self.consecutive_fences
     }
 
+    /// The prefix of the lockers built on this fixture.
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// How failures name the run.
     pub(super) fn name(&self) -> &'static str {
         if self.local_handoff {

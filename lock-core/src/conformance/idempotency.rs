@@ -298,7 +298,12 @@ async fn bad_input_is_a_typed_error(fx: Fixture) {
 /// stored.
 async fn records_of_different_keys_and_prefixes_never_meet(fx: Fixture) {
     let plain = fx.locker().await;
-    let shop = fx.builder().await.prefix("shop:").build();
+    // Another prefix, of this check's own.
+    let shop = fx
+        .builder()
+        .await
+        .prefix(format!("{}shop:", fx.prefix()))
+        .build();
     let keys = ["order:42", "a}b{c", "{order:42}", "ключ 🔒\n\0"];
     for key in keys {
         for (prefix, locker) in [("lock:", &plain), ("shop:", &shop)] {

@@ -17,9 +17,9 @@
 //! [`Outcome::Skipped`] without one.
 //!
 //! ```
-//! use crate::MemoryBackend;
-//! use crate::backend::IntoBackend;
-//! use crate::conformance::Suite;
+//! use lock_core::MemoryBackend;
+//! use lock_core::backend::IntoBackend;
+//! use lock_core::conformance::Suite;
 //!
 //! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryBackend::new();
@@ -89,8 +89,8 @@ use fixture::Fixture;
 /// what the API shows.
 ///
 /// ```
-/// use crate::MemoryBackend;
-/// use crate::conformance::Probe;
+/// use lock_core::MemoryBackend;
+/// use lock_core::conformance::Probe;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let store = MemoryBackend::new();
 /// assert_eq!(Probe::queued(&store, "lock:", "order:42").await, Some(0));
@@ -160,12 +160,11 @@ impl Probe for crate::MemoryBackend {
     }
 
     fn queued<'a>(&'a self, prefix: &'a str, key: &'a str) -> BoxFuture<'a, Option<usize>> {
-        Box::pin(async move { (prefix == crate::DEFAULT_PREFIX).then(|| self.queued(key)) })
+        Box::pin(async move { Some(self.queued_prefixed(prefix, key)) })
     }
 
     fn is_empty<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Option<bool>> {
-        let _ = prefix;
-        Box::pin(async move { Some(crate::MemoryBackend::is_empty(self)) })
+        Box::pin(async move { Some(self.held_under(prefix) == 0) })
     }
 }
 
@@ -221,9 +220,9 @@ type Connect =
 /// its own).
 ///
 /// ```
-/// use crate::MemoryBackend;
-/// use crate::backend::IntoBackend;
-/// use crate::conformance::{Outcome, Suite};
+/// use lock_core::MemoryBackend;
+/// use lock_core::backend::IntoBackend;
+/// use lock_core::conformance::{Outcome, Suite};
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
 /// let store = MemoryBackend::new();
@@ -271,7 +270,7 @@ impl std::fmt::Debug for Suite {
 /// How one check ended (a failed check panics, naming itself).
 ///
 /// ```
-/// use crate::conformance::Outcome;
+/// use lock_core::conformance::Outcome;
 /// assert_ne!(Outcome::Passed, Outcome::Skipped("needs a Probe"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +287,7 @@ pub enum Outcome {
 /// for the second pass), with its outcome.
 ///
 /// ```
-/// # use crate::conformance::Report;
+/// # use lock_core::conformance::Report;
 /// fn summary(report: &Report) -> String {
 ///     format!("{} passed, {} skipped", report.passed().len(), report.skipped().len())
 /// }
@@ -347,8 +346,8 @@ impl Suite {
     /// use the default prefix.
     ///
     /// ```
-    /// use crate::MemoryBackend;
-    /// use crate::backend::IntoBackend;
+    /// use lock_core::MemoryBackend;
+    /// use lock_core::backend::IntoBackend;
     /// let store = MemoryBackend::new();
     /// let suite = lock_core::conformance::Suite::new(move || {
     ///     let store = store.clone();
@@ -534,7 +533,7 @@ impl Suite {
     /// `name`.
     ///
     /// ```
-    /// use crate::conformance::Suite;
+    /// use lock_core::conformance::Suite;
     /// assert_eq!(Suite::area("stress_counter_ends_exact"), Some("acquire"));
     /// ```
     pub fn area(name: &str) -> Option<&'static str> {
@@ -551,7 +550,7 @@ impl Suite {
     /// When the check fails (the message names it and says why), or no check has that name.
     ///
     /// ```
-    /// # use crate::conformance::{Outcome, Suite};
+    /// # use lock_core::conformance::{Outcome, Suite};
     /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
     /// # let suite = Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
     /// assert_eq!(suite.run_check("empty_key_is_invalid_key").await, Outcome::Passed);
@@ -570,7 +569,8 @@ impl Suite {
     }
 
     /// Runs every check (but those [`only`](Self::only) leaves out), with local hand-off on
-    /// then off (or as [`local_handoff`](Self::local_handoff) says), one after the other.
+    /// then off (or as [`local_handoff`](Self::local_handoff) says), one after the other, each
+    /// under a key prefix of its own (the suite's prefix followed by the run's number).
     ///
     /// # Panics
     /// When a check failed, after all ran: the message names each failed check and says why.
@@ -589,6 +589,7 @@ impl Suite {
         };
         let mut report = Report::default();
         let mut failed = Vec::new();
+        let mut run = 0;
         for &on in passes {
             for check in all_checks() {
                 if self
@@ -603,7 +604,14 @@ impl Suite {
                 } else {
                     format!("{}::{} (local hand-off off)", check.area, check.name)
                 };
-                match CatchUnwind(Box::pin(self.run_one(&check, on))).await {
+                // Each check under a prefix of its own: what one left behind (a record, a
+                // fence counter, a lock still expiring) never meets the next.
+                run += 1;
+                let own = Suite {
+                    prefix: format!("{}{run}:", self.prefix),
+                    ..self.clone()
+                };
+                match CatchUnwind(Box::pin(own.run_one(&check, on))).await {
                     Ok(outcome) => report.outcomes.push((name, outcome)),
                     Err(why) => failed.push(format!("{name}: {why}")),
                 }
@@ -631,19 +639,24 @@ impl Suite {
         let handover = self.handover.unwrap_or(fair);
         drop(probe);
         let mut refused = None;
+        let mut skipped = None;
         for need in check.needs {
             match need {
                 Need::Fencing if !fencing => refused = Some(Need::Fencing),
                 Need::Fair if !fair => refused = Some(Need::Fair),
                 Need::Handover if !handover => {
-                    return Outcome::Skipped("no hand-over to a queued waiter");
+                    skipped = Some("no hand-over to a queued waiter");
                 }
                 Need::OneWinner if !self.one_winner => {
-                    return Outcome::Skipped("simultaneous racers may split the vote");
+                    skipped = Some("simultaneous racers may split the vote");
                 }
-                Need::Probe if self.probe.is_none() => return Outcome::Skipped("needs a Probe"),
+                Need::Probe if self.probe.is_none() => skipped = Some("needs a Probe"),
                 _ => {}
             }
+        }
+        // A refusal is checked even where the check itself would not apply.
+        if let (None, Some(why)) = (refused, skipped) {
+            return Outcome::Skipped(why);
         }
         match refused {
             Some(need) => {

@@ -201,6 +201,7 @@ kit!(idempotency:
 );
 
 mod idempotency_redis;
+mod kit;
 mod redis_layout;
 mod redis_only;
 
