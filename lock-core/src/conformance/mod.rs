@@ -544,7 +544,9 @@ impl Suite {
     }
 
     /// Runs the check `name` (one of [`checks`](Self::checks)) with local hand-off on (or as
-    /// [`local_handoff`](Self::local_handoff) says).
+    /// [`local_handoff`](Self::local_handoff) says), under the suite's prefix: give each call a
+    /// store (or a [`prefix`](Self::prefix)) of its own, as a harness listing the checks as
+    /// separate tests does.
     ///
     /// # Panics
     /// When the check fails (the message names it and says why), or no check has that name.
