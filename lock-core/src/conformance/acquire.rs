@@ -406,10 +406,14 @@ async fn unlocked_counter_loses_updates(fx: Fixture) {
     const TASKS: usize = 8;
     const ITERATIONS: u64 = 200;
     let counter = fx.counter();
+    // Every task starts at once: a task spawned late could otherwise run all its increments
+    // while the others are done (on a loaded machine), and the control would lose nothing.
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let counter = counter.clone();
+            let (counter, start) = (counter.clone(), start.clone());
             tokio::spawn(async move {
+                start.wait().await;
                 for _ in 0..ITERATIONS {
                     counter.increment().await;
                 }
