@@ -305,16 +305,12 @@ impl EtcdBackend {
         token: &Token,
     ) -> Result<bool, LockError> {
         let ck = self.contender_key(key, token);
-        let txn = Txn::new()
-            .when([self.still_ours(&ck)])
-            .and_then([TxnOp::delete(ck.as_str(), None)]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self.bounded("release", Some(key), kv.txn(txn)).await?;
+        let ours = self.still_ours(&ck);
+        // Forgotten whatever the answer: a release sent again deletes our key if it exists
+        // (only this token's attempts create a key of this name, and a token released is
+        // never used again), and a failed delete goes on in the background.
         self.inner.contenders.lock().remove(&ck);
-        if answer.succeeded() {
-            self.inner.listeners.lock().wake(key.name(), b"released");
-        }
-        Ok(answer.succeeded())
+        self.delete(key, &ck, ours, "release").await
     }
 
     /// A waiter gives up: deletes its key (when a release made it the holder meanwhile, this
@@ -322,14 +318,58 @@ impl EtcdBackend {
     pub(super) async fn leave(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
         let ck = self.contender_key(key, token);
         self.inner.contenders.lock().remove(&ck);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self
-            .bounded("leave the queue", Some(key), kv.delete(ck.as_str(), None))
-            .await?;
-        if answer.deleted() > 0 {
-            self.inner.listeners.lock().wake(key.name(), b"released");
-        }
+        let any = Compare::create_revision(ck.as_str(), CompareOp::Greater, 0);
+        self.delete(key, &ck, any, "leave the queue").await?;
         Ok(())
+    }
+
+    /// Deletes our key `ck` if `ours` holds, then wakes this process's listeners of `key`:
+    /// whether it was deleted. A delete without an answer goes on in the background until
+    /// etcd answers: this process's other locks may keep the key's lease alive for as long as
+    /// it runs, so the key would not end on its own.
+    async fn delete(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        ours: Compare,
+        operation: &'static str,
+    ) -> Result<bool, LockError> {
+        let txn = Txn::new()
+            .when([ours.clone()])
+            .and_then([TxnOp::delete(ck, None)]);
+        let mut kv = self.inner.client.kv_client();
+        match self
+            .bounded(operation, Some(key), kv.txn(txn.clone()))
+            .await
+        {
+            Ok(answer) => {
+                if answer.succeeded() {
+                    self.inner.listeners.lock().wake(key.name(), b"released");
+                }
+                Ok(answer.succeeded())
+            }
+            Err(e) => {
+                let (inner, name) = (Arc::downgrade(&self.inner), key.name().to_owned());
+                crate::background::spawn(async move {
+                    let mut pause = Duration::from_millis(100);
+                    loop {
+                        tokio::time::sleep(pause).await;
+                        // A backend dropped meanwhile keeps no lease alive: the key ends.
+                        let Some(inner) = inner.upgrade() else { return };
+                        let mut kv = inner.client.kv_client();
+                        let sent = tokio::time::timeout(inner.request_timeout, kv.txn(txn.clone()));
+                        if let Ok(Ok(answer)) = sent.await {
+                            if answer.succeeded() {
+                                inner.listeners.lock().wake(&name, b"released");
+                            }
+                            return;
+                        }
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                    }
+                });
+                Err(e)
+            }
+        }
     }
 
     pub(super) async fn keep_alone(&self, key: &LockKey, token: &Token) -> Result<Kept, LockError> {

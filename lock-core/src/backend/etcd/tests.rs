@@ -432,3 +432,43 @@ async fn builder_refuses_bad_timeouts_and_no_endpoint() {
         .await;
     assert!(matches!(down, Err(LockError::Backend { .. })));
 }
+
+/// Figures for the notes (not a timing assertion): uncontended lock + release against one
+/// linearizable Range on the same member, medians of many, measured in one run.
+/// `cargo test -p lock-core --features etcd --lib measure_uncontended -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; run by hand"]
+#[allow(clippy::print_stdout, reason = "the figures are the output")]
+async fn measure_uncontended_lock_release_against_a_range() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let mut raw = etcd.raw().await;
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (mut cycles, mut ranges, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..50 {
+        locker.lock("warm").await.unwrap().release().await.unwrap();
+    }
+    let calls_before = locker.stats().backend_calls;
+    for _ in 0..500 {
+        let t = std::time::Instant::now();
+        raw.get("lock:{bench}", None).await.unwrap();
+        ranges.push(t.elapsed());
+        let t = std::time::Instant::now();
+        raw.put("bench-put", "", None).await.unwrap();
+        puts.push(t.elapsed());
+        let t = std::time::Instant::now();
+        locker.lock("bench").await.unwrap().release().await.unwrap();
+        cycles.push(t.elapsed());
+    }
+    let calls = locker.stats().backend_calls - calls_before;
+    let (cycle, range, put) = (median(cycles), median(ranges), median(puts));
+    println!(
+        "etcd uncontended lock+release p50 {cycle:?}, Range p50 {range:?} (ratio {:.2}), Put p50 {put:?} (ratio {:.2}), backend calls per cycle {:.2}",
+        cycle.as_secs_f64() / range.as_secs_f64(),
+        cycle.as_secs_f64() / put.as_secs_f64(),
+        calls as f64 / 500.0
+    );
+}
