@@ -472,3 +472,48 @@ async fn measure_uncontended_lock_release_against_a_range() {
         calls as f64 / 500.0
     );
 }
+
+/// An attempt sent again with the same token (its reply lost) finds its own key: never a
+/// second entry, never an orphan; as a waiter it keeps its place, as the holder its fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_sent_again_finds_its_own_key() {
+    let etcd = Etcd::start().await;
+    let (holder, waiter) = (etcd.backend().await, etcd.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let lease = Duration::from_secs(10);
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let single = AttemptOptions {
+        fenced: true,
+        ..AttemptOptions::default()
+    };
+    let first = holder.acquire(&key, &t1, lease, single).await.unwrap();
+    let ticket = QueueTicket {
+        id: "tfedcba9876543210".into(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    };
+    let queued = AttemptOptions {
+        fenced: true,
+        ticket: Some(&ticket),
+        remaining: true,
+    };
+    for _ in 0..3 {
+        let busy = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+        assert_eq!(etcd.contenders("job").await, 2);
+    }
+    assert!(holder.release(&key, &t1).await.unwrap());
+    let got = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+    let again = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+    assert_eq!(got, again);
+    let (Attempt::Acquired { fence: Some(a) }, Attempt::Acquired { fence: Some(b) }) = (first, got)
+    else {
+        panic!("{first:?} {got:?}");
+    };
+    assert!(b > a, "{b} after {a}");
+    assert_eq!(etcd.contenders("job").await, 1);
+    assert!(waiter.release(&key, &t2).await.unwrap());
+    assert_eq!(etcd.contenders("job").await, 0);
+}
