@@ -27,14 +27,16 @@ fn free_port() -> u16 {
 }
 
 impl Etcd {
-    async fn start() -> Etcd {
+    /// Starts a member serving clients on `scheme` (`http`, or `https` with `extra` naming its
+    /// certificate), without waiting for it.
+    fn spawn(scheme: &str, extra: &[&std::ffi::OsStr]) -> Etcd {
         let (client, peer) = (free_port(), free_port());
         let dir = std::env::temp_dir().join(format!(
             "lock-etcd-{}-{}",
             std::process::id(),
             Token::generate().as_str()
         ));
-        let url = format!("http://127.0.0.1:{client}");
+        let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = Command::new("etcd")
             .args(["--name", "m1", "--data-dir"])
@@ -50,23 +52,21 @@ impl Etcd {
             .args(["--initial-cluster", &format!("m1={peer_url}")])
             .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
             .args(["--quota-backend-bytes", "67108864"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd starts (Debian's etcd-server)");
-        let etcd = Etcd { child, dir, url };
+        Etcd { child, dir, url }
+    }
+
+    async fn start() -> Etcd {
+        let etcd = Etcd::spawn("http", &[]);
         // Until it answers a linearizable read (a process start has no other signal).
-        within(async {
-            loop {
-                let up = EtcdBackend::builder(&[&etcd.url])
-                    .connect_timeout(Duration::from_millis(300))
-                    .connect()
-                    .await;
-                if up.is_ok() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        until_up(|| {
+            EtcdBackend::builder(&[&etcd.url])
+                .connect_timeout(Duration::from_millis(300))
+                .connect()
         })
         .await;
         etcd
@@ -107,6 +107,21 @@ impl Etcd {
         })
         .await;
     }
+}
+
+/// Connects with `connect` until it succeeds (within the test bound).
+async fn until_up<F: Future<Output = Result<EtcdBackend, LockError>>>(
+    connect: impl Fn() -> F,
+) -> EtcdBackend {
+    within(async {
+        loop {
+            if let Ok(backend) = connect().await {
+                return backend;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
 }
 
 impl Drop for Etcd {
@@ -516,4 +531,132 @@ async fn an_attempt_sent_again_finds_its_own_key() {
     assert_eq!(etcd.contenders("job").await, 1);
     assert!(waiter.release(&key, &t2).await.unwrap());
     assert_eq!(etcd.contenders("job").await, 0);
+}
+
+/// TLS end to end: a member serving `https` with a certificate signed by a test authority
+/// (made here with `openssl`); the backend checks it against that authority and locks.
+#[cfg(feature = "etcd-tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connects_checks_the_authority_and_locks() {
+    let certs = std::env::temp_dir().join(format!("lock-etcd-tls-{}", Token::generate().as_str()));
+    std::fs::create_dir_all(&certs).unwrap();
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(&certs)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=lock-test-ca",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(certs.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    let (cert, key) = (certs.join("server.pem"), certs.join("server.key"));
+    let etcd = Etcd::spawn(
+        "https",
+        &[
+            "--cert-file".as_ref(),
+            cert.as_os_str(),
+            "--key-file".as_ref(),
+            key.as_os_str(),
+        ],
+    );
+    let ca = std::fs::read(certs.join("ca.pem")).unwrap();
+    let backend = until_up(|| {
+        EtcdBackend::builder(&[&etcd.url])
+            .connect_timeout(Duration::from_millis(500))
+            .tls(&ca)
+            .connect()
+    })
+    .await;
+    let locker = Locker::builder(backend).build();
+    let guard = locker.lock("job").fenced().await.unwrap();
+    assert!(guard.fence().is_some());
+    guard.release().await.unwrap();
+    // Another authority's client refuses the member's certificate.
+    std::fs::create_dir_all(certs.join("other")).unwrap();
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "other/ca.key",
+                "-out",
+                "other/ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=other-ca",
+            ],
+        ]
+        .concat(),
+    );
+    let other = std::fs::read(certs.join("other/ca.pem")).unwrap();
+    let refused = EtcdBackend::builder(&[&etcd.url])
+        .connect_timeout(Duration::from_secs(2))
+        .tls(&other)
+        .connect()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Backend { .. })),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(&certs);
 }
