@@ -288,7 +288,11 @@ impl EtcdBackendBuilder {
             .with_require_leader(true)
             .with_keep_alive(self.request_timeout, self.request_timeout);
         if let Some((user, password)) = &self.auth {
-            options = options.with_user(user.clone(), password.clone());
+            // etcd's auth tokens expire (simple tokens after 5 idle minutes): a request that
+            // finds its token expired gets a new one and is sent again.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "etcd-tls")]
         if let Some(tls) = &self.tls {

@@ -660,3 +660,58 @@ async fn tls_connects_checks_the_authority_and_locks() {
     );
     let _ = std::fs::remove_dir_all(&certs);
 }
+
+/// etcd with `auth enable`: a user whose role may read and write only the namespace's keys
+/// locks there (and keeps an idempotency record); without credentials the connect fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_restricted_to_its_namespace_locks_there() {
+    let etcd = Etcd::start().await;
+    let mut admin = etcd.raw().await;
+    admin.user_add("root", "root-pw", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.role_add("locks").await.unwrap();
+    let perm = etcd_client::Permission::read_write("app/").with_prefix();
+    admin.role_grant_permission("locks", perm).await.unwrap();
+    admin.user_add("locker", "locker-pw", None).await.unwrap();
+    admin.user_grant_role("locker", "locks").await.unwrap();
+    admin.auth_enable().await.unwrap();
+    let backend = EtcdBackend::builder(&[&etcd.url])
+        .namespace("app/")
+        .auth("locker", "locker-pw")
+        .connect()
+        .await
+        .unwrap();
+    let (a, b) = (
+        Locker::builder(backend.clone()).build(),
+        Locker::builder(backend).build(),
+    );
+    let guard = a.lock("job").fenced().await.unwrap();
+    assert!(matches!(
+        b.try_lock("job").await,
+        Err(LockError::Busy { .. })
+    ));
+    guard
+        .store_result("fp", b"ok", Duration::from_secs(60))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let state = b.idempotency_state("job").await.unwrap();
+    assert!(matches!(state, IdempotencyState::Completed(_)), "{state:?}");
+    // Outside its namespace the same user is refused; without credentials, nobody connects.
+    let outside = EtcdBackend::builder(&[&etcd.url])
+        .auth("locker", "locker-pw")
+        .connect()
+        .await;
+    assert!(
+        matches!(outside, Err(LockError::Backend { .. })),
+        "{outside:?}"
+    );
+    let anonymous = EtcdBackend::builder(&[&etcd.url])
+        .namespace("app/")
+        .connect()
+        .await;
+    assert!(
+        matches!(anonymous, Err(LockError::Backend { .. })),
+        "{anonymous:?}"
+    );
+}
