@@ -99,6 +99,25 @@ struct Shared {
     reconnects: watch::Sender<u64>,
 }
 
+/// The last clone of the backend is gone, and with it every guard and waiter of its lockers
+/// (each holds the backend): its leases are revoked, so that keys left behind (a delete still
+/// retried, an acquire whose answer was lost) go now rather than at the lease's end.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let leases = self.leases.granted();
+        if leases.is_empty() {
+            return;
+        }
+        let mut client = self.client.lease_client();
+        let timeout = self.request_timeout;
+        crate::background::spawn(async move {
+            for lease in leases {
+                let _ = tokio::time::timeout(timeout, client.revoke(lease)).await;
+            }
+        });
+    }
+}
+
 /// One of our contender keys: its create revision (the fence, and the proof that the key is
 /// still the one we created), the lease length it is bound to, and the watch of the contender
 /// ahead of it while it waits.

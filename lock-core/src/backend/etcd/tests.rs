@@ -715,3 +715,46 @@ async fn a_user_restricted_to_its_namespace_locks_there() {
         "{anonymous:?}"
     );
 }
+
+/// A waiter whose process died (its backend gone without a word: no keepalive, no revoke)
+/// stops blocking the queue when its lease ends; one whose backend is dropped leaves at once
+/// (its leases are revoked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
+    let etcd = Etcd::start().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let holder = etcd.locker().await;
+    let held = holder.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    let ticket = QueueTicket {
+        id: "t00112233445566aa".into(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    };
+    let queued = AttemptOptions {
+        fenced: false,
+        ticket: Some(&ticket),
+        remaining: true,
+    };
+    let (dead, dropped) = (etcd.backend().await, etcd.backend().await);
+    for w in [&dead, &dropped] {
+        let busy = w
+            .acquire(&key, &Token::generate(), ETCD_MIN_LEASE, queued)
+            .await
+            .unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+    }
+    assert_eq!(etcd.contenders("job").await, 3);
+    drop(dropped);
+    etcd.until_contenders("job", 2).await;
+    // The dead one's key is next after the holder: the next waiter waits for its lease.
+    std::mem::forget(dead);
+    let next = etcd.locker().await;
+    let waiting = tokio::spawn(async move { next.lock("job").wait(Duration::from_secs(15)).await });
+    etcd.until_contenders("job", 3).await;
+    held.release().await.unwrap();
+    let guard = within(waiting).await.unwrap().unwrap();
+    assert_eq!(etcd.contenders("job").await, 1);
+    guard.release().await.unwrap();
+}
