@@ -127,6 +127,9 @@ struct Contender {
     ttl: u64,
     lease_id: i64,
     watch: Option<tokio::task::JoinHandle<()>>,
+    /// The generation of this waiter's latest attempt whose keepalive was confirmed (0: none):
+    /// the lease runs at least a lock's lease from that attempt, so a handover may name it.
+    turn: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Drop for Contender {
