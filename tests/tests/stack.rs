@@ -2,7 +2,8 @@
 //! over 3 independent servers, a Redis Cluster of 3 shards, a Sentinel-watched primary):
 //! `#[distributed_lock]` serializes an annotated function called from many tasks of two
 //! lockers, and lock-tower's `LockLayer` and `IdempotencyLayer` serialize requests per key and
-//! answer a retried request with the first answer, across two apps on two lockers.
+//! answer a retried request with the first answer, across two apps on two lockers. With the
+//! `etcd` feature, the same on one etcd member.
 
 #![allow(
     clippy::panic,
@@ -196,3 +197,21 @@ macro_rules! on {
 }
 
 on!(redlock, cluster, sentinel);
+
+/// The same checks on etcd (feature `etcd`): one member of the test kit's etcd cluster.
+#[cfg(feature = "etcd")]
+mod etcd {
+    use super::*;
+    use lock_testkit::etcd::EtcdCluster;
+
+    async fn etcd() -> Deployment {
+        let cluster = EtcdCluster::start_single().await;
+        let urls = cluster.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let a = Locker::etcd(&urls).await.expect("connect");
+        let b = Locker::etcd(&urls).await.expect("connect");
+        (Box::new(cluster), a, b)
+    }
+
+    on!(etcd);
+}
