@@ -156,6 +156,34 @@ impl Shop {
         Ok(Shop::new(locker, store, config))
     }
 
+    /// Locks in the etcd cluster at `urls` (under `{namespace}lock:`), state in `store`:
+    /// locks no failover can lose (an acquire is committed by a majority), with state shared
+    /// through Redis when `store` is a Redis store.
+    ///
+    /// # Errors
+    /// [`SetupError`] when etcd cannot be reached or a URL is bad.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_examples::SetupError> {
+    /// use lock_examples::{Shop, ShopConfig, Store};
+    /// let urls = ["http://127.0.0.1:2379"];
+    /// let shop = Shop::etcd(&urls, Store::memory("shop:"), "shop:", ShopConfig::default()).await?;
+    /// # drop(shop); Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd")]
+    pub async fn etcd(
+        urls: &[&str],
+        store: Store,
+        namespace: &str,
+        config: ShopConfig,
+    ) -> Result<Shop, SetupError> {
+        let backend = lock_core::EtcdBackend::connect(urls).await?;
+        let locker = Locker::builder(backend)
+            .prefix(format!("{namespace}lock:"))
+            .try_build()?;
+        Ok(Shop::new(locker, store, config))
+    }
+
     /// The locker.
     ///
     /// ```

@@ -71,6 +71,8 @@ pub struct ServerOptions {
     pub work: Duration,
     /// Whether the service locks.
     pub locking: bool,
+    /// etcd members (comma-separated) for the locks, when they are not in Redis.
+    pub etcd_urls: Option<String>,
 }
 
 impl ServerOptions {
@@ -87,6 +89,7 @@ impl ServerOptions {
             namespace,
             work: crate::ShopConfig::default().work,
             locking: true,
+            etcd_urls: None,
         }
     }
 }
@@ -128,6 +131,9 @@ impl ServerProcess {
             .kill_on_drop(true);
         if !options.locking {
             command.arg("--no-lock");
+        }
+        if let Some(urls) = &options.etcd_urls {
+            command.args(["--etcd-url", urls]);
         }
         let mut child = command.spawn().map_err(|source| ClusterError::Spawn {
             exe: exe.clone(),

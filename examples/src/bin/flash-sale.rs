@@ -42,6 +42,16 @@ struct Args {
     #[arg(long, env = "REDIS_URL", value_name = "URL")]
     redis_url: Option<String>,
 
+    /// Where the locks live: memory, redis (with --redis-url) or etcd (with --etcd-url)
+    /// [default: etcd when --etcd-url is given, else redis when --redis-url is, else memory].
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    backend: Option<BackendArg>,
+
+    /// Keep the locks in these etcd members (comma-separated http://host:port URLs); state stays
+    /// in Redis with --redis-url, else in this process. Needs the `etcd` feature.
+    #[arg(long, env = "ETCD_URL", value_name = "URLS")]
+    etcd_url: Option<String>,
+
     /// Run N copies of the service as separate processes sharing the Redis of REDIS_URL, and
     /// spread the buyers across them. With 1 the service runs inside this process.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -73,8 +83,51 @@ struct Args {
     namespace: String,
 }
 
+/// The values of `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendArg {
+    Memory,
+    Redis,
+    Etcd,
+}
+
+impl Args {
+    /// Checks `--backend` against the URLs given, and drops a URL the backend does not use.
+    fn settle_backend(&mut self) -> Result<(), String> {
+        let chosen = self.backend.unwrap_or(if self.etcd_url.is_some() {
+            BackendArg::Etcd
+        } else if self.redis_url.is_some() {
+            BackendArg::Redis
+        } else {
+            BackendArg::Memory
+        });
+        match chosen {
+            BackendArg::Memory if self.redis_url.is_some() || self.etcd_url.is_some() => {
+                Err("--backend memory takes no --redis-url or --etcd-url".into())
+            }
+            BackendArg::Redis if self.redis_url.is_none() => {
+                Err("--backend redis needs --redis-url (or REDIS_URL)".into())
+            }
+            BackendArg::Redis => {
+                self.etcd_url = None;
+                Ok(())
+            }
+            BackendArg::Etcd if self.etcd_url.is_none() => {
+                Err("--backend etcd needs --etcd-url (or ETCD_URL)".into())
+            }
+            BackendArg::Etcd if !cfg!(feature = "etcd") => {
+                Err(lock_examples::demo::ETCD_MISSING.into())
+            }
+            BackendArg::Memory | BackendArg::Etcd => Ok(()),
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Err(message) = args.settle_backend() {
+        return fail(&format!("flash-sale: {message}"));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -97,6 +150,7 @@ async fn run_demo(args: &Args) -> ExitCode {
     };
     let mut config = base
         .redis_url(args.redis_url.clone())
+        .etcd_urls(args.etcd_url.clone())
         .processes(args.processes)
         .locking(!args.no_lock)
         .progress(!args.no_progress);
@@ -126,12 +180,20 @@ async fn serve_only(args: &Args) -> ExitCode {
     if let Some(ms) = args.work_ms {
         config.work = Duration::from_millis(ms);
     }
-    let shop = match &args.redis_url {
-        Some(url) => match Shop::redis(url, &args.namespace, config).await {
+    let shop = match (&args.etcd_url, &args.redis_url) {
+        (Some(urls), redis) => {
+            match lock_examples::demo::etcd_shop(urls, redis.as_deref(), &args.namespace, config)
+                .await
+            {
+                Ok(shop) => shop,
+                Err(e) => return fail(&format!("flash-sale --serve-only: {e}")),
+            }
+        }
+        (None, Some(url)) => match Shop::redis(url, &args.namespace, config).await {
             Ok(shop) => shop,
             Err(e) => return fail(&format!("flash-sale --serve-only: {e}")),
         },
-        None => Shop::new(
+        (None, None) => Shop::new(
             lock_core::Locker::memory(),
             Store::memory(&args.namespace),
             config,

@@ -84,6 +84,9 @@ impl Scenario {
 pub struct DemoConfig {
     /// Redis for locks and state; `None`: everything in this process.
     pub redis_url: Option<String>,
+    /// etcd members (comma-separated URLs) for the locks instead (feature `etcd`); state stays
+    /// in Redis when [`redis_url`](Self::redis_url) is set, else in this process.
+    pub etcd_urls: Option<String>,
     /// Server processes (more than one needs Redis); 1 serves in this process.
     pub processes: usize,
     /// The `flash-sale` binary to start server processes from (default: this executable).
@@ -112,6 +115,7 @@ impl DemoConfig {
     pub fn standard() -> Self {
         DemoConfig {
             redis_url: None,
+            etcd_urls: None,
             processes: 1,
             server_exe: None,
             locking: true,
@@ -145,6 +149,18 @@ impl DemoConfig {
     #[must_use]
     pub fn redis_url(mut self, url: Option<String>) -> Self {
         self.redis_url = url;
+        self
+    }
+
+    /// Sets [`etcd_urls`](Self::etcd_urls).
+    ///
+    /// ```
+    /// let c = lock_examples::demo::DemoConfig::fast().etcd_urls(Some("http://127.0.0.1:2379".into()));
+    /// assert!(c.etcd_urls.is_some());
+    /// ```
+    #[must_use]
+    pub fn etcd_urls(mut self, urls: Option<String>) -> Self {
+        self.etcd_urls = urls;
         self
     }
 
@@ -245,7 +261,7 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     }
     if config.processes > 1 && config.redis_url.is_none() {
         return Err(DemoError::Config(format!(
-            "--processes {} needs REDIS_URL (or --redis-url): separate processes share stock and locks only through Redis",
+            "--processes {} needs REDIS_URL (or --redis-url): separate processes share their stock (and, without etcd, their locks) only through Redis",
             config.processes
         )));
     }
@@ -253,9 +269,10 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let shop_config = ShopConfig::default()
         .work(config.work)
         .locking(config.locking);
-    let shop = match &config.redis_url {
-        None => Shop::new(Locker::memory(), Store::memory(&namespace), shop_config),
-        Some(url) => Shop::redis(url, &namespace, shop_config).await?,
+    let shop = match (&config.etcd_urls, &config.redis_url) {
+        (Some(urls), redis) => etcd_shop(urls, redis.as_deref(), &namespace, shop_config).await?,
+        (None, None) => Shop::new(Locker::memory(), Store::memory(&namespace), shop_config),
+        (None, Some(url)) => Shop::redis(url, &namespace, shop_config).await?,
     };
     let servers = Servers::start(&shop, config, &namespace).await?;
     let report = scenario::drive(&shop, &servers.base_urls(), config, &namespace).await;
@@ -275,6 +292,60 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     }
     Ok(report)
 }
+
+/// A shop with its locks on the etcd members of `urls` (comma-separated), state in the Redis of
+/// `redis` or in this process.
+///
+/// # Errors
+/// [`DemoError`] when etcd or Redis cannot be reached.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_examples::demo::DemoError> {
+/// let shop = lock_examples::demo::etcd_shop("http://127.0.0.1:2379", None, "shop:", Default::default()).await?;
+/// # drop(shop); Ok(()) }
+/// ```
+#[cfg(feature = "etcd")]
+pub async fn etcd_shop(
+    urls: &str,
+    redis: Option<&str>,
+    namespace: &str,
+    config: ShopConfig,
+) -> Result<Shop, DemoError> {
+    let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
+    let store = match redis {
+        Some(url) => Store::redis(url, namespace)
+            .await
+            .map_err(SetupError::from)?,
+        None => Store::memory(namespace),
+    };
+    Ok(Shop::etcd(&urls, store, namespace, config).await?)
+}
+
+/// Without the `etcd` feature: says how to get it ([`ETCD_MISSING`]).
+///
+/// ```
+/// # async fn demo() {
+/// let refused = lock_examples::demo::etcd_shop("http://127.0.0.1:2379", None, "shop:", Default::default()).await;
+/// assert!(refused.is_err());
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo());
+/// ```
+#[cfg(not(feature = "etcd"))]
+pub async fn etcd_shop(
+    _urls: &str,
+    _redis: Option<&str>,
+    _namespace: &str,
+    _config: ShopConfig,
+) -> Result<Shop, DemoError> {
+    Err(DemoError::Config(ETCD_MISSING.into()))
+}
+
+/// What a build without the `etcd` feature says to `--etcd-url`.
+///
+/// ```
+/// assert!(lock_examples::demo::ETCD_MISSING.contains("--features etcd"));
+/// ```
+pub const ETCD_MISSING: &str = "this build has no etcd support: run it with `cargo run -p lock-examples --features etcd --bin flash-sale -- ...` (building etcd-client needs protoc: apt-get install -y protobuf-compiler)";
 
 /// The servers of one run.
 enum Servers {
@@ -304,6 +375,7 @@ impl Servers {
             namespace.to_owned(),
         );
         options.work = config.work;
+        options.etcd_urls = config.etcd_urls.clone();
         options.locking = config.locking;
         let mut processes = Vec::with_capacity(config.processes);
         for _ in 0..config.processes {
