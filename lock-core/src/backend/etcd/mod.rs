@@ -451,9 +451,10 @@ fn timed_out(operation: &'static str, key: Option<&str>) -> LockError {
 
 /// The etcd lease length, in whole seconds, behind a lock of `lease`: rounded up, plus one
 /// second, so that an acquire covered by a keepalive sent less than a second before it needs no
-/// keepalive of its own. `None` below [`ETCD_MIN_LEASE`].
+/// keepalive of its own. `None` below [`ETCD_MIN_LEASE`] or above [`MAX_LEASE`](crate::MAX_LEASE)
+/// (the trait is public: a caller other than the engine may ask for `Duration::MAX`).
 fn lease_ttl(lease: Duration) -> Option<u64> {
-    if lease < ETCD_MIN_LEASE {
+    if !(ETCD_MIN_LEASE..=crate::MAX_LEASE).contains(&lease) {
         return None;
     }
     let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
@@ -461,6 +462,12 @@ fn lease_ttl(lease: Duration) -> Option<u64> {
 }
 
 fn lease_refused(lease: Duration) -> LockError {
+    if lease > crate::MAX_LEASE {
+        return LockError::config(format!(
+            "lease {lease:?} is above the maximum of {:?}",
+            crate::MAX_LEASE
+        ));
+    }
     LockError::config(format!(
         "lease {lease:?} is below the etcd backend's floor of {ETCD_MIN_LEASE:?} (etcd counts leases in whole seconds, with a floor of its own)"
     ))

@@ -32,7 +32,7 @@ fn encode(kind: u8, ttl: Duration, fingerprint: &str, payload: &[u8]) -> Vec<u8>
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let expiry = u64::try_from((now + ttl).as_millis()).unwrap_or(u64::MAX);
+    let expiry = u64::try_from(now.saturating_add(ttl).as_millis()).unwrap_or(u64::MAX);
     let fp_len = u32::try_from(fingerprint.len()).unwrap_or(u32::MAX);
     let mut value = Vec::with_capacity(13 + fingerprint.len() + payload.len());
     value.push(kind);
@@ -71,7 +71,15 @@ fn decode(value: &[u8]) -> Option<Record> {
 impl EtcdBackend {
     /// A lease of `ttl` (rounded up to whole seconds) for one record.
     async fn record_lease(&self, key: &LockKey, ttl: Duration) -> Result<i64, LockError> {
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        if ttl.is_zero() || ttl > crate::MAX_RESULT_TTL {
+            return Err(LockError::config(format!(
+                "record TTL {ttl:?} is out of range: above zero and at most {:?}",
+                crate::MAX_RESULT_TTL
+            )));
+        }
+        let secs = ttl
+            .as_secs()
+            .saturating_add(u64::from(ttl.subsec_nanos() > 0));
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let mut client = self.inner.client.lease_client();
         let granted = self

@@ -758,3 +758,48 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
     assert_eq!(etcd.contenders("job").await, 1);
     guard.release().await.unwrap();
 }
+
+/// The backend is public: a caller of its trait methods with a lease or a record TTL no lock
+/// can have (`Duration::MAX`) gets an error, never a panic (an overflow in the rounding to
+/// whole seconds, or in the record's expiry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_ttls_out_of_range_are_refused_without_a_panic() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "big").unwrap();
+    let token = Token::generate();
+    let plain = AttemptOptions {
+        fenced: false,
+        ticket: None,
+        remaining: true,
+    };
+    for lease in [Duration::MAX, crate::MAX_LEASE + Duration::from_secs(1)] {
+        let refused = backend.acquire(&key, &token, lease, plain).await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidConfig { .. })),
+            "{lease:?}: {refused:?}"
+        );
+        let renewal = Renewal {
+            key: key.clone(),
+            token: token.clone(),
+            lease,
+        };
+        let refused = backend.renew(std::slice::from_ref(&renewal)).await;
+        assert!(refused.is_err(), "{lease:?}: {refused:?}");
+    }
+    assert_eq!(etcd.contenders("big").await, 0);
+    let held = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, plain)
+        .await
+        .unwrap();
+    assert!(matches!(held, Attempt::Acquired { .. }));
+    let stored = backend
+        .store_result(&key, &token, "fp", b"x", Duration::MAX)
+        .await;
+    assert!(stored.is_err(), "{stored:?}");
+    let marked = backend
+        .mark_started(&key, &token, &Token::generate(), "fp", Duration::MAX)
+        .await;
+    assert!(marked.is_err(), "{marked:?}");
+    assert!(backend.release(&key, &token).await.unwrap());
+}
