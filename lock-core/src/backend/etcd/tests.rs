@@ -759,6 +759,30 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
     guard.release().await.unwrap();
 }
 
+/// Contender keys are found by prefix (`lock:{a}/q/`), so a lock named `a}/q/x` would sit under
+/// `a`'s prefix, block it and make its idempotency state "in flight", were it not for the
+/// hashing of names with braces (`lock:{#<hash>}a}/q/x`). Lock names come from callers (an
+/// `Idempotency-Key` header through the layer): this guards the property the backend's prefix
+/// ranges rely on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_extending_another_locks_prefix_is_another_lock() {
+    let etcd = Etcd::start().await;
+    let (backend, other) = (etcd.backend().await, etcd.locker().await);
+    let locker = Locker::builder(backend.clone()).build();
+    let squatter = other.lock("a}/q/x").await.unwrap();
+    let free = locker.try_lock("a").await;
+    assert!(free.is_ok(), "lock a is free, yet: {free:?}");
+    free.unwrap().release().await.unwrap();
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "a").unwrap();
+    let state = backend.idempotency_state(&key).await.unwrap();
+    assert!(matches!(state, IdempotencyState::Absent), "{state:?}");
+    // The waiting path, too: a waiter on `a` is served at once.
+    let waited = locker.lock("a").wait(Duration::from_secs(5)).fenced().await;
+    assert!(waited.is_ok(), "lock a is free, yet: {waited:?}");
+    waited.unwrap().release().await.unwrap();
+    squatter.release().await.unwrap();
+}
+
 /// The backend is public: a caller of its trait methods with a lease or a record TTL no lock
 /// can have (`Duration::MAX`) gets an error, never a panic (an overflow in the rounding to
 /// whole seconds, or in the record's expiry).
