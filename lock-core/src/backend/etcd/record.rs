@@ -121,7 +121,7 @@ impl EtcdBackend {
             .and_then([TxnOp::put(
                 rk,
                 value,
-                Some(PutOptions::new().with_lease(lease)),
+                Some(PutOptions::new().with_lease(lease).with_prev_key()),
             )]);
         let mut kv = self.inner.client.kv_client();
         let answer = self.bounded("store result", Some(key), kv.txn(txn)).await;
@@ -130,6 +130,16 @@ impl EtcdBackend {
             .is_ok_and(etcd_client::TxnResponse::succeeded);
         if !written {
             self.revoke_later(lease);
+        } else if let Ok(answer) = &answer {
+            // The record replaced has a lease of its own, which etcd would keep (with no key)
+            // until its TTL ends: one dead lease per request of a busy service.
+            let replaced = answer.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::lease),
+                _ => None,
+            });
+            if let Some(old) = replaced.filter(|old| *old != 0 && *old != lease) {
+                self.revoke_later(old);
+            }
         }
         answer.map(|_| written)
     }

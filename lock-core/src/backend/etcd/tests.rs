@@ -827,3 +827,35 @@ async fn leases_and_ttls_out_of_range_are_refused_without_a_panic() {
     assert!(marked.is_err(), "{marked:?}");
     assert!(backend.release(&key, &token).await.unwrap());
 }
+
+/// Every record has an etcd lease of its own (of the record's TTL). A result that replaces the
+/// "started" mark (the layer's every request: mark, run, store) must not leave the mark's
+/// lease behind: etcd keeps a lease without keys until its TTL ends (a day, say), so a busy
+/// service would pile up one dead lease per request in etcd's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_replacing_the_mark_leaves_no_lease_behind() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let leases = || async { etcd.raw().await.leases().await.unwrap().leases().len() };
+    let ttl = Duration::from_secs(3600);
+    let guard = locker.lock("pay").await.unwrap();
+    // The lock's own lease.
+    assert_eq!(leases().await, 1);
+    let two_leases = || async {
+        // The lock's lease and the one record's: the replaced record's lease is revoked (in
+        // the background, just after the result is written).
+        within(async {
+            while leases().await != 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    };
+    guard.mark_started("fp", ttl).await.unwrap();
+    guard.store_result("fp", b"done", ttl).await.unwrap();
+    two_leases().await;
+    // A result stored again replaces the first, and its lease.
+    guard.store_result("fp", b"done", ttl).await.unwrap();
+    two_leases().await;
+    guard.release().await.unwrap();
+}
