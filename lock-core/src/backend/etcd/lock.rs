@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 use super::lease::Health;
 use super::{Contender, EtcdBackend, lease_refused, lease_ttl};
 use crate::LockError;
-use crate::backend::{Attempt, AttemptOptions, Kept, Renewal, Renewed};
+use crate::backend::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -24,13 +25,21 @@ enum Taken {
     Ours(i64, i64),
     /// Someone else holds the lock; a single attempt created nothing.
     Busy,
-    /// Our key waits: its create revision and lease, and the contender just ahead of it with
-    /// the revision to watch its deletion from, when the transaction saw it.
+    /// Our key waits: its create revision and lease, and the contender just ahead of it when
+    /// the transaction saw it.
     Queued {
         revision: i64,
         lease: i64,
-        ahead: Option<(Vec<u8>, i64)>,
+        ahead: Option<Ahead>,
     },
+}
+
+/// The contender just ahead of ours: its key, the revision to watch its deletion from, and
+/// whether it was the holder (then its deletion makes us the holder).
+struct Ahead {
+    key: Vec<u8>,
+    from: i64,
+    holder: bool,
 }
 
 impl EtcdBackend {
@@ -90,9 +99,13 @@ impl EtcdBackend {
                     lease: on,
                     ahead,
                 } => {
-                    let ticket = ticket.map_or("released", |t| t.id.as_str());
+                    let waiter = Waiter {
+                        ticket,
+                        fenced: options.fenced,
+                        covered: matches!(cover, Ok(Health::Alive)),
+                    };
                     match self
-                        .queue(key, &ck, ticket, (revision, ttl, lease_id, on), ahead)
+                        .queue(key, &ck, waiter, (revision, ttl, lease_id, on), ahead)
                         .await?
                     {
                         true => {
@@ -175,7 +188,11 @@ impl EtcdBackend {
         let ahead = last
             .iter()
             .find(|kv| kv.key() != ck.as_bytes())
-            .map(|kv| (kv.key().to_vec(), revision + 1));
+            .map(|kv| Ahead {
+                key: kv.key().to_vec(),
+                from: revision + 1,
+                holder: holds(first, &String::from_utf8_lossy(kv.key())),
+            });
         Ok(Taken::Queued {
             revision,
             lease: lease_id,
@@ -200,9 +217,9 @@ impl EtcdBackend {
         &self,
         key: &LockKey,
         ck: &str,
-        ticket: &str,
+        waiter: Waiter<'_>,
         state: (i64, u64, i64, i64),
-        ahead: Option<(Vec<u8>, i64)>,
+        ahead: Option<Ahead>,
     ) -> Result<bool, LockError> {
         let (revision, ttl, lease_id, on) = state;
         if on != lease_id && !self.rebind(key, ck, revision, lease_id).await? {
@@ -213,23 +230,32 @@ impl EtcdBackend {
         {
             let mut contenders = self.inner.contenders.lock();
             let c = note(&mut contenders, ck, revision, ttl, lease_id);
-            if let Some((ahead, from)) = ahead {
+            if let Some(generation) = waiter.ticket.map(|t| t.generation)
+                && waiter.covered
+                && lease_id == on
+            {
+                c.turn.store(generation, Ordering::Release);
+            }
+            if let Some(ahead) = ahead {
                 if let Some(watch) = c.watch.take() {
                     watch.abort();
                 }
-                c.watch = self.watch_deletion(key, ticket, ahead, from);
+                c.watch = self.watch_deletion(key, &waiter, revision, ahead, c.turn.clone());
                 return Ok(false);
             }
             if c.watch.as_ref().is_some_and(|w| !w.is_finished()) {
                 return Ok(false);
             }
         }
-        // Who is just ahead of us now (the one we watched left)?
+        // Who is just ahead of us now (the one we watched left), and who holds the lock?
         let prefix = self.queue_prefix(key);
         let before = ordered(SortOrder::Descend, 1).with_max_create_revision(revision - 1);
         let txn = Txn::new()
             .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
-            .and_then([TxnOp::get(prefix.as_str(), Some(before))]);
+            .and_then([
+                TxnOp::get(prefix.as_str(), Some(before)),
+                TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1))),
+            ]);
         let mut kv = self.inner.client.kv_client();
         let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
         if !answer.succeeded() {
@@ -237,15 +263,22 @@ impl EtcdBackend {
             return Ok(false);
         }
         let ranges = ranges(&answer);
-        let Some(ahead) = ranges.first().and_then(|kvs| kvs.first()) else {
+        let [before, first] = ranges.as_slice() else {
+            return Err(malformed(key));
+        };
+        let Some(found) = before.first() else {
             // Nobody ahead: ours.
             self.hold(ck, revision, ttl, lease_id);
             return Ok(true);
         };
-        let from = revision_of(&answer, key)? + 1;
-        let watch = self.watch_deletion(key, ticket, ahead.key().to_vec(), from);
-        if let Some(c) = self.inner.contenders.lock().get_mut(ck) {
-            c.watch = watch;
+        let ahead = Ahead {
+            key: found.key().to_vec(),
+            from: revision_of(&answer, key)? + 1,
+            holder: holds(first, &String::from_utf8_lossy(found.key())),
+        };
+        let mut contenders = self.inner.contenders.lock();
+        if let Some(c) = contenders.get_mut(ck) {
+            c.watch = self.watch_deletion(key, &waiter, revision, ahead, c.turn.clone());
         }
         Ok(false)
     }
@@ -270,22 +303,43 @@ impl EtcdBackend {
         Ok(answer.succeeded())
     }
 
-    /// Watches the deletion of `ahead` from revision `from` on, then wakes this process's
-    /// waiter of `ticket` (a turn message: the waiter expecting the ticket wakes). Any end of
-    /// the watch (an error, a compaction, a member without a leader) wakes it too: maybe free.
+    /// Watches the deletion of `ahead` from its revision on, then tells this process's waiter
+    /// (the one expecting the ticket). When `ahead` was the holder, its deletion makes our key
+    /// (created at `revision`) the holder: the lock is handed to the waiter, naming its latest
+    /// attempt whose keepalive was confirmed (`turn`; the lease runs a lock's lease from it),
+    /// with our key's revision as the fence, and no round trip. Otherwise, and on any end of
+    /// the watch (an error, a compaction, a member without a leader), a turn message wakes it
+    /// to try: maybe free.
     fn watch_deletion(
         &self,
         key: &LockKey,
-        ticket: &str,
-        ahead: Vec<u8>,
-        from: i64,
+        waiter: &Waiter<'_>,
+        revision: i64,
+        ahead: Ahead,
+        turn: Arc<AtomicU64>,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let client = self.inner.client.watch_client();
         let listeners = Arc::downgrade(&self.inner.listeners);
-        let (name, ticket) = (key.name().to_owned(), ticket.to_owned());
+        let name = key.name().to_owned();
+        let ticket = waiter
+            .ticket
+            .map_or("released", |t| t.id.as_str())
+            .to_owned();
+        let fence = if waiter.fenced {
+            u64::try_from(revision).unwrap_or(0)
+        } else {
+            0
+        };
         crate::background::spawn(async move {
-            deleted(client, ahead, from).await;
-            if let Some(listeners) = listeners.upgrade() {
+            let gone = deleted(client, ahead.key, ahead.from).await;
+            let Some(listeners) = listeners.upgrade() else {
+                return;
+            };
+            let generation = turn.load(Ordering::Acquire);
+            if gone && ahead.holder && generation > 0 && ticket != "released" {
+                let grant = format!("{ticket}:{generation}:{fence}");
+                listeners.lock().wake(&name, grant.as_bytes());
+            } else {
                 listeners.lock().wake(&name, ticket.as_bytes());
             }
         })
@@ -536,12 +590,14 @@ fn note<'m>(
         ttl,
         lease_id,
         watch: None,
+        turn: Arc::default(),
     });
     if c.create_revision != revision {
         if let Some(watch) = c.watch.take() {
             watch.abort();
         }
         c.create_revision = revision;
+        c.turn = Arc::default();
     }
     c.ttl = ttl;
     c.lease_id = lease_id;
@@ -569,6 +625,14 @@ fn found(ranges: &[Vec<KeyValue>], ck: &str, key: &LockKey) -> Result<Taken, Loc
         lease: ours.lease(),
         ahead: None,
     })
+}
+
+/// What `queue` needs of a waiter's attempt: its ticket, whether it asked for a fence, and
+/// whether its keepalive was confirmed.
+struct Waiter<'a> {
+    ticket: Option<&'a QueueTicket>,
+    fenced: bool,
+    covered: bool,
 }
 
 fn acquired(revision: i64, fenced: bool) -> Attempt {
@@ -623,27 +687,30 @@ fn lease_not_found(e: &LockError) -> bool {
     source.to_string().contains("requested lease not found")
 }
 
-/// Waits for `key` to be deleted (from revision `from` on), or for the watch to end.
-async fn deleted(mut client: WatchClient, key: Vec<u8>, from: i64) {
+/// Waits for `key` to be deleted (from revision `from` on): `true`; or for the watch to end
+/// otherwise: `false`.
+async fn deleted(mut client: WatchClient, key: Vec<u8>, from: i64) -> bool {
     let options = WatchOptions::new()
         .with_start_revision(from)
         .with_filters([WatchFilterType::NoPut]);
     let Ok(mut stream) = client.watch(key, Some(options)).await else {
-        return;
+        return false;
     };
     loop {
         match stream.message().await {
             Ok(Some(answer)) => {
-                if answer.canceled()
-                    || answer
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
+                if answer
+                    .events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
                 {
-                    return;
+                    return true;
+                }
+                if answer.canceled() {
+                    return false;
                 }
             }
-            Ok(None) | Err(_) => return,
+            Ok(None) | Err(_) => return false,
         }
     }
 }

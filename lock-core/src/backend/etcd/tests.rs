@@ -4,7 +4,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, WatchFilterType};
 
 use super::*;
 use crate::backend::{AttemptOptions, QueueTicket};
@@ -172,7 +172,8 @@ async fn fences_strictly_increase_across_lockers() {
 }
 
 /// At the backend's level, without the engine's timers: a waiter's inbox is woken by the
-/// watch on the contender ahead of it when that one is released.
+/// watch on the contender ahead of it when that one is released, with the lock handed over
+/// (that one was the holder).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_waiter_through_its_watch() {
     let etcd = Etcd::start().await;
@@ -199,14 +200,19 @@ async fn a_release_wakes_the_waiter_through_its_watch() {
         ticket: Some(&ticket),
         remaining: true,
     };
+    inbox.expect(Some(&ticket.id));
     let busy = waiter.acquire(&key, &t2, lease, options).await.unwrap();
     assert!(matches!(busy, Attempt::Busy { .. }));
     assert!(holder.release(&key, &t1).await.unwrap());
     within(inbox.notified()).await;
+    // The holder's deletion made our key the holder: handed over, naming the attempt.
+    let grant = inbox.take_grant().expect("a handover");
+    assert_eq!(grant.generation, 1);
     let got = waiter.acquire(&key, &t2, lease, options).await.unwrap();
     let Attempt::Acquired { fence: Some(fence) } = got else {
         panic!("{got:?}");
     };
+    assert_eq!(grant.fence, Some(fence));
     assert!(waiter.release(&key, &t2).await.unwrap());
     // A release sent again (a lost reply) deletes nothing: the key is gone.
     assert!(!waiter.release(&key, &t2).await.unwrap());
@@ -858,4 +864,62 @@ async fn a_result_replacing_the_mark_leaves_no_lease_behind() {
     guard.store_result("fp", b"done", ttl).await.unwrap();
     two_leases().await;
     guard.release().await.unwrap();
+}
+
+/// Figures for the notes (not a timing assertion): a contended handoff between two lockers
+/// (from the holder's release call to the waiter holding the lock) against the floor of a
+/// watch event (from a delete call to a watcher of that key hearing it), medians.
+/// `cargo test -p lock-core --features etcd --lib measure_handoff -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; run by hand"]
+#[allow(clippy::print_stdout, reason = "the figures are the output")]
+async fn measure_handoff_against_a_watch_event() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (mut handoffs, mut events) = (Vec::new(), Vec::new());
+    let calls_before = b.stats().backend_calls;
+    for _ in 0..40 {
+        let held = a.lock("h").await.unwrap();
+        let waiter = b.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .lock("h")
+                .wait(Duration::from_secs(15))
+                .await
+                .unwrap();
+            (std::time::Instant::now(), guard)
+        });
+        etcd.until_contenders("h", 2).await;
+        let t = std::time::Instant::now();
+        held.release().await.unwrap();
+        let (at, guard) = within(waiting).await.unwrap();
+        handoffs.push(at - t);
+        guard.release().await.unwrap();
+    }
+    let calls = b.stats().backend_calls - calls_before;
+    let (mut raw, mut watcher) = (etcd.raw().await, etcd.raw().await);
+    for _ in 0..40 {
+        raw.put("floor", "", None).await.unwrap();
+        let options = etcd_client::WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        let mut stream = watcher.watch("floor", Some(options)).await.unwrap();
+        let t = std::time::Instant::now();
+        raw.delete("floor", None).await.unwrap();
+        loop {
+            let answer = within(stream.message()).await.unwrap().unwrap();
+            if !answer.events().is_empty() {
+                break;
+            }
+        }
+        events.push(t.elapsed());
+    }
+    let (handoff, event) = (median(handoffs), median(events));
+    println!(
+        "etcd handoff p50 {handoff:?}, watch event floor p50 {event:?} (ratio {:.2}); waiter backend calls per handoff (lock+release) {:.2}",
+        handoff.as_secs_f64() / event.as_secs_f64(),
+        calls as f64 / 40.0
+    );
 }
