@@ -96,9 +96,9 @@ struct Shared {
     listeners: Arc<Mutex<Listeners>>,
     /// Our contender keys (by full etcd key), with what we know of each.
     contenders: Mutex<HashMap<String, Contender>>,
+    /// Its `reconnects` is bumped each time a keepalive stream broke (held locks may have gone
+    /// with it).
     leases: Leases,
-    /// Bumped each time a keepalive stream broke (held locks may have gone with it).
-    reconnects: watch::Sender<u64>,
 }
 
 /// The last clone of the backend is gone, and with it every guard and waiter of its lockers
@@ -359,7 +359,6 @@ impl EtcdBackendBuilder {
                 listeners: Arc::default(),
                 contenders: Mutex::default(),
                 leases,
-                reconnects: watch::Sender::new(0),
             }),
         })
     }
@@ -583,7 +582,7 @@ impl Backend for EtcdBackend {
     }
 
     fn reconnects(&self) -> Option<watch::Receiver<u64>> {
-        Some(self.inner.reconnects.subscribe())
+        Some(self.inner.leases.reconnects.subscribe())
     }
 }
 

@@ -109,6 +109,15 @@ impl Etcd {
     }
 }
 
+/// The options of one attempt without a queue ticket (a `try_lock`'s).
+fn single_attempt() -> AttemptOptions<'static> {
+    AttemptOptions {
+        fenced: false,
+        ticket: None,
+        remaining: true,
+    }
+}
+
 /// Connects with `connect` until it succeeds (within the test bound).
 async fn until_up<F: Future<Output = Result<EtcdBackend, LockError>>>(
     connect: impl Fn() -> F,
@@ -798,11 +807,7 @@ async fn leases_and_ttls_out_of_range_are_refused_without_a_panic() {
     let backend = etcd.backend().await;
     let key = LockKey::new(crate::DEFAULT_PREFIX, "big").unwrap();
     let token = Token::generate();
-    let plain = AttemptOptions {
-        fenced: false,
-        ticket: None,
-        remaining: true,
-    };
+    let plain = single_attempt();
     for lease in [Duration::MAX, crate::MAX_LEASE + Duration::from_secs(1)] {
         let refused = backend.acquire(&key, &token, lease, plain).await;
         assert!(
@@ -921,5 +926,42 @@ async fn measure_handoff_against_a_watch_event() {
         "etcd handoff p50 {handoff:?}, watch event floor p50 {event:?} (ratio {:.2}); waiter backend calls per handoff (lock+release) {:.2}",
         handoff.as_secs_f64() / event.as_secs_f64(),
         calls as f64 / 40.0
+    );
+}
+
+/// A keepalive stream that breaks (the member went away) is the backend's connection-loss
+/// signal: the receiver [`Backend::reconnects`] hands the watchdog changes, so that every held
+/// lock is checked at once rather than at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_keepalive_stream_is_signalled_to_the_watchdog() {
+    let mut etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let token = Token::generate();
+    let plain = single_attempt();
+    let held = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, plain)
+        .await
+        .unwrap();
+    assert!(matches!(held, Attempt::Acquired { .. }));
+    let reconnects = backend.reconnects().expect("the etcd backend can tell");
+    let renewal = [Renewal {
+        key: key.clone(),
+        token: token.clone(),
+        lease: ETCD_MIN_LEASE,
+    }];
+    // The first renewal opens the keepalive stream.
+    assert_eq!(backend.renew(&renewal).await.unwrap(), vec![Renewed::Yes]);
+    assert!(!reconnects.has_changed().unwrap());
+    etcd.child.kill().unwrap();
+    etcd.child.wait().unwrap();
+    let renewed = backend.renew(&renewal).await;
+    assert!(
+        !matches!(renewed.as_deref(), Ok([Renewed::Yes])),
+        "{renewed:?}"
+    );
+    assert!(
+        reconnects.has_changed().unwrap(),
+        "the broken keepalive stream was not signalled"
     );
 }
