@@ -965,3 +965,41 @@ async fn a_broken_keepalive_stream_is_signalled_to_the_watchdog() {
         "the broken keepalive stream was not signalled"
     );
 }
+
+/// The watchdog renews every lock of a locker in one call: past etcd's limit of operations in
+/// one transaction (`--max-txn-ops`, 128 by default) each is still renewed, rather than the
+/// whole batch failing (every lock then `Unknown`, and lost at its lease's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_of_more_locks_than_one_transaction_holds_renews_each() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let mut renewals = Vec::new();
+    for i in 0..200 {
+        let key = LockKey::new(crate::DEFAULT_PREFIX, &format!("job{i}")).unwrap();
+        let token = Token::generate();
+        let held = backend
+            .acquire(&key, &token, ETCD_MIN_LEASE, single_attempt())
+            .await
+            .unwrap();
+        assert!(matches!(held, Attempt::Acquired { .. }));
+        renewals.push(Renewal {
+            key,
+            token,
+            lease: ETCD_MIN_LEASE,
+        });
+    }
+    let verdicts = backend.renew(&renewals).await;
+    assert_eq!(verdicts.unwrap(), vec![Renewed::Yes; renewals.len()]);
+    // One lock gone among them is told apart from the others.
+    let gone = &renewals[150];
+    assert!(backend.release(&gone.key, &gone.token).await.unwrap());
+    let verdicts = backend.renew(&renewals).await.unwrap();
+    for (i, verdict) in verdicts.iter().enumerate() {
+        let expected = if i == 150 {
+            Renewed::Lost
+        } else {
+            Renewed::Yes
+        };
+        assert_eq!(*verdict, expected, "lock {i}");
+    }
+}
