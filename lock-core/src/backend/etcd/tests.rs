@@ -1003,3 +1003,36 @@ async fn a_renewal_of_more_locks_than_one_transaction_holds_renews_each() {
         assert_eq!(*verdict, expected, "lock {i}");
     }
 }
+
+/// An attempt whose transaction lands after the engine's in-flight release of its token (the
+/// request sat in a paused member while the client, balancing over the endpoints, sent the
+/// release to another, which found nothing to delete) leaves a key on this process's lease.
+/// The watchdog keeps that lease alive for the process's other locks, so the key would hold
+/// the lock for as long as the process holds anything. The late transaction is played here as
+/// the same attempt sent after the release (what the paused member applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: a late attempt after its in-flight release leaves an orphan key that \
+            the process's other locks keep alive; needs a sweep of our lease's keys"]
+async fn an_attempt_landing_after_its_release_leaves_no_orphan() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let locker = Locker::builder(backend.clone()).build();
+    // Another lock of the same lease length: the watchdog keeps the shared lease alive.
+    let other = locker.lock("other").lease(ETCD_MIN_LEASE).await.unwrap();
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let token = Token::generate();
+    // The in-flight release of the attempt whose answer never came: nothing there yet.
+    assert!(!backend.release(&key, &token).await.unwrap());
+    // The attempt lands late.
+    let late = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, single_attempt())
+        .await
+        .unwrap();
+    assert!(matches!(late, Attempt::Acquired { .. }));
+    // Nobody holds `job` in the engine: another locker gets it within a lease or two.
+    let next = etcd.locker().await;
+    let got = next.lock("job").wait(Duration::from_secs(8)).await;
+    assert!(got.is_ok(), "job is blocked by an orphan: {got:?}");
+    got.unwrap().release().await.unwrap();
+    other.release().await.unwrap();
+}
