@@ -525,24 +525,56 @@ impl EtcdBackend {
             }
             health
         };
-        let check = Txn::new().and_then(
-            cks.iter()
-                .map(|ck| TxnOp::get(ck.as_str(), Some(GetOptions::new().with_keys_only())))
-                .collect::<Vec<_>>(),
-        );
-        let mut kv = self.inner.client.kv_client();
-        let (health, read) = tokio::join!(
+        // One read of every key, in transactions of at most `MAX_TXN_OPS` reads (etcd refuses
+        // a larger one whole), sent together; a chunk that fails leaves its items `Unknown`.
+        let chunks: Vec<&[Renewal]> = items.chunks(MAX_TXN_OPS).collect();
+        let reads = cks.chunks(MAX_TXN_OPS).zip(&chunks).map(|(cks, chunk)| {
+            let check = Txn::new().and_then(
+                cks.iter()
+                    .map(|ck| TxnOp::get(ck.as_str(), Some(GetOptions::new().with_keys_only())))
+                    .collect::<Vec<_>>(),
+            );
+            let mut kv = self.inner.client.kv_client();
+            let key = &chunk[0].key;
+            Box::pin(async move {
+                let read = self.bounded("renew", Some(key), kv.txn(check)).await?;
+                let ranges = ranges(&read);
+                if ranges.len() == cks.len() {
+                    Ok(ranges)
+                } else {
+                    Err(malformed(key))
+                }
+            }) as _
+        });
+        let (health, reads) = tokio::join!(
             keepalives,
-            self.bounded("renew", Some(&first.key), kv.txn(check))
+            crate::backend::join_all::<Result<Vec<Vec<KeyValue>>, LockError>>(reads.collect())
         );
-        let ranges = ranges(&read?);
-        if ranges.len() != items.len() {
-            return Err(malformed(&first.key));
+        if reads.iter().all(Result::is_err) {
+            return Err(reads
+                .into_iter()
+                .find_map(Result::err)
+                .unwrap_or_else(|| malformed(&first.key)));
         }
+        let ranges: Vec<Option<Vec<KeyValue>>> = reads
+            .into_iter()
+            .zip(&chunks)
+            .flat_map(|(read, chunk)| match read {
+                Ok(ranges) => ranges.into_iter().map(Some).collect(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading some renewed locks failed");
+                    vec![None; chunk.len()]
+                }
+            })
+            .collect();
         for (i, item) in items.iter().enumerate() {
             if verdicts[i] == Renewed::Lost {
                 continue;
             }
+            let Some(range) = &ranges[i] else {
+                verdicts[i] = Renewed::Unknown;
+                continue;
+            };
             let slot = ttls.binary_search(&wanted[i]).unwrap_or(0);
             let known = self
                 .inner
@@ -550,7 +582,7 @@ impl EtcdBackend {
                 .lock()
                 .get(&cks[i])
                 .map(|c| (c.create_revision, c.lease_id));
-            let found = ranges[i].first();
+            let found = range.first();
             verdicts[i] = match (found, known) {
                 (None, _) => Renewed::Lost,
                 (Some(kv), Some((revision, _))) if kv.create_revision() != revision => {
@@ -575,6 +607,10 @@ impl EtcdBackend {
         Ok(verdicts)
     }
 }
+
+/// The most operations etcd takes in one transaction by default (`--max-txn-ops`): a renewal
+/// reads its locks in transactions of at most this many.
+const MAX_TXN_OPS: usize = 128;
 
 /// Our key `ck` as etcd has it now: created at `revision`, on lease `lease_id` of `ttl`
 /// seconds. A watch made for an earlier key of the name (created at another revision) ends.

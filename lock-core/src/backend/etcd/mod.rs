@@ -96,9 +96,9 @@ struct Shared {
     listeners: Arc<Mutex<Listeners>>,
     /// Our contender keys (by full etcd key), with what we know of each.
     contenders: Mutex<HashMap<String, Contender>>,
+    /// Its `reconnects` is bumped each time a keepalive stream broke (held locks may have gone
+    /// with it).
     leases: Leases,
-    /// Bumped each time a keepalive stream broke (held locks may have gone with it).
-    reconnects: watch::Sender<u64>,
 }
 
 /// The last clone of the backend is gone, and with it every guard and waiter of its lockers
@@ -359,7 +359,6 @@ impl EtcdBackendBuilder {
                 listeners: Arc::default(),
                 contenders: Mutex::default(),
                 leases,
-                reconnects: watch::Sender::new(0),
             }),
         })
     }
@@ -458,9 +457,10 @@ fn timed_out(operation: &'static str, key: Option<&str>) -> LockError {
 
 /// The etcd lease length, in whole seconds, behind a lock of `lease`: rounded up, plus one
 /// second, so that an acquire covered by a keepalive sent less than a second before it needs no
-/// keepalive of its own. `None` below [`ETCD_MIN_LEASE`].
+/// keepalive of its own. `None` below [`ETCD_MIN_LEASE`] or above [`MAX_LEASE`](crate::MAX_LEASE)
+/// (the trait is public: a caller other than the engine may ask for `Duration::MAX`).
 fn lease_ttl(lease: Duration) -> Option<u64> {
-    if lease < ETCD_MIN_LEASE {
+    if !(ETCD_MIN_LEASE..=crate::MAX_LEASE).contains(&lease) {
         return None;
     }
     let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
@@ -468,6 +468,12 @@ fn lease_ttl(lease: Duration) -> Option<u64> {
 }
 
 fn lease_refused(lease: Duration) -> LockError {
+    if lease > crate::MAX_LEASE {
+        return LockError::config(format!(
+            "lease {lease:?} is above the maximum of {:?}",
+            crate::MAX_LEASE
+        ));
+    }
     LockError::config(format!(
         "lease {lease:?} is below the etcd backend's floor of {ETCD_MIN_LEASE:?} (etcd counts leases in whole seconds, with a floor of its own)"
     ))
@@ -576,7 +582,7 @@ impl Backend for EtcdBackend {
     }
 
     fn reconnects(&self) -> Option<watch::Receiver<u64>> {
-        Some(self.inner.reconnects.subscribe())
+        Some(self.inner.leases.reconnects.subscribe())
     }
 }
 

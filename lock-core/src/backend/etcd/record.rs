@@ -32,7 +32,7 @@ fn encode(kind: u8, ttl: Duration, fingerprint: &str, payload: &[u8]) -> Vec<u8>
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let expiry = u64::try_from((now + ttl).as_millis()).unwrap_or(u64::MAX);
+    let expiry = u64::try_from(now.saturating_add(ttl).as_millis()).unwrap_or(u64::MAX);
     let fp_len = u32::try_from(fingerprint.len()).unwrap_or(u32::MAX);
     let mut value = Vec::with_capacity(13 + fingerprint.len() + payload.len());
     value.push(kind);
@@ -71,7 +71,15 @@ fn decode(value: &[u8]) -> Option<Record> {
 impl EtcdBackend {
     /// A lease of `ttl` (rounded up to whole seconds) for one record.
     async fn record_lease(&self, key: &LockKey, ttl: Duration) -> Result<i64, LockError> {
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        if ttl.is_zero() || ttl > crate::MAX_RESULT_TTL {
+            return Err(LockError::config(format!(
+                "record TTL {ttl:?} is out of range: above zero and at most {:?}",
+                crate::MAX_RESULT_TTL
+            )));
+        }
+        let secs = ttl
+            .as_secs()
+            .saturating_add(u64::from(ttl.subsec_nanos() > 0));
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let mut client = self.inner.client.lease_client();
         let granted = self
@@ -113,7 +121,7 @@ impl EtcdBackend {
             .and_then([TxnOp::put(
                 rk,
                 value,
-                Some(PutOptions::new().with_lease(lease)),
+                Some(PutOptions::new().with_lease(lease).with_prev_key()),
             )]);
         let mut kv = self.inner.client.kv_client();
         let answer = self.bounded("store result", Some(key), kv.txn(txn)).await;
@@ -122,6 +130,16 @@ impl EtcdBackend {
             .is_ok_and(etcd_client::TxnResponse::succeeded);
         if !written {
             self.revoke_later(lease);
+        } else if let Ok(answer) = &answer {
+            // The record replaced has a lease of its own, which etcd would keep (with no key)
+            // until its TTL ends: one dead lease per request of a busy service.
+            let replaced = answer.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Put(put) => put.prev_key().map(etcd_client::KeyValue::lease),
+                _ => None,
+            });
+            if let Some(old) = replaced.filter(|old| *old != 0 && *old != lease) {
+                self.revoke_later(old);
+            }
         }
         answer.map(|_| written)
     }

@@ -109,6 +109,15 @@ impl Etcd {
     }
 }
 
+/// The options of one attempt without a queue ticket (a `try_lock`'s).
+fn single_attempt() -> AttemptOptions<'static> {
+    AttemptOptions {
+        fenced: false,
+        ticket: None,
+        remaining: true,
+    }
+}
+
 /// Connects with `connect` until it succeeds (within the test bound).
 async fn until_up<F: Future<Output = Result<EtcdBackend, LockError>>>(
     connect: impl Fn() -> F,
@@ -765,6 +774,103 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
     guard.release().await.unwrap();
 }
 
+/// Contender keys are found by prefix (`lock:{a}/q/`), so a lock named `a}/q/x` would sit under
+/// `a`'s prefix, block it and make its idempotency state "in flight", were it not for the
+/// hashing of names with braces (`lock:{#<hash>}a}/q/x`). Lock names come from callers (an
+/// `Idempotency-Key` header through the layer): this guards the property the backend's prefix
+/// ranges rely on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_extending_another_locks_prefix_is_another_lock() {
+    let etcd = Etcd::start().await;
+    let (backend, other) = (etcd.backend().await, etcd.locker().await);
+    let locker = Locker::builder(backend.clone()).build();
+    let squatter = other.lock("a}/q/x").await.unwrap();
+    let free = locker.try_lock("a").await;
+    assert!(free.is_ok(), "lock a is free, yet: {free:?}");
+    free.unwrap().release().await.unwrap();
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "a").unwrap();
+    let state = backend.idempotency_state(&key).await.unwrap();
+    assert!(matches!(state, IdempotencyState::Absent), "{state:?}");
+    // The waiting path, too: a waiter on `a` is served at once.
+    let waited = locker.lock("a").wait(Duration::from_secs(5)).fenced().await;
+    assert!(waited.is_ok(), "lock a is free, yet: {waited:?}");
+    waited.unwrap().release().await.unwrap();
+    squatter.release().await.unwrap();
+}
+
+/// The backend is public: a caller of its trait methods with a lease or a record TTL no lock
+/// can have (`Duration::MAX`) gets an error, never a panic (an overflow in the rounding to
+/// whole seconds, or in the record's expiry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_ttls_out_of_range_are_refused_without_a_panic() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "big").unwrap();
+    let token = Token::generate();
+    let plain = single_attempt();
+    for lease in [Duration::MAX, crate::MAX_LEASE + Duration::from_secs(1)] {
+        let refused = backend.acquire(&key, &token, lease, plain).await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidConfig { .. })),
+            "{lease:?}: {refused:?}"
+        );
+        let renewal = Renewal {
+            key: key.clone(),
+            token: token.clone(),
+            lease,
+        };
+        let refused = backend.renew(std::slice::from_ref(&renewal)).await;
+        assert!(refused.is_err(), "{lease:?}: {refused:?}");
+    }
+    assert_eq!(etcd.contenders("big").await, 0);
+    let held = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, plain)
+        .await
+        .unwrap();
+    assert!(matches!(held, Attempt::Acquired { .. }));
+    let stored = backend
+        .store_result(&key, &token, "fp", b"x", Duration::MAX)
+        .await;
+    assert!(stored.is_err(), "{stored:?}");
+    let marked = backend
+        .mark_started(&key, &token, &Token::generate(), "fp", Duration::MAX)
+        .await;
+    assert!(marked.is_err(), "{marked:?}");
+    assert!(backend.release(&key, &token).await.unwrap());
+}
+
+/// Every record has an etcd lease of its own (of the record's TTL). A result that replaces the
+/// "started" mark (the layer's every request: mark, run, store) must not leave the mark's
+/// lease behind: etcd keeps a lease without keys until its TTL ends (a day, say), so a busy
+/// service would pile up one dead lease per request in etcd's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_replacing_the_mark_leaves_no_lease_behind() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let leases = || async { etcd.raw().await.leases().await.unwrap().leases().len() };
+    let ttl = Duration::from_secs(3600);
+    let guard = locker.lock("pay").await.unwrap();
+    // The lock's own lease.
+    assert_eq!(leases().await, 1);
+    let two_leases = || async {
+        // The lock's lease and the one record's: the replaced record's lease is revoked (in
+        // the background, just after the result is written).
+        within(async {
+            while leases().await != 2 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    };
+    guard.mark_started("fp", ttl).await.unwrap();
+    guard.store_result("fp", b"done", ttl).await.unwrap();
+    two_leases().await;
+    // A result stored again replaces the first, and its lease.
+    guard.store_result("fp", b"done", ttl).await.unwrap();
+    two_leases().await;
+    guard.release().await.unwrap();
+}
+
 /// Figures for the notes (not a timing assertion): a contended handoff between two lockers
 /// (from the holder's release call to the waiter holding the lock) against the floor of a
 /// watch event (from a delete call to a watcher of that key hearing it), medians.
@@ -821,4 +927,112 @@ async fn measure_handoff_against_a_watch_event() {
         handoff.as_secs_f64() / event.as_secs_f64(),
         calls as f64 / 40.0
     );
+}
+
+/// A keepalive stream that breaks (the member went away) is the backend's connection-loss
+/// signal: the receiver [`Backend::reconnects`] hands the watchdog changes, so that every held
+/// lock is checked at once rather than at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_keepalive_stream_is_signalled_to_the_watchdog() {
+    let mut etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let token = Token::generate();
+    let plain = single_attempt();
+    let held = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, plain)
+        .await
+        .unwrap();
+    assert!(matches!(held, Attempt::Acquired { .. }));
+    let reconnects = backend.reconnects().expect("the etcd backend can tell");
+    let renewal = [Renewal {
+        key: key.clone(),
+        token: token.clone(),
+        lease: ETCD_MIN_LEASE,
+    }];
+    // The first renewal opens the keepalive stream.
+    assert_eq!(backend.renew(&renewal).await.unwrap(), vec![Renewed::Yes]);
+    assert!(!reconnects.has_changed().unwrap());
+    etcd.child.kill().unwrap();
+    etcd.child.wait().unwrap();
+    let renewed = backend.renew(&renewal).await;
+    assert!(
+        !matches!(renewed.as_deref(), Ok([Renewed::Yes])),
+        "{renewed:?}"
+    );
+    assert!(
+        reconnects.has_changed().unwrap(),
+        "the broken keepalive stream was not signalled"
+    );
+}
+
+/// The watchdog renews every lock of a locker in one call: past etcd's limit of operations in
+/// one transaction (`--max-txn-ops`, 128 by default) each is still renewed, rather than the
+/// whole batch failing (every lock then `Unknown`, and lost at its lease's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_of_more_locks_than_one_transaction_holds_renews_each() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let mut renewals = Vec::new();
+    for i in 0..200 {
+        let key = LockKey::new(crate::DEFAULT_PREFIX, &format!("job{i}")).unwrap();
+        let token = Token::generate();
+        let held = backend
+            .acquire(&key, &token, ETCD_MIN_LEASE, single_attempt())
+            .await
+            .unwrap();
+        assert!(matches!(held, Attempt::Acquired { .. }));
+        renewals.push(Renewal {
+            key,
+            token,
+            lease: ETCD_MIN_LEASE,
+        });
+    }
+    let verdicts = backend.renew(&renewals).await;
+    assert_eq!(verdicts.unwrap(), vec![Renewed::Yes; renewals.len()]);
+    // One lock gone among them is told apart from the others.
+    let gone = &renewals[150];
+    assert!(backend.release(&gone.key, &gone.token).await.unwrap());
+    let verdicts = backend.renew(&renewals).await.unwrap();
+    for (i, verdict) in verdicts.iter().enumerate() {
+        let expected = if i == 150 {
+            Renewed::Lost
+        } else {
+            Renewed::Yes
+        };
+        assert_eq!(*verdict, expected, "lock {i}");
+    }
+}
+
+/// An attempt whose transaction lands after the engine's in-flight release of its token (the
+/// request sat in a paused member while the client, balancing over the endpoints, sent the
+/// release to another, which found nothing to delete) leaves a key on this process's lease.
+/// The watchdog keeps that lease alive for the process's other locks, so the key would hold
+/// the lock for as long as the process holds anything. The late transaction is played here as
+/// the same attempt sent after the release (what the paused member applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: a late attempt after its in-flight release leaves an orphan key that \
+            the process's other locks keep alive; needs a sweep of our lease's keys"]
+async fn an_attempt_landing_after_its_release_leaves_no_orphan() {
+    let etcd = Etcd::start().await;
+    let backend = etcd.backend().await;
+    let locker = Locker::builder(backend.clone()).build();
+    // Another lock of the same lease length: the watchdog keeps the shared lease alive.
+    let other = locker.lock("other").lease(ETCD_MIN_LEASE).await.unwrap();
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let token = Token::generate();
+    // The in-flight release of the attempt whose answer never came: nothing there yet.
+    assert!(!backend.release(&key, &token).await.unwrap());
+    // The attempt lands late.
+    let late = backend
+        .acquire(&key, &token, ETCD_MIN_LEASE, single_attempt())
+        .await
+        .unwrap();
+    assert!(matches!(late, Attempt::Acquired { .. }));
+    // Nobody holds `job` in the engine: another locker gets it within a lease or two.
+    let next = etcd.locker().await;
+    let got = next.lock("job").wait(Duration::from_secs(8)).await;
+    assert!(got.is_ok(), "job is blocked by an orphan: {got:?}");
+    got.unwrap().release().await.unwrap();
+    other.release().await.unwrap();
 }
