@@ -65,4 +65,12 @@ mod guide {
         Operating = "docs/src/operating.md";
         Upgrading = "docs/src/upgrading.md";
     }
+
+    /// The etcd chapter's examples need the etcd backend (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    mod etcd {
+        chapters! {
+            Etcd = "docs/src/backends/etcd.md";
+        }
+    }
 }
