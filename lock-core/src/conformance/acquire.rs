@@ -317,13 +317,13 @@ struct Stress {
     total: u64,
 }
 
-/// 8 tasks x 500 iterations (through 4 lockers sharing the store) of a non-atomic
-/// read-modify-write of a counter under the lock on `stress`; each locked increment must
-/// succeed.
+/// 8 tasks x 500 iterations (by default: [`Suite::stress_iterations`](super::Suite::stress_iterations))
+/// through 4 lockers sharing the store, of a non-atomic read-modify-write of a counter under
+/// the lock on `stress`; each locked increment must succeed.
 async fn stress(fx: &Fixture) -> Stress {
     const TASKS: usize = 8;
-    const ITERATIONS: u64 = 500;
     const LOCKERS: usize = 4;
+    let iterations = fx.stress_iterations();
     let mut lockers = Vec::new();
     for _ in 0..LOCKERS {
         lockers.push(fx.locker().await);
@@ -339,7 +339,7 @@ async fn stress(fx: &Fixture) -> Stress {
             let inside = inside.clone();
             let overlaps = overlaps.clone();
             tokio::spawn(async move {
-                for _ in 0..ITERATIONS {
+                for _ in 0..iterations {
                     locker
                         .lock("stress")
                         .wait(Duration::from_secs(60))
@@ -360,11 +360,11 @@ async fn stress(fx: &Fixture) -> Stress {
         t.await.expect("stress task");
     }
     let elapsed = start.elapsed();
-    let total = TASKS as u64 * ITERATIONS;
+    let total = TASKS as u64 * iterations;
     let last = counter.read();
     let overlaps = overlaps.load(Ordering::SeqCst);
     println!(
-        "[{}] in-process stress: {TASKS} tasks x {ITERATIONS} iterations via {LOCKERS} lockers on one key = {total} locked read-modify-writes; final count {last}; overlapping bodies {overlaps}; {elapsed:.2?}",
+        "[{}] in-process stress: {TASKS} tasks x {iterations} iterations via {LOCKERS} lockers on one key = {total} locked read-modify-writes; final count {last}; overlapping bodies {overlaps}; {elapsed:.2?}",
         fx.name(),
     );
     Stress {
@@ -709,12 +709,12 @@ checks!(
     release_removes_the_lock_from_the_backend,
     one_of_sixteen_racers_wins_a_fresh_key: [OneWinner],
     try_lock_on_a_held_key_is_a_retryable_busy_naming_the_key,
-    busy_hints_a_retry_within_the_holders_lease,
+    busy_hints_a_retry_within_the_holders_lease: [BusyHint],
     no_wait_on_a_held_key_is_busy,
     zero_wait_on_a_held_key_is_busy,
     busy_run_never_runs_its_body,
-    release_after_expiry_says_lease_lost,
-    release_after_expiry_leaves_the_new_holder_alone,
+    release_after_expiry_says_lease_lost: [ShortLease],
+    release_after_expiry_leaves_the_new_holder_alone: [ShortLease],
     usurped_guard_cannot_know_it_lost: [Probe],
     extend_by_a_usurped_guard_says_lease_lost: [Probe],
     release_by_a_usurped_guard_says_lease_lost: [Probe],

@@ -22,6 +22,7 @@ pub(super) struct Fixture {
     prefix: String,
     local_handoff: bool,
     consecutive_fences: bool,
+    stress_iterations: u64,
 }
 
 impl Fixture {
@@ -32,6 +33,7 @@ impl Fixture {
             prefix: suite.prefix.clone(),
             local_handoff,
             consecutive_fences: false,
+            stress_iterations: suite.stress_iterations,
         }
     }
 
@@ -40,6 +42,11 @@ impl Fixture {
             consecutive_fences: consecutive,
             ..self
         }
+    }
+
+    /// How many locked increments each task of the counter stress makes.
+    pub(super) fn stress_iterations(&self) -> u64 {
+        self.stress_iterations
     }
 
     /// Whether each key's fences count 1, 2, 3, ...

@@ -501,7 +501,7 @@ checks!(
     state_goes_absent_in_flight_completed,
     stored_bytes_and_fingerprint_come_back_exactly,
     record_expires_after_its_ttl,
-    a_store_after_the_lease_was_lost_is_refused: [Probe],
+    a_store_after_the_lease_was_lost_is_refused: [Probe, ShortLease],
     a_reentrant_guard_stores_for_the_outer_lock,
     bad_input_is_a_typed_error,
     records_of_different_keys_and_prefixes_never_meet,

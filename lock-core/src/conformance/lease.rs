@@ -183,14 +183,14 @@ async fn max_hold_of_a_handed_over_lock_starts_when_it_arrives(fx: Fixture) {
 }
 
 checks!(
-    watchdog_off_renews_nothing,
-    expired_lease_frees_the_key,
-    expiring_key_is_not_free_before_the_lease_runs_out,
-    expired_guard_is_no_longer_held,
-    expired_guard_reports_the_loss,
-    watchdog_keeps_a_short_lease_alive,
-    watchdog_renews_repeatedly,
-    released_lock_is_no_longer_renewed,
+    watchdog_off_renews_nothing: [ShortLease],
+    expired_lease_frees_the_key: [ShortLease],
+    expiring_key_is_not_free_before_the_lease_runs_out: [ShortLease],
+    expired_guard_is_no_longer_held: [ShortLease],
+    expired_guard_reports_the_loss: [ShortLease],
+    watchdog_keeps_a_short_lease_alive: [ShortLease],
+    watchdog_renews_repeatedly: [ShortLease],
+    released_lock_is_no_longer_renewed: [ShortLease],
     absurd_max_hold_is_invalid_config,
     absurd_max_hold_in_run_is_invalid_config,
     absurd_max_hold_leaves_nothing_behind,

@@ -181,6 +181,12 @@ enum Need {
     OneWinner,
     /// A [`Probe`].
     Probe,
+    /// Leases shorter than a second (to see one run out within the check's time): skipped on
+    /// a backend whose leases have a floor ([`Suite::min_lease`]).
+    ShortLease,
+    /// A busy answer tells how long the holder's lease still runs (optional: see
+    /// [`AttemptOptions::remaining`](crate::backend::AttemptOptions::remaining)).
+    BusyHint,
 }
 
 type CheckFn = fn(Fixture) -> Pin<Box<dyn Future<Output = ()>>>;
@@ -249,6 +255,9 @@ pub struct Suite {
     handover: Option<bool>,
     one_winner: bool,
     consecutive_fences: bool,
+    min_lease: Option<Duration>,
+    busy_hint: bool,
+    stress_iterations: u64,
     only: Option<String>,
 }
 
@@ -263,6 +272,9 @@ impl std::fmt::Debug for Suite {
             .field("handover", &self.handover)
             .field("one_winner", &self.one_winner)
             .field("consecutive_fences", &self.consecutive_fences)
+            .field("min_lease", &self.min_lease)
+            .field("busy_hint", &self.busy_hint)
+            .field("stress_iterations", &self.stress_iterations)
             .finish_non_exhaustive()
     }
 }
@@ -370,6 +382,9 @@ impl Suite {
             handover: None,
             one_winner: true,
             consecutive_fences: false,
+            min_lease: None,
+            busy_hint: true,
+            stress_iterations: 500,
             only: None,
         }
     }
@@ -500,6 +515,57 @@ impl Suite {
     pub fn consecutive_fences(self, yes: bool) -> Self {
         Suite {
             consecutive_fences: yes,
+            ..self
+        }
+    }
+
+    /// The shortest lease the backend accepts (etcd's leases are whole seconds, at least 2 s):
+    /// the checks that watch a lease of under a second run out are then reported
+    /// [`Outcome::Skipped`], never run with a lease the backend would refuse. The other checks
+    /// keep their leases, which are all long enough.
+    ///
+    /// ```
+    /// # let suite = lock_core::conformance::Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
+    /// let suite = suite.min_lease(std::time::Duration::from_secs(2));
+    /// # drop(suite);
+    /// ```
+    #[must_use]
+    pub fn min_lease(self, floor: Duration) -> Self {
+        Suite {
+            min_lease: Some(floor),
+            ..self
+        }
+    }
+
+    /// Whether a busy answer tells how long the holder's lease still runs (default `true`): a
+    /// backend that never reports it (`Attempt::Busy { remaining: None }`) has the check of
+    /// the hint skipped.
+    ///
+    /// ```
+    /// # let suite = lock_core::conformance::Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
+    /// let suite = suite.busy_hint(false);
+    /// # drop(suite);
+    /// ```
+    #[must_use]
+    pub fn busy_hint(self, reported: bool) -> Self {
+        Suite {
+            busy_hint: reported,
+            ..self
+        }
+    }
+
+    /// How many locked increments each of the stress's 8 tasks makes (default 500): fewer on a
+    /// store whose every lock is a consensus round (etcd), so the run stays short. At least 1.
+    ///
+    /// ```
+    /// # let suite = lock_core::conformance::Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
+    /// let suite = suite.stress_iterations(100);
+    /// # drop(suite);
+    /// ```
+    #[must_use]
+    pub fn stress_iterations(self, n: u64) -> Self {
+        Suite {
+            stress_iterations: n.max(1),
             ..self
         }
     }
@@ -653,6 +719,12 @@ impl Suite {
                     skipped = Some("simultaneous racers may split the vote");
                 }
                 Need::Probe if self.probe.is_none() => skipped = Some("needs a Probe"),
+                Need::BusyHint if !self.busy_hint => {
+                    skipped = Some("the backend does not report the holder's remaining lease");
+                }
+                Need::ShortLease if self.min_lease.is_some_and(|f| f >= Duration::from_secs(1)) => {
+                    skipped = Some("needs a lease of under a second, below the backend's floor");
+                }
                 _ => {}
             }
         }
