@@ -19,11 +19,15 @@ mod sync;
 mod test_support;
 mod token;
 
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub use backend::MAX_TIMEOUT;
 pub use backend::{Backend, MemoryBackend};
 #[cfg(feature = "redlock")]
 pub use backend::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBackendBuilder};
+#[cfg(feature = "etcd")]
+pub use backend::{ETCD_MIN_LEASE, EtcdBackend, EtcdBackendBuilder};
 #[cfg(feature = "redis")]
-pub use backend::{MAX_TIMEOUT, RedisBackend, RedisBackendBuilder};
+pub use backend::{RedisBackend, RedisBackendBuilder};
 #[cfg(feature = "cluster")]
 pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "sentinel")]

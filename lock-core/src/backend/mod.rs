@@ -24,6 +24,8 @@ pub use crate::token::Token;
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod memory;
 mod notify;
 #[cfg(feature = "redis")]
@@ -36,6 +38,8 @@ mod types;
 
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
+#[cfg(feature = "etcd")]
+pub use etcd::{ETCD_MIN_LEASE, EtcdBackend, EtcdBackendBuilder};
 pub use memory::MemoryBackend;
 pub(crate) use notify::Grant;
 pub use notify::{Inbox, Listeners};
@@ -506,12 +510,12 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 /// # }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
 /// ```
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Checks a backend's timeouts (`what` names them in the error): each above zero and at most
 /// [`MAX_TIMEOUT`].
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "etcd"))]
 pub(crate) fn validate_timeouts(what: &str, timeouts: &[Duration]) -> Result<(), LockError> {
     if timeouts.iter().any(|t| t.is_zero() || *t > MAX_TIMEOUT) {
         return Err(LockError::config(format!(
@@ -522,7 +526,12 @@ pub(crate) fn validate_timeouts(what: &str, timeouts: &[Duration]) -> Result<(),
 }
 
 /// Runs `futures` concurrently; their outputs in order.
-#[cfg(any(feature = "cluster", feature = "sentinel", feature = "redlock"))]
+#[cfg(any(
+    feature = "cluster",
+    feature = "sentinel",
+    feature = "redlock",
+    feature = "etcd"
+))]
 pub(crate) async fn join_all<'a, T>(
     futures: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>>,
 ) -> Vec<T> {

@@ -182,6 +182,27 @@ impl Locker {
         Ok(Self::builder(backend).build())
     }
 
+    /// A locker on an etcd v3 cluster, with default options: `endpoints` are some of its
+    /// members' client URLs. Every lock may be fenced (its key's create revision) and fair;
+    /// leases are at least [`ETCD_MIN_LEASE`](crate::ETCD_MIN_LEASE). See
+    /// [`EtcdBackend`](crate::EtcdBackend), and its builder for timeouts, a namespace and auth.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for no endpoint, [`LockError::Backend`] when the cluster
+    /// does not answer a linearizable read within the connect timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::etcd(&["http://127.0.0.1:2379"]).await?;
+    /// let guard = locker.lock("order:42").fenced().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd")]
+    pub async fn etcd(endpoints: &[&str]) -> Result<Self, LockError> {
+        let backend = crate::EtcdBackend::connect(endpoints).await?;
+        Ok(Self::builder(backend).build())
+    }
+
     /// A locker on the primary of a Redis group watched by Sentinel, with default options:
     /// `sentinels` are its sentinels (a majority of them must name the same primary),
     /// `master_name` the name they monitor the primary under. The locker follows the primary across failovers;

@@ -1,0 +1,216 @@
+//! The backend's etcd leases: one per lease length in use, granted lazily, kept alive over one
+//! keepalive stream each (rebuilt when it breaks), and dropped once etcd says it expired.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{bounded, timed_out};
+use crate::LockError;
+use crate::key::LockKey;
+use crate::sync::Mutex;
+
+/// What a keepalive found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Health {
+    /// The lease runs its full length from (at least) the keepalive's sending.
+    Alive,
+    /// etcd no longer knows the lease: every key on it is gone.
+    Expired,
+}
+
+pub(super) struct Leases {
+    client: Client,
+    timeout: Duration,
+    slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    /// Bumped each time a keepalive stream broke.
+    pub(super) reconnects: watch::Sender<u64>,
+}
+
+/// The lease of one length, behind an async lock: a grant or a keepalive at a time.
+struct Slot {
+    ttl: u64,
+    state: tokio::sync::Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    id: Option<i64>,
+    keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// When the last keepalive (or the grant) etcd confirmed was sent: the lease runs at least
+    /// until this instant plus its length.
+    confirmed: Option<Instant>,
+}
+
+impl Leases {
+    pub(super) fn new(client: Client, timeout: Duration) -> Self {
+        Leases {
+            client,
+            timeout,
+            slots: Mutex::default(),
+            reconnects: watch::Sender::new(0),
+        }
+    }
+
+    fn slot(&self, ttl: u64) -> Arc<Slot> {
+        self.slots
+            .lock()
+            .entry(ttl)
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    ttl,
+                    state: tokio::sync::Mutex::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// The lease of `ttl` seconds, granted now if there is none.
+    pub(super) async fn id(&self, ttl: u64, key: &LockKey) -> Result<i64, LockError> {
+        let slot = self.slot(ttl);
+        let mut state = slot.state.lock().await;
+        if let Some(id) = state.id {
+            return Ok(id);
+        }
+        let sent = Instant::now();
+        let mut client = self.client.lease_client();
+        let ttl_secs = i64::try_from(slot.ttl).unwrap_or(i64::MAX);
+        let granted = bounded(
+            self.timeout,
+            "grant a lease",
+            Some(key),
+            client.grant(ttl_secs, None),
+        )
+        .await?;
+        if !granted.error().is_empty() || granted.ttl() < ttl_secs {
+            return Err(LockError::protocol(
+                "grant a lease",
+                key.user(),
+                format!(
+                    "etcd granted {} s (asked for {ttl_secs} s): {}",
+                    granted.ttl(),
+                    granted.error()
+                ),
+            ));
+        }
+        state.id = Some(granted.id());
+        state.keeper = None;
+        state.confirmed = Some(sent);
+        Ok(granted.id())
+    }
+
+    /// The lease of `ttl` seconds, if one is granted (no I/O).
+    pub(super) async fn current(&self, ttl: u64) -> Option<i64> {
+        self.slot(ttl).state.lock().await.id
+    }
+
+    /// Makes sure lease `id` (of `ttl` seconds) runs at least until `start + lease`: at once
+    /// when a keepalive sent late enough was confirmed, else with a keepalive now.
+    pub(super) async fn cover(
+        &self,
+        ttl: u64,
+        id: i64,
+        start: Instant,
+        lease: Duration,
+        key: &LockKey,
+    ) -> Result<Health, LockError> {
+        let slot = self.slot(ttl);
+        let mut state = slot.state.lock().await;
+        if state.id != Some(id) {
+            return Ok(Health::Expired);
+        }
+        let length = Duration::from_secs(ttl);
+        if state.confirmed.is_some_and(|c| c + length >= start + lease) {
+            return Ok(Health::Alive);
+        }
+        self.send(&mut state, id, Some(key)).await
+    }
+
+    /// Sends one keepalive for lease `id` (of `ttl` seconds) now.
+    pub(super) async fn keep_alive(&self, ttl: u64, id: i64) -> Result<Health, LockError> {
+        let slot = self.slot(ttl);
+        let mut state = slot.state.lock().await;
+        if state.id != Some(id) {
+            return Ok(Health::Expired);
+        }
+        self.send(&mut state, id, None).await
+    }
+
+    /// Forgets lease `id` of `ttl` seconds (etcd said it is gone): the next acquire grants a
+    /// new one.
+    pub(super) async fn forget(&self, ttl: u64, id: i64) {
+        let slot = self.slot(ttl);
+        let mut state = slot.state.lock().await;
+        if state.id == Some(id) {
+            *state = SlotState::default();
+        }
+    }
+
+    async fn send(
+        &self,
+        state: &mut SlotState,
+        id: i64,
+        key: Option<&LockKey>,
+    ) -> Result<Health, LockError> {
+        let user = key.map(LockKey::user);
+        let sent = Instant::now();
+        let answer = match state.keeper.as_mut() {
+            Some((keeper, stream)) => {
+                let exchange = async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                };
+                match tokio::time::timeout(self.timeout, exchange).await {
+                    Ok(Ok(Some(answer))) if answer.id() == id => Ok(answer.ttl()),
+                    Ok(Ok(Some(_))) => Err(LockError::protocol(
+                        "keep a lease alive",
+                        user,
+                        "a keepalive answer for another lease",
+                    )),
+                    Ok(Ok(None)) => Err(LockError::protocol(
+                        "keep a lease alive",
+                        user,
+                        "the keepalive stream ended",
+                    )),
+                    Ok(Err(e)) => Err(LockError::backend("keep a lease alive", user, e)),
+                    Err(_) => Err(timed_out("keep a lease alive", user)),
+                }
+            }
+            None => {
+                // Opening the stream sends the first keepalive and reads its answer.
+                let mut client = self.client.lease_client();
+                match tokio::time::timeout(self.timeout, client.keep_alive(id)).await {
+                    Ok(Ok((keeper, stream))) => {
+                        state.keeper = Some((keeper, stream));
+                        Ok(1)
+                    }
+                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(0),
+                    Ok(Err(e)) => Err(LockError::backend("keep a lease alive", user, e)),
+                    Err(_) => Err(timed_out("keep a lease alive", user)),
+                }
+            }
+        };
+        match answer {
+            Ok(ttl) if ttl > 0 => {
+                state.confirmed = Some(sent);
+                Ok(Health::Alive)
+            }
+            Ok(_) => {
+                *state = SlotState::default();
+                Ok(Health::Expired)
+            }
+            Err(e) => {
+                // An answer may still come on this stream: a later read would take it for the
+                // answer to a later keepalive. The next keepalive opens a new stream.
+                if state.keeper.take().is_some() {
+                    self.reconnects.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Err(e)
+            }
+        }
+    }
+}

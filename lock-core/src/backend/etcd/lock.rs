@@ -1,0 +1,625 @@
+//! Acquire, release, renew and wait on etcd: the contender keys of a lock, the holder being the
+//! one with the lowest create revision.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchFilterType, WatchOptions,
+};
+use tokio::time::Instant;
+
+use super::lease::Health;
+use super::{Contender, EtcdBackend, lease_refused, lease_ttl};
+use crate::LockError;
+use crate::backend::{Attempt, AttemptOptions, Kept, Renewal, Renewed};
+use crate::key::LockKey;
+use crate::token::Token;
+
+/// What one acquire transaction found.
+enum Taken {
+    /// Our key is the holder: its create revision and the lease it is on.
+    Ours(i64, i64),
+    /// Someone else holds the lock; a single attempt created nothing.
+    Busy,
+    /// Our key waits: its create revision and lease, and the contender just ahead of it with
+    /// the revision to watch its deletion from, when the transaction saw it.
+    Queued {
+        revision: i64,
+        lease: i64,
+        ahead: Option<(Vec<u8>, i64)>,
+    },
+}
+
+impl EtcdBackend {
+    pub(super) async fn acquire_lock(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
+        let ttl = lease_ttl(lease).ok_or_else(|| lease_refused(lease))?;
+        let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
+        let start = Instant::now();
+        let ck = self.contender_key(key, token);
+        let leases = &self.inner.leases;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let lease_id = leases.id(ttl, key).await?;
+            // The keepalive (when one is needed) runs beside the transaction: the lease then
+            // runs at least `lease` from `start`, before which the engine started counting.
+            let (taken, cover) = tokio::join!(
+                self.take(key, &ck, lease_id, ticket.is_some()),
+                leases.cover(ttl, lease_id, start, lease, key)
+            );
+            let lease_gone =
+                matches!(cover, Ok(Health::Expired)) || taken.as_ref().is_err_and(lease_not_found);
+            if lease_gone {
+                leases.forget(ttl, lease_id).await;
+                if attempts < 2 {
+                    continue;
+                }
+            }
+            let taken = taken?;
+            if lease_gone {
+                return Err(LockError::protocol(
+                    "acquire",
+                    key.user(),
+                    "the etcd lease expired as it was granted",
+                ));
+            }
+            return match taken {
+                Taken::Busy => Ok(Attempt::Busy { remaining: None }),
+                Taken::Ours(revision, on) => {
+                    // Ours only with the lease confirmed: else the engine's in-flight release
+                    // takes it back.
+                    cover?;
+                    if on != lease_id && !self.rebind(key, &ck, revision, lease_id).await? {
+                        self.inner.contenders.lock().remove(&ck);
+                        return Ok(Attempt::Busy { remaining: None });
+                    }
+                    self.hold(&ck, revision, ttl, lease_id);
+                    Ok(acquired(revision, options.fenced))
+                }
+                Taken::Queued {
+                    revision,
+                    lease: on,
+                    ahead,
+                } => {
+                    let ticket = ticket.map_or("released", |t| t.id.as_str());
+                    match self
+                        .queue(key, &ck, ticket, (revision, ttl, lease_id, on), ahead)
+                        .await?
+                    {
+                        true => {
+                            cover?;
+                            Ok(acquired(revision, options.fenced))
+                        }
+                        false => Ok(Attempt::Busy { remaining: None }),
+                    }
+                }
+            };
+        }
+    }
+
+    /// One acquire transaction. A single attempt creates its key only when the lock has no
+    /// contender at all (so a busy answer leaves nothing behind); a waiter creates its key if
+    /// it has none (an attempt sent again finds it) and reads the holder, and the contender
+    /// ahead of a key it just created.
+    async fn take(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        lease_id: i64,
+        waiter: bool,
+    ) -> Result<Taken, LockError> {
+        let prefix = self.queue_prefix(key);
+        let put = TxnOp::put(ck, "", Some(PutOptions::new().with_lease(lease_id)));
+        let mut kv = self.inner.client.kv_client();
+        if !waiter {
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
+                ])
+                .and_then([put]);
+            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+            return Ok(if answer.succeeded() {
+                Taken::Ours(revision_of(&answer, key)?, lease_id)
+            } else {
+                Taken::Busy
+            });
+        }
+        let first = TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1)));
+        let txn = Txn::new()
+            .when([Compare::create_revision(ck, CompareOp::Equal, 0)])
+            .and_then([
+                put,
+                first.clone(),
+                TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Descend, 2))),
+            ])
+            .or_else([
+                TxnOp::get(ck, Some(GetOptions::new().with_keys_only())),
+                first,
+            ]);
+        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        let ranges = ranges(&answer);
+        let holder = |kvs: &[KeyValue]| kvs.first().is_some_and(|kv| kv.key() == ck.as_bytes());
+        if answer.succeeded() {
+            let revision = revision_of(&answer, key)?;
+            let [_, first, last] = ranges.as_slice() else {
+                return Err(malformed(key));
+            };
+            if holder(first) {
+                return Ok(Taken::Ours(revision, lease_id));
+            }
+            let ahead = last
+                .iter()
+                .find(|kv| kv.key() != ck.as_bytes())
+                .map(|kv| (kv.key().to_vec(), revision + 1));
+            return Ok(Taken::Queued {
+                revision,
+                lease: lease_id,
+                ahead,
+            });
+        }
+        let [ours, first] = ranges.as_slice() else {
+            return Err(malformed(key));
+        };
+        let Some(ours) = ours.first() else {
+            return Err(malformed(key));
+        };
+        if holder(first) {
+            return Ok(Taken::Ours(ours.create_revision(), ours.lease()));
+        }
+        Ok(Taken::Queued {
+            revision: ours.create_revision(),
+            lease: ours.lease(),
+            ahead: None,
+        })
+    }
+
+    /// Remembers our key as the holder (no watch needed any more).
+    fn hold(&self, ck: &str, revision: i64, ttl: u64, lease_id: i64) {
+        let mut contenders = self.inner.contenders.lock();
+        let c = note(&mut contenders, ck, revision, ttl, lease_id);
+        if let Some(watch) = c.watch.take() {
+            watch.abort();
+        }
+    }
+
+    /// Our key waits behind another: watches the deletion of the one just ahead (unless a
+    /// watch is already on), looking it up when the transaction did not see it. `Ok(true)`
+    /// when the lookup finds nobody ahead any more: the lock is ours. `state` is our key's
+    /// create revision, the lease length and lease we want it on, and the lease it is on.
+    async fn queue(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        ticket: &str,
+        state: (i64, u64, i64, i64),
+        ahead: Option<(Vec<u8>, i64)>,
+    ) -> Result<bool, LockError> {
+        let (revision, ttl, lease_id, on) = state;
+        if on != lease_id && !self.rebind(key, ck, revision, lease_id).await? {
+            // Our key went meanwhile: the next attempt creates it again.
+            self.inner.contenders.lock().remove(ck);
+            return Ok(false);
+        }
+        {
+            let mut contenders = self.inner.contenders.lock();
+            let c = note(&mut contenders, ck, revision, ttl, lease_id);
+            if let Some((ahead, from)) = ahead {
+                if let Some(watch) = c.watch.take() {
+                    watch.abort();
+                }
+                c.watch = self.watch_deletion(key, ticket, ahead, from);
+                return Ok(false);
+            }
+            if c.watch.as_ref().is_some_and(|w| !w.is_finished()) {
+                return Ok(false);
+            }
+        }
+        // Who is just ahead of us now (the one we watched left)?
+        let prefix = self.queue_prefix(key);
+        let before = ordered(SortOrder::Descend, 1).with_max_create_revision(revision - 1);
+        let txn = Txn::new()
+            .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
+            .and_then([TxnOp::get(prefix.as_str(), Some(before))]);
+        let mut kv = self.inner.client.kv_client();
+        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        if !answer.succeeded() {
+            self.inner.contenders.lock().remove(ck);
+            return Ok(false);
+        }
+        let ranges = ranges(&answer);
+        let Some(ahead) = ranges.first().and_then(|kvs| kvs.first()) else {
+            // Nobody ahead: ours.
+            self.hold(ck, revision, ttl, lease_id);
+            return Ok(true);
+        };
+        let from = revision_of(&answer, key)? + 1;
+        let watch = self.watch_deletion(key, ticket, ahead.key().to_vec(), from);
+        if let Some(c) = self.inner.contenders.lock().get_mut(ck) {
+            c.watch = watch;
+        }
+        Ok(false)
+    }
+
+    /// Moves our key (created at `revision`) to lease `lease_id`; `false` when it is gone.
+    async fn rebind(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        revision: i64,
+        lease_id: i64,
+    ) -> Result<bool, LockError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
+            .and_then([TxnOp::put(
+                ck,
+                "",
+                Some(PutOptions::new().with_lease(lease_id).with_ignore_value()),
+            )]);
+        let mut kv = self.inner.client.kv_client();
+        let answer = self.bounded("extend", Some(key), kv.txn(txn)).await?;
+        Ok(answer.succeeded())
+    }
+
+    /// Watches the deletion of `ahead` from revision `from` on, then wakes this process's
+    /// waiter of `ticket` (a turn message: the waiter expecting the ticket wakes). Any end of
+    /// the watch (an error, a compaction, a member without a leader) wakes it too: maybe free.
+    fn watch_deletion(
+        &self,
+        key: &LockKey,
+        ticket: &str,
+        ahead: Vec<u8>,
+        from: i64,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let client = self.inner.client.watch_client();
+        let listeners = Arc::downgrade(&self.inner.listeners);
+        let (name, ticket) = (key.name().to_owned(), ticket.to_owned());
+        crate::background::spawn(async move {
+            deleted(client, ahead, from).await;
+            if let Some(listeners) = listeners.upgrade() {
+                listeners.lock().wake(&name, ticket.as_bytes());
+            }
+        })
+    }
+
+    /// The compare that says our key is still the one we created (any key of ours when we do
+    /// not know its revision: only this token's attempts create a key of this name).
+    pub(super) fn still_ours(&self, ck: &str) -> Compare {
+        match self.inner.contenders.lock().get(ck) {
+            Some(c) => Compare::create_revision(ck, CompareOp::Equal, c.create_revision),
+            None => Compare::create_revision(ck, CompareOp::Greater, 0),
+        }
+    }
+
+    pub(super) async fn release_lock(
+        &self,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<bool, LockError> {
+        let ck = self.contender_key(key, token);
+        let ours = self.still_ours(&ck);
+        // Forgotten whatever the answer: a release sent again deletes our key if it exists
+        // (only this token's attempts create a key of this name, and a token released is
+        // never used again), and a failed delete goes on in the background.
+        self.inner.contenders.lock().remove(&ck);
+        self.delete(key, &ck, ours, "release").await
+    }
+
+    /// A waiter gives up: deletes its key (when a release made it the holder meanwhile, this
+    /// passes the lock on).
+    pub(super) async fn leave(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
+        let ck = self.contender_key(key, token);
+        self.inner.contenders.lock().remove(&ck);
+        let any = Compare::create_revision(ck.as_str(), CompareOp::Greater, 0);
+        self.delete(key, &ck, any, "leave the queue").await?;
+        Ok(())
+    }
+
+    /// Deletes our key `ck` if `ours` holds, then wakes this process's listeners of `key`:
+    /// whether it was deleted. A delete without an answer goes on in the background until
+    /// etcd answers: this process's other locks may keep the key's lease alive for as long as
+    /// it runs, so the key would not end on its own.
+    async fn delete(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        ours: Compare,
+        operation: &'static str,
+    ) -> Result<bool, LockError> {
+        let txn = Txn::new()
+            .when([ours.clone()])
+            .and_then([TxnOp::delete(ck, None)]);
+        let mut kv = self.inner.client.kv_client();
+        match self
+            .bounded(operation, Some(key), kv.txn(txn.clone()))
+            .await
+        {
+            Ok(answer) => {
+                if answer.succeeded() {
+                    self.inner.listeners.lock().wake(key.name(), b"released");
+                }
+                Ok(answer.succeeded())
+            }
+            Err(e) => {
+                let (inner, name) = (Arc::downgrade(&self.inner), key.name().to_owned());
+                crate::background::spawn(async move {
+                    let mut pause = Duration::from_millis(100);
+                    loop {
+                        tokio::time::sleep(pause).await;
+                        // A backend dropped meanwhile keeps no lease alive: the key ends.
+                        let Some(inner) = inner.upgrade() else { return };
+                        let mut kv = inner.client.kv_client();
+                        let sent = tokio::time::timeout(inner.request_timeout, kv.txn(txn.clone()));
+                        if let Ok(Ok(answer)) = sent.await {
+                            if answer.succeeded() {
+                                inner.listeners.lock().wake(&name, b"released");
+                            }
+                            return;
+                        }
+                        pause = (pause * 2).min(Duration::from_secs(5));
+                    }
+                });
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn keep_alone(&self, key: &LockKey, token: &Token) -> Result<Kept, LockError> {
+        let ck = self.contender_key(key, token);
+        let prefix = self.queue_prefix(key);
+        let txn = Txn::new()
+            .when([self.still_ours(&ck)])
+            .and_then([TxnOp::get(
+                prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )]);
+        let mut kv = self.inner.client.kv_client();
+        let answer = self
+            .bounded("keep the lock", Some(key), kv.txn(txn))
+            .await?;
+        if !answer.succeeded() {
+            self.inner.contenders.lock().remove(&ck);
+            return Ok(Kept::NotOurs);
+        }
+        let count = match answer.op_responses().first() {
+            Some(TxnOpResponse::Get(range)) => range.count(),
+            _ => return Err(malformed(key)),
+        };
+        if count <= 1 {
+            return Ok(Kept::Alone);
+        }
+        Ok(if self.release_lock(key, token).await? {
+            Kept::Released
+        } else {
+            Kept::NotOurs
+        })
+    }
+
+    /// One keepalive per distinct lease of the batch, beside one read of every item's key:
+    /// `Yes` only when the key is still the one we created, on the lease just kept alive.
+    pub(super) async fn renew_locks(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
+        let Some(first) = items.first() else {
+            return Ok(Vec::new());
+        };
+        let mut verdicts = vec![Renewed::Unknown; items.len()];
+        let mut wanted = Vec::with_capacity(items.len());
+        for item in items {
+            wanted.push(lease_ttl(item.lease).ok_or_else(|| lease_refused(item.lease))?);
+        }
+        let cks: Vec<String> = items
+            .iter()
+            .map(|i| self.contender_key(&i.key, &i.token))
+            .collect();
+        // Items asking for another lease length (an extend): their key moves to that lease.
+        for (i, item) in items.iter().enumerate() {
+            let known = self
+                .inner
+                .contenders
+                .lock()
+                .get(&cks[i])
+                .map(|c| (c.create_revision, c.ttl));
+            let Some((revision, ttl)) = known else {
+                continue;
+            };
+            if ttl == wanted[i] {
+                continue;
+            }
+            let moved = async {
+                let id = self.inner.leases.id(wanted[i], &item.key).await?;
+                let moved = self.rebind(&item.key, &cks[i], revision, id).await?;
+                Ok::<_, LockError>((id, moved))
+            };
+            match moved.await {
+                Ok((id, true)) => {
+                    if let Some(c) = self.inner.contenders.lock().get_mut(&cks[i]) {
+                        c.ttl = wanted[i];
+                        c.lease_id = id;
+                    }
+                }
+                Ok((_, false)) => verdicts[i] = Renewed::Lost,
+                Err(e) => {
+                    tracing::debug!(key = %item.key.display(), error = %e, "moving a lock to another lease failed");
+                }
+            }
+        }
+        let mut ttls: Vec<u64> = wanted.clone();
+        ttls.sort_unstable();
+        ttls.dedup();
+        let mut ids = Vec::with_capacity(ttls.len());
+        for ttl in &ttls {
+            ids.push(self.inner.leases.current(*ttl).await);
+        }
+        let keepalives = async {
+            let mut health = Vec::with_capacity(ttls.len());
+            let sends = ttls.iter().zip(&ids).map(|(ttl, id)| async move {
+                match id {
+                    Some(id) => Some(self.inner.leases.keep_alive(*ttl, *id).await),
+                    None => None,
+                }
+            });
+            for h in crate::backend::join_all(sends.map(|f| Box::pin(f) as _).collect()).await {
+                health.push(h);
+            }
+            health
+        };
+        let check = Txn::new().and_then(
+            cks.iter()
+                .map(|ck| TxnOp::get(ck.as_str(), Some(GetOptions::new().with_keys_only())))
+                .collect::<Vec<_>>(),
+        );
+        let mut kv = self.inner.client.kv_client();
+        let (health, read) = tokio::join!(
+            keepalives,
+            self.bounded("renew", Some(&first.key), kv.txn(check))
+        );
+        let ranges = ranges(&read?);
+        if ranges.len() != items.len() {
+            return Err(malformed(&first.key));
+        }
+        for (i, item) in items.iter().enumerate() {
+            if verdicts[i] == Renewed::Lost {
+                continue;
+            }
+            let slot = ttls.binary_search(&wanted[i]).unwrap_or(0);
+            let known = self
+                .inner
+                .contenders
+                .lock()
+                .get(&cks[i])
+                .map(|c| (c.create_revision, c.lease_id));
+            let found = ranges[i].first();
+            verdicts[i] = match (found, known) {
+                (None, _) => Renewed::Lost,
+                (Some(kv), Some((revision, _))) if kv.create_revision() != revision => {
+                    Renewed::Lost
+                }
+                (Some(kv), Some((_, lease_id)))
+                    if Some(lease_id) == ids[slot] && kv.lease() == lease_id =>
+                {
+                    match health.get(slot) {
+                        Some(Some(Ok(Health::Alive))) => Renewed::Yes,
+                        Some(Some(Ok(Health::Expired))) => Renewed::Lost,
+                        _ => Renewed::Unknown,
+                    }
+                }
+                _ => Renewed::Unknown,
+            };
+            if verdicts[i] == Renewed::Lost {
+                tracing::debug!(key = %item.key.display(), "lock lost: its etcd key or lease is gone");
+                self.inner.contenders.lock().remove(&cks[i]);
+            }
+        }
+        Ok(verdicts)
+    }
+}
+
+/// Our key `ck` as etcd has it now: created at `revision`, on lease `lease_id` of `ttl`
+/// seconds. A watch made for an earlier key of the name (created at another revision) ends.
+fn note<'m>(
+    contenders: &'m mut HashMap<String, Contender>,
+    ck: &str,
+    revision: i64,
+    ttl: u64,
+    lease_id: i64,
+) -> &'m mut Contender {
+    let c = contenders.entry(ck.to_owned()).or_insert(Contender {
+        create_revision: revision,
+        ttl,
+        lease_id,
+        watch: None,
+    });
+    if c.create_revision != revision {
+        if let Some(watch) = c.watch.take() {
+            watch.abort();
+        }
+        c.create_revision = revision;
+    }
+    c.ttl = ttl;
+    c.lease_id = lease_id;
+    c
+}
+
+fn acquired(revision: i64, fenced: bool) -> Attempt {
+    Attempt::Acquired {
+        fence: fenced.then(|| u64::try_from(revision).unwrap_or(0)),
+    }
+}
+
+/// A range over a lock's contenders in create order, keys only.
+fn ordered(order: SortOrder, limit: i64) -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, order)
+        .with_limit(limit)
+        .with_keys_only()
+}
+
+/// The revision a transaction's writes were made at.
+fn revision_of(answer: &TxnResponse, key: &LockKey) -> Result<i64, LockError> {
+    answer
+        .header()
+        .map(etcd_client::ResponseHeader::revision)
+        .filter(|r| *r > 0)
+        .ok_or_else(|| malformed(key))
+}
+
+/// The key-values of each range of a transaction's answer (an empty list for its other ops).
+fn ranges(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
+    answer
+        .op_responses()
+        .into_iter()
+        .map(|op| match op {
+            TxnOpResponse::Get(mut range) => range.take_kvs(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn malformed(key: &LockKey) -> LockError {
+    LockError::protocol(
+        "acquire",
+        key.user(),
+        "etcd answered a transaction without its ranges",
+    )
+}
+
+/// Whether a write failed because its lease is gone.
+fn lease_not_found(e: &LockError) -> bool {
+    let LockError::Backend { source, .. } = e else {
+        return false;
+    };
+    source.to_string().contains("requested lease not found")
+}
+
+/// Waits for `key` to be deleted (from revision `from` on), or for the watch to end.
+async fn deleted(mut client: WatchClient, key: Vec<u8>, from: i64) {
+    let options = WatchOptions::new()
+        .with_start_revision(from)
+        .with_filters([WatchFilterType::NoPut]);
+    let Ok(mut stream) = client.watch(key, Some(options)).await else {
+        return;
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(answer)) => {
+                if answer.canceled()
+                    || answer
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                {
+                    return;
+                }
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The etcd backend: locks on an etcd v3 cluster, after etcd's own mutex recipe
+//! (`client/v3/concurrency/mutex.go`).
+//!
+//! Under the backend's namespace `N` and a lock's name `K` ([`LockKey::name`]):
+//! - `N K/q/<token>`: one key per contender (holder or waiter), created in one transaction and
+//!   bound to the backend's etcd lease for the lock's lease length. The holder is the contender
+//!   with the lowest create revision; its create revision is the fence (strictly increasing per
+//!   key, whatever the cluster goes through: revisions come from the Raft log). The token is in
+//!   the name, so an attempt sent again finds its own key.
+//! - `N K/result`: the idempotency record (a result or a "started" mark), bound to a lease of
+//!   the record's TTL, written only while our contender key still exists.
+//!
+//! Reads are linearizable (etcd's default) and writes go through Raft: a client that reaches
+//! only a minority of the members gets an error, never a lock.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::Client;
+use tokio::sync::watch;
+
+use super::{
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Listeners, Renewal, Renewed,
+    validate_timeouts,
+};
+use crate::LockError;
+use crate::idempotency::{IdempotencyState, Marked};
+use crate::key::LockKey;
+use crate::sync::Mutex;
+use crate::token::Token;
+
+mod lease;
+mod lock;
+mod record;
+
+use lease::Leases;
+
+/// The shortest lease the etcd backend accepts: 2 s. etcd grants no lease shorter than its own
+/// floor (one and a half election timeouts, 1.5 s with its defaults, raised silently), and
+/// counts leases in whole seconds; a shorter request is refused with
+/// [`LockError::InvalidConfig`] rather than kept longer than asked.
+///
+/// ```
+/// assert_eq!(lock_core::ETCD_MIN_LEASE, std::time::Duration::from_secs(2));
+/// ```
+pub const ETCD_MIN_LEASE: Duration = Duration::from_secs(2);
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Locks on an etcd v3 cluster: a key per contender bound to a lease, the holder being the one
+/// created first; fences from the key's create revision; FIFO waiting, each waiter watching the
+/// deletion of the contender just ahead of it; leases kept alive by the watchdog, one keepalive
+/// per lease length for all the locks on it.
+///
+/// Every lock request may be fenced and fair. Leases are counted in whole seconds, at least
+/// [`ETCD_MIN_LEASE`]; the etcd lease behind a lock runs one second past the lock's lease (so
+/// that an acquire rarely needs a keepalive of its own), which is how long etcd may keep the
+/// lock of a holder that died.
+///
+/// Clones share the client, the leases and the remembered acquisitions.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{EtcdBackend, Locker};
+///
+/// let backend = EtcdBackend::connect(&["http://127.0.0.1:2379"]).await?;
+/// let locker = Locker::builder(backend).build();
+/// let guard = locker.lock("order:42").fenced().await?;
+/// assert!(guard.fence().is_some());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdBackend {
+    inner: Arc<Shared>,
+}
+
+/// Counts only: names hold lock keys and tokens, which have no place in logs.
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("contenders", &self.inner.contenders.lock().len())
+            .field("request_timeout", &self.inner.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    client: Client,
+    namespace: String,
+    request_timeout: Duration,
+    listeners: Arc<Mutex<Listeners>>,
+    /// Our contender keys (by full etcd key), with what we know of each.
+    contenders: Mutex<HashMap<String, Contender>>,
+    leases: Leases,
+    /// Bumped each time a keepalive stream broke (held locks may have gone with it).
+    reconnects: watch::Sender<u64>,
+}
+
+/// One of our contender keys: its create revision (the fence, and the proof that the key is
+/// still the one we created), the lease length it is bound to, and the watch of the contender
+/// ahead of it while it waits.
+#[derive(Debug)]
+struct Contender {
+    create_revision: i64,
+    ttl: u64,
+    lease_id: i64,
+    watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            watch.abort();
+        }
+    }
+}
+
+/// Connects an [`EtcdBackend`] with options: timeouts, a key namespace, user auth.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use std::time::Duration;
+/// let backend = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"])
+///     .request_timeout(Duration::from_millis(500))
+///     .namespace("billing/")
+///     .connect()
+///     .await?;
+/// # drop(backend); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdBackendBuilder {
+    endpoints: Vec<String>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    namespace: String,
+    auth: Option<(String, String)>,
+}
+
+/// Never the password.
+impl std::fmt::Debug for EtcdBackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackendBuilder")
+            .field("endpoints", &self.endpoints.len())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("auth", &self.auth.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackendBuilder {
+    /// Bound on connecting (and checking that a member answers). Default 2 s.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"])
+    ///     .connect_timeout(Duration::from_secs(1));
+    /// # drop(b);
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on every request (a transaction, a keepalive, a grant). Default 2 s. A renewal
+    /// without an answer in time is retried while the lease is still locally valid.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let b = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"])
+    ///     .request_timeout(Duration::from_millis(500));
+    /// # drop(b);
+    /// ```
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Put before every etcd key this backend writes (default: none), to keep the locks of
+    /// one application apart from other data, or to grant a role access to them alone.
+    ///
+    /// ```
+    /// let b = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"]).namespace("app/");
+    /// # drop(b);
+    /// ```
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        namespace.clone_into(&mut self.namespace);
+        self
+    }
+
+    /// Authenticates as an etcd user (etcd with `auth enable`): its role needs read and write
+    /// on the namespace's keys.
+    ///
+    /// ```
+    /// let b = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"]).auth("locks", "secret");
+    /// # drop(b);
+    /// ```
+    pub fn auth(mut self, user: &str, password: &str) -> Self {
+        self.auth = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Connects, and checks that the cluster answers a linearizable read within the connect
+    /// timeout.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for no endpoint or a timeout out of range,
+    /// [`LockError::Backend`] when no member answers (or the credentials are refused).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"]).connect().await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(self) -> Result<EtcdBackend, LockError> {
+        validate_timeouts(
+            "the etcd connect and request timeouts",
+            &[self.connect_timeout, self.request_timeout],
+        )?;
+        if self.endpoints.is_empty() {
+            return Err(LockError::config("no etcd endpoint given"));
+        }
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(self.connect_timeout)
+            .with_timeout(self.request_timeout)
+            // A member without a leader answers watches and keepalives with an error rather
+            // than silence.
+            .with_require_leader(true)
+            .with_keep_alive(self.request_timeout, self.request_timeout);
+        if let Some((user, password)) = &self.auth {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        let connecting = Client::connect(&self.endpoints, Some(options));
+        let mut client = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(LockError::backend("connect", None, e)),
+            Err(_) => return Err(timed_out("connect", None)),
+        };
+        // The channel connects lazily: one linearizable read proves a quorum answers.
+        let probe = client.get(
+            format!("{}lock", self.namespace),
+            Some(etcd_client::GetOptions::new().with_count_only()),
+        );
+        match tokio::time::timeout(self.connect_timeout, probe).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(LockError::backend("connect", None, e)),
+            Err(_) => return Err(timed_out("connect", None)),
+        }
+        let leases = Leases::new(client.clone(), self.request_timeout);
+        Ok(EtcdBackend {
+            inner: Arc::new(Shared {
+                client,
+                namespace: self.namespace,
+                request_timeout: self.request_timeout,
+                listeners: Arc::default(),
+                contenders: Mutex::default(),
+                leases,
+                reconnects: watch::Sender::new(0),
+            }),
+        })
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to an etcd cluster with default options (see [`builder`](Self::builder)):
+    /// `endpoints` are some of its members' client URLs (`http://host:2379`).
+    ///
+    /// # Errors
+    /// As [`EtcdBackendBuilder::connect`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let backend = lock_core::EtcdBackend::connect(&["http://127.0.0.1:2379"]).await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    pub async fn connect(endpoints: &[&str]) -> Result<Self, LockError> {
+        Self::builder(endpoints).connect().await
+    }
+
+    /// A builder for a backend on `endpoints`, to set timeouts, a namespace or credentials.
+    ///
+    /// ```
+    /// let builder = lock_core::EtcdBackend::builder(&["http://127.0.0.1:2379"]);
+    /// # drop(builder);
+    /// ```
+    pub fn builder(endpoints: &[&str]) -> EtcdBackendBuilder {
+        EtcdBackendBuilder {
+            endpoints: endpoints.iter().map(|e| (*e).to_owned()).collect(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            namespace: String::new(),
+            auth: None,
+        }
+    }
+
+    /// The etcd key prefix of `key`'s contenders: `N K/q/`.
+    fn queue_prefix(&self, key: &LockKey) -> String {
+        format!("{}{}/q/", self.inner.namespace, key.name())
+    }
+
+    /// Our contender key for `key` and `token`: `N K/q/<token>`.
+    fn contender_key(&self, key: &LockKey, token: &Token) -> String {
+        format!(
+            "{}{}/q/{}",
+            self.inner.namespace,
+            key.name(),
+            token.as_str()
+        )
+    }
+
+    /// The idempotency record of `key`: `N K/result`.
+    fn record_key(&self, key: &LockKey) -> String {
+        format!("{}{}/result", self.inner.namespace, key.name())
+    }
+
+    /// Runs `request` within the request timeout.
+    async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        key: Option<&LockKey>,
+        request: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, LockError> {
+        bounded(self.inner.request_timeout, operation, key, request).await
+    }
+}
+
+/// Runs `request` within `timeout`: a late or failed answer is a [`LockError::Backend`].
+async fn bounded<T>(
+    timeout: Duration,
+    operation: &'static str,
+    key: Option<&LockKey>,
+    request: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, LockError> {
+    let user = key.map(LockKey::user);
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(LockError::backend(operation, user, e)),
+        Err(_) => Err(timed_out(operation, user)),
+    }
+}
+
+fn timed_out(operation: &'static str, key: Option<&str>) -> LockError {
+    LockError::backend(
+        operation,
+        key,
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "etcd did not answer within the request timeout",
+        ),
+    )
+}
+
+/// The etcd lease length, in whole seconds, behind a lock of `lease`: rounded up, plus one
+/// second, so that an acquire covered by a keepalive sent less than a second before it needs no
+/// keepalive of its own. `None` below [`ETCD_MIN_LEASE`].
+fn lease_ttl(lease: Duration) -> Option<u64> {
+    if lease < ETCD_MIN_LEASE {
+        return None;
+    }
+    let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
+    Some(secs + 1)
+}
+
+fn lease_refused(lease: Duration) -> LockError {
+    LockError::config(format!(
+        "lease {lease:?} is below the etcd backend's floor of {ETCD_MIN_LEASE:?} (etcd counts leases in whole seconds, with a floor of its own)"
+    ))
+}
+
+impl Backend for EtcdBackend {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        lease: Duration,
+        options: AttemptOptions<'a>,
+    ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+        Box::pin(self.acquire_lock(key, token, lease, options))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.release_lock(key, token))
+    }
+
+    fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
+        Box::pin(self.renew_locks(items))
+    }
+
+    fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
+        self.inner.listeners.lock().add(key.name(), inbox);
+        Box::pin(std::future::ready(true))
+    }
+
+    fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+        self.inner.listeners.lock().remove(key.name(), inbox);
+    }
+
+    fn store_result<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        fingerprint: &'a str,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.store_record(key, token, fingerprint, result, ttl))
+    }
+
+    fn mark_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+        fingerprint: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Marked, LockError>> {
+        Box::pin(self.write_mark(key, token, mark, fingerprint, ttl))
+    }
+
+    fn clear_started<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mark: &'a Token,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(self.clear_mark(key, token, mark))
+    }
+
+    fn idempotency_state<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+        Box::pin(self.read_state(key))
+    }
+
+    /// Every etcd lock has a fence (its key's create revision), and waiting is FIFO.
+    fn refuses(&self, _fenced: bool, _fair: bool) -> Option<&'static str> {
+        None
+    }
+
+    fn leave_queue<'a>(
+        &'a self,
+        key: &'a LockKey,
+        ticket: &'a str,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        let _ = ticket;
+        Box::pin(self.leave(key, token))
+    }
+
+    /// Leaving deletes a key in etcd.
+    fn leave_queue_at_once(&self, _key: &LockKey, _ticket: &str, _token: &Token) -> bool {
+        false
+    }
+
+    fn keep_if_alone<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<Kept, LockError>> {
+        Box::pin(self.keep_alone(key, token))
+    }
+
+    fn eviction_risk(&self) -> Option<bool> {
+        Some(false)
+    }
+
+    fn reconnects(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.reconnects.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests;

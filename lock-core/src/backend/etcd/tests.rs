@@ -1,0 +1,519 @@
+//! The etcd backend against a real `etcd` (one member, started per test on free ports).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::GetOptions;
+
+use super::*;
+use crate::backend::{AttemptOptions, QueueTicket};
+use crate::test_support::within;
+use crate::{IdempotencyState, LockError, Locker};
+
+/// One etcd member on free loopback ports with a temporary data dir; killed (and its dir
+/// removed) on drop.
+struct Etcd {
+    child: Child,
+    dir: std::path::PathBuf,
+    url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Etcd {
+    async fn start() -> Etcd {
+        let (client, peer) = (free_port(), free_port());
+        let dir = std::env::temp_dir().join(format!(
+            "lock-etcd-{}-{}",
+            std::process::id(),
+            Token::generate().as_str()
+        ));
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args(["--name", "m1", "--data-dir"])
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("m1={peer_url}")])
+            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
+            .args(["--quota-backend-bytes", "67108864"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd starts (Debian's etcd-server)");
+        let etcd = Etcd { child, dir, url };
+        // Until it answers a linearizable read (a process start has no other signal).
+        within(async {
+            loop {
+                let up = EtcdBackend::builder(&[&etcd.url])
+                    .connect_timeout(Duration::from_millis(300))
+                    .connect()
+                    .await;
+                if up.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        etcd
+    }
+
+    async fn backend(&self) -> EtcdBackend {
+        EtcdBackend::connect(&[&self.url]).await.unwrap()
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::builder(self.backend().await).build()
+    }
+
+    async fn raw(&self) -> etcd_client::Client {
+        etcd_client::Client::connect([&self.url], None)
+            .await
+            .unwrap()
+    }
+
+    /// How many contender keys `key` (default prefix) has in etcd.
+    async fn contenders(&self, key: &str) -> i64 {
+        let prefix = format!("{}{{{key}}}/q/", crate::DEFAULT_PREFIX);
+        let options = GetOptions::new().with_prefix().with_count_only();
+        self.raw()
+            .await
+            .get(prefix, Some(options))
+            .await
+            .unwrap()
+            .count()
+    }
+
+    /// Waits until `key` has `n` contenders.
+    async fn until_contenders(&self, key: &str, n: i64) {
+        within(async {
+            while self.contenders(key).await != n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_release_leave_one_key_then_none() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let guard = locker.lock("job").fenced().await.unwrap();
+    assert!(guard.fence().is_some_and(|f| f > 0));
+    assert_eq!(etcd.contenders("job").await, 1);
+    guard.release().await.unwrap();
+    assert_eq!(etcd.contenders("job").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_try_lock_leaves_no_key_behind() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let held = a.lock("job").await.unwrap();
+    let busy = b.try_lock("job").await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    assert_eq!(etcd.contenders("job").await, 1);
+    held.release().await.unwrap();
+    b.try_lock("job").await.unwrap().release().await.unwrap();
+    assert_eq!(etcd.contenders("job").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_strictly_increase_across_lockers() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let mut last = 0;
+    for i in 0..6 {
+        let locker = if i % 2 == 0 { &a } else { &b };
+        let guard = locker.lock("job").fenced().await.unwrap();
+        let fence = guard.fence().unwrap();
+        assert!(fence > last, "fence {fence} after {last}");
+        last = fence;
+        guard.release().await.unwrap();
+    }
+}
+
+/// At the backend's level, without the engine's timers: a waiter's inbox is woken by the
+/// watch on the contender ahead of it when that one is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_through_its_watch() {
+    let etcd = Etcd::start().await;
+    let (holder, waiter) = (etcd.backend().await, etcd.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let lease = Duration::from_secs(10);
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire(&key, &t1, lease, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let inbox = Arc::new(Inbox::default());
+    assert!(waiter.subscribe(&key, &inbox).await);
+    let ticket = QueueTicket {
+        id: "t0123456789abcdef".into(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    };
+    let options = AttemptOptions {
+        fenced: true,
+        ticket: Some(&ticket),
+        remaining: true,
+    };
+    let busy = waiter.acquire(&key, &t2, lease, options).await.unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+    assert!(holder.release(&key, &t1).await.unwrap());
+    within(inbox.notified()).await;
+    let got = waiter.acquire(&key, &t2, lease, options).await.unwrap();
+    let Attempt::Acquired { fence: Some(fence) } = got else {
+        panic!("{got:?}");
+    };
+    assert!(waiter.release(&key, &t2).await.unwrap());
+    // A release sent again (a lost reply) deletes nothing: the key is gone.
+    assert!(!waiter.release(&key, &t2).await.unwrap());
+    assert!(fence > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_at_the_release_with_few_calls() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let held = a.lock("job").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = b.lock("job").wait(Duration::from_secs(15)).await;
+        (guard, b)
+    });
+    etcd.until_contenders("job", 2).await;
+    let before = held.fence();
+    held.release().await.unwrap();
+    let (guard, b) = within(waiting).await.unwrap();
+    let guard = guard.unwrap();
+    // One busy attempt, one queued attempt, the one after the wake-up (and at most one on a
+    // timer that fired meanwhile).
+    assert!(b.stats().backend_calls <= 4, "{:?}", b.stats());
+    assert_eq!(before, None);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_fair_waiters_are_served_in_creation_order() {
+    let etcd = Etcd::start().await;
+    let holder = etcd.locker().await;
+    let held = holder.lock("job").await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let locker = etcd.locker().await;
+        let order = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locker
+                .lock("job")
+                .fair()
+                .fenced()
+                .wait(Duration::from_secs(15))
+                .await
+                .unwrap();
+            order.send((i, guard.fence().unwrap())).unwrap();
+            guard.release().await.unwrap();
+        }));
+        etcd.until_contenders("job", i + 2).await;
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    let mut served = Vec::new();
+    while let Ok(x) = order_rx.try_recv() {
+        served.push(x);
+    }
+    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 2]);
+    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
+    assert_eq!(etcd.contenders("job").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_times_out_deletes_its_key() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let held = a.lock("job").await.unwrap();
+    for fair in [false, true] {
+        let request = b.lock("job").wait(Duration::from_millis(300));
+        let request = if fair { request.fair() } else { request };
+        let timed_out = request.await;
+        assert!(
+            matches!(timed_out, Err(LockError::Timeout { .. })),
+            "{timed_out:?}"
+        );
+        assert_eq!(etcd.contenders("job").await, 1, "fair: {fair}");
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_below_the_floor_is_refused() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let refused = locker.lock("job").lease(Duration::from_millis(1500)).await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidConfig { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(etcd.contenders("job").await, 0);
+    let ok = locker.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    ok.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_lock_past_its_lease() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let guard = a.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    // Three leases (and the etcd lease's extra second twice over) pass.
+    tokio::time::sleep(3 * ETCD_MIN_LEASE).await;
+    assert!(guard.is_held());
+    assert!(a.stats().renewal_calls >= 3, "{:?}", a.stats());
+    assert!(matches!(
+        b.try_lock("job").await,
+        Err(LockError::Busy { .. })
+    ));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_by_another_client_is_reported_lost() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let guard = locker.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    let prefix = format!("{}{{job}}/q/", crate::DEFAULT_PREFIX);
+    let deleted = etcd
+        .raw()
+        .await
+        .delete(
+            prefix,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted.deleted(), 1);
+    within(guard.lost()).await;
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_moves_the_key_to_a_longer_lease() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let guard = locker.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    let prefix = format!("{}{{job}}/q/", crate::DEFAULT_PREFIX);
+    let mut raw = etcd.raw().await;
+    let lease_of = |r: etcd_client::GetResponse| r.kvs().first().map(|kv| kv.lease()).unwrap();
+    let before = lease_of(
+        raw.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap(),
+    );
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    let after = lease_of(
+        raw.get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(before, after);
+    let ttl = raw.lease_time_to_live(after, None).await.unwrap().ttl();
+    assert!(ttl > 15, "{ttl}");
+    assert!(guard.remaining() > Duration::from_secs(15));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_records_store_read_and_mark() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let ttl = Duration::from_secs(60);
+    assert_eq!(
+        a.idempotency_state("pay").await.unwrap(),
+        IdempotencyState::Absent
+    );
+    let guard = a.lock("pay").await.unwrap();
+    assert_eq!(
+        b.idempotency_state("pay").await.unwrap(),
+        IdempotencyState::InFlight
+    );
+    guard.mark_started("fp", ttl).await.unwrap();
+    // Written twice under one acquisition: once.
+    guard.mark_started("fp", ttl).await.unwrap();
+    guard.clear_started().await.unwrap();
+    guard.mark_started("fp", ttl).await.unwrap();
+    guard.release().await.unwrap();
+    let state = b.idempotency_state("pay").await.unwrap();
+    assert!(
+        matches!(state, IdempotencyState::Started { ref fingerprint, .. } if fingerprint == "fp"),
+        "{state:?}"
+    );
+    // A later holder finds the mark and may not run the work again.
+    let retry = b.lock("pay").await.unwrap();
+    let again = retry.mark_started("fp", ttl).await;
+    assert!(
+        matches!(again, Err(LockError::OutcomeUnknown { .. })),
+        "{again:?}"
+    );
+    retry.store_result("fp", b"done", ttl).await.unwrap();
+    retry.release().await.unwrap();
+    let IdempotencyState::Completed(record) = a.idempotency_state("pay").await.unwrap() else {
+        panic!("no record");
+    };
+    assert_eq!(
+        (record.fingerprint.as_str(), &record.result[..]),
+        ("fp", &b"done"[..])
+    );
+    assert!(record.expires_in > Duration::from_secs(50) && record.expires_in <= ttl);
+    // A holder whose key is gone writes nothing.
+    let lost = a.lock("pay2").await.unwrap();
+    etcd.raw()
+        .await
+        .delete(
+            format!("{}{{pay2}}/q/", crate::DEFAULT_PREFIX),
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert!(lost.store_result("fp", b"x", ttl).await.is_err());
+    assert_eq!(
+        a.idempotency_state("pay2").await.unwrap(),
+        IdempotencyState::Absent
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builder_refuses_bad_timeouts_and_no_endpoint() {
+    let refused = EtcdBackend::builder(&["http://127.0.0.1:1"])
+        .request_timeout(Duration::ZERO)
+        .connect()
+        .await;
+    assert!(matches!(refused, Err(LockError::InvalidConfig { .. })));
+    let refused = EtcdBackend::builder(&["http://127.0.0.1:1"])
+        .connect_timeout(crate::MAX_TIMEOUT + Duration::from_millis(1))
+        .connect()
+        .await;
+    assert!(matches!(refused, Err(LockError::InvalidConfig { .. })));
+    let refused = EtcdBackend::builder(&[]).connect().await;
+    assert!(matches!(refused, Err(LockError::InvalidConfig { .. })));
+    let down = EtcdBackend::builder(&["http://127.0.0.1:1"])
+        .connect_timeout(Duration::from_millis(200))
+        .connect()
+        .await;
+    assert!(matches!(down, Err(LockError::Backend { .. })));
+}
+
+/// Figures for the notes (not a timing assertion): uncontended lock + release against one
+/// linearizable Range on the same member, medians of many, measured in one run.
+/// `cargo test -p lock-core --features etcd --lib measure_uncontended -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; run by hand"]
+#[allow(clippy::print_stdout, reason = "the figures are the output")]
+async fn measure_uncontended_lock_release_against_a_range() {
+    let etcd = Etcd::start().await;
+    let locker = etcd.locker().await;
+    let mut raw = etcd.raw().await;
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (mut cycles, mut ranges, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..50 {
+        locker.lock("warm").await.unwrap().release().await.unwrap();
+    }
+    let calls_before = locker.stats().backend_calls;
+    for _ in 0..500 {
+        let t = std::time::Instant::now();
+        raw.get("lock:{bench}", None).await.unwrap();
+        ranges.push(t.elapsed());
+        let t = std::time::Instant::now();
+        raw.put("bench-put", "", None).await.unwrap();
+        puts.push(t.elapsed());
+        let t = std::time::Instant::now();
+        locker.lock("bench").await.unwrap().release().await.unwrap();
+        cycles.push(t.elapsed());
+    }
+    let calls = locker.stats().backend_calls - calls_before;
+    let (cycle, range, put) = (median(cycles), median(ranges), median(puts));
+    println!(
+        "etcd uncontended lock+release p50 {cycle:?}, Range p50 {range:?} (ratio {:.2}), Put p50 {put:?} (ratio {:.2}), backend calls per cycle {:.2}",
+        cycle.as_secs_f64() / range.as_secs_f64(),
+        cycle.as_secs_f64() / put.as_secs_f64(),
+        calls as f64 / 500.0
+    );
+}
+
+/// An attempt sent again with the same token (its reply lost) finds its own key: never a
+/// second entry, never an orphan; as a waiter it keeps its place, as the holder its fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_sent_again_finds_its_own_key() {
+    let etcd = Etcd::start().await;
+    let (holder, waiter) = (etcd.backend().await, etcd.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let lease = Duration::from_secs(10);
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let single = AttemptOptions {
+        fenced: true,
+        ..AttemptOptions::default()
+    };
+    let first = holder.acquire(&key, &t1, lease, single).await.unwrap();
+    let ticket = QueueTicket {
+        id: "tfedcba9876543210".into(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    };
+    let queued = AttemptOptions {
+        fenced: true,
+        ticket: Some(&ticket),
+        remaining: true,
+    };
+    for _ in 0..3 {
+        let busy = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+        assert_eq!(etcd.contenders("job").await, 2);
+    }
+    assert!(holder.release(&key, &t1).await.unwrap());
+    let got = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+    let again = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
+    assert_eq!(got, again);
+    let (Attempt::Acquired { fence: Some(a) }, Attempt::Acquired { fence: Some(b) }) = (first, got)
+    else {
+        panic!("{first:?} {got:?}");
+    };
+    assert!(b > a, "{b} after {a}");
+    assert_eq!(etcd.contenders("job").await, 1);
+    assert!(waiter.release(&key, &t2).await.unwrap());
+    assert_eq!(etcd.contenders("job").await, 0);
+}
