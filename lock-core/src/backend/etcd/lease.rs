@@ -150,6 +150,15 @@ impl Leases {
         }
     }
 
+    /// The leases granted now (no I/O; a slot busy with a grant or a keepalive is skipped).
+    pub(super) fn granted(&self) -> Vec<i64> {
+        self.slots
+            .lock()
+            .values()
+            .filter_map(|slot| slot.state.try_lock().ok().and_then(|s| s.id))
+            .collect()
+    }
+
     async fn send(
         &self,
         state: &mut SlotState,

@@ -134,6 +134,24 @@ impl EtcdBackend {
             });
         }
         let first = TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1)));
+        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
+        let known = self
+            .inner
+            .contenders
+            .lock()
+            .get(ck)
+            .map(|c| c.create_revision);
+        if let Some(revision) = known {
+            // A waiter's later attempts, while its key is there: a read-only transaction
+            // (served by a linearizable read, no Raft write).
+            let txn = Txn::new()
+                .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
+                .and_then([mine.clone(), first.clone()]);
+            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+            if answer.succeeded() {
+                return found(&ranges(&answer), ck, key);
+            }
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(ck, CompareOp::Equal, 0)])
             .and_then([
@@ -141,44 +159,27 @@ impl EtcdBackend {
                 first.clone(),
                 TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Descend, 2))),
             ])
-            .or_else([
-                TxnOp::get(ck, Some(GetOptions::new().with_keys_only())),
-                first,
-            ]);
+            .or_else([mine, first]);
         let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
         let ranges = ranges(&answer);
-        let holder = |kvs: &[KeyValue]| kvs.first().is_some_and(|kv| kv.key() == ck.as_bytes());
-        if answer.succeeded() {
-            let revision = revision_of(&answer, key)?;
-            let [_, first, last] = ranges.as_slice() else {
-                return Err(malformed(key));
-            };
-            if holder(first) {
-                return Ok(Taken::Ours(revision, lease_id));
-            }
-            let ahead = last
-                .iter()
-                .find(|kv| kv.key() != ck.as_bytes())
-                .map(|kv| (kv.key().to_vec(), revision + 1));
-            return Ok(Taken::Queued {
-                revision,
-                lease: lease_id,
-                ahead,
-            });
+        if !answer.succeeded() {
+            return found(&ranges, ck, key);
         }
-        let [ours, first] = ranges.as_slice() else {
+        let revision = revision_of(&answer, key)?;
+        let [_, first, last] = ranges.as_slice() else {
             return Err(malformed(key));
         };
-        let Some(ours) = ours.first() else {
-            return Err(malformed(key));
-        };
-        if holder(first) {
-            return Ok(Taken::Ours(ours.create_revision(), ours.lease()));
+        if holds(first, ck) {
+            return Ok(Taken::Ours(revision, lease_id));
         }
+        let ahead = last
+            .iter()
+            .find(|kv| kv.key() != ck.as_bytes())
+            .map(|kv| (kv.key().to_vec(), revision + 1));
         Ok(Taken::Queued {
-            revision: ours.create_revision(),
-            lease: ours.lease(),
-            ahead: None,
+            revision,
+            lease: lease_id,
+            ahead,
         })
     }
 
@@ -545,6 +546,29 @@ fn note<'m>(
     c.ttl = ttl;
     c.lease_id = lease_id;
     c
+}
+
+/// Whether the first contender of a range in create order is `ck`.
+fn holds(first: &[KeyValue], ck: &str) -> bool {
+    first.first().is_some_and(|kv| kv.key() == ck.as_bytes())
+}
+
+/// What a read of our existing key `ck` and of the lock's first contender says.
+fn found(ranges: &[Vec<KeyValue>], ck: &str, key: &LockKey) -> Result<Taken, LockError> {
+    let [ours, first] = ranges else {
+        return Err(malformed(key));
+    };
+    let Some(ours) = ours.first() else {
+        return Err(malformed(key));
+    };
+    if holds(first, ck) {
+        return Ok(Taken::Ours(ours.create_revision(), ours.lease()));
+    }
+    Ok(Taken::Queued {
+        revision: ours.create_revision(),
+        lease: ours.lease(),
+        ahead: None,
+    })
 }
 
 fn acquired(revision: i64, fenced: bool) -> Attempt {

@@ -99,6 +99,25 @@ struct Shared {
     reconnects: watch::Sender<u64>,
 }
 
+/// The last clone of the backend is gone, and with it every guard and waiter of its lockers
+/// (each holds the backend): its leases are revoked, so that keys left behind (a delete still
+/// retried, an acquire whose answer was lost) go now rather than at the lease's end.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let leases = self.leases.granted();
+        if leases.is_empty() {
+            return;
+        }
+        let mut client = self.client.lease_client();
+        let timeout = self.request_timeout;
+        crate::background::spawn(async move {
+            for lease in leases {
+                let _ = tokio::time::timeout(timeout, client.revoke(lease)).await;
+            }
+        });
+    }
+}
+
 /// One of our contender keys: its create revision (the fence, and the proof that the key is
 /// still the one we created), the lease length it is bound to, and the watch of the contender
 /// ahead of it while it waits.
@@ -137,6 +156,17 @@ pub struct EtcdBackendBuilder {
     request_timeout: Duration,
     namespace: String,
     auth: Option<(String, String)>,
+    #[cfg(feature = "etcd-tls")]
+    tls: Option<Tls>,
+}
+
+/// The TLS settings of a builder: the authority the members' certificates are checked
+/// against, and this client's own certificate and key, when the members ask for one.
+#[cfg(feature = "etcd-tls")]
+#[derive(Clone)]
+struct Tls {
+    ca_pem: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Never the password.
@@ -203,6 +233,52 @@ impl EtcdBackendBuilder {
         self
     }
 
+    /// Connects over TLS (feature `etcd-tls`; give `https://` endpoints): the members'
+    /// certificates are checked against `ca_pem` (PEM, the authority that signed them), and
+    /// their names against the endpoints' hosts.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let ca = std::fs::read("/etc/etcd/ca.pem").unwrap();
+    /// let backend = lock_core::EtcdBackend::builder(&["https://10.0.0.1:2379"])
+    ///     .tls(&ca)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd-tls")]
+    pub fn tls(mut self, ca_pem: &[u8]) -> Self {
+        let identity = self.tls.take().and_then(|t| t.identity);
+        self.tls = Some(Tls {
+            ca_pem: ca_pem.to_vec(),
+            identity,
+        });
+        self
+    }
+
+    /// With [`tls`](Self::tls): this client's certificate and private key (PEM), for members
+    /// that check client certificates (`--client-cert-auth`).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let read = |p: &str| std::fs::read(p).unwrap();
+    /// let backend = lock_core::EtcdBackend::builder(&["https://10.0.0.1:2379"])
+    ///     .tls(&read("/etc/etcd/ca.pem"))
+    ///     .tls_identity(&read("/etc/etcd/client.pem"), &read("/etc/etcd/client-key.pem"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "etcd-tls")]
+    pub fn tls_identity(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        let tls = self.tls.get_or_insert_with(|| Tls {
+            ca_pem: Vec::new(),
+            identity: None,
+        });
+        tls.identity = Some((cert_pem.to_vec(), key_pem.to_vec()));
+        self
+    }
+
     /// Connects, and checks that the cluster answers a linearizable read within the connect
     /// timeout.
     ///
@@ -231,7 +307,25 @@ impl EtcdBackendBuilder {
             .with_require_leader(true)
             .with_keep_alive(self.request_timeout, self.request_timeout);
         if let Some((user, password)) = &self.auth {
-            options = options.with_user(user.clone(), password.clone());
+            // etcd's auth tokens expire (simple tokens after 5 idle minutes): a request that
+            // finds its token expired gets a new one and is sent again.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
+        }
+        #[cfg(feature = "etcd-tls")]
+        if let Some(tls) = &self.tls {
+            if tls.ca_pem.is_empty() {
+                return Err(LockError::config(
+                    "tls_identity needs tls(ca_pem): the authority the members are checked against",
+                ));
+            }
+            let mut config = etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(config);
         }
         let connecting = Client::connect(&self.endpoints, Some(options));
         let mut client = match tokio::time::timeout(self.connect_timeout, connecting).await {
@@ -293,6 +387,8 @@ impl EtcdBackend {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             namespace: String::new(),
             auth: None,
+            #[cfg(feature = "etcd-tls")]
+            tls: None,
         }
     }
 

@@ -27,14 +27,16 @@ fn free_port() -> u16 {
 }
 
 impl Etcd {
-    async fn start() -> Etcd {
+    /// Starts a member serving clients on `scheme` (`http`, or `https` with `extra` naming its
+    /// certificate), without waiting for it.
+    fn spawn(scheme: &str, extra: &[&std::ffi::OsStr]) -> Etcd {
         let (client, peer) = (free_port(), free_port());
         let dir = std::env::temp_dir().join(format!(
             "lock-etcd-{}-{}",
             std::process::id(),
             Token::generate().as_str()
         ));
-        let url = format!("http://127.0.0.1:{client}");
+        let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = Command::new("etcd")
             .args(["--name", "m1", "--data-dir"])
@@ -50,23 +52,21 @@ impl Etcd {
             .args(["--initial-cluster", &format!("m1={peer_url}")])
             .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
             .args(["--quota-backend-bytes", "67108864"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("etcd starts (Debian's etcd-server)");
-        let etcd = Etcd { child, dir, url };
+        Etcd { child, dir, url }
+    }
+
+    async fn start() -> Etcd {
+        let etcd = Etcd::spawn("http", &[]);
         // Until it answers a linearizable read (a process start has no other signal).
-        within(async {
-            loop {
-                let up = EtcdBackend::builder(&[&etcd.url])
-                    .connect_timeout(Duration::from_millis(300))
-                    .connect()
-                    .await;
-                if up.is_ok() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        until_up(|| {
+            EtcdBackend::builder(&[&etcd.url])
+                .connect_timeout(Duration::from_millis(300))
+                .connect()
         })
         .await;
         etcd
@@ -107,6 +107,21 @@ impl Etcd {
         })
         .await;
     }
+}
+
+/// Connects with `connect` until it succeeds (within the test bound).
+async fn until_up<F: Future<Output = Result<EtcdBackend, LockError>>>(
+    connect: impl Fn() -> F,
+) -> EtcdBackend {
+    within(async {
+        loop {
+            if let Ok(backend) = connect().await {
+                return backend;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
 }
 
 impl Drop for Etcd {
@@ -516,4 +531,230 @@ async fn an_attempt_sent_again_finds_its_own_key() {
     assert_eq!(etcd.contenders("job").await, 1);
     assert!(waiter.release(&key, &t2).await.unwrap());
     assert_eq!(etcd.contenders("job").await, 0);
+}
+
+/// TLS end to end: a member serving `https` with a certificate signed by a test authority
+/// (made here with `openssl`); the backend checks it against that authority and locks.
+#[cfg(feature = "etcd-tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connects_checks_the_authority_and_locks() {
+    let certs = std::env::temp_dir().join(format!("lock-etcd-tls-{}", Token::generate().as_str()));
+    std::fs::create_dir_all(&certs).unwrap();
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(&certs)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl runs");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=lock-test-ca",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(certs.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    let (cert, key) = (certs.join("server.pem"), certs.join("server.key"));
+    let etcd = Etcd::spawn(
+        "https",
+        &[
+            "--cert-file".as_ref(),
+            cert.as_os_str(),
+            "--key-file".as_ref(),
+            key.as_os_str(),
+        ],
+    );
+    let ca = std::fs::read(certs.join("ca.pem")).unwrap();
+    let backend = until_up(|| {
+        EtcdBackend::builder(&[&etcd.url])
+            .connect_timeout(Duration::from_millis(500))
+            .tls(&ca)
+            .connect()
+    })
+    .await;
+    let locker = Locker::builder(backend).build();
+    let guard = locker.lock("job").fenced().await.unwrap();
+    assert!(guard.fence().is_some());
+    guard.release().await.unwrap();
+    // Another authority's client refuses the member's certificate.
+    std::fs::create_dir_all(certs.join("other")).unwrap();
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "other/ca.key",
+                "-out",
+                "other/ca.pem",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=other-ca",
+            ],
+        ]
+        .concat(),
+    );
+    let other = std::fs::read(certs.join("other/ca.pem")).unwrap();
+    let refused = EtcdBackend::builder(&[&etcd.url])
+        .connect_timeout(Duration::from_secs(2))
+        .tls(&other)
+        .connect()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Backend { .. })),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(&certs);
+}
+
+/// etcd with `auth enable`: a user whose role may read and write only the namespace's keys
+/// locks there (and keeps an idempotency record); without credentials the connect fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_restricted_to_its_namespace_locks_there() {
+    let etcd = Etcd::start().await;
+    let mut admin = etcd.raw().await;
+    admin.user_add("root", "root-pw", None).await.unwrap();
+    admin.user_grant_role("root", "root").await.unwrap();
+    admin.role_add("locks").await.unwrap();
+    let perm = etcd_client::Permission::read_write("app/").with_prefix();
+    admin.role_grant_permission("locks", perm).await.unwrap();
+    admin.user_add("locker", "locker-pw", None).await.unwrap();
+    admin.user_grant_role("locker", "locks").await.unwrap();
+    admin.auth_enable().await.unwrap();
+    let backend = EtcdBackend::builder(&[&etcd.url])
+        .namespace("app/")
+        .auth("locker", "locker-pw")
+        .connect()
+        .await
+        .unwrap();
+    let (a, b) = (
+        Locker::builder(backend.clone()).build(),
+        Locker::builder(backend).build(),
+    );
+    let guard = a.lock("job").fenced().await.unwrap();
+    assert!(matches!(
+        b.try_lock("job").await,
+        Err(LockError::Busy { .. })
+    ));
+    guard
+        .store_result("fp", b"ok", Duration::from_secs(60))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let state = b.idempotency_state("job").await.unwrap();
+    assert!(matches!(state, IdempotencyState::Completed(_)), "{state:?}");
+    // Outside its namespace the same user is refused; without credentials, nobody connects.
+    let outside = EtcdBackend::builder(&[&etcd.url])
+        .auth("locker", "locker-pw")
+        .connect()
+        .await;
+    assert!(
+        matches!(outside, Err(LockError::Backend { .. })),
+        "{outside:?}"
+    );
+    let anonymous = EtcdBackend::builder(&[&etcd.url])
+        .namespace("app/")
+        .connect()
+        .await;
+    assert!(
+        matches!(anonymous, Err(LockError::Backend { .. })),
+        "{anonymous:?}"
+    );
+}
+
+/// A waiter whose process died (its backend gone without a word: no keepalive, no revoke)
+/// stops blocking the queue when its lease ends; one whose backend is dropped leaves at once
+/// (its leases are revoked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
+    let etcd = Etcd::start().await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let holder = etcd.locker().await;
+    let held = holder.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
+    let ticket = QueueTicket {
+        id: "t00112233445566aa".into(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    };
+    let queued = AttemptOptions {
+        fenced: false,
+        ticket: Some(&ticket),
+        remaining: true,
+    };
+    let (dead, dropped) = (etcd.backend().await, etcd.backend().await);
+    for w in [&dead, &dropped] {
+        let busy = w
+            .acquire(&key, &Token::generate(), ETCD_MIN_LEASE, queued)
+            .await
+            .unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+    }
+    assert_eq!(etcd.contenders("job").await, 3);
+    drop(dropped);
+    etcd.until_contenders("job", 2).await;
+    // The dead one's key is next after the holder: the next waiter waits for its lease.
+    std::mem::forget(dead);
+    let next = etcd.locker().await;
+    let waiting = tokio::spawn(async move { next.lock("job").wait(Duration::from_secs(15)).await });
+    etcd.until_contenders("job", 3).await;
+    held.release().await.unwrap();
+    let guard = within(waiting).await.unwrap().unwrap();
+    assert_eq!(etcd.contenders("job").await, 1);
+    guard.release().await.unwrap();
 }
