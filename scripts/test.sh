@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
-# The whole test suite and the bar every change must clear: installs redis-server (Debian/Ubuntu,
-# apt) when it is missing, checks formatting, lints, docs, the guide (mdbook, installed with cargo
-# when missing), feature combinations and the declared
-# minimum Rust version, then runs every test of the workspace. Tests start their own
-# redis-server processes on free ports.
+# The whole test suite and the bar every change must clear: installs redis-server, etcd-server
+# and protobuf-compiler (Debian/Ubuntu, apt) when they are missing, checks formatting, lints,
+# docs, the guide (mdbook, installed with cargo when missing), feature combinations and the
+# declared minimum Rust version, then runs every test of the workspace. Tests start their own
+# redis-server and etcd processes on free ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "redis-server not found: installing it with apt-get" >&2
+# The servers the tests start themselves (on free ports), and the compiler the etcd client's
+# build needs: one apt-get update and one install for whatever is missing.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "not found: ${missing[*]}: installing with apt-get" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
+  # redis-server and etcd-server start a system service on install; the tests never use it
+  # (each starts its own processes on free ports), so a policy-rc.d that refuses every start
+  # keeps it from running (and from holding 2379/2380) while apt installs, when none exists.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod +x "$policy"
+  fi
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq redis-server >/dev/null
-  # The package may start a system service; the tests never use it (they start their own).
-  command -v redis-server >/dev/null 2>&1 || { echo "redis-server still missing after apt-get install" >&2; exit 1; }
+  status=0
+  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
+  [ -z "$policy" ] || $SUDO rm -f "$policy"
+  [ "$status" -eq 0 ] || { echo "apt-get install ${missing[*]} failed ($status)" >&2; exit 1; }
+  for binary in redis-server etcd protoc; do
+    command -v "$binary" >/dev/null 2>&1 || { echo "$binary still missing after apt-get install" >&2; exit 1; }
+  done
 fi
 redis-server --version
+etcd --version
+protoc --version
 
 step "formatting: cargo fmt --check"
 cargo fmt --all -- --check

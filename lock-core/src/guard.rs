@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::held::Held;
+use crate::engine::held::Held;
 
 /// An acquired lock. Dropping it releases the lock in the background; [`release`] does it now
 /// and says whether the lock was still ours. (On the memory backend, inside a runtime, a drop
@@ -195,7 +195,7 @@ impl LockGuard {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
     /// ```
     pub fn scope<F: std::future::Future>(&self, fut: F) -> crate::Scoped<F> {
-        crate::scope::scoped(self.held.clone(), fut)
+        crate::engine::scope::scoped(self.held.clone(), fut)
     }
 
     /// Whether this guard is a reentrant one (its release is left to the outer scope).

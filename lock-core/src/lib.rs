@@ -1,28 +1,23 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
-mod acquire;
 pub mod backend;
 mod background;
+mod engine;
 mod error;
 #[cfg(feature = "idempotent")]
 mod faithful;
 mod global;
 mod guard;
-mod held;
 mod idempotency;
 mod key;
 mod locker;
 mod macro_support;
 mod request;
-mod scope;
 mod sync;
 #[cfg(test)]
 mod test_support;
 mod token;
-mod wait;
-mod watchdog;
-mod watched;
 
 #[cfg(any(feature = "redis", feature = "etcd"))]
 pub use backend::MAX_TIMEOUT;
@@ -37,6 +32,7 @@ pub use backend::{RedisBackend, RedisBackendBuilder};
 pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "sentinel")]
 pub use backend::{RedisSentinelBackend, RedisSentinelBackendBuilder};
+pub use engine::scope::{Scoped, current_fence, current_lock};
 pub use error::{BoxError, LockError};
 pub use global::{clear_global, global, set_global};
 pub use guard::{LockGuard, LockInfo};
@@ -49,7 +45,6 @@ pub use locker::{
     DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,
 };
 pub use request::LockRequest;
-pub use scope::{Scoped, current_fence, current_lock};
 
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;

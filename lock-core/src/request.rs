@@ -1,5 +1,5 @@
 //! [`LockRequest`]: one request for a lock and its options, the builder the caller sees; the
-//! acquisition itself is [`crate::acquire`]'s.
+//! acquisition itself is [`crate::engine::acquire`]'s.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::acquire::{Options, acquire_owned};
+use crate::LockError;
+use crate::engine::acquire::{Options, acquire_owned};
+use crate::engine::held::Held;
+use crate::engine::scope;
 use crate::guard::LockGuard;
-use crate::held::Held;
 use crate::locker::Locker;
-use crate::{LockError, scope};
 
 /// A request for the lock on one key; from [`Locker::lock`] or [`Locker::try_lock`].
 ///

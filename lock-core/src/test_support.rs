@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::held::Held;
+use crate::engine::held::Held;
 use crate::{LockError, LockGuard, Locker};
 
 /// How long a step may take before the test fails instead of hanging.

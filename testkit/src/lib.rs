@@ -9,6 +9,12 @@
 //!   by default) with failover and slot-migration helpers, and the key-to-slot function.
 //! - [`sentinel`]: a primary, its replicas and the sentinels watching it
 //!   ([`sentinel::RedisSentinelSet`]), with failover and crash helpers.
+//! - [`etcd`]: a local etcd cluster ([`etcd::EtcdCluster`], 3 members by default, data on
+//!   tmpfs, short election timeouts) whose members can be killed, paused and restarted with
+//!   their data, and a small client of etcd's JSON gateway for assertions
+//!   ([`etcd::EtcdClient`]).
+//! - [`proxy`]: a TCP proxy that cuts one client off ([`proxy::Proxy`]: drop every
+//!   connection, blackhole them, or hold back the answer to one request).
 //! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
 //! - [`process`]: child processes driven by lines on stdin and stdout ([`ChildProcess`]), and
 //!   the child's side of that protocol ([`process::say`]).
@@ -23,8 +29,9 @@
 //! # }
 //! ```
 //!
-//! `redis-server` must be installed (`apt-get install -y redis-server`); without it, starting a
-//! server panics with that command. The kit is unpublished (`publish = false`) and used as a
+//! `redis-server` must be installed (`apt-get install -y redis-server`), and `etcd` 3.4 for the
+//! etcd tests (`apt-get install -y etcd-server`); without them, starting a server or a cluster
+//! panics with that command. The kit is unpublished (`publish = false`) and used as a
 //! dev-dependency (a dependency of lock-tests and lock-bench, whose binaries use it too).
 //!
 //! ## Layout
@@ -35,19 +42,26 @@
 //! from there) with its own topology helpers: [`cluster`] (nodes started with
 //! `--cluster-enabled yes`, joined with `redis-cli --cluster create`) and [`sentinel`]
 //! (sentinels are `redis-server <config> --sentinel`, through
-//! [`RedisServerBuilder::sentinel`](server::RedisServerBuilder::sentinel)). Their waits are
-//! bounded and say, when they give up, what was still wrong.
+//! [`RedisServerBuilder::sentinel`](server::RedisServerBuilder::sentinel)). [`etcd`] is the
+//! consensus store's own set of processes; it shares the kit's free ports, temporary
+//! directories, signals and process supervision with the Redis servers, and talks HTTP/JSON
+//! to etcd instead of pulling in a gRPC client. Their waits are bounded and say, when they
+//! give up, what was still wrong.
 
 #![forbid(unsafe_code)]
 
 pub mod acl;
+mod binary;
 pub mod cluster;
+pub mod etcd;
 mod eventually;
 mod ports;
 pub mod process;
+pub mod proxy;
 pub mod sentinel;
 pub mod server;
 pub mod signal;
+mod supervised;
 mod tempdir;
 
 pub use crate::acl::AclUser;

@@ -488,6 +488,12 @@ impl IntoBackend for Arc<dyn Backend> {
     }
 }
 
+/// The clock-drift allowance subtracted from every lease when its local validity is counted:
+/// 1 % plus 2 ms (the engine's deadline, and Redlock's validity check, both use it).
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
 /// The longest connect, response or server timeout a backend accepts: an hour. Longer bounds
 /// serve no lock (the watchdog must hear a renewal within a lease), and the backends add and
 /// multiply them, which must never overflow.

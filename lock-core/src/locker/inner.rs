@@ -9,10 +9,10 @@ use std::time::Duration;
 use crate::LockError;
 use crate::backend::Backend;
 use crate::background;
+use crate::engine::wait::WaitQueues;
+use crate::engine::watchdog::Watchdog;
 use crate::key::LockKey;
 use crate::token::Token;
-use crate::wait::WaitQueues;
-use crate::watchdog::Watchdog;
 
 #[derive(Debug)]
 pub(crate) struct LockerInner {

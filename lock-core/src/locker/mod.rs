@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::backend::{Backend, IntoBackend, MemoryBackend};
+use crate::engine::wait::WaitQueues;
+use crate::engine::watchdog::Watchdog;
 use crate::key::{DEFAULT_PREFIX, validate_prefix};
 use crate::request::LockRequest;
-use crate::wait::WaitQueues;
-use crate::watchdog::Watchdog;
 
 mod inner;
 

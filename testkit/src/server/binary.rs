@@ -4,6 +4,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use crate::binary::{find_binary, find_binary_in};
+
 /// The command that installs the server, named in the panic message when it is missing.
 pub const INSTALL_COMMAND: &str = "apt-get install -y redis-server";
 
@@ -26,18 +28,12 @@ const FALLBACK_BINARIES: &[&str] = &["/usr/bin/redis-server", "/usr/local/bin/re
 /// }
 /// ```
 pub fn find_redis_server() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os(BINARY_ENV) {
-        let path = PathBuf::from(path);
-        if path.is_file() {
-            return Ok(path);
-        }
-        return Err(missing_message(&format!(
-            "${BINARY_ENV} points at {}, which is not a file",
-            path.display()
-        )));
-    }
-    let fallbacks: Vec<&Path> = FALLBACK_BINARIES.iter().map(Path::new).collect();
-    find_redis_server_in(std::env::var_os("PATH").as_deref(), &fallbacks)
+    find_binary(
+        "redis-server",
+        BINARY_ENV,
+        FALLBACK_BINARIES,
+        missing_message,
+    )
 }
 
 /// [`find_redis_server`] over an explicit `PATH` value and fallback locations (no environment).
@@ -53,25 +49,7 @@ pub fn find_redis_server_in(
     path_var: Option<&OsStr>,
     fallbacks: &[&Path],
 ) -> Result<PathBuf, String> {
-    let on_path = path_var
-        .into_iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("redis-server"));
-    let fallback = fallbacks.iter().map(|p| p.to_path_buf());
-    on_path
-        .chain(fallback)
-        .find(|candidate| candidate.is_file())
-        .ok_or_else(|| {
-            let places: Vec<String> = fallbacks.iter().map(|p| p.display().to_string()).collect();
-            missing_message(&format!(
-                "redis-server is not on PATH nor at {}",
-                if places.is_empty() {
-                    "any fallback location".to_owned()
-                } else {
-                    places.join(" or ")
-                }
-            ))
-        })
+    find_binary_in("redis-server", path_var, fallbacks, missing_message)
 }
 
 pub(super) fn missing_message(what: &str) -> String {

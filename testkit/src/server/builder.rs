@@ -12,6 +12,7 @@ use super::binary::{find_redis_server, missing_message};
 use super::{Launch, PORT_ATTEMPTS, RedisServer, requirepass};
 use crate::acl::AclUser;
 use crate::ports::free_port;
+use crate::supervised::Supervised;
 use crate::tempdir::TempDir;
 
 /// Options for starting a [`RedisServer`]; from [`RedisServer::builder`].
@@ -185,8 +186,7 @@ impl RedisServerBuilder {
             password,
             config,
             sentinel: self.sentinel,
-            child: None,
-            paused: false,
+            process: Supervised::default(),
         };
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {

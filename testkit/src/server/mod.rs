@@ -36,7 +36,7 @@ use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use binary::{BINARY_ENV, INSTALL_COMMAND, find_redis_server, find_redis_server_in};
@@ -44,7 +44,7 @@ pub use builder::RedisServerBuilder;
 pub use commands::parse_commandstats;
 
 use crate::acl::AclUser;
-use crate::signal::{Signal, send_signal, wait_stopped_blocking};
+use crate::supervised::Supervised;
 use crate::tempdir::TempDir;
 use binary::missing_message;
 
@@ -82,8 +82,7 @@ pub struct RedisServer {
     config: Option<PathBuf>,
     /// Started with `--sentinel` (readiness is judged on the sentinel's own log line).
     sentinel: bool,
-    child: Option<Child>,
-    paused: bool,
+    process: Supervised,
 }
 
 enum Launch {
@@ -242,7 +241,7 @@ impl RedisServer {
     /// assert!(server.pid().is_none());
     /// ```
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.pid()
     }
 
     /// Whether the process is running (paused counts as running).
@@ -252,7 +251,7 @@ impl RedisServer {
     /// assert!(server.is_running());
     /// ```
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process.is_running()
     }
 
     /// Whether the server is paused by [`pause`](Self::pause).
@@ -261,7 +260,7 @@ impl RedisServer {
     /// assert!(!lock_testkit::RedisServer::start().is_paused());
     /// ```
     pub fn is_paused(&self) -> bool {
-        self.paused
+        self.process.is_paused()
     }
 
     /// The server's log so far (for failure messages).
@@ -282,12 +281,7 @@ impl RedisServer {
     /// assert!(std::net::TcpStream::connect(("127.0.0.1", server.port())).is_err());
     /// ```
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // SIGKILL ends a stopped (paused) process too.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
+        self.process.kill();
     }
 
     /// Starts the server again on the same port with the same arguments (stopping it first
@@ -333,10 +327,7 @@ impl RedisServer {
     /// server.resume();
     /// ```
     pub fn pause(&mut self) {
-        let pid = self.running_pid();
-        send_signal(pid, Signal::Stop);
-        wait_stopped_blocking(pid);
-        self.paused = true;
+        self.process.pause(&self.what());
     }
 
     /// Thaws a server frozen by [`pause`](Self::pause) (SIGCONT).
@@ -351,13 +342,11 @@ impl RedisServer {
     /// assert!(!server.is_paused());
     /// ```
     pub fn resume(&mut self) {
-        send_signal(self.running_pid(), Signal::Cont);
-        self.paused = false;
+        self.process.resume(&self.what());
     }
 
-    fn running_pid(&self) -> u32 {
-        self.pid()
-            .unwrap_or_else(|| panic!("redis-server on port {} is not running", self.port))
+    fn what(&self) -> String {
+        format!("redis-server on port {}", self.port)
     }
 
     fn launch(&mut self) -> Result<(), Launch> {
@@ -400,8 +389,7 @@ impl RedisServer {
                 missing_message(&format!("cannot run {}: {e}", self.binary.display()))
             )
         });
-        self.child = Some(child);
-        self.paused = false;
+        self.process.set(child);
         self.wait_ready()
     }
 
@@ -410,11 +398,10 @@ impl RedisServer {
     fn wait_ready(&mut self) -> Result<(), Launch> {
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
-            let Some(child) = self.child.as_mut() else {
+            if !self.process.is_running() {
                 panic!("redis-server on port {} is not running", self.port);
-            };
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
+            }
+            if let Some(status) = self.process.exited() {
                 let log = read_logs(self.dir.path());
                 if log.contains("Address already in use") {
                     return Err(Launch::PortTaken(log));
@@ -446,12 +433,6 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

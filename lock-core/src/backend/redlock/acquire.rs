@@ -10,9 +10,9 @@ use tokio::time::Instant;
 use super::take_back::{Ours, Part, TakingBack};
 use super::{FAIR_REFUSED, FENCING_REFUSED, RedlockBackend, gather};
 use crate::LockError;
+use crate::backend::drift;
 use crate::backend::{Attempt, AttemptOptions};
 use crate::background;
-use crate::held::drift;
 use crate::key::LockKey;
 use crate::token::Token;
 

@@ -18,7 +18,7 @@ use tokio::sync::{Notify, OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::backend::{Renewal, Renewed};
-use crate::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
+use crate::engine::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -453,7 +453,7 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use crate::held::Held;
+    use crate::engine::held::Held;
     use crate::test_support::{BOUND, Hook, HookPoint, passing_locally, within};
     use crate::{LockError, Locker};
 

@@ -14,12 +14,12 @@ use super::{Outcome, Spec, timed_out};
 use crate::LockError;
 use crate::backend::{Attempt, AttemptOptions, Grant, Inbox, QueueTicket};
 use crate::background;
+use crate::engine::held::Acquisition;
+use crate::engine::wait::Ticket;
 use crate::guard::LockGuard;
-use crate::held::Acquisition;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::token::Token;
-use crate::wait::Ticket;
 
 /// Backoff bounds while release notifications are unavailable.
 const DEGRADED_MIN: Duration = Duration::from_millis(5);
@@ -251,7 +251,7 @@ impl QueuedWaiter {
     fn take_over(&mut self, grant: Grant) -> Option<LockGuard> {
         let (_, sent_at) = *self.sent.iter().find(|(g, _)| *g == grant.generation)?;
         let lease = self.ticket.handover_lease;
-        let valid_until = sent_at + lease.saturating_sub(crate::held::drift(lease));
+        let valid_until = sent_at + lease.saturating_sub(crate::backend::drift(lease));
         if !self.spec.watchdog || valid_until.saturating_duration_since(Instant::now()) < lease / 2
         {
             return None;

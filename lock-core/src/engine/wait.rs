@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::backend::Inbox;
 use crate::background;
-use crate::held::Held;
+use crate::engine::held::Held;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};

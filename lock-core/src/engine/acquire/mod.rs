@@ -11,11 +11,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::LockError;
+use crate::engine::held::Held;
+use crate::engine::wait::{Local, Receives};
 use crate::guard::LockGuard;
-use crate::held::Held;
 use crate::key::LockKey;
 use crate::locker::{LockerInner, MAX_LEASE, validate_lease, validate_wait};
-use crate::wait::{Local, Receives};
 
 mod once;
 mod queued;

@@ -9,13 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::LockError;
-use crate::backend::{Kept, Renewal, Renewed};
+use crate::backend::{Kept, Renewal, Renewed, drift};
+use crate::engine::wait::PassOn;
+use crate::engine::watched::Watched;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::Mutex;
 use crate::token::Token;
-use crate::wait::PassOn;
-use crate::watched::Watched;
 
 /// How long after a lock handed over with a short lease arrives the watchdog renews it to the
 /// full lease (see `Held::first_renewal`).
@@ -79,11 +79,6 @@ pub(crate) struct Held {
     /// its own, and it is made anew when a guard leaves a mark behind (see
     /// [`forget_mark`](Self::forget_mark)).
     mark: Mutex<Option<Token>>,
-}
-
-/// The drift allowance subtracted from every lease: 1 % plus 2 ms.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
 }
 
 /// What an acquire attempt that succeeded knows about the new lock.

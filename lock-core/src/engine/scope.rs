@@ -15,8 +15,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::engine::held::Held;
 use crate::guard::LockInfo;
-use crate::held::Held;
 
 tokio::task_local! {
     static SCOPE: Scope;
