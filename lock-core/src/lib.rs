@@ -3,6 +3,8 @@
 
 pub mod backend;
 mod background;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod engine;
 mod error;
 #[cfg(feature = "idempotent")]

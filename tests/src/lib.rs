@@ -60,6 +60,7 @@ mod guide {
         Sentinel = "docs/src/backends/sentinel.md";
         Failover = "docs/src/backends/failover.md";
         Redlock = "docs/src/backends/redlock.md";
+        Custom = "docs/src/backends/custom.md";
         Idempotency = "docs/src/idempotency.md";
         Operating = "docs/src/operating.md";
         Upgrading = "docs/src/upgrading.md";

@@ -169,7 +169,16 @@ impl MemoryBackend {
     /// assert_eq!(lock_core::MemoryBackend::new().queued("order:1"), 0);
     /// ```
     pub fn queued(&self, key: &str) -> usize {
-        let Ok(names) = LockKey::new(crate::key::DEFAULT_PREFIX, key) else {
+        self.queued_prefixed(crate::key::DEFAULT_PREFIX, key)
+    }
+
+    /// Like [`queued`](Self::queued), for a key under a custom prefix.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::MemoryBackend::new().queued_prefixed("shop:", "order:1"), 0);
+    /// ```
+    pub fn queued_prefixed(&self, prefix: &str, key: &str) -> usize {
+        let Ok(names) = LockKey::new(prefix, key) else {
             return 0;
         };
         let now = Instant::now();
@@ -177,6 +186,20 @@ impl MemoryBackend {
             .queues
             .get(names.name())
             .map_or(0, |q| q.iter().filter(|q| q.dies > now).count())
+    }
+
+    /// How many live locks (not expired) are held under `prefix`.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::MemoryBackend::new().held_under("shop:"), 0);
+    /// ```
+    pub fn held_under(&self, prefix: &str) -> usize {
+        let now = Instant::now();
+        self.table()
+            .locks
+            .iter()
+            .filter(|(name, e)| name.starts_with(prefix) && e.expires > now)
+            .count()
     }
 
     /// Deletes a lock whatever its owner, as an operator's `DEL` would (for tests and repairs).

@@ -5,20 +5,18 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_core::backend::{Backend, IntoBackend};
+use lock_core::backend::{Backend, BoxFuture, IntoBackend};
+use lock_core::conformance::{Probe, Suite};
 use lock_core::{
-    LockError, LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend, RedisClusterBackend,
+    LockGuard, Locker, LockerBuilder, MemoryBackend, RedisBackend, RedisClusterBackend,
     RedisSentinelBackend, RedlockBackend,
 };
 use lock_testkit::RedisServer;
 use lock_testkit::cluster::RedisCluster;
 use lock_testkit::sentinel::RedisSentinelSet;
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
-use redis::cluster_async::ClusterConnection;
 use sha2::{Digest, Sha256};
 
 /// One check of the suite, by name, for the runs on a shared deployment (`on_cluster` and `on_sentinel` in main.rs).
@@ -32,8 +30,9 @@ pub(crate) const SOON: Duration = Duration::from_secs(10);
 
 /// The backend under test, and whether the lockers built on it pass a lock between their own
 /// tasks (local hand-off, on by default; every check also runs with it off).
+#[derive(Clone)]
 pub(crate) struct Fixture {
-    store: Store,
+    store: Arc<Store>,
     local_handoff: bool,
     /// The key prefix of every locker built on it: `lock:` (the default) but on the shared
     /// cluster, where each check has its own.
@@ -78,7 +77,7 @@ impl std::ops::Deref for Server {
 impl Fixture {
     pub(crate) fn memory() -> Self {
         Fixture {
-            store: Store::Memory(MemoryBackend::new()),
+            store: Arc::new(Store::Memory(MemoryBackend::new())),
             local_handoff: true,
             prefix: "lock:".to_owned(),
         }
@@ -86,7 +85,7 @@ impl Fixture {
 
     pub(crate) fn redis() -> Self {
         Fixture {
-            store: Store::Redis(Server::Own(RedisServer::start())),
+            store: Arc::new(Store::Redis(Server::Own(RedisServer::start()))),
             local_handoff: true,
             prefix: "lock:".to_owned(),
         }
@@ -95,7 +94,7 @@ impl Fixture {
     /// A check on the shared cluster, its keys under `prefix`.
     pub(crate) fn cluster(cluster: Arc<RedisCluster>, prefix: String) -> Self {
         Fixture {
-            store: Store::Cluster(cluster),
+            store: Arc::new(Store::Cluster(cluster)),
             local_handoff: true,
             prefix,
         }
@@ -104,7 +103,7 @@ impl Fixture {
     /// A check on the primary of the shared Sentinel set (its data flushed by the caller).
     pub(crate) fn sentinel(set: Arc<RedisSentinelSet>) -> Self {
         Fixture {
-            store: Store::Redis(Server::SentinelPrimary(set)),
+            store: Arc::new(Store::Redis(Server::SentinelPrimary(set))),
             local_handoff: true,
             prefix: "lock:".to_owned(),
         }
@@ -113,15 +112,10 @@ impl Fixture {
     /// A check on Redlock over the shared `servers` (their data flushed by the caller).
     pub(crate) fn redlock(servers: Arc<Vec<RedisServer>>) -> Self {
         Fixture {
-            store: Store::Redis(Server::Redlock(servers)),
+            store: Arc::new(Store::Redis(Server::Redlock(servers))),
             local_handoff: true,
             prefix: "lock:".to_owned(),
         }
-    }
-
-    /// The prefix of the lockers built on this fixture.
-    pub(crate) fn prefix(&self) -> &str {
-        &self.prefix
     }
 
     /// The same backend, with local hand-off turned off in every locker built on it.
@@ -137,7 +131,7 @@ impl Fixture {
     }
 
     pub(crate) fn name(&self) -> &'static str {
-        match (&self.store, self.local_handoff) {
+        match (&*self.store, self.local_handoff) {
             (Store::Memory(_), true) => "memory",
             (Store::Memory(_), false) => "memory (local hand-off off)",
             (Store::Redis(Server::Own(_)), true) => "redis",
@@ -156,7 +150,7 @@ impl Fixture {
     /// # Panics
     /// On the memory backend: the check was listed for both backends by mistake.
     pub(crate) fn server(&self) -> &RedisServer {
-        match &self.store {
+        match &*self.store {
             Store::Redis(server) => server,
             Store::Memory(_) | Store::Cluster(_) => {
                 panic!("a Redis-only check ran on {}", self.name())
@@ -166,36 +160,25 @@ impl Fixture {
 
     /// A new handle on the same store: lockers built on it contend like separate processes.
     pub(crate) async fn backend(&self) -> Arc<dyn Backend> {
-        match &self.store {
-            Store::Memory(m) => m.clone().into_backend(),
-            Store::Redis(Server::Own(s)) => RedisBackend::connect(&s.url())
-                .await
-                .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
-                .into_backend(),
-            Store::Redis(Server::SentinelPrimary(set)) => {
-                let urls = set.sentinel_urls();
-                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-                RedisSentinelBackend::connect(&urls, set.master_name())
-                    .await
-                    .unwrap_or_else(|e| panic!("connect through the sentinels: {e}"))
-                    .into_backend()
-            }
-            Store::Redis(Server::Redlock(servers)) => {
-                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-                RedlockBackend::connect(&urls)
-                    .await
-                    .unwrap_or_else(|e| panic!("connect to the Redlock servers: {e}"))
-                    .into_backend()
-            }
-            Store::Cluster(c) => {
-                let urls = c.urls();
-                let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-                RedisClusterBackend::connect(&urls)
-                    .await
-                    .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
-                    .into_backend()
-            }
+        connect(&self.store).await
+    }
+
+    /// The conformance kit on this store: new handles from [`connect`], this fixture as its
+    /// probe, what the backend offers.
+    pub(crate) fn suite(&self) -> Suite {
+        let store = self.store.clone();
+        let suite = Suite::new(move || {
+            let store = store.clone();
+            async move { Ok(connect(&store).await) }
+        })
+        .prefix(self.prefix.as_str())
+        .local_handoff(self.local_handoff)
+        .probe(self.clone());
+        match &*self.store {
+            Store::Memory(_) => suite.consecutive_fences(true),
+            // Several independent servers: simultaneous racers can split the vote.
+            Store::Redis(Server::Redlock(_)) => suite.split_votes(true),
+            Store::Redis(_) | Store::Cluster(_) => suite.handover(true),
         }
     }
 
@@ -208,7 +191,7 @@ impl Fixture {
     /// The cluster's value at `name` (a GET with the harness's own client); `None` but on the
     /// cluster.
     pub(crate) async fn cluster_get(&self, name: &str) -> Option<String> {
-        let Store::Cluster(c) = &self.store else {
+        let Store::Cluster(c) = &*self.store else {
             return None;
         };
         c.client().await.get(name).await.expect("GET")
@@ -216,7 +199,7 @@ impl Fixture {
 
     /// The names of every key of this fixture's prefix on the cluster's primaries, sorted.
     pub(crate) async fn cluster_keys(&self) -> Vec<String> {
-        let Store::Cluster(c) = &self.store else {
+        let Store::Cluster(c) = &*self.store else {
             return Vec::new();
         };
         let mut keys = Vec::new();
@@ -239,14 +222,14 @@ impl Fixture {
     /// What the backend stores for `key` (the fixture's prefix), read without lock-core: the token and
     /// the PTTL. `None` for the memory backend, whose tokens cannot be read from outside.
     pub(crate) async fn stored(&self, key: &str) -> Option<Stored> {
-        if let Store::Cluster(c) = &self.store {
+        if let Store::Cluster(c) = &*self.store {
             let name = lock_name(&self.prefix, key);
             let mut conn = c.client().await;
             let token: Option<String> = conn.get(&name).await.expect("GET");
             let pttl: i64 = conn.pttl(&name).await.expect("PTTL");
             return Some(Stored { token, pttl });
         }
-        let Store::Redis(server) = &self.store else {
+        let Store::Redis(server) = &*self.store else {
             return None;
         };
         let name = lock_name("lock:", key);
@@ -277,7 +260,7 @@ impl Fixture {
 
     /// How many waiters queue for `key` (the fixture's prefix) in the backend.
     pub(crate) async fn queued(&self, key: &str) -> usize {
-        match &self.store {
+        match &*self.store {
             Store::Memory(m) => m.queued(key),
             Store::Redis(s) => {
                 let len: i64 = s
@@ -301,22 +284,9 @@ impl Fixture {
         }
     }
 
-    /// Waits until `n` waiters queue for `key` in the backend (polled: nothing signals it).
-    pub(crate) async fn until_queued(&self, key: &str, n: usize) {
-        let deadline = Instant::now() + SOON;
-        while self.queued(key).await != n {
-            assert!(
-                Instant::now() < deadline,
-                "{}: {n} waiter(s) never queued for {key:?}",
-                self.name()
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
     /// Deletes the lock whoever holds it, as an operator's DEL would.
     pub(crate) async fn force_delete(&self, key: &str) {
-        let deleted = match &self.store {
+        let deleted = match &*self.store {
             Store::Memory(m) => m.force_delete(key),
             Store::Redis(Server::Redlock(servers)) => {
                 let mut deleted = false;
@@ -339,9 +309,9 @@ impl Fixture {
         assert!(deleted, "{}: no lock to delete for {key:?}", self.name());
     }
 
-    /// Whether the backend holds nothing at all (no lock, no counter, nothing).
+    /// Whether the backend holds nothing but fence counters (which outlive their locks).
     pub(crate) async fn is_empty(&self) -> bool {
-        match &self.store {
+        match &*self.store {
             Store::Memory(m) => m.is_empty(),
             Store::Redis(Server::Redlock(servers)) => {
                 for s in servers.iter() {
@@ -351,19 +321,47 @@ impl Fixture {
                 }
                 true
             }
-            Store::Redis(s) => s.dbsize().await == 0,
-            Store::Cluster(_) => self.cluster_keys().await.is_empty(),
+            Store::Redis(s) => s.keys("*").await.iter().all(|k| k.ends_with(":fence")),
+            Store::Cluster(_) => self
+                .cluster_keys()
+                .await
+                .iter()
+                .all(|k| k.ends_with(":fence")),
         }
     }
+}
 
-    /// A shared counter for the read-modify-write stress: in Redis (GET/SET) or in memory.
-    pub(crate) async fn counter(&self, name: &str) -> Counter {
-        match &self.store {
-            Store::Memory(_) => Counter::Memory(Arc::new(AtomicU64::new(0))),
-            Store::Redis(s) => Counter::Redis(s.client().await, name.to_owned()),
-            Store::Cluster(c) => {
-                Counter::Cluster(c.client().await, format!("{}{name}", self.prefix))
-            }
+/// A new handle on `store`: lockers built on it contend like separate processes.
+async fn connect(store: &Store) -> Arc<dyn Backend> {
+    match store {
+        Store::Memory(m) => m.clone().into_backend(),
+        Store::Redis(Server::Own(s)) => RedisBackend::connect(&s.url())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", s.url()))
+            .into_backend(),
+        Store::Redis(Server::SentinelPrimary(set)) => {
+            let urls = set.sentinel_urls();
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            RedisSentinelBackend::connect(&urls, set.master_name())
+                .await
+                .unwrap_or_else(|e| panic!("connect through the sentinels: {e}"))
+                .into_backend()
+        }
+        Store::Redis(Server::Redlock(servers)) => {
+            let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            RedlockBackend::connect(&urls)
+                .await
+                .unwrap_or_else(|e| panic!("connect to the Redlock servers: {e}"))
+                .into_backend()
+        }
+        Store::Cluster(c) => {
+            let urls = c.urls();
+            let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+            RedisClusterBackend::connect(&urls)
+                .await
+                .unwrap_or_else(|e| panic!("connect to the cluster: {e}"))
+                .into_backend()
         }
     }
 }
@@ -371,15 +369,11 @@ impl Fixture {
 /// A lock whose lease ran out unrenewed, and the lock another locker took in its place.
 pub(crate) struct Expired {
     /// The first holder's guard (a lease of [`EXPIRING_LEASE`], no watchdog): lost.
-    pub(crate) stale: LockGuard,
+    _stale: LockGuard,
     /// The second locker's guard (a 30 s lease), got by waiting on the key.
-    pub(crate) fresh: LockGuard,
-    /// How long after the first acquire was called the key was free for the second locker.
-    pub(crate) freed_after: Duration,
+    _fresh: LockGuard,
     /// The first holder's token as stored (Redis only).
     pub(crate) stale_token: Option<String>,
-    /// A third locker, for newcomers.
-    pub(crate) third: Locker,
     _lockers: [Locker; 2],
 }
 
@@ -390,12 +384,7 @@ impl Fixture {
     /// Locks `key` with a short lease and no watchdog, and has a second locker wait for it
     /// (up to [`SOON`]) with a 30 s lease: the first lease runs out and the key is retaken.
     pub(crate) async fn expire_and_retake(&self, key: &str) -> Expired {
-        let (a, b, third) = (
-            self.locker().await,
-            self.locker().await,
-            self.locker().await,
-        );
-        let started = Instant::now();
+        let (a, b) = (self.locker().await, self.locker().await);
         let stale = a
             .lock(key)
             .lease(EXPIRING_LEASE)
@@ -410,11 +399,9 @@ impl Fixture {
             .await
             .expect("an expired lease frees the key");
         Expired {
-            stale,
-            fresh,
-            freed_after: started.elapsed(),
+            _stale: stale,
+            _fresh: fresh,
             stale_token,
-            third,
             _lockers: [a, b],
         }
     }
@@ -424,49 +411,6 @@ impl Fixture {
 pub(crate) struct Stored {
     pub(crate) token: Option<String>,
     pub(crate) pttl: i64,
-}
-
-/// A counter incremented by a deliberately non-atomic read, yield, write.
-#[derive(Clone)]
-pub(crate) enum Counter {
-    Memory(Arc<AtomicU64>),
-    Redis(MultiplexedConnection, String),
-    Cluster(ClusterConnection, String),
-}
-
-impl Counter {
-    pub(crate) async fn read(&mut self) -> u64 {
-        match self {
-            Counter::Memory(c) => c.load(Ordering::SeqCst),
-            Counter::Redis(conn, key) => {
-                let v: Option<u64> = conn.get(&*key).await.expect("GET counter");
-                v.unwrap_or(0)
-            }
-            Counter::Cluster(conn, key) => {
-                let v: Option<u64> = conn.get(&*key).await.expect("GET counter");
-                v.unwrap_or(0)
-            }
-        }
-    }
-
-    pub(crate) async fn write(&mut self, value: u64) {
-        match self {
-            Counter::Memory(c) => c.store(value, Ordering::SeqCst),
-            Counter::Redis(conn, key) => {
-                let () = conn.set(&*key, value).await.expect("SET counter");
-            }
-            Counter::Cluster(conn, key) => {
-                let () = conn.set(&*key, value).await.expect("SET counter");
-            }
-        }
-    }
-
-    /// The non-atomic increment: a lost update whenever two of these overlap.
-    pub(crate) async fn increment(&mut self) {
-        let v = self.read().await;
-        tokio::task::yield_now().await;
-        self.write(v + 1).await;
-    }
 }
 
 /// The Redis name of a lock, computed here from the documented layout (not by lock-core):
@@ -503,26 +447,67 @@ pub(crate) async fn soon<F: Future>(what: &str, fut: F) -> F::Output {
         .unwrap_or_else(|_| panic!("{what}: not done within {SOON:?}"))
 }
 
-#[track_caller]
-pub(crate) fn assert_busy<T: std::fmt::Debug>(r: Result<T, LockError>, key: &str) {
-    match r {
-        Err(LockError::Busy { key: k, .. }) => assert_eq!(k, key),
-        other => panic!("expected Busy for {key:?}, got {other:?}"),
+/// The kit's window onto the store: this fixture's own reads (the harness's client, never
+/// lock-core). The prefix is the fixture's, the only one the kit's probe reads use.
+impl Probe for Fixture {
+    fn force_delete<'a>(&'a self, _prefix: &'a str, key: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            Fixture::force_delete(self, key).await;
+            true
+        })
     }
-}
 
-#[track_caller]
-pub(crate) fn assert_invalid_key<T: std::fmt::Debug>(r: Result<T, LockError>) {
-    match r {
-        Err(LockError::InvalidKey { reason, .. }) => assert!(!reason.is_empty()),
-        other => panic!("expected InvalidKey, got {other:?}"),
+    fn queued<'a>(&'a self, _prefix: &'a str, key: &'a str) -> BoxFuture<'a, Option<usize>> {
+        Box::pin(async move { Some(Fixture::queued(self, key).await) })
     }
-}
 
-#[track_caller]
-pub(crate) fn assert_invalid_config<T: std::fmt::Debug>(r: Result<T, LockError>, what: &str) {
-    match r {
-        Err(LockError::InvalidConfig { what: w, .. }) => assert!(!w.is_empty()),
-        other => panic!("{what}: expected InvalidConfig, got {other:?}"),
+    fn stored<'a>(
+        &'a self,
+        _prefix: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Option<lock_core::conformance::Stored>> {
+        Box::pin(async move {
+            let s = Fixture::stored(self, key).await?;
+            Some(lock_core::conformance::Stored {
+                token: s.token,
+                remaining: u64::try_from(s.pttl).ok().map(Duration::from_millis),
+            })
+        })
+    }
+
+    fn is_empty<'a>(&'a self, _prefix: &'a str) -> BoxFuture<'a, Option<bool>> {
+        Box::pin(async move { Some(Fixture::is_empty(self).await) })
+    }
+
+    fn fence_counter<'a>(&'a self, _prefix: &'a str, key: &'a str) -> BoxFuture<'a, Option<u64>> {
+        Box::pin(async move {
+            let name = format!("{}:fence", lock_name(&self.prefix, key));
+            let value = match &*self.store {
+                Store::Memory(_) | Store::Redis(Server::Redlock(_)) => None,
+                Store::Redis(server) => server.get(&name).await,
+                Store::Cluster(_) => self.cluster_get(&name).await,
+            };
+            value.and_then(|v| v.parse().ok())
+        })
+    }
+
+    fn record_ttl<'a>(
+        &'a self,
+        _prefix: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Option<Option<Duration>>> {
+        Box::pin(async move {
+            let name = format!("{}:result", lock_name(&self.prefix, key));
+            let pttl: i64 = match &*self.store {
+                Store::Memory(_) => return None,
+                Store::Redis(server) => server.pttl(&name).await,
+                Store::Cluster(c) => c.client().await.pttl(&name).await.expect("PTTL"),
+            };
+            Some(match pttl {
+                -2 => None,
+                -1 => Some(Duration::MAX),
+                ms => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            })
+        })
     }
 }

@@ -1,21 +1,18 @@
-//! The conformance suite: one set of properties, generic over the backend, each run against
-//! the memory backend and a real redis-server (`<property>::on_memory::*`,
-//! `<property>::on_redis::*`), and again on both with local hand-off turned off
-//! (`<property>::without_local_handoff::*`); every check of every module runs on a Redis
-//! Cluster too ([`on_cluster`]: one cluster for the binary, the checks one after the other,
-//! each under a key prefix of its own) and on a Sentinel set's primary ([`on_sentinel`]); plus the checks that only make sense on Redis (`redis_only::*`:
-//! URLs, ACL, connection failures, several OS processes).
+//! The conformance suite on every backend of this crate: the kit's checks
+//! (`lock_core::conformance`, feature `conformance`), each run against the memory backend
+//! and a real redis-server (`<area>::on_memory::*`, `<area>::on_redis::*`), and again on both
+//! with local hand-off turned off (`<area>::without_local_handoff::*`); every check of the
+//! kit runs on a Redis Cluster too ([`on_cluster`]: one cluster for the binary, the checks one
+//! after the other, each under a key prefix of its own), on a Sentinel set's primary
+//! ([`on_sentinel`]) and on Redlock ([`on_redlock`]), where the checks of what Redlock refuses
+//! check the refusal. Plus what only Redis has: its layout beneath the kit's properties
+//! ([`redis_layout`]: key names, TTLs, hash slots, the server's clock) and [`redis_only`]
+//! (URLs, ACL, connection failures, several OS processes).
 //!
-//! One module per area: [`acquire`], [`lease`], [`wait`], [`fencing`], [`keys`],
-//! [`idempotency`]; each lists its checks in one `conformance!` call, one property per check,
-//! named after it (the Redis details of a property, such as what the server stores, as its own
-//! `redis_only:` check).
-//! [`fixture`] is the backend under test and the set-ups several modules share.
-//!
-//! Where a test reads the backend directly it does so with the harness's own client (GET, PTTL,
-//! CLUSTER KEYSLOT), never through lock-core. Durations in assertions are bounds on
-//! correctness (not freed before the lease ran out, not timed out before the wait elapsed) or
-//! generous hang guards; none claims speed.
+//! [`fixture`] is the backend under test, and the kit's [`Probe`](lock_core::conformance::Probe)
+//! on it: where a test reads the backend directly it does so with the harness's own client
+//! (GET, PTTL, CLUSTER KEYSLOT), never through lock-core. Durations in assertions are bounds
+//! on correctness or generous hang guards; none claims speed.
 
 #![allow(
     clippy::panic,
@@ -25,101 +22,253 @@
     reason = "a test file: its helpers outside #[test] functions assert by panicking and report figures"
 )]
 
-/// Runs each listed check (an `async fn(Fixture)` of the calling module) once per backend:
+/// Runs each listed check of the kit (by name, one area per call) once per backend:
 /// `on_memory::<check>` on the embedded memory backend, `on_redis::<check>` on a real
-/// redis-server of its own. Checks listed after `redis_only:` are about what only Redis has
-/// (key names, TTLs, hash slots, the server's clock) and run as `on_redis::<check>` alone.
-macro_rules! conformance {
-    (
-        $($(#[$attr:meta])* $test:ident),* $(,)?
-        $(; redis_only: $($(#[$redis_attr:meta])* $redis_test:ident),* $(,)?)?
-    ) => {
-        /// The checks against the embedded memory backend.
-        mod on_memory {
-            $(
-                $(#[$attr])*
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test($crate::fixture::Fixture::memory()).await;
-                }
-            )*
-        }
-        /// The same checks against a real redis-server, and those only Redis has.
-        mod on_redis {
-            $(
-                $(#[$attr])*
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test($crate::fixture::Fixture::redis()).await;
-                }
-            )*
-            $($(
-                $(#[$redis_attr])*
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $redis_test() {
-                    super::$redis_test($crate::fixture::Fixture::redis()).await;
-                }
-            )*)?
-        }
-        /// The checks for the shared deployments ([`on_cluster`](crate::on_cluster), [`on_sentinel`](crate::on_sentinel)), by name.
-        pub(crate) fn checks() -> Vec<$crate::fixture::Check> {
-            vec![$((stringify!($test), |fx| Box::pin($test(fx)))),*]
-        }
-        /// The checks again with local hand-off turned off, on both backends.
-        mod without_local_handoff {
+/// redis-server of its own, and both again with local hand-off off.
+macro_rules! kit {
+    ($area:ident: $($check:ident),* $(,)?) => {
+        mod $area {
+            /// The checks against the embedded memory backend.
             mod on_memory {
                 $(
-                    $(#[$attr])*
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $test() {
-                        super::super::$test(
-                            $crate::fixture::Fixture::memory().without_local_handoff(),
-                        )
-                        .await;
+                    async fn $check() {
+                        $crate::fixture::Fixture::memory().suite().run_check(stringify!($check)).await;
                     }
                 )*
             }
+            /// The same checks against a real redis-server.
             mod on_redis {
                 $(
-                    $(#[$attr])*
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $test() {
-                        super::super::$test(
-                            $crate::fixture::Fixture::redis().without_local_handoff(),
-                        )
-                        .await;
+                    async fn $check() {
+                        $crate::fixture::Fixture::redis().suite().run_check(stringify!($check)).await;
                     }
                 )*
             }
+            /// The checks again with local hand-off turned off, on both backends.
+            mod without_local_handoff {
+                mod on_memory {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $check() {
+                            $crate::fixture::Fixture::memory()
+                                .without_local_handoff()
+                                .suite()
+                                .run_check(stringify!($check))
+                                .await;
+                        }
+                    )*
+                }
+                mod on_redis {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $check() {
+                            $crate::fixture::Fixture::redis()
+                                .without_local_handoff()
+                                .suite()
+                                .run_check(stringify!($check))
+                                .await;
+                        }
+                    )*
+                }
+            }
+            /// The names listed here, to check them against the kit's.
+            pub(crate) const NAMES: &[&str] = &[$(stringify!($check)),*];
         }
     };
 }
 
 mod fixture;
 
-mod acquire;
-mod fencing;
-mod idempotency;
-mod keys;
-mod lease;
-mod wait;
+kit!(acquire:
+    acquire_returns_a_held_guard_for_the_key,
+    another_locker_is_refused_while_held,
+    holding_locker_is_refused_outside_run,
+    other_keys_are_independent,
+    released_key_is_free_for_another_locker,
+    release_removes_the_lock_from_the_backend,
+    one_of_sixteen_racers_wins_a_fresh_key,
+    try_lock_on_a_held_key_is_a_retryable_busy_naming_the_key,
+    busy_hints_a_retry_within_the_holders_lease,
+    no_wait_on_a_held_key_is_busy,
+    zero_wait_on_a_held_key_is_busy,
+    busy_run_never_runs_its_body,
+    release_after_expiry_says_lease_lost,
+    release_after_expiry_leaves_the_new_holder_alone,
+    usurped_guard_cannot_know_it_lost,
+    extend_by_a_usurped_guard_says_lease_lost,
+    release_by_a_usurped_guard_says_lease_lost,
+    usurped_guard_leaves_the_new_holder_alone,
+    stress_bodies_never_overlap,
+    stress_counter_ends_exact,
+    stress_leaves_no_lock_behind,
+    unlocked_counter_loses_updates,
+    current_lock_is_set_only_inside_run,
+    run_returns_its_bodys_value,
+    lock_inside_run_on_the_same_key_is_reentrant,
+    try_lock_inside_run_on_the_same_key_is_reentrant,
+    releasing_a_reentrant_guard_keeps_the_lock,
+    nested_run_sees_the_lock,
+    nested_run_end_keeps_the_lock,
+    spawned_task_inside_run_is_not_reentrant,
+    other_key_inside_run_is_an_ordinary_lock,
+    outermost_run_end_releases_the_lock,
+    dropped_guard_is_released_in_background,
+    guard_dropped_outside_the_runtime_is_released_in_background,
+    aborted_run_is_released_in_background,
+    cancelled_waiter_leaves_the_queue,
+    release_after_a_cancelled_wait_frees_the_key,
+);
+kit!(lease:
+    watchdog_off_renews_nothing,
+    expired_lease_frees_the_key,
+    expiring_key_is_not_free_before_the_lease_runs_out,
+    expired_guard_is_no_longer_held,
+    expired_guard_reports_the_loss,
+    watchdog_keeps_a_short_lease_alive,
+    watchdog_renews_repeatedly,
+    released_lock_is_no_longer_renewed,
+    absurd_max_hold_is_invalid_config,
+    absurd_max_hold_in_run_is_invalid_config,
+    absurd_max_hold_leaves_nothing_behind,
+    max_hold_of_a_handed_over_lock_starts_when_it_arrives,
+);
+kit!(wait:
+    bounded_wait_on_a_held_key_times_out,
+    queued_waiters_each_time_out_on_their_own_bound,
+    lockers_default_wait_bounds_a_plain_lock,
+    timed_out_waiters_leave_the_lockers_queue,
+    timed_out_waiters_leave_the_holder_alone,
+    release_lets_no_newcomer_slip_in_before_the_waiter,
+    queued_waiter_gets_the_released_lock,
+    handed_over_lock_carries_the_next_fence,
+    handover_empties_the_queue,
+    watchdog_extends_a_handed_over_lease,
+    fair_release_lets_no_newcomer_slip_in_before_the_waiter,
+    fair_waiter_gets_the_released_lock,
+    key_is_free_after_the_handed_over_lock_is_released,
+    timed_out_waiter_leaves_the_backend_queue,
+    timed_out_fair_waiter_leaves_the_backend_queue,
+    release_after_timed_out_waits_leaves_the_key_free,
+);
+kit!(fencing:
+    fences_rise_across_release,
+    fences_rise_across_lockers,
+    unfenced_lock_has_no_fence,
+    unfenced_acquisitions_do_not_disturb_fences,
+    fences_rise_across_expiry,
+    fences_rise_across_background_release,
+    current_fence_inside_run_is_the_next_fence,
+    each_key_has_its_own_fence_counter,
+    guards_and_lock_infos_never_show_the_token,
+    lockers_and_backends_never_show_the_token,
+    errors_never_show_the_token,
+);
+kit!(keys:
+    empty_key_is_invalid_key,
+    run_with_an_invalid_key_never_runs_its_body,
+    over_long_key_is_invalid_key_naming_the_limit,
+    invalid_key_error_shortens_a_long_key,
+    key_limit_counts_bytes_not_chars,
+    key_of_exactly_max_key_len_bytes_locks,
+    out_of_range_leases_are_invalid_config,
+    out_of_range_waits_are_invalid_config,
+    zero_max_hold_is_invalid_config,
+    invalid_locker_options_fail_try_build,
+    locker_built_from_invalid_options_refuses_every_attempt,
+    extend_with_an_invalid_lease_is_invalid_config,
+    invalid_extend_leaves_the_lock_held,
+    rejected_requests_leave_the_backend_empty,
+    odd_keys_lock,
+    odd_keys_exclude,
+    odd_keys_are_free_after_release,
+    odd_keys_start_their_own_fence_counter,
+    keys_differing_in_braces_or_suffixes_do_not_collide,
+    released_odd_keys_leave_only_their_fence_counters,
+);
+kit!(idempotency:
+    state_goes_absent_in_flight_completed,
+    stored_bytes_and_fingerprint_come_back_exactly,
+    record_expires_after_its_ttl,
+    a_store_after_the_lease_was_lost_is_refused,
+    a_reentrant_guard_stores_for_the_outer_lock,
+    bad_input_is_a_typed_error,
+    records_of_different_keys_and_prefixes_never_meet,
+    idempotency_state_is_one_request,
+    the_started_mark_lets_the_work_run_at_most_once,
+    clear_started_never_takes_another_requests_mark,
+);
 
+mod idempotency_redis;
+mod kit;
+mod redis_layout;
 mod redis_only;
 
-/// Every check of every module (but the `redis_only:` ones, which read a single server of
-/// their own), in the order given, with local hand-off on and again off.
-fn shared_checks() -> Vec<(&'static str, fixture::Check)> {
-    [
-        ("acquire", acquire::checks()),
-        ("fencing", fencing::checks()),
-        ("idempotency", idempotency::checks()),
-        ("keys", keys::checks()),
-        ("lease", lease::checks()),
-        ("wait", wait::checks()),
+/// Every check of the kit is listed above (none lost), once.
+#[test]
+fn every_kit_check_runs_here() {
+    let mut listed: Vec<&str> = [
+        acquire::NAMES,
+        lease::NAMES,
+        wait::NAMES,
+        fencing::NAMES,
+        keys::NAMES,
+        idempotency::NAMES,
     ]
-    .into_iter()
-    .flat_map(|(module, checks)| checks.into_iter().map(move |c| (module, c)))
-    .collect()
+    .concat();
+    let mut kit = lock_core::conformance::Suite::checks();
+    listed.sort_unstable();
+    kit.sort_unstable();
+    assert_eq!(listed, kit);
+}
+
+/// Every check of the kit by name, and the Redis layout checks the shared deployments have
+/// too, in order; each runs with local hand-off on and again off.
+fn shared_checks(layout: bool) -> Vec<(&'static str, Shared)> {
+    let mut checks: Vec<_> = lock_core::conformance::Suite::checks()
+        .into_iter()
+        .map(|name| {
+            (
+                lock_core::conformance::Suite::area(name).unwrap_or("kit"),
+                Shared::Kit(name),
+            )
+        })
+        .collect();
+    if layout {
+        checks.extend(
+            redis_layout::checks()
+                .into_iter()
+                .map(|(name, check)| ("redis_layout", Shared::Own(name, check))),
+        );
+    }
+    checks
+}
+
+/// A check of a shared run: the kit's, by name, or one of this harness's.
+enum Shared {
+    Kit(&'static str),
+    Own(
+        &'static str,
+        fn(fixture::Fixture) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    ),
+}
+
+impl Shared {
+    fn name(&self) -> &'static str {
+        match self {
+            Shared::Kit(name) | Shared::Own(name, _) => name,
+        }
+    }
+
+    async fn run(&self, fx: fixture::Fixture) {
+        match self {
+            Shared::Kit(name) => {
+                fx.suite().run_check(name).await;
+            }
+            Shared::Own(_, check) => check(fx).await,
+        }
+    }
 }
 
 /// Runs `checks` one after the other against a deployment shared by the binary (six or more
@@ -129,18 +278,23 @@ fn shared_checks() -> Vec<(&'static str, fixture::Check)> {
 /// variable's value) keeps the checks whose name contains it (to debug one).
 fn run_shared(
     engine: &str,
-    checks: Vec<(&'static str, fixture::Check)>,
+    checks: Vec<(&'static str, Shared)>,
     only: Option<String>,
     mut fixture: impl FnMut(usize) -> fixture::Fixture,
 ) {
     let started = std::time::Instant::now();
     let checks: Vec<_> = checks
         .into_iter()
-        .filter(|(_, (name, _))| only.as_deref().is_none_or(|only| name.contains(only)))
+        .filter(|(_, check)| {
+            only.as_deref()
+                .is_none_or(|only| check.name().contains(only))
+        })
         .collect();
     let mut failed = Vec::new();
-    let runs = checks.iter().flat_map(|c| [(c, true), (c, false)]);
-    for (i, (&(module, (name, check)), local_handoff)) in runs.enumerate() {
+    let checks = std::sync::Arc::new(checks);
+    let runs = (0..checks.len()).flat_map(|c| [(c, true), (c, false)]);
+    for (i, (c, local_handoff)) in runs.enumerate() {
+        let (module, name) = (checks[c].0, checks[c].1.name());
         let fx = fixture(i);
         let (fx, name) = if local_handoff {
             (fx, name.to_owned())
@@ -150,13 +304,14 @@ fn run_shared(
                 format!("{name} (local hand-off off)"),
             )
         };
+        let checks = checks.clone();
         let outcome = std::thread::spawn(move || {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .build()
                 .expect("runtime")
-                .block_on(check(fx));
+                .block_on(checks[c].1.run(fx));
         })
         .join();
         if outcome.is_err() {
@@ -204,7 +359,7 @@ fn on_cluster() {
     let cluster = Arc::new(runtime.block_on(lock_testkit::cluster::RedisCluster::start()));
     run_shared(
         "cluster",
-        shared_checks(),
+        shared_checks(true),
         std::env::var("CLUSTER_CHECK").ok(),
         |i| fixture::Fixture::cluster(cluster.clone(), format!("c{i}:")),
     );
@@ -223,7 +378,7 @@ fn on_sentinel() {
     let set = Arc::new(runtime.block_on(lock_testkit::sentinel::RedisSentinelSet::start()));
     run_shared(
         "sentinel",
-        shared_checks(),
+        shared_checks(true),
         std::env::var("SENTINEL_CHECK").ok(),
         |_| {
             runtime.block_on(set.primary().flushall());
@@ -232,12 +387,12 @@ fn on_sentinel() {
     );
 }
 
-/// The checks on Redlock over 5 servers started for the binary (the data of every server
-/// flushed before each check), but those that do not apply, each listed with the reason in
-/// [`REDLOCK_REFUSES`]: fencing (`fenced()` is refused: no strictly increasing fence exists over
-/// independent servers; `tests/tests/redlock/waiting.rs::fencing_and_fair_mode_are_refused_before_any_io`
-/// asserts the refusal), fair mode and handover (no single queue), and two that assume one
-/// server. `REDLOCK_CHECK=<name part>` runs only the matching checks.
+/// The kit's checks on Redlock over 5 servers started for the binary (the data of every server
+/// flushed before each check): those of fencing and fair mode check their refusal (no strictly
+/// increasing fence exists over independent servers, no single queue), those of hand-over are
+/// skipped (a waiter is woken and contends), and "exactly one racer wins" reads "at most one"
+/// (simultaneous racers can split the vote). `REDLOCK_CHECK=<name part>` runs only the
+/// matching checks.
 #[test]
 fn on_redlock() {
     use std::sync::Arc;
@@ -247,11 +402,7 @@ fn on_redlock() {
     let runtime = runtime();
     let servers: Arc<Vec<lock_testkit::RedisServer>> =
         Arc::new((0..5).map(|_| lock_testkit::RedisServer::start()).collect());
-    let refused = |name: &str| REDLOCK_REFUSES.iter().any(|(part, _)| name.contains(part));
-    let checks: Vec<_> = shared_checks()
-        .into_iter()
-        .filter(|(module, (name, _))| *module != "fencing" && !refused(name))
-        .collect();
+    let checks = shared_checks(false);
     run_shared(
         "redlock",
         checks,
@@ -264,36 +415,3 @@ fn on_redlock() {
         },
     );
 }
-
-/// Checks (by a part of their name) that do not apply to Redlock, and why; the whole `fencing`
-/// module is left out too (`fenced()` is refused on Redlock).
-const REDLOCK_REFUSES: &[(&str, &str)] = &[
-    ("fenced", "fenced() is refused on Redlock"),
-    ("fence", "fenced() is refused on Redlock"),
-    (
-        "odd_keys",
-        "these checks lock with fenced(), refused on Redlock",
-    ),
-    ("fair", "fair() is refused on Redlock: no single queue"),
-    (
-        "handover",
-        "no handover on Redlock (each server would hand the lock to its own queue's head); the set-up is fenced too",
-    ),
-    ("handed_over", "no handover on Redlock"),
-    (
-        "queued_waiter_gets_the_released_lock",
-        "a handover check (fenced set-up)",
-    ),
-    (
-        "release_lets_no_newcomer_slip_in",
-        "a handover property: on Redlock a waiter is woken and contends, a newcomer can win",
-    ),
-    (
-        "one_of_sixteen_racers_wins",
-        "on Redlock at most one wins: simultaneous racers can split the vote and all be refused",
-    ),
-    (
-        "the_record_shares_the_locks_hash_slot",
-        "reads one server right after the store returns; a Redlock record is stored on a majority, the rest in the background",
-    ),
-];

@@ -48,6 +48,8 @@ pub const ETCD_MIN_LEASE: Duration = Duration::from_secs(2);
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Between HTTP/2 pings on the connection (etcd's `--grpc-keepalive-min-time` is 5 s).
+const PING_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Locks on an etcd v3 cluster: a key per contender bound to a lease, the holder being the one
 /// created first; fences from the key's create revision; FIFO waiting, each waiter watching the
@@ -308,7 +310,9 @@ impl EtcdBackendBuilder {
             // A member without a leader answers watches and keepalives with an error rather
             // than silence.
             .with_require_leader(true)
-            .with_keep_alive(self.request_timeout, self.request_timeout);
+            // HTTP/2 pings find a connection to a member that vanished without a word; etcd
+            // sends GOAWAY to a client pinging more often than every 5 s.
+            .with_keep_alive(PING_INTERVAL, self.request_timeout);
         if let Some((user, password)) = &self.auth {
             // etcd's auth tokens expire (simple tokens after 5 idle minutes): a request that
             // finds its token expired gets a new one and is sent again.

@@ -1,18 +1,14 @@
-//! Keys and options: invalid ones are refused with a typed error, odd ones work and keep all
-//! of a lock's Redis keys in one hash slot.
+//! Keys and options: invalid ones are refused with a typed error, odd ones work.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{
+use crate::{
     LockError, LockGuard, Locker, LockerBuilder, MAX_KEY_LEN, MAX_LEASE, MAX_PREFIX_LEN, MAX_WAIT,
     MIN_LEASE,
 };
-use lock_testkit::RedisServer;
 
-use crate::fixture::{
-    Fixture, Store, assert_busy, assert_invalid_config, assert_invalid_key, has_hex_run, lock_name,
-};
+use super::fixture::{Fixture, assert_busy, assert_invalid_config, assert_invalid_key};
 
 // ---------------------------------------------------------------------------------------------
 // Invalid keys and options are refused
@@ -233,10 +229,8 @@ async fn rejected_requests_leave_the_backend_empty(fx: Fixture) {
     }
     let (guard, _) = bad_extends(&locker).await;
     guard.release().await.expect("release");
-    assert!(
-        fx.is_empty().await,
-        "rejected requests must not write to the backend"
-    );
+    fx.assert_empty("rejected requests must not write to the backend")
+        .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,26 +300,17 @@ async fn odd_keys_are_free_after_release(fx: Fixture) {
     }
 }
 
-/// Every odd key starts a fence counter of its own (at 1 on memory; on Redis, a counter at its
-/// documented name holding that fence).
+/// Every odd key starts a fence counter of its own (at 1 where fences count up by one; where
+/// the probe reads the store's counter, one holding that fence).
 async fn odd_keys_start_their_own_fence_counter(fx: Fixture) {
     let a = fx.locker().await;
     for key in &odd_keys() {
         let (guard, first) = lock_fenced(&a, key).await;
-        match fx.store() {
-            Store::Memory(_) => assert_eq!(first, 1, "{key:?}"),
-            Store::Redis(server) => {
-                let fence = format!("{}:fence", lock_name("lock:", key));
-                assert_eq!(server.get(&fence).await, Some(first.to_string()), "{key:?}");
-            }
-            Store::Cluster(_) => {
-                let fence = format!("{}:fence", lock_name(fx.prefix(), key));
-                assert_eq!(
-                    fx.cluster_get(&fence).await,
-                    Some(first.to_string()),
-                    "{key:?}"
-                );
-            }
+        if fx.consecutive_fences() {
+            assert_eq!(first, 1, "{key:?}");
+        }
+        if let Some(counter) = fx.fence_counter(key).await {
+            assert_eq!(counter, first, "{key:?}");
         }
         guard.release().await.expect("release");
     }
@@ -349,8 +334,8 @@ async fn keys_differing_in_braces_or_suffixes_do_not_collide(fx: Fixture) {
     }
 }
 
-/// Released odd keys leave no lock behind: on Redis only their fence counters remain (every
-/// lock key was removed by its release); the memory backend holds no lock.
+/// Released odd keys leave no lock behind: only their fence counters remain (as the probe
+/// reads the store).
 async fn released_odd_keys_leave_only_their_fence_counters(fx: Fixture) {
     let a = fx.locker().await;
     let keys = odd_keys();
@@ -358,67 +343,15 @@ async fn released_odd_keys_leave_only_their_fence_counters(fx: Fixture) {
         let (guard, _) = lock_fenced(&a, key).await;
         guard.release().await.expect("release");
     }
-    match fx.store() {
-        Store::Memory(_) => assert!(fx.is_empty().await, "a lock was left behind"),
-        Store::Redis(server) => {
-            let mut expected: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:fence", lock_name("lock:", k)))
-                .collect();
-            expected.sort();
-            assert_eq!(server.keys("*").await, expected);
-        }
-        Store::Cluster(_) => {
-            let mut expected: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:fence", lock_name(fx.prefix(), k)))
-                .collect();
-            expected.sort();
-            assert_eq!(fx.cluster_keys().await, expected);
+    fx.assert_empty("a lock was left behind").await;
+    for key in &keys {
+        if let Some(counter) = fx.fence_counter(key).await {
+            assert!(counter > 0, "{key:?}: the fence counter outlives the lock");
         }
     }
 }
 
-/// On Redis an odd key's lock lives at its documented name, holding a 32-hex-digit token.
-async fn odd_keys_follow_the_documented_layout(fx: Fixture) {
-    let a = fx.locker().await;
-    for key in &odd_keys() {
-        let (guard, _) = lock_fenced(&a, key).await;
-        let name = lock_name("lock:", key);
-        let token = fx
-            .server()
-            .get(&name)
-            .await
-            .unwrap_or_else(|| panic!("{key:?}: no lock at {name:?}"));
-        assert!(token.len() == 32 && has_hex_run(&token, 32), "{key:?}");
-        guard.release().await.expect("release");
-    }
-}
-
-/// On Redis an odd key's lock, fence counter and release channel share one cluster hash slot,
-/// as computed by a real cluster-mode redis-server.
-async fn odd_keys_keep_lock_fence_and_channel_in_one_slot(fx: Fixture) {
-    let node = RedisServer::start_cluster_node();
-    let a = fx.locker().await;
-    for key in &odd_keys() {
-        let (guard, _) = lock_fenced(&a, key).await;
-        let name = lock_name("lock:", key);
-        let slot = node.keyslot(&name).await;
-        assert_eq!(
-            node.keyslot(&format!("{name}:fence")).await,
-            slot,
-            "{key:?}: fence slot"
-        );
-        assert_eq!(
-            node.keyslot(&format!("{name}:released")).await,
-            slot,
-            "{key:?}: channel slot"
-        );
-        guard.release().await.expect("release");
-    }
-}
-
-conformance!(
+checks!(
     empty_key_is_invalid_key,
     run_with_an_invalid_key_never_runs_its_body,
     over_long_key_is_invalid_key_naming_the_limit,
@@ -433,12 +366,10 @@ conformance!(
     extend_with_an_invalid_lease_is_invalid_config,
     invalid_extend_leaves_the_lock_held,
     rejected_requests_leave_the_backend_empty,
-    odd_keys_lock,
-    odd_keys_exclude,
-    odd_keys_are_free_after_release,
-    odd_keys_start_their_own_fence_counter,
+    odd_keys_lock: [Fencing],
+    odd_keys_exclude: [Fencing],
+    odd_keys_are_free_after_release: [Fencing],
+    odd_keys_start_their_own_fence_counter: [Fencing],
     keys_differing_in_braces_or_suffixes_do_not_collide,
-    released_odd_keys_leave_only_their_fence_counters;
-    redis_only: odd_keys_follow_the_documented_layout,
-    odd_keys_keep_lock_fence_and_channel_in_one_slot,
+    released_odd_keys_leave_only_their_fence_counters: [Fencing],
 );

@@ -3,22 +3,14 @@
 
 use std::time::Duration;
 
-use lock_core::{
+use crate::{
     IdempotencyRecord, IdempotencyState, LockError, Locker, MAX_FINGERPRINT_LEN, MAX_KEY_LEN,
     MAX_RESULT_LEN, MAX_RESULT_TTL,
 };
-use lock_testkit::{RedisServer, eventually};
 
-use crate::fixture::{
-    Fixture, SOON, Store, assert_invalid_config, assert_invalid_key, lock_name, soon,
-};
+use super::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, eventually, soon};
 
 const TTL: Duration = Duration::from_secs(60);
-
-/// The Redis name of a key's record, from the documented layout (not from lock-core).
-fn record_name(prefix: &str, key: &str) -> String {
-    format!("{}:result", lock_name(prefix, key))
-}
 
 async fn state(locker: &Locker, key: &str) -> IdempotencyState {
     locker
@@ -35,16 +27,12 @@ fn completed(state: IdempotencyState) -> IdempotencyRecord {
     }
 }
 
-/// Whether the backend holds a record for `key` (default prefix), read without lock-core on
-/// Redis (the memory backend is asked through the state, which is all it shows).
+/// Whether the backend holds a record for `key`, read by the probe where it can (else asked
+/// through the state, which is all the API shows).
 async fn record_written(fx: &Fixture, locker: &Locker, key: &str) -> bool {
-    match fx.store() {
-        Store::Redis(server) => server.exists(&record_name("lock:", key)).await,
-        Store::Cluster(_) => fx
-            .cluster_keys()
-            .await
-            .contains(&record_name(fx.prefix(), key)),
-        Store::Memory(_) => matches!(state(locker, key).await, IdempotencyState::Completed(_)),
+    match fx.record_ttl(key).await {
+        Some(ttl) => ttl.is_some(),
+        None => matches!(state(locker, key).await, IdempotencyState::Completed(_)),
     }
 }
 
@@ -124,16 +112,18 @@ async fn record_expires_after_its_ttl(fx: Fixture) {
     guard.release().await.expect("release");
     let record = completed(state(&locker, "short").await);
     assert!(record.expires_in <= ttl, "{:?}", record.expires_in);
-    if let Store::Redis(server) = fx.store() {
-        // On Redlock the store returns once a quorum has the record; this server's write may
-        // land just after.
-        let name = record_name("lock:", "short");
-        eventually("the record is on the server", SOON, async || {
-            server.pttl(&name).await != -2
+    if fx.record_ttl("short").await.is_some() {
+        // On Redlock the store returns once a quorum has the record; a server's write may land
+        // just after.
+        eventually("the record is in the store", SOON, async || {
+            matches!(fx.record_ttl("short").await, Some(Some(_)))
         })
         .await;
-        let pttl = server.pttl(&name).await;
-        assert!(pttl > 0 && pttl <= 300, "the record's PTTL is {pttl}");
+        let ttl = fx.record_ttl("short").await.flatten();
+        assert!(
+            ttl.is_some_and(|t| t > Duration::ZERO && t <= Duration::from_millis(300)),
+            "the record's TTL is {ttl:?}"
+        );
     }
     eventually("the record expires", SOON, async || {
         state(&locker, "short").await == IdempotencyState::Absent
@@ -301,21 +291,19 @@ async fn bad_input_is_a_typed_error(fx: Fixture) {
         bad_prefix.idempotency_state("k").await,
         "prefix with a brace",
     );
-    assert!(fx.is_empty().await, "refused input must write nothing");
+    fx.assert_empty("refused input must write nothing").await;
 }
 
-/// On Redis the record is a hash `P{T}S:result` beside the lock, in its hash slot (as a real
-/// cluster-mode server computes it), with a TTL, for odd keys and another prefix too; on every
-/// backend, records of different keys and prefixes never meet.
-async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
+/// Records of different keys (odd ones too) and prefixes never meet: each comes back as it was
+/// stored.
+async fn records_of_different_keys_and_prefixes_never_meet(fx: Fixture) {
     let plain = fx.locker().await;
-    let shop = fx.builder().await.prefix("shop:").build();
-    let node = match fx.store() {
-        Store::Redis(_) => Some(RedisServer::start_cluster_node()),
-        // The cluster computes the slots itself: a record outside its lock's slot would be
-        // refused (CROSSSLOT) by the store script.
-        Store::Memory(_) | Store::Cluster(_) => None,
-    };
+    // Another prefix, of this check's own.
+    let shop = fx
+        .builder()
+        .await
+        .prefix(format!("{}shop:", fx.prefix()))
+        .build();
     let keys = ["order:42", "a}b{c", "{order:42}", "ключ 🔒\n\0"];
     for key in keys {
         for (prefix, locker) in [("lock:", &plain), ("shop:", &shop)] {
@@ -324,29 +312,6 @@ async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
                 .store_result(prefix, key.as_bytes(), TTL)
                 .await
                 .unwrap_or_else(|e| panic!("{key:?}: {e}"));
-            if let (Store::Redis(server), Some(node)) = (fx.store(), &node) {
-                let lock = lock_name(prefix, key);
-                let record = record_name(prefix, key);
-                let kind: String = server.query(redis::cmd("TYPE").arg(&record).clone()).await;
-                assert_eq!(kind, "hash", "{key:?}");
-                let fields: Vec<Vec<u8>> = server
-                    .query(
-                        redis::cmd("HMGET")
-                            .arg(&record)
-                            .arg("fingerprint")
-                            .arg("result")
-                            .clone(),
-                    )
-                    .await;
-                assert_eq!(fields, [prefix.as_bytes(), key.as_bytes()], "{key:?}");
-                let pttl = server.pttl(&record).await;
-                assert!(pttl > 0 && pttl <= 60_000, "{key:?}: PTTL {pttl}");
-                assert_eq!(
-                    node.keyslot(&record).await,
-                    node.keyslot(&lock).await,
-                    "{key:?}"
-                );
-            }
             guard.release().await.expect("release");
         }
     }
@@ -361,8 +326,7 @@ async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
     }
 }
 
-/// `idempotency_state` is one request to the backend: one counted call, and on Redis one
-/// EVALSHA and no other command sent (the script's own reads are counted as its internals).
+/// `idempotency_state` is one request to the backend: one counted call.
 async fn idempotency_state_is_one_request(fx: Fixture) {
     let locker = fx.locker().await;
     let held = locker.lock("one:held").await.expect("acquire");
@@ -371,9 +335,6 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
     done.release().await.expect("release");
     // Warm: the prefix's permission check and the script load are behind us.
     state(&locker, "one:absent").await;
-    if let Store::Redis(server) = fx.store() {
-        server.reset_stats().await;
-    }
     let calls = locker.stats().backend_calls;
     assert_eq!(state(&locker, "one:absent").await, IdempotencyState::Absent);
     assert_eq!(state(&locker, "one:held").await, IdempotencyState::InFlight);
@@ -383,24 +344,6 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
         3,
         "one backend call per state"
     );
-    if let Store::Redis(server) = fx.store() {
-        let stats = server.commandstats().await;
-        println!("3 idempotency_state calls: {stats:?}");
-        assert_eq!(stats.get("evalsha"), Some(&3), "{stats:?}");
-        // Nothing but the three EVALSHA and their internals (absent: HGET, EXISTS; in flight:
-        // HGET, EXISTS; completed: HGET, HGET, PTTL); the harness's CONFIG RESETSTAT aside, and
-        // what sentinels send a primary they watch meanwhile (PING every second, PUBLISH of
-        // their hello every two, INFO, and HELLO and CLIENT on their new connections).
-        let watching = ["ping", "publish", "info", "hello"];
-        let sent: std::collections::BTreeMap<&str, u64> = stats
-            .iter()
-            .filter(|(c, _)| !c.starts_with("config|") && !c.starts_with("client|"))
-            .filter(|(c, _)| !watching.contains(&c.as_str()))
-            .map(|(c, n)| (c.as_str(), *n))
-            .collect();
-        let expected = [("evalsha", 3), ("exists", 2), ("hget", 4), ("pttl", 1)];
-        assert_eq!(sent, expected.into_iter().collect(), "{stats:?}");
-    }
     held.release().await.expect("release");
 }
 
@@ -554,175 +497,15 @@ async fn clear_started_never_takes_another_requests_mark(fx: Fixture) {
     third.release().await.expect("release");
 }
 
-conformance!(
+checks!(
     state_goes_absent_in_flight_completed,
     stored_bytes_and_fingerprint_come_back_exactly,
     record_expires_after_its_ttl,
-    a_store_after_the_lease_was_lost_is_refused,
+    a_store_after_the_lease_was_lost_is_refused: [Probe],
     a_reentrant_guard_stores_for_the_outer_lock,
     bad_input_is_a_typed_error,
-    the_record_shares_the_locks_hash_slot,
+    records_of_different_keys_and_prefixes_never_meet,
     idempotency_state_is_one_request,
-    the_started_mark_lets_the_work_run_at_most_once,
+    the_started_mark_lets_the_work_run_at_most_once: [Probe],
     clear_started_never_takes_another_requests_mark,
 );
-
-/// Redis only: a restart without persistence loses the records like the locks (the next
-/// request with the key runs again: documented), and a holder whose lock went with the data
-/// cannot store afterwards.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restart_without_persistence_loses_records_and_refuses_the_store() {
-    let mut server = RedisServer::start();
-    let locker = Locker::redis(&server.url()).await.expect("connect");
-    let guard = locker.lock("kept").await.expect("acquire");
-    guard.store_result("fp", b"done", TTL).await.expect("store");
-    guard.release().await.expect("release");
-    let holder = locker.lock("running").await.expect("acquire");
-    completed(state(&locker, "kept").await);
-
-    server.restart();
-    eventually("the locker reads the restarted server", SOON, async || {
-        matches!(
-            locker.idempotency_state("kept").await,
-            Ok(IdempotencyState::Absent)
-        )
-    })
-    .await;
-    assert!(matches!(
-        holder.store_result("fp", b"after the restart", TTL).await,
-        Err(LockError::LeaseLost { .. })
-    ));
-    assert_eq!(state(&locker, "running").await, IdempotencyState::Absent);
-    assert_eq!(
-        server.dbsize().await,
-        0,
-        "nothing was written after the restart"
-    );
-}
-
-/// Redis only: the README's ACL rule (read from the guide's Redis chapter, where the README
-/// sends it) is enough for the result store and the "started" mark, with no `@dangerous`
-/// command: storing and reading a record, a mark written and taken back, and a refused stale
-/// store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_rule_suffices_for_the_result_store() {
-    const README: &str = include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/src/backends/redis.md"
-    ));
-    let rule = README
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("ACL SETUSER "))
-        .expect("the guide gives an `ACL SETUSER` rule");
-    let user = lock_testkit::AclUser::from_setuser(rule.split_whitespace())
-        .expect("the rule sets a password");
-    let server = RedisServer::builder()
-        .requirepass("adminpw")
-        .user(&user)
-        .start();
-    let locker = Locker::redis(&server.url_for(&user))
-        .await
-        .expect("the restricted user connects");
-    assert_eq!(state(&locker, "acl").await, IdempotencyState::Absent);
-    let guard = locker.lock("acl").await.expect("acquire");
-    assert_eq!(state(&locker, "acl").await, IdempotencyState::InFlight);
-    guard.mark_started("fp", TTL).await.expect("mark");
-    guard.clear_started().await.expect("take the mark back");
-    guard.mark_started("fp", TTL).await.expect("mark again");
-    guard.store_result("fp", b"ok", TTL).await.expect("store");
-    assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
-    server.del(&lock_name("lock:", "acl")).await;
-    assert!(matches!(
-        guard.store_result("fp", b"stale", TTL).await,
-        Err(LockError::LeaseLost { .. })
-    ));
-    assert_eq!(completed(state(&locker, "acl").await).result, b"ok");
-}
-
-/// Redis only (issue 29, item 9, review): a mark write that gets no answer in time (the
-/// server stalled) is taken back by `mark_started` itself, owner-checked; when the key held
-/// an earlier request's mark (that request started and recorded nothing), the take-back,
-/// run by the server once it wakes, must not remove that mark: removed, the next request
-/// would run the work a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_mark_write_without_an_answer_keeps_an_earlier_mark() {
-    let mut server = RedisServer::start();
-    let backend = lock_core::RedisBackend::builder(&server.url())
-        .response_timeout(Duration::from_millis(300))
-        .connect()
-        .await
-        .expect("connect");
-    let locker = Locker::builder(backend).build();
-    // Scripts loaded (as in any process that ran one before), so the frozen server is the
-    // only delay.
-    let warm = locker.lock("warm").await.expect("acquire");
-    warm.mark_started("fp", TTL).await.expect("mark");
-    warm.clear_started().await.expect("take the mark back");
-    warm.release().await.expect("release");
-    let first = locker.lock("charge").await.expect("acquire");
-    first.mark_started("fp", TTL).await.expect("mark");
-    first.release().await.expect("release");
-    assert_eq!(started(state(&locker, "charge").await).0, "fp");
-
-    let retry = locker.lock("charge").await.expect("the lock is free");
-    server.pause();
-    let marked = retry.mark_started("fp", TTL).await;
-    server.resume();
-    assert!(
-        matches!(marked, Err(LockError::Backend { .. })),
-        "{marked:?}"
-    );
-    // Sent on the same connection after the queued mark write and its take-back: answered
-    // once both ran.
-    retry.release().await.expect("release");
-    assert_eq!(
-        started(settled(&locker, "charge").await).0,
-        "fp",
-        "the earlier request's mark survives a timed-out mark write"
-    );
-}
-
-/// Redis only (issue 29, item 9, review): a lock handed over locally to another task of the
-/// same locker keeps its token, and the next holder is another request. The first one wrote
-/// its mark and released without a result (its store refused, say): the next one must find
-/// that mark an earlier request's (`OutcomeUnknown`), not its own. Before, the mark was the
-/// token's, and the waiting duplicate ran the work a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_handed_over_locally_never_takes_the_last_holders_mark() {
-    let server = RedisServer::start();
-    let locker = Locker::redis(&server.url()).await.expect("connect");
-    let first = locker.lock("pay").await.expect("acquire");
-    // The first waiter gets the lock from the backend (nobody queued when it was taken) and
-    // passes it on locally to the second.
-    let first_waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move {
-            let guard = locker.lock("pay").await.expect("acquire");
-            guard.mark_started("fp", TTL).await.expect("mark");
-            // ... the work ran, its result could not be stored ...
-            guard.release().await.expect("release");
-        }
-    });
-    eventually("the first waiter queued", SOON, async || {
-        locker.stats().waiters == 1
-    })
-    .await;
-    let second_waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.lock("pay").await.expect("acquire") }
-    });
-    eventually("both waiters queued", SOON, async || {
-        locker.stats().waiters == 2
-    })
-    .await;
-    first.release().await.expect("release");
-    first_waiter.await.expect("join");
-    let next = second_waiter.await.expect("join");
-    assert_eq!(locker.stats().local_handoffs, 1, "handed over locally");
-    match next.mark_started("fp", TTL).await {
-        Err(LockError::OutcomeUnknown { fingerprint, .. }) => assert_eq!(fingerprint, "fp"),
-        other => panic!("expected OutcomeUnknown, got {other:?}"),
-    }
-    next.release().await.expect("release");
-    assert_eq!(started(settled(&locker, "pay").await).0, "fp");
-}

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lock_core::{DEFAULT_LEASE, LockError, LockGuard, Locker, current_lock};
+use crate::{DEFAULT_LEASE, LockError, LockGuard, Locker, current_lock};
 
-use crate::fixture::{Fixture, SOON, Store, Stored, assert_busy, soon};
+use super::Stored;
+use super::fixture::{Fixture, SOON, assert_busy, soon};
 
 // ---------------------------------------------------------------------------------------------
 // One holder at a time
@@ -40,18 +41,6 @@ async fn acquire_returns_a_held_guard_for_the_key(fx: Fixture) {
     assert!(guard.is_held());
     assert_eq!(guard.key(), ORDER);
     assert!(!guard.is_reentrant());
-}
-
-/// Redis stores a held lock as a 32-character token whose TTL is the lease (30 s by default).
-async fn held_lock_is_stored_as_a_token_with_the_lease_as_ttl(fx: Fixture) {
-    let _held = held(&fx, ORDER, DEFAULT_LEASE).await;
-    let stored = fx.stored(ORDER).await.expect("read from Redis");
-    let token = stored
-        .token
-        .clone()
-        .expect("the lock key exists while held");
-    assert_eq!(token.len(), 32);
-    assert!(stored.pttl > 0 && stored.pttl <= 30_000, "{stored:?}");
 }
 
 /// While the lock is held, another locker's `try_lock` is `Busy`.
@@ -88,19 +77,17 @@ async fn released_key_is_free_for_another_locker(fx: Fixture) {
     again.release().await.expect("release");
 }
 
-/// A release removes the lock from the backend: nothing is left (on Redis, no lock key).
+/// A release removes the lock from the backend: nothing is left (as the probe reads it).
 async fn release_removes_the_lock_from_the_backend(fx: Fixture) {
     let Held { guard, .. } = held(&fx, ORDER, DEFAULT_LEASE).await;
     guard.release().await.expect("release while held");
     assert_eq!(fx.stored(ORDER).await.and_then(|s| s.token), None);
-    assert!(
-        fx.is_empty().await,
-        "the released lock is still in the backend"
-    );
+    fx.assert_empty("the released lock is still in the backend")
+        .await;
 }
 
 /// Of 16 simultaneous `try_lock`s on a fresh key from 4 lockers, exactly one wins; the others
-/// are `Busy` (no other error).
+/// are `Busy` (no other error). (A store whose votes can split may refuse all: not run there.)
 async fn one_of_sixteen_racers_wins_a_fresh_key(fx: Fixture) {
     let mut lockers = Vec::new();
     for _ in 0..4 {
@@ -200,7 +187,8 @@ async fn busy_run_never_runs_its_body(fx: Fixture) {
 // Releases only touch their own lock
 
 /// Asserts that `guard` (the new holder of `key`) is untouched: still held, still excluding a
-/// newcomer, and on Redis its key keeps the token stored `before` with a PTTL in `pttl`.
+/// newcomer, and (as the probe reads it) its key keeps the token stored `before` with a
+/// remaining lease in `pttl` (milliseconds).
 async fn assert_new_holder_untouched(
     fx: &Fixture,
     key: &str,
@@ -217,7 +205,10 @@ async fn assert_new_holder_untouched(
             after.token, before.token,
             "the new holder's token was touched"
         );
-        assert!(pttl.contains(&after.pttl), "{after:?} not in {pttl:?}");
+        let ms = after
+            .remaining
+            .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        assert!(pttl.contains(&ms), "{after:?} not in {pttl:?} ms");
     }
 }
 
@@ -233,7 +224,7 @@ async fn release_after_expiry_says_lease_lost(fx: Fixture) {
 }
 
 /// The release of a guard whose lease ran out leaves the new holder's lock alone: still held
-/// and exclusive, and on Redis the same token with the new holder's TTL (30 s lease).
+/// and exclusive, and (as the probe reads it) the same token with the new holder's TTL (30 s lease).
 async fn release_after_expiry_leaves_the_new_holder_alone(fx: Fixture) {
     let expired = fx.expire_and_retake("stale").await;
     soon("lost() after expiry", expired.stale.lost()).await;
@@ -306,7 +297,7 @@ async fn release_by_a_usurped_guard_says_lease_lost(fx: Fixture) {
 }
 
 /// The extend and release of a usurped guard leave the new holder's lock alone: still held and
-/// exclusive, and on Redis the same token, not extended to the stale guard's 60 s (still
+/// exclusive, and (as the probe reads it) the same token, not extended to the stale guard's 60 s (still
 /// within the new holder's own 20 s lease).
 async fn usurped_guard_leaves_the_new_holder_alone(fx: Fixture) {
     let u = usurped(&fx).await;
@@ -337,14 +328,14 @@ async fn stress(fx: &Fixture) -> Stress {
     for _ in 0..LOCKERS {
         lockers.push(fx.locker().await);
     }
-    let counter = fx.counter("stress:counter").await;
+    let counter = fx.counter();
     let inside = Arc::new(AtomicUsize::new(0));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             let locker = lockers[i % LOCKERS].clone();
-            let mut counter = counter.clone();
+            let counter = counter.clone();
             let inside = inside.clone();
             let overlaps = overlaps.clone();
             tokio::spawn(async move {
@@ -370,7 +361,7 @@ async fn stress(fx: &Fixture) -> Stress {
     }
     let elapsed = start.elapsed();
     let total = TASKS as u64 * ITERATIONS;
-    let last = counter.clone().read().await;
+    let last = counter.read();
     let overlaps = overlaps.load(Ordering::SeqCst);
     println!(
         "[{}] in-process stress: {TASKS} tasks x {ITERATIONS} iterations via {LOCKERS} lockers on one key = {total} locked read-modify-writes; final count {last}; overlapping bodies {overlaps}; {elapsed:.2?}",
@@ -394,14 +385,19 @@ async fn stress_counter_ends_exact(fx: Fixture) {
     assert_eq!(s.last, s.total, "lost updates under the lock");
 }
 
-/// After the stress, no lock is left behind (on Redis, no lock key; the memory backend holds
-/// no lock at all: `stress` is its only one).
+/// After the stress, no lock is left behind: the key is free for a newcomer at once, and (as
+/// the probe reads it) no token is stored for it.
 async fn stress_leaves_no_lock_behind(fx: Fixture) {
     stress(&fx).await;
     assert!(fx.stored("stress").await.is_none_or(|s| s.token.is_none()));
-    if let Store::Memory(_) = fx.store() {
-        assert!(fx.is_empty().await, "a lock was left behind");
-    }
+    let newcomer = fx.locker().await;
+    newcomer
+        .try_lock("stress")
+        .await
+        .expect("a lock was left behind")
+        .release()
+        .await
+        .expect("release");
 }
 
 /// The control for the stress: the same read-modify-write without the lock loses updates, so
@@ -409,10 +405,10 @@ async fn stress_leaves_no_lock_behind(fx: Fixture) {
 async fn unlocked_counter_loses_updates(fx: Fixture) {
     const TASKS: usize = 8;
     const ITERATIONS: u64 = 200;
-    let counter = fx.counter("control:counter").await;
+    let counter = fx.counter();
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
-            let mut counter = counter.clone();
+            let counter = counter.clone();
             tokio::spawn(async move {
                 for _ in 0..ITERATIONS {
                     counter.increment().await;
@@ -424,7 +420,7 @@ async fn unlocked_counter_loses_updates(fx: Fixture) {
         t.await.expect("control task");
     }
     let total = TASKS as u64 * ITERATIONS;
-    let last = counter.clone().read().await;
+    let last = counter.read();
     println!(
         "[{}] control without lock: {TASKS} tasks x {ITERATIONS} = {total} read-modify-writes; final count {last} ({} updates lost)",
         fx.name(),
@@ -700,14 +696,14 @@ async fn release_after_a_cancelled_wait_frees_the_key(fx: Fixture) {
         .expect("release");
 }
 
-conformance!(
+checks!(
     acquire_returns_a_held_guard_for_the_key,
     another_locker_is_refused_while_held,
     holding_locker_is_refused_outside_run,
     other_keys_are_independent,
     released_key_is_free_for_another_locker,
     release_removes_the_lock_from_the_backend,
-    one_of_sixteen_racers_wins_a_fresh_key,
+    one_of_sixteen_racers_wins_a_fresh_key: [OneWinner],
     try_lock_on_a_held_key_is_a_retryable_busy_naming_the_key,
     busy_hints_a_retry_within_the_holders_lease,
     no_wait_on_a_held_key_is_busy,
@@ -715,10 +711,10 @@ conformance!(
     busy_run_never_runs_its_body,
     release_after_expiry_says_lease_lost,
     release_after_expiry_leaves_the_new_holder_alone,
-    usurped_guard_cannot_know_it_lost,
-    extend_by_a_usurped_guard_says_lease_lost,
-    release_by_a_usurped_guard_says_lease_lost,
-    usurped_guard_leaves_the_new_holder_alone,
+    usurped_guard_cannot_know_it_lost: [Probe],
+    extend_by_a_usurped_guard_says_lease_lost: [Probe],
+    release_by_a_usurped_guard_says_lease_lost: [Probe],
+    usurped_guard_leaves_the_new_holder_alone: [Probe],
     stress_bodies_never_overlap,
     stress_counter_ends_exact,
     stress_leaves_no_lock_behind,
@@ -737,6 +733,5 @@ conformance!(
     guard_dropped_outside_the_runtime_is_released_in_background,
     aborted_run_is_released_in_background,
     cancelled_waiter_leaves_the_queue,
-    release_after_a_cancelled_wait_frees_the_key;
-    redis_only: held_lock_is_stored_as_a_token_with_the_lease_as_ttl,
+    release_after_a_cancelled_wait_frees_the_key,
 );
