@@ -563,6 +563,12 @@ impl Backend for EtcdBackend {
         false
     }
 
+    /// An attempt sent again finds its own key (the token is in its name); leaving deletes
+    /// the key, held or waiting.
+    fn keeps_token_after_failed_attempt(&self) -> bool {
+        true
+    }
+
     fn keep_if_alone<'a>(
         &'a self,
         key: &'a LockKey,
