@@ -217,3 +217,34 @@ async fn a_release_sent_again_after_its_reply_was_lost_spares_the_next_holder() 
     println!("first release (reply lost): {answer:?}; fences {old} then {new}");
     next.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_requests_after_a_dropped_connection_are_served() {
+    let cluster = shared().await;
+    let ns = "reconnect/";
+    let proxy = cluster.proxy(0).await;
+    let locker = locker(&through(std::slice::from_ref(&proxy)), ns).await;
+    // Every etcd request, the keepalive stream too, goes over the one connection the proxy
+    // drops; the member behind it never stops serving.
+    for round in 0..10 {
+        let guard = locker.lock("again").fenced().await.expect("lock");
+        proxy.cut();
+        proxy.restore();
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the release after the drop: {e:?}"));
+        let guard = locker.lock("again").fenced().await.expect("lock");
+        guard.release().await.expect("release");
+        proxy.cut();
+        proxy.restore();
+        let guard = locker
+            .lock("again")
+            .fenced()
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the acquire after the drop: {e:?}"));
+        guard.release().await.expect("release");
+    }
+    assert!(proxy.accepted() > 10, "the connection was never dropped");
+}

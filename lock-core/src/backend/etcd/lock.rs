@@ -50,10 +50,21 @@ impl EtcdBackend {
         lease: Duration,
         options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
+        let ck = self.contender_key(key, token);
+        self.attempt_lock(key, &ck, lease, options).await
+    }
+
+    async fn attempt_lock(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
         let ttl = lease_ttl(lease).ok_or_else(|| lease_refused(lease))?;
         let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
         let start = Instant::now();
-        let ck = self.contender_key(key, token);
+        let ck = ck.to_owned();
         let leases = &self.inner.leases;
         let mut attempts = 0;
         loop {
@@ -132,22 +143,26 @@ impl EtcdBackend {
     ) -> Result<Taken, LockError> {
         let prefix = self.queue_prefix(key);
         let put = TxnOp::put(ck, "", Some(PutOptions::new().with_lease(lease_id)));
-        let mut kv = self.inner.client.kv_client();
+        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
         if !waiter {
+            // Our own key, created by this attempt sent before (its answer lost), is ours: it
+            // was made when the lock had no contender, so it is the first.
             let txn = Txn::new()
                 .when([
                     Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
                 ])
-                .and_then([put]);
-            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
-            return Ok(if answer.succeeded() {
-                Taken::Ours(revision_of(&answer, key)?, lease_id)
-            } else {
-                Taken::Busy
+                .and_then([put])
+                .or_else([mine]);
+            let answer = self.txn("acquire", Some(key), txn).await?;
+            if answer.succeeded() {
+                return Ok(Taken::Ours(revision_of(&answer, key)?, lease_id));
+            }
+            return Ok(match ranges(&answer).first().and_then(|r| r.first()) {
+                Some(ours) => Taken::Ours(ours.create_revision(), ours.lease()),
+                None => Taken::Busy,
             });
         }
         let first = TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1)));
-        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
         let known = self
             .inner
             .contenders
@@ -160,7 +175,7 @@ impl EtcdBackend {
             let txn = Txn::new()
                 .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
                 .and_then([mine.clone(), first.clone()]);
-            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+            let answer = self.txn("acquire", Some(key), txn).await?;
             if answer.succeeded() {
                 return found(&ranges(&answer), ck, key);
             }
@@ -173,7 +188,7 @@ impl EtcdBackend {
                 TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Descend, 2))),
             ])
             .or_else([mine, first]);
-        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("acquire", Some(key), txn).await?;
         let ranges = ranges(&answer);
         if !answer.succeeded() {
             return found(&ranges, ck, key);
@@ -256,8 +271,7 @@ impl EtcdBackend {
                 TxnOp::get(prefix.as_str(), Some(before)),
                 TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1))),
             ]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("acquire", Some(key), txn).await?;
         if !answer.succeeded() {
             self.inner.contenders.lock().remove(ck);
             return Ok(false);
@@ -298,8 +312,7 @@ impl EtcdBackend {
                 "",
                 Some(PutOptions::new().with_lease(lease_id).with_ignore_value()),
             )]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self.bounded("extend", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("extend", Some(key), txn).await?;
         Ok(answer.succeeded())
     }
 
@@ -392,11 +405,7 @@ impl EtcdBackend {
         let txn = Txn::new()
             .when([ours.clone()])
             .and_then([TxnOp::delete(ck, None)]);
-        let mut kv = self.inner.client.kv_client();
-        match self
-            .bounded(operation, Some(key), kv.txn(txn.clone()))
-            .await
-        {
+        match self.txn(operation, Some(key), txn.clone()).await {
             Ok(answer) => {
                 if answer.succeeded() {
                     self.inner.listeners.lock().wake(key.name(), b"released");
@@ -436,10 +445,7 @@ impl EtcdBackend {
                 prefix.as_str(),
                 Some(GetOptions::new().with_prefix().with_count_only()),
             )]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self
-            .bounded("keep the lock", Some(key), kv.txn(txn))
-            .await?;
+        let answer = self.txn("keep the lock", Some(key), txn).await?;
         if !answer.succeeded() {
             self.inner.contenders.lock().remove(&ck);
             return Ok(Kept::NotOurs);
@@ -530,11 +536,7 @@ impl EtcdBackend {
                 .map(|ck| TxnOp::get(ck.as_str(), Some(GetOptions::new().with_keys_only())))
                 .collect::<Vec<_>>(),
         );
-        let mut kv = self.inner.client.kv_client();
-        let (health, read) = tokio::join!(
-            keepalives,
-            self.bounded("renew", Some(&first.key), kv.txn(check))
-        );
+        let (health, read) = tokio::join!(keepalives, self.txn("renew", Some(&first.key), check));
         let ranges = ranges(&read?);
         if ranges.len() != items.len() {
             return Err(malformed(&first.key));

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::Client;
+use etcd_client::{Client, Txn, TxnResponse};
 use tokio::sync::watch;
 
 use super::{
@@ -427,6 +427,68 @@ impl EtcdBackend {
         request: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, LockError> {
         bounded(self.inner.request_timeout, operation, key, request).await
+    }
+}
+
+impl EtcdBackend {
+    /// Runs transaction `txn` within the request timeout, sent again once after a transport
+    /// failure (see [`retried`]).
+    async fn txn(
+        &self,
+        operation: &'static str,
+        key: Option<&LockKey>,
+        txn: Txn,
+    ) -> Result<TxnResponse, LockError> {
+        let client = &self.inner.client;
+        retried(self.inner.request_timeout, operation, key, || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+}
+
+/// Runs the request `send` makes within `timeout`, as [`bounded`]; after a transport failure
+/// (a connection found dropped or refused: a member restarted, a link came back), sends it
+/// once more within the same bound, which the client may route to another member. For
+/// requests safe to send twice only: every one of this backend's is (an acquire is keyed by
+/// its token and finds its own key, a delete compares the key's create revision, keepalives
+/// and reads change nothing; a lease granted twice leaves one unused, which ends on its own).
+async fn retried<T, F>(
+    timeout: Duration,
+    operation: &'static str,
+    key: Option<&LockKey>,
+    mut send: impl FnMut() -> F,
+) -> Result<T, LockError>
+where
+    F: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let user = key.map(LockKey::user);
+    let mut again = true;
+    loop {
+        match tokio::time::timeout_at(deadline, send()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(e)) if again && transport_failure(&e) => {
+                tracing::debug!(operation, error = %e, "etcd request failed in transport; sending it again");
+                again = false;
+            }
+            Ok(Err(e)) => return Err(LockError::backend(operation, user, e)),
+            Err(_) => return Err(timed_out(operation, user)),
+        }
+    }
+}
+
+/// Whether `e` says the request failed on its way (no connection, a connection that broke),
+/// rather than that etcd refused it.
+fn transport_failure(e: &etcd_client::Error) -> bool {
+    /// gRPC's codes for a call cut short: CANCELLED, UNKNOWN (a broken HTTP/2 stream),
+    /// UNAVAILABLE (no connection).
+    const CUT_SHORT: [i32; 3] = [1, 2, 14];
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => CUT_SHORT.contains(&i32::from(status.code())),
+        _ => false,
     }
 }
 
