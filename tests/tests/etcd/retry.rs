@@ -248,3 +248,36 @@ async fn the_first_requests_after_a_dropped_connection_are_served() {
     }
     assert!(proxy.accepted() > 10, "the connection was never dropped");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_key_nobody_holds_stops_blocking_its_lock_though_its_lease_lives() {
+    let cluster = shared().await;
+    let (etcd, ns) = (cluster.client(), "orphan/");
+    let owner = locker(&cluster.urls(), ns).await;
+    let other = locker(&cluster.urls(), ns).await;
+    // The owner holds another lock: its watchdog keeps its etcd lease alive.
+    let kept = owner.lock("kept").fenced().await.expect("lock");
+    let kept_key = contenders(&etcd, ns).await.remove(0);
+    // An acquire of the owner's that etcd applied only after its release had run (a request
+    // held up in a connection): the key of a token nobody uses, on the owner's lease, at the
+    // head of the queue of "blocked".
+    let orphan = format!("{ns}lock:{{blocked}}/q/0123456789abcdef0123456789abcdef");
+    etcd.put_with_lease(&orphan, "", kept_key.lease).await;
+    let start = Instant::now();
+    let guard = other
+        .lock("blocked")
+        .fenced()
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("the orphan key kept blocking the lock");
+    println!(
+        "the lock behind an orphan key served after {:?}",
+        start.elapsed()
+    );
+    assert!(etcd.get(&orphan).await.is_none(), "the orphan key is back");
+    // The owner's own lock is untouched.
+    assert!(kept.is_held());
+    assert_eq!(etcd.get(&kept_key.key).await, Some(kept_key));
+    guard.release().await.expect("release");
+    kept.release().await.expect("release");
+}

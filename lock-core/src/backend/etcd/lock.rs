@@ -51,7 +51,13 @@ impl EtcdBackend {
         options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
         let ck = self.contender_key(key, token);
-        self.attempt_lock(key, &ck, lease, options).await
+        // Registered before it is sent: its key is no orphan while the attempt runs; nor,
+        // after a failed attempt of a waiter, while the waiter keeps its token (it tries again
+        // and finds its key, or leaves and deletes it).
+        let mut pending = self.inner.orphans.attempt(&ck);
+        let answer = self.attempt_lock(key, &ck, lease, options).await;
+        pending.keep = answer.is_err() && options.ticket.is_some_and(|t| !t.ttl.is_zero());
+        answer
     }
 
     async fn attempt_lock(
@@ -83,6 +89,9 @@ impl EtcdBackend {
                 if attempts < 2 {
                     continue;
                 }
+            }
+            if matches!(cover, Ok(Health::Alive)) {
+                self.sweep_soon(ttl, lease_id);
             }
             let taken = taken?;
             if lease_gone {
@@ -378,6 +387,7 @@ impl EtcdBackend {
         // (only this token's attempts create a key of this name, and a token released is
         // never used again), and a failed delete goes on in the background.
         self.inner.contenders.lock().remove(&ck);
+        self.inner.orphans.forget(&ck);
         self.delete(key, &ck, ours, "release").await
     }
 
@@ -386,6 +396,7 @@ impl EtcdBackend {
     pub(super) async fn leave(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
         let ck = self.contender_key(key, token);
         self.inner.contenders.lock().remove(&ck);
+        self.inner.orphans.forget(&ck);
         let any = Compare::create_revision(ck.as_str(), CompareOp::Greater, 0);
         self.delete(key, &ck, any, "leave the queue").await?;
         Ok(())
@@ -537,6 +548,11 @@ impl EtcdBackend {
                 .collect::<Vec<_>>(),
         );
         let (health, read) = tokio::join!(keepalives, self.txn("renew", Some(&first.key), check));
+        for ((ttl, id), h) in ttls.iter().zip(&ids).zip(&health) {
+            if let (Some(id), Some(Ok(Health::Alive))) = (id, h) {
+                self.sweep_soon(*ttl, *id);
+            }
+        }
         let ranges = ranges(&read?);
         if ranges.len() != items.len() {
             return Err(malformed(&first.key));
@@ -662,7 +678,7 @@ fn revision_of(answer: &TxnResponse, key: &LockKey) -> Result<i64, LockError> {
 }
 
 /// The key-values of each range of a transaction's answer (an empty list for its other ops).
-fn ranges(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
+pub(super) fn ranges(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
     answer
         .op_responses()
         .into_iter()

@@ -33,6 +33,7 @@ use crate::token::Token;
 mod lease;
 mod lock;
 mod record;
+mod sweep;
 
 use lease::Leases;
 
@@ -99,6 +100,8 @@ struct Shared {
     leases: Leases,
     /// Bumped each time a keepalive stream broke (held locks may have gone with it).
     reconnects: watch::Sender<u64>,
+    /// Our keys with an attempt pending, and when each lease was last swept of orphans.
+    orphans: sweep::Orphans,
 }
 
 /// The last clone of the backend is gone, and with it every guard and waiter of its lockers
@@ -360,6 +363,7 @@ impl EtcdBackendBuilder {
                 contenders: Mutex::default(),
                 leases,
                 reconnects: watch::Sender::new(0),
+                orphans: sweep::Orphans::default(),
             }),
         })
     }
