@@ -198,80 +198,19 @@ macro_rules! on {
 
 on!(redlock, cluster, sentinel);
 
-/// The same checks on etcd (feature `etcd`): one member on free loopback ports, its data in a
-/// temporary dir, killed when dropped.
+/// The same checks on etcd (feature `etcd`): one member of the test kit's etcd cluster.
 #[cfg(feature = "etcd")]
 mod etcd {
     use super::*;
-
-    struct Member {
-        child: std::process::Child,
-        dir: std::path::PathBuf,
-    }
-
-    impl Drop for Member {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    fn free_port() -> u16 {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("address").port()
-    }
+    use lock_testkit::etcd::EtcdCluster;
 
     async fn etcd() -> Deployment {
-        let (client, peer) = (free_port(), free_port());
-        let dir =
-            std::env::temp_dir().join(format!("lock-stack-etcd-{}-{client}", std::process::id()));
-        let (url, peer_url) = (
-            format!("http://127.0.0.1:{client}"),
-            format!("http://127.0.0.1:{peer}"),
-        );
-        let child = std::process::Command::new("etcd")
-            .args(["--name", "m1", "--data-dir"])
-            .arg(&dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer_url,
-                "--initial-advertise-peer-urls",
-                &peer_url,
-            ])
-            .args(["--initial-cluster", &format!("m1={peer_url}")])
-            .args(["--heartbeat-interval", "20", "--election-timeout", "200"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("etcd starts");
-        let member = Member { child, dir };
-        // Until it answers (a process start has no other signal), within a bound.
-        let connect = || {
-            lock_core::EtcdBackend::builder(&[&url])
-                .connect_timeout(Duration::from_millis(300))
-                .connect()
-        };
-        let start = std::time::Instant::now();
-        let first = loop {
-            match connect().await {
-                Ok(backend) => break backend,
-                Err(e) if start.elapsed() > Duration::from_secs(20) => panic!("etcd: {e}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let second = connect().await.expect("connect");
-        let (a, b) = (
-            Locker::builder(first).build(),
-            Locker::builder(second).build(),
-        );
-        (Box::new(member), a, b)
+        let cluster = EtcdCluster::start_single().await;
+        let urls = cluster.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let a = Locker::etcd(&urls).await.expect("connect");
+        let b = Locker::etcd(&urls).await.expect("connect");
+        (Box::new(cluster), a, b)
     }
 
     on!(etcd);
