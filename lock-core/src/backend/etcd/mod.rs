@@ -454,10 +454,12 @@ impl EtcdBackend {
 
 /// Runs the request `send` makes within `timeout`, as [`bounded`]; after a transport failure
 /// (a connection found dropped or refused: a member restarted, a link came back), sends it
-/// once more within the same bound, which the client may route to another member. For
-/// requests safe to send twice only: every one of this backend's is (an acquire is keyed by
-/// its token and finds its own key, a delete compares the key's create revision, keepalives
-/// and reads change nothing; a lease granted twice leaves one unused, which ends on its own).
+/// again after a short pause, at most twice and within the same bound, which the client may
+/// route to another member or a new connection (a connection that dropped can fail the request
+/// in flight and one sent before the client saw it close). For requests safe to send twice
+/// only: every one of this backend's is (an acquire is keyed by its token and finds its own
+/// key, a delete compares the key's create revision, keepalives and reads change nothing; a
+/// lease granted twice leaves one unused, which ends on its own).
 async fn retried<T, F>(
     timeout: Duration,
     operation: &'static str,
@@ -467,18 +469,22 @@ async fn retried<T, F>(
 where
     F: Future<Output = Result<T, etcd_client::Error>>,
 {
+    const PAUSES: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(50)];
     let deadline = tokio::time::Instant::now() + timeout;
     let user = key.map(LockKey::user);
-    let mut again = true;
+    let mut pauses = PAUSES.iter();
     loop {
-        match tokio::time::timeout_at(deadline, send()).await {
+        let failed = match tokio::time::timeout_at(deadline, send()).await {
             Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(e)) if again && transport_failure(&e) => {
-                tracing::debug!(operation, error = %e, "etcd request failed in transport; sending it again");
-                again = false;
-            }
-            Ok(Err(e)) => return Err(LockError::backend(operation, user, e)),
+            Ok(Err(e)) => e,
             Err(_) => return Err(timed_out(operation, user)),
+        };
+        match pauses.next() {
+            Some(pause) if transport_failure(&failed) => {
+                tracing::debug!(operation, error = %failed, "etcd request failed in transport; sending it again");
+                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + *pause)).await;
+            }
+            _ => return Err(LockError::backend(operation, user, failed)),
         }
     }
 }
