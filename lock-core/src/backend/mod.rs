@@ -250,6 +250,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// Whether an attempt sent again with the same token finds what an earlier attempt with it
+    /// did (its key in the queue, or the lock), the answer to which was lost. A queued waiter
+    /// whose attempt fails then keeps its token (and its place in the queue) for its next
+    /// attempt, instead of having the engine release the token and start over with a new one;
+    /// what the failed attempt may have taken is given back by
+    /// [`leave_queue`](Self::leave_queue) when the waiter gives up (a timeout, a cancel, an
+    /// error returned to its caller), which must then delete the token's entry whether it
+    /// waits or holds the lock. The default (`false`) releases a failed attempt's token at once.
+    fn keeps_token_after_failed_attempt(&self) -> bool {
+        false
+    }
+
     /// Whether the store lives in this process only (the memory backend): every call completes
     /// without I/O, and tokens come from a fast in-process generator (no other process can see
     /// them).

@@ -9,7 +9,7 @@ use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{bounded, timed_out};
+use super::{retried, timed_out};
 use crate::LockError;
 use crate::key::LockKey;
 use crate::sync::Mutex;
@@ -77,14 +77,13 @@ impl Leases {
             return Ok(id);
         }
         let sent = Instant::now();
-        let mut client = self.client.lease_client();
         let ttl_secs = i64::try_from(slot.ttl).unwrap_or(i64::MAX);
-        let granted = bounded(
-            self.timeout,
-            "grant a lease",
-            Some(key),
-            client.grant(ttl_secs, None),
-        )
+        // Sent again after a dropped connection: a lease granted twice leaves one unused,
+        // which ends on its own.
+        let granted = retried(self.timeout, "grant a lease", Some(key), || {
+            let mut client = self.client.lease_client();
+            async move { client.grant(ttl_secs, None).await }
+        })
         .await?;
         if !granted.error().is_empty() || granted.ttl() < ttl_secs {
             return Err(LockError::protocol(
@@ -167,42 +166,17 @@ impl Leases {
     ) -> Result<Health, LockError> {
         let user = key.map(LockKey::user);
         let sent = Instant::now();
-        let answer = match state.keeper.as_mut() {
-            Some((keeper, stream)) => {
-                let exchange = async {
-                    keeper.keep_alive().await?;
-                    stream.message().await
-                };
-                match tokio::time::timeout(self.timeout, exchange).await {
-                    Ok(Ok(Some(answer))) if answer.id() == id => Ok(answer.ttl()),
-                    Ok(Ok(Some(_))) => Err(LockError::protocol(
-                        "keep a lease alive",
-                        user,
-                        "a keepalive answer for another lease",
-                    )),
-                    Ok(Ok(None)) => Err(LockError::protocol(
-                        "keep a lease alive",
-                        user,
-                        "the keepalive stream ended",
-                    )),
-                    Ok(Err(e)) => Err(LockError::backend("keep a lease alive", user, e)),
-                    Err(_) => Err(timed_out("keep a lease alive", user)),
-                }
+        let deadline = sent + self.timeout;
+        let mut answer = self.exchange(state, id, user, deadline).await;
+        if let Err((_, true)) = answer {
+            // The connection dropped (a member restarted, a link came back): once more on a
+            // new stream, within the same bound. The broken stream is counted as a reconnect.
+            if state.keeper.take().is_some() {
+                self.reconnects.send_modify(|n| *n = n.wrapping_add(1));
             }
-            None => {
-                // Opening the stream sends the first keepalive and reads its answer.
-                let mut client = self.client.lease_client();
-                match tokio::time::timeout(self.timeout, client.keep_alive(id)).await {
-                    Ok(Ok((keeper, stream))) => {
-                        state.keeper = Some((keeper, stream));
-                        Ok(1)
-                    }
-                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(0),
-                    Ok(Err(e)) => Err(LockError::backend("keep a lease alive", user, e)),
-                    Err(_) => Err(timed_out("keep a lease alive", user)),
-                }
-            }
-        };
+            answer = self.exchange(state, id, user, deadline).await;
+        }
+        let answer = answer.map_err(|(e, _)| e);
         match answer {
             Ok(ttl) if ttl > 0 => {
                 state.confirmed = Some(sent);
@@ -219,6 +193,62 @@ impl Leases {
                     self.reconnects.send_modify(|n| *n = n.wrapping_add(1));
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// One keepalive for lease `id` on the stream (opened now if there is none), answered by
+    /// `deadline`: the lease's remaining seconds (0: expired), or an error and whether it is a
+    /// transport failure worth one more try on a new stream.
+    async fn exchange(
+        &self,
+        state: &mut SlotState,
+        id: i64,
+        user: Option<&str>,
+        deadline: Instant,
+    ) -> Result<i64, (LockError, bool)> {
+        let failed = |e| (LockError::backend("keep a lease alive", user, e), true);
+        let late = || (timed_out("keep a lease alive", user), false);
+        match state.keeper.as_mut() {
+            Some((keeper, stream)) => {
+                let exchange = async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                };
+                match tokio::time::timeout_at(deadline, exchange).await {
+                    Ok(Ok(Some(answer))) if answer.id() == id => Ok(answer.ttl()),
+                    Ok(Ok(Some(_))) => Err((
+                        LockError::protocol(
+                            "keep a lease alive",
+                            user,
+                            "a keepalive answer for another lease",
+                        ),
+                        false,
+                    )),
+                    Ok(Ok(None)) => Err((
+                        LockError::protocol(
+                            "keep a lease alive",
+                            user,
+                            "the keepalive stream ended",
+                        ),
+                        true,
+                    )),
+                    Ok(Err(e)) => Err(failed(e)),
+                    Err(_) => Err(late()),
+                }
+            }
+            None => {
+                // Opening the stream sends the first keepalive and reads its answer.
+                let mut client = self.client.lease_client();
+                match tokio::time::timeout_at(deadline, client.keep_alive(id)).await {
+                    Ok(Ok((keeper, stream))) => {
+                        state.keeper = Some((keeper, stream));
+                        Ok(1)
+                    }
+                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(0),
+                    Ok(Err(e)) => Err(failed(e)),
+                    Err(_) => Err(late()),
+                }
             }
         }
     }

@@ -50,10 +50,27 @@ impl EtcdBackend {
         lease: Duration,
         options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
+        let ck = self.contender_key(key, token);
+        // Registered before it is sent: its key is no orphan while the attempt runs; nor,
+        // after a failed attempt of a waiter, while the waiter keeps its token (it tries again
+        // and finds its key, or leaves and deletes it).
+        let mut pending = self.inner.orphans.attempt(&ck);
+        let answer = self.attempt_lock(key, &ck, lease, options).await;
+        pending.keep = answer.is_err() && options.ticket.is_some_and(|t| !t.ttl.is_zero());
+        answer
+    }
+
+    async fn attempt_lock(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
         let ttl = lease_ttl(lease).ok_or_else(|| lease_refused(lease))?;
         let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
         let start = Instant::now();
-        let ck = self.contender_key(key, token);
+        let ck = ck.to_owned();
         let leases = &self.inner.leases;
         let mut attempts = 0;
         loop {
@@ -72,6 +89,9 @@ impl EtcdBackend {
                 if attempts < 2 {
                     continue;
                 }
+            }
+            if matches!(cover, Ok(Health::Alive)) {
+                self.sweep_soon(ttl, lease_id);
             }
             let taken = taken?;
             if lease_gone {
@@ -132,22 +152,26 @@ impl EtcdBackend {
     ) -> Result<Taken, LockError> {
         let prefix = self.queue_prefix(key);
         let put = TxnOp::put(ck, "", Some(PutOptions::new().with_lease(lease_id)));
-        let mut kv = self.inner.client.kv_client();
+        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
         if !waiter {
+            // Our own key, created by this attempt sent before (its answer lost), is ours: it
+            // was made when the lock had no contender, so it is the first.
             let txn = Txn::new()
                 .when([
                     Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
                 ])
-                .and_then([put]);
-            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
-            return Ok(if answer.succeeded() {
-                Taken::Ours(revision_of(&answer, key)?, lease_id)
-            } else {
-                Taken::Busy
+                .and_then([put])
+                .or_else([mine]);
+            let answer = self.txn("acquire", Some(key), txn).await?;
+            if answer.succeeded() {
+                return Ok(Taken::Ours(revision_of(&answer, key)?, lease_id));
+            }
+            return Ok(match ranges(&answer).first().and_then(|r| r.first()) {
+                Some(ours) => Taken::Ours(ours.create_revision(), ours.lease()),
+                None => Taken::Busy,
             });
         }
         let first = TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1)));
-        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
         let known = self
             .inner
             .contenders
@@ -160,7 +184,7 @@ impl EtcdBackend {
             let txn = Txn::new()
                 .when([Compare::create_revision(ck, CompareOp::Equal, revision)])
                 .and_then([mine.clone(), first.clone()]);
-            let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+            let answer = self.txn("acquire", Some(key), txn).await?;
             if answer.succeeded() {
                 return found(&ranges(&answer), ck, key);
             }
@@ -173,7 +197,7 @@ impl EtcdBackend {
                 TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Descend, 2))),
             ])
             .or_else([mine, first]);
-        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("acquire", Some(key), txn).await?;
         let ranges = ranges(&answer);
         if !answer.succeeded() {
             return found(&ranges, ck, key);
@@ -256,8 +280,7 @@ impl EtcdBackend {
                 TxnOp::get(prefix.as_str(), Some(before)),
                 TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1))),
             ]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self.bounded("acquire", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("acquire", Some(key), txn).await?;
         if !answer.succeeded() {
             self.inner.contenders.lock().remove(ck);
             return Ok(false);
@@ -298,8 +321,7 @@ impl EtcdBackend {
                 "",
                 Some(PutOptions::new().with_lease(lease_id).with_ignore_value()),
             )]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self.bounded("extend", Some(key), kv.txn(txn)).await?;
+        let answer = self.txn("extend", Some(key), txn).await?;
         Ok(answer.succeeded())
     }
 
@@ -365,6 +387,7 @@ impl EtcdBackend {
         // (only this token's attempts create a key of this name, and a token released is
         // never used again), and a failed delete goes on in the background.
         self.inner.contenders.lock().remove(&ck);
+        self.inner.orphans.forget(&ck);
         self.delete(key, &ck, ours, "release").await
     }
 
@@ -373,6 +396,7 @@ impl EtcdBackend {
     pub(super) async fn leave(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
         let ck = self.contender_key(key, token);
         self.inner.contenders.lock().remove(&ck);
+        self.inner.orphans.forget(&ck);
         let any = Compare::create_revision(ck.as_str(), CompareOp::Greater, 0);
         self.delete(key, &ck, any, "leave the queue").await?;
         Ok(())
@@ -392,11 +416,7 @@ impl EtcdBackend {
         let txn = Txn::new()
             .when([ours.clone()])
             .and_then([TxnOp::delete(ck, None)]);
-        let mut kv = self.inner.client.kv_client();
-        match self
-            .bounded(operation, Some(key), kv.txn(txn.clone()))
-            .await
-        {
+        match self.txn(operation, Some(key), txn.clone()).await {
             Ok(answer) => {
                 if answer.succeeded() {
                     self.inner.listeners.lock().wake(key.name(), b"released");
@@ -436,10 +456,7 @@ impl EtcdBackend {
                 prefix.as_str(),
                 Some(GetOptions::new().with_prefix().with_count_only()),
             )]);
-        let mut kv = self.inner.client.kv_client();
-        let answer = self
-            .bounded("keep the lock", Some(key), kv.txn(txn))
-            .await?;
+        let answer = self.txn("keep the lock", Some(key), txn).await?;
         if !answer.succeeded() {
             self.inner.contenders.lock().remove(&ck);
             return Ok(Kept::NotOurs);
@@ -534,10 +551,9 @@ impl EtcdBackend {
                     .map(|ck| TxnOp::get(ck.as_str(), Some(GetOptions::new().with_keys_only())))
                     .collect::<Vec<_>>(),
             );
-            let mut kv = self.inner.client.kv_client();
             let key = &chunk[0].key;
             Box::pin(async move {
-                let read = self.bounded("renew", Some(key), kv.txn(check)).await?;
+                let read = self.txn("renew", Some(key), check).await?;
                 let ranges = ranges(&read);
                 if ranges.len() == cks.len() {
                     Ok(ranges)
@@ -550,6 +566,11 @@ impl EtcdBackend {
             keepalives,
             crate::backend::join_all::<Result<Vec<Vec<KeyValue>>, LockError>>(reads.collect())
         );
+        for ((ttl, id), h) in ttls.iter().zip(&ids).zip(&health) {
+            if let (Some(id), Some(Ok(Health::Alive))) = (id, h) {
+                self.sweep_soon(*ttl, *id);
+            }
+        }
         if reads.iter().all(Result::is_err) {
             return Err(reads
                 .into_iter()
@@ -696,7 +717,7 @@ fn revision_of(answer: &TxnResponse, key: &LockKey) -> Result<i64, LockError> {
 }
 
 /// The key-values of each range of a transaction's answer (an empty list for its other ops).
-fn ranges(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
+pub(super) fn ranges(answer: &TxnResponse) -> Vec<Vec<KeyValue>> {
     answer
         .op_responses()
         .into_iter()

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::Client;
+use etcd_client::{Client, Txn, TxnResponse};
 use tokio::sync::watch;
 
 use super::{
@@ -33,6 +33,7 @@ use crate::token::Token;
 mod lease;
 mod lock;
 mod record;
+mod sweep;
 
 use lease::Leases;
 
@@ -99,6 +100,8 @@ struct Shared {
     /// Its `reconnects` is bumped each time a keepalive stream broke (held locks may have gone
     /// with it).
     leases: Leases,
+    /// Our keys with an attempt pending, and when each lease was last swept of orphans.
+    orphans: sweep::Orphans,
 }
 
 /// The last clone of the backend is gone, and with it every guard and waiter of its lockers
@@ -359,6 +362,7 @@ impl EtcdBackendBuilder {
                 listeners: Arc::default(),
                 contenders: Mutex::default(),
                 leases,
+                orphans: sweep::Orphans::default(),
             }),
         })
     }
@@ -426,6 +430,74 @@ impl EtcdBackend {
         request: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, LockError> {
         bounded(self.inner.request_timeout, operation, key, request).await
+    }
+}
+
+impl EtcdBackend {
+    /// Runs transaction `txn` within the request timeout, sent again once after a transport
+    /// failure (see [`retried`]).
+    async fn txn(
+        &self,
+        operation: &'static str,
+        key: Option<&LockKey>,
+        txn: Txn,
+    ) -> Result<TxnResponse, LockError> {
+        let client = &self.inner.client;
+        retried(self.inner.request_timeout, operation, key, || {
+            let (mut kv, txn) = (client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+}
+
+/// Runs the request `send` makes within `timeout`, as [`bounded`]; after a transport failure
+/// (a connection found dropped or refused: a member restarted, a link came back), sends it
+/// again after a short pause, at most twice and within the same bound, which the client may
+/// route to another member or a new connection (a connection that dropped can fail the request
+/// in flight and one sent before the client saw it close). For requests safe to send twice
+/// only: every one of this backend's is (an acquire is keyed by its token and finds its own
+/// key, a delete compares the key's create revision, keepalives and reads change nothing; a
+/// lease granted twice leaves one unused, which ends on its own).
+async fn retried<T, F>(
+    timeout: Duration,
+    operation: &'static str,
+    key: Option<&LockKey>,
+    mut send: impl FnMut() -> F,
+) -> Result<T, LockError>
+where
+    F: Future<Output = Result<T, etcd_client::Error>>,
+{
+    const PAUSES: [Duration; 2] = [Duration::from_millis(10), Duration::from_millis(50)];
+    let deadline = tokio::time::Instant::now() + timeout;
+    let user = key.map(LockKey::user);
+    let mut pauses = PAUSES.iter();
+    loop {
+        let failed = match tokio::time::timeout_at(deadline, send()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(e)) => e,
+            Err(_) => return Err(timed_out(operation, user)),
+        };
+        match pauses.next() {
+            Some(pause) if transport_failure(&failed) => {
+                tracing::debug!(operation, error = %failed, "etcd request failed in transport; sending it again");
+                tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + *pause)).await;
+            }
+            _ => return Err(LockError::backend(operation, user, failed)),
+        }
+    }
+}
+
+/// Whether `e` says the request failed on its way (no connection, a connection that broke),
+/// rather than that etcd refused it.
+fn transport_failure(e: &etcd_client::Error) -> bool {
+    /// gRPC's codes for a call cut short: CANCELLED, UNKNOWN (a broken HTTP/2 stream),
+    /// UNAVAILABLE (no connection).
+    const CUT_SHORT: [i32; 3] = [1, 2, 14];
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => CUT_SHORT.contains(&i32::from(status.code())),
+        _ => false,
     }
 }
 
@@ -567,6 +639,12 @@ impl Backend for EtcdBackend {
     /// Leaving deletes a key in etcd.
     fn leave_queue_at_once(&self, _key: &LockKey, _ticket: &str, _token: &Token) -> bool {
         false
+    }
+
+    /// An attempt sent again finds its own key (the token is in its name); leaving deletes
+    /// the key, held or waiting.
+    fn keeps_token_after_failed_attempt(&self) -> bool {
+        true
     }
 
     fn keep_if_alone<'a>(

@@ -87,7 +87,8 @@ pub(super) struct QueuedWaiter {
     /// `token` (a new identity starts with an empty list), except on a backend that never
     /// hands a lock over (Redlock), where every attempt has a token of its own.
     sent: VecDeque<(u64, Instant)>,
-    /// Whether the backend may hold the ticket (an attempt that could queue was sent).
+    /// Whether the backend may hold the ticket (an attempt that could queue was sent), or the
+    /// token (an attempt whose answer was lost, on a backend that keeps the token after it).
     registered: bool,
     acquired: bool,
     /// A fair waiter's inbox is its own subscription, dropped with it.
@@ -181,6 +182,15 @@ impl QueuedWaiter {
             .await;
         let answer = match answer {
             Ok(answer) => answer,
+            Err(e) if self.inner.backend.keeps_token_after_failed_attempt() => {
+                // The attempt may have run: the next one, with the same token, finds what it
+                // did (the waiter keeps its place in the queue). A lock it may have taken is
+                // reported only once an attempt says so, and given back by the leave that
+                // follows when the waiter gives up.
+                in_flight.token = None;
+                self.registered = true;
+                return Err(e);
+            }
             Err(e) => {
                 // The attempt may have run: `in_flight` releases its token in the background,
                 // so that token must never be used again (nor a handover to it).

@@ -1,0 +1,146 @@
+//! The etcd backend against real etcd processes (issue 31, section 4): safety and fences
+//! through leader kills, pauses and a whole-cluster restart, a holder cut off past its lease,
+//! the fair queue (order, one wake-up per release, waiters that leave or die), lost replies
+//! to an acquire and to a release, and a client left on a minority.
+//!
+//! "Processes" here are lockers in this test process, each on its own `EtcdBackend` (its own
+//! gRPC connections, etcd lease and contender keys): to etcd they are separate clients, as
+//! separate processes would be. Tests that inject no cluster fault share one 3-member cluster
+//! (each in its own namespace, cutting only its own proxies); the others start their own.
+//! Bounds asserted are correctness bounds (served within a lease, an error within a wait),
+//! not speed claims.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    reason = "test code: a failed expectation fails the test; figures are printed for the notes"
+)]
+
+mod failover;
+mod lease;
+mod load;
+mod queue;
+mod retry;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockError, LockGuard, Locker};
+use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
+use lock_testkit::proxy::Proxy;
+
+/// Every lock here: etcd's shortest (its etcd lease runs one second longer).
+const LEASE: Duration = ETCD_MIN_LEASE;
+
+/// How long one etcd request may take before the backend gives up on it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The cluster shared by the tests that inject no cluster fault, started by the first of
+/// them and killed when the last one running drops it.
+static SHARED: Mutex<Weak<EtcdCluster>> = Mutex::new(Weak::new());
+static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn shared() -> Arc<EtcdCluster> {
+    let _starting = STARTING.lock().await;
+    if let Some(cluster) = SHARED.lock().unwrap().upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(EtcdCluster::start().await);
+    *SHARED.lock().unwrap() = Arc::downgrade(&cluster);
+    cluster
+}
+
+/// A backend of its own (one "process") on `urls`, keys under `namespace`.
+async fn backend(urls: &[String], namespace: &str) -> EtcdBackend {
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    EtcdBackend::builder(&urls)
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(REQUEST_TIMEOUT)
+        .namespace(namespace)
+        .connect()
+        .await
+        .expect("connect to etcd")
+}
+
+/// A locker of its own on `urls`, with [`LEASE`].
+async fn locker(urls: &[String], namespace: &str) -> Locker {
+    Locker::builder(backend(urls, namespace).await)
+        .lease(LEASE)
+        .build()
+}
+
+/// Takes `key` fenced on `locker`, trying again while attempts fail with `Backend` (an
+/// election, a request sent to a member that was down) for up to 20 s. Returns the guard and
+/// how many attempts failed.
+async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
+    let start = Instant::now();
+    let mut failed = 0;
+    loop {
+        match locker
+            .lock(key)
+            .fenced()
+            .wait(Duration::from_secs(10))
+            .await
+        {
+            Ok(guard) => return (guard, failed),
+            Err(LockError::Backend { .. }) if start.elapsed() < Duration::from_secs(20) => {
+                failed += 1;
+            }
+            Err(e) => panic!("lock {key}: {e:?}"),
+        }
+    }
+}
+
+/// Client URLs reaching the cluster through `proxies`.
+fn through(proxies: &[Proxy]) -> Vec<String> {
+    proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect()
+}
+
+/// The contender keys of every lock under `namespace`, in create order.
+async fn contenders(etcd: &EtcdClient, namespace: &str) -> Vec<KeyValue> {
+    let mut keys: Vec<KeyValue> = etcd
+        .range_prefix(namespace)
+        .await
+        .into_iter()
+        .filter(|kv| kv.key_str().contains("/q/"))
+        .collect();
+    keys.sort_by_key(|kv| kv.create_revision);
+    keys
+}
+
+/// Backend calls other than renewals: acquire attempts, releases, queue leaves.
+fn attempts(locker: &Locker) -> u64 {
+    let stats = locker.stats();
+    stats.backend_calls - stats.renewal_calls
+}
+
+/// The storage a lock protects, checking fences: a write carrying a lower fence than one
+/// already seen for its key is refused (and counted).
+#[derive(Debug, Default)]
+struct FenceStore {
+    highest: Mutex<HashMap<String, u64>>,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl FenceStore {
+    /// Writes `key` under `fence`: `false` when refused as stale.
+    fn write(&self, key: &str, fence: u64) -> bool {
+        let mut highest = self.highest.lock().unwrap();
+        let seen = highest.entry(key.to_owned()).or_insert(0);
+        if fence < *seen {
+            self.refused.fetch_add(1, SeqCst);
+            return false;
+        }
+        *seen = fence;
+        self.accepted.fetch_add(1, SeqCst);
+        true
+    }
+}
