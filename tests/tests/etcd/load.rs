@@ -146,8 +146,11 @@ async fn no_two_holders_and_no_stale_write_while_the_leader_is_killed_and_paused
         "stale writes: fences went backwards"
     );
     assert!(rounds >= 2, "only {rounds} fault rounds");
+    // A round (about 2.5 s, a kill and a pause in it) may go by without a section when every
+    // worker's requests meet the faults; two in a row mean a lock blocked for good (as an
+    // orphan contender key did, before the sweep).
     assert!(
-        progress.iter().all(|&p| p > 0),
-        "a round without progress: {progress:?}"
+        progress.windows(2).all(|w| w[0] + w[1] > 0),
+        "two rounds in a row without progress: {progress:?}"
     );
 }
