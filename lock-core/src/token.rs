@@ -7,7 +7,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// The proof of ownership of one acquisition: 128 random bits as 32 lowercase hex digits.
 /// (A UUID v4 would carry only 122 random bits.)
 ///
-/// Where the bits come from depends on who else can see the lock ([`Token::new`]): tokens of a
+/// Where the bits come from depends on who else can see the lock (`Token::new`): tokens of a
 /// backend shared between processes come straight from the operating system's CSPRNG, so a
 /// forked child can never draw its parent's next token; the in-process memory backend draws from
 /// `rand`'s thread-local CSPRNG, which costs no system call (a fork copies that backend too, so
