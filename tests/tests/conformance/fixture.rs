@@ -425,22 +425,6 @@ pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
     }
 }
 
-/// Whether `s` holds a run of at least `n` lowercase hex digits (what a token looks like).
-pub(crate) fn has_hex_run(s: &str, n: usize) -> bool {
-    let mut run = 0;
-    for c in s.chars() {
-        if c.is_ascii_digit() || ('a'..='f').contains(&c) {
-            run += 1;
-            if run >= n {
-                return true;
-            }
-        } else {
-            run = 0;
-        }
-    }
-    false
-}
-
 pub(crate) async fn soon<F: Future>(what: &str, fut: F) -> F::Output {
     tokio::time::timeout(SOON, fut)
         .await
