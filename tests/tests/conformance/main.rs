@@ -419,8 +419,7 @@ fn on_redlock() {
 /// The kit's checks on one etcd member started for the binary (feature `etcd`), each under a
 /// prefix of its own, with local hand-off on and off. Leases on etcd are whole seconds, at
 /// least [`ETCD_MIN_LEASE`](lock_core::ETCD_MIN_LEASE): the few checks that watch a lease of
-/// under a second run out are reported skipped, and listed here, as is the holder's remaining
-/// lease on a busy answer (the etcd backend does not read it yet). Fences are compared, never
+/// under a second run out are reported skipped, and listed here. Fences are compared, never
 /// counted (a revision is taken by every write in the cluster). `ETCD_CHECK=<name part>` runs
 /// only the matching checks.
 #[cfg(feature = "etcd")]
@@ -483,7 +482,6 @@ fn on_etcd() {
     })
     .probe(EtcdProbe(cluster.client()))
     .min_lease(lock_core::ETCD_MIN_LEASE)
-    .busy_hint(false)
     .stress_iterations(100)
     .prefix("conf:");
     if let Ok(only) = std::env::var("ETCD_CHECK") {

@@ -23,8 +23,9 @@ use crate::token::Token;
 enum Taken {
     /// Our key is the holder: its create revision and the lease it is on.
     Ours(i64, i64),
-    /// Someone else holds the lock; a single attempt created nothing.
-    Busy,
+    /// Someone else holds the lock; a single attempt created nothing. The holder's etcd
+    /// lease, when the answer named it.
+    Busy(Option<i64>),
     /// Our key waits: its create revision and lease, and the contender just ahead of it when
     /// the transaction saw it.
     Queued {
@@ -102,7 +103,12 @@ impl EtcdBackend {
                 ));
             }
             return match taken {
-                Taken::Busy => Ok(Attempt::Busy { remaining: None }),
+                Taken::Busy(holder) => Ok(Attempt::Busy {
+                    remaining: match holder {
+                        Some(lease) if options.remaining => self.holder_remaining(lease).await,
+                        _ => None,
+                    },
+                }),
                 Taken::Ours(revision, on) => {
                     // Ours only with the lease confirmed: else the engine's in-flight release
                     // takes it back.
@@ -139,6 +145,20 @@ impl EtcdBackend {
         }
     }
 
+    /// How long the holder's lock still runs, as a retry hint for a busy single attempt: its
+    /// etcd lease's TTL less the second this backend adds to every lease (at least a second).
+    /// `None` when etcd does not answer in time or no longer knows the lease.
+    async fn holder_remaining(&self, lease: i64) -> Option<Duration> {
+        let mut client = self.inner.client.lease_client();
+        let answer =
+            tokio::time::timeout(self.inner.request_timeout, client.time_to_live(lease, None))
+                .await
+                .ok()?
+                .ok()?;
+        let secs = u64::try_from(answer.ttl()).ok().filter(|s| *s > 0)?;
+        Some(Duration::from_secs(secs.saturating_sub(1).max(1)))
+    }
+
     /// One acquire transaction. A single attempt creates its key only when the lock has no
     /// contender at all (so a busy answer leaves nothing behind); a waiter creates its key if
     /// it has none (an attempt sent again finds it) and reads the holder, and the contender
@@ -161,14 +181,24 @@ impl EtcdBackend {
                     Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
                 ])
                 .and_then([put])
-                .or_else([mine]);
+                .or_else([
+                    mine,
+                    TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1))),
+                ]);
             let answer = self.txn("acquire", Some(key), txn).await?;
             if answer.succeeded() {
                 return Ok(Taken::Ours(revision_of(&answer, key)?, lease_id));
             }
-            return Ok(match ranges(&answer).first().and_then(|r| r.first()) {
+            let ranges = ranges(&answer);
+            return Ok(match ranges.first().and_then(|r| r.first()) {
                 Some(ours) => Taken::Ours(ours.create_revision(), ours.lease()),
-                None => Taken::Busy,
+                None => Taken::Busy(
+                    ranges
+                        .get(1)
+                        .and_then(|r| r.first())
+                        .map(KeyValue::lease)
+                        .filter(|l| *l != 0),
+                ),
             });
         }
         let first = TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1)));
