@@ -87,7 +87,7 @@ async fn no_two_holders_and_no_stale_write_while_the_leader_is_killed_and_paused
     let start = Instant::now();
     let mut rounds = 0;
     let mut progress = Vec::new();
-    while start.elapsed() < Duration::from_secs(16) {
+    while start.elapsed() < Duration::from_secs(20) {
         let before = seen.sections.load(SeqCst);
         let killed = cluster.kill_leader().await;
         tokio::time::sleep(Duration::from_millis(800)).await;
@@ -96,7 +96,11 @@ async fn no_two_holders_and_no_stale_write_while_the_leader_is_killed_and_paused
         // Longer than the election timeout: the others elect a new leader meanwhile.
         tokio::time::sleep(cluster.election_timeout() * 4).await;
         cluster.resume(paused);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The contract's bound once the faults end: the next waiter is served within the lease
+        // plus an election (a lock whose holder's release was lost in a fault ends with its
+        // lease); a request stuck in the paused member ends within its timeout.
+        tokio::time::sleep(super::LEASE + cluster.election_timeout() + Duration::from_secs(1))
+            .await;
         progress.push(seen.sections.load(SeqCst) - before);
         if progress.last() == Some(&0) {
             let etcd = cluster.client();
@@ -146,11 +150,8 @@ async fn no_two_holders_and_no_stale_write_while_the_leader_is_killed_and_paused
         "stale writes: fences went backwards"
     );
     assert!(rounds >= 2, "only {rounds} fault rounds");
-    // A round (about 2.5 s, a kill and a pause in it) may go by without a section when every
-    // worker's requests meet the faults; two in a row mean a lock blocked for good (as an
-    // orphan contender key did, before the sweep).
     assert!(
-        progress.windows(2).all(|w| w[0] + w[1] > 0),
-        "two rounds in a row without progress: {progress:?}"
+        progress.iter().all(|&p| p > 0),
+        "a round without progress: {progress:?}"
     );
 }
