@@ -25,6 +25,10 @@ pub struct AttemptOptions<'a> {
     /// not wait tells its caller; one that waits learns it from its queued attempts, so the
     /// Redis backend saves a command). A backend may always report it, or never.
     pub remaining: bool,
+    /// The watchdog will not renew this lock (`watchdog(false)`): it must end at its lease even
+    /// while this process lives and renews other locks. A backend whose lease is shared
+    /// between locks (etcd's, kept alive for all of them) ends such a lock itself.
+    pub unrenewed: bool,
 }
 
 /// The answer to [`Backend::keep_if_alone`](super::Backend::keep_if_alone).

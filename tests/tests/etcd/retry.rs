@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::LockError;
+use lock_core::{LockError, LockGuard};
 use lock_testkit::etcd::{EtcdClient, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
@@ -26,6 +26,34 @@ async fn lose_the_reply(proxy: &Proxy, etcd: &EtcdClient, ns: &str, before: usiz
     proxy.cut();
     proxy.restore();
     entry
+}
+
+/// Releases `guard` (the only lock under `ns`, taken through `proxy`) in a task, freezing the
+/// proxy's connection once the release's delete went out, and waits until the delete took
+/// effect: the release's answer is held up. The needle is the delete operation of a
+/// transaction (`RequestOp.request_delete_range` holding `DeleteRangeRequest.key`), not the
+/// renewal's read of the same key.
+async fn release_with_its_answer_held(
+    proxy: &Proxy,
+    etcd: &EtcdClient,
+    ns: &str,
+    guard: LockGuard,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    let key = contenders(etcd, ns).await.remove(0).key;
+    let len = u8::try_from(key.len()).expect("a short key");
+    assert!(len < 126, "one-byte lengths only");
+    let mut needle = vec![0x1a, len + 2, 0x0a, len];
+    needle.extend_from_slice(&key);
+    proxy.freeze_after(&needle);
+    let release = tokio::spawn(guard.release());
+    proxy.wait_frozen().await;
+    eventually(
+        "the release took effect",
+        Duration::from_secs(5),
+        async || contenders(etcd, ns).await.is_empty(),
+    )
+    .await;
+    release
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,23 +186,8 @@ async fn a_release_sent_again_after_its_reply_was_lost_spares_the_next_holder() 
     let third = locker(&cluster.urls(), ns).await;
     let guard = first.lock("pay").fenced().await.expect("lock");
     let old = guard.fence().unwrap();
-    // The release's delete reaches etcd; its answer does not come back. The needle is the
-    // delete operation of a transaction (`RequestOp.request_delete_range` holding
-    // `DeleteRangeRequest.key`), not the renewal's read of the same key.
-    let key = contenders(&etcd, ns).await.remove(0).key;
-    let len = u8::try_from(key.len()).expect("a short key");
-    assert!(len < 126, "one-byte lengths only");
-    let mut needle = vec![0x1a, len + 2, 0x0a, len];
-    needle.extend_from_slice(&key);
-    proxy.freeze_after(&needle);
-    let release = tokio::spawn(guard.release());
-    proxy.wait_frozen().await;
-    eventually(
-        "the release took effect",
-        Duration::from_secs(5),
-        async || contenders(&etcd, ns).await.is_empty(),
-    )
-    .await;
+    // The release's delete reaches etcd; its answer does not come back.
+    let release = release_with_its_answer_held(&proxy, &etcd, ns, guard).await;
     let next = second
         .lock("pay")
         .fenced()
@@ -215,6 +228,36 @@ async fn a_release_sent_again_after_its_reply_was_lost_spares_the_next_holder() 
         "another locker's try_lock: {intruder:?}"
     );
     println!("first release (reply lost): {answer:?}; fences {old} then {new}");
+    next.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_it_went_through_says_ok() {
+    let cluster = shared().await;
+    let (etcd, ns) = (cluster.client(), "release-resent/");
+    let proxy = cluster.proxy(0).await;
+    let first = locker(&through(std::slice::from_ref(&proxy)), ns).await;
+    let second = locker(&cluster.urls(), ns).await;
+    let guard = first.lock("pay").fenced().await.expect("lock");
+    // The release's delete reaches etcd; its answer is lost with the connection, which drops:
+    // the release is sent again on a new one and finds no key.
+    let release = release_with_its_answer_held(&proxy, &etcd, ns, guard).await;
+    // Another locker takes the lock meanwhile: the release sent again must not count its
+    // key, nor call the first holder's release a loss.
+    let next = second.lock("pay").fenced().await.expect("lock");
+    proxy.cut();
+    proxy.restore();
+    let answer = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("the release hung")
+        .expect("task");
+    assert!(
+        answer.is_ok(),
+        "a release that went through, its answer lost: {answer:?}"
+    );
+    assert!(proxy.accepted() >= 2, "the release was not sent again");
+    assert!(next.is_held());
+    assert_eq!(contenders(&etcd, ns).await.len(), 1);
     next.release().await.expect("release");
 }
 

@@ -80,7 +80,7 @@ impl EtcdBackend {
             // The keepalive (when one is needed) runs beside the transaction: the lease then
             // runs at least `lease` from `start`, before which the engine started counting.
             let (taken, cover) = tokio::join!(
-                self.take(key, &ck, lease_id, ticket.is_some()),
+                self.take(key, &ck, lease_id, ticket),
                 leases.cover(ttl, lease_id, start, lease, key)
             );
             let lease_gone =
@@ -118,6 +118,9 @@ impl EtcdBackend {
                         return Ok(Attempt::Busy { remaining: None });
                     }
                     self.hold(&ck, revision, ttl, lease_id);
+                    if options.unrenewed {
+                        self.end_at_lease(key, &ck, lease);
+                    }
                     Ok(acquired(revision, options.fenced))
                 }
                 Taken::Queued {
@@ -136,6 +139,9 @@ impl EtcdBackend {
                     {
                         true => {
                             cover?;
+                            if options.unrenewed {
+                                self.end_at_lease(key, &ck, lease);
+                            }
                             Ok(acquired(revision, options.fenced))
                         }
                         false => Ok(Attempt::Busy { remaining: None }),
@@ -149,14 +155,20 @@ impl EtcdBackend {
     /// etcd lease's TTL less the second this backend adds to every lease (at least a second).
     /// `None` when etcd does not answer in time or no longer knows the lease.
     async fn holder_remaining(&self, lease: i64) -> Option<Duration> {
+        let secs = self.lease_left(lease).await?;
+        Some(Duration::from_secs(secs.saturating_sub(1).max(1)))
+    }
+
+    /// The seconds etcd says lease `lease` still runs; `None` when it does not answer in
+    /// time or no longer knows the lease.
+    async fn lease_left(&self, lease: i64) -> Option<u64> {
         let mut client = self.inner.client.lease_client();
         let answer =
             tokio::time::timeout(self.inner.request_timeout, client.time_to_live(lease, None))
                 .await
                 .ok()?
                 .ok()?;
-        let secs = u64::try_from(answer.ttl()).ok().filter(|s| *s > 0)?;
-        Some(Duration::from_secs(secs.saturating_sub(1).max(1)))
+        u64::try_from(answer.ttl()).ok().filter(|s| *s > 0)
     }
 
     /// One acquire transaction. A single attempt creates its key only when the lock has no
@@ -168,12 +180,17 @@ impl EtcdBackend {
         key: &LockKey,
         ck: &str,
         lease_id: i64,
-        waiter: bool,
+        waiter: Option<&QueueTicket>,
     ) -> Result<Taken, LockError> {
         let prefix = self.queue_prefix(key);
-        let put = TxnOp::put(ck, "", Some(PutOptions::new().with_lease(lease_id)));
+        // A fair waiter says so in its key: holders of other processes hear of it (`announce`).
+        let value = match waiter {
+            Some(ticket) if ticket.strict => format!("fair:{}", ticket.id),
+            _ => String::new(),
+        };
+        let put = TxnOp::put(ck, value, Some(PutOptions::new().with_lease(lease_id)));
         let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
-        if !waiter {
+        if waiter.is_none() {
             // Our own key, created by this attempt sent before (its answer lost), is ours: it
             // was made when the lock had no contender, so it is the first.
             let txn = Txn::new()
@@ -413,12 +430,27 @@ impl EtcdBackend {
     ) -> Result<bool, LockError> {
         let ck = self.contender_key(key, token);
         let ours = self.still_ours(&ck);
+        let lease = self.inner.contenders.lock().get(&ck).map(|c| c.lease_id);
+        // No orphan while the release runs: the sweep would delete the key under our compare,
+        // and the release would report a loss.
+        let _releasing = self.inner.orphans.attempt(&ck);
         // Forgotten whatever the answer: a release sent again deletes our key if it exists
         // (only this token's attempts create a key of this name, and a token released is
         // never used again), and a failed delete goes on in the background.
         self.inner.contenders.lock().remove(&ck);
-        self.inner.orphans.forget(&ck);
-        self.delete(key, &ck, ours, "release").await
+        let (deleted, resent) = self.delete(key, &ck, ours, "release").await?;
+        if deleted || !resent {
+            return Ok(deleted);
+        }
+        // Sent again after a connection dropped: the first delete may have gone through, its
+        // answer lost. Nothing but this backend deletes a contender key while its lease lives
+        // (a release, a leave, the sweep of keys nobody uses; etcd ends it with the lease), and
+        // none of ours but this release would delete this one: while our lease lives, the key
+        // went by this release's hand.
+        Ok(match lease {
+            Some(lease) => self.lease_left(lease).await.is_some(),
+            None => false,
+        })
     }
 
     /// A waiter gives up: deletes its key (when a release made it the holder meanwhile, this
@@ -433,25 +465,25 @@ impl EtcdBackend {
     }
 
     /// Deletes our key `ck` if `ours` holds, then wakes this process's listeners of `key`:
-    /// whether it was deleted. A delete without an answer goes on in the background until
+    /// whether it was deleted, and whether that answer is to a delete sent again. A delete without an answer goes on in the background until
     /// etcd answers: this process's other locks may keep the key's lease alive for as long as
     /// it runs, so the key would not end on its own.
-    async fn delete(
+    pub(super) async fn delete(
         &self,
         key: &LockKey,
         ck: &str,
         ours: Compare,
         operation: &'static str,
-    ) -> Result<bool, LockError> {
+    ) -> Result<(bool, bool), LockError> {
         let txn = Txn::new()
             .when([ours.clone()])
             .and_then([TxnOp::delete(ck, None)]);
-        match self.txn(operation, Some(key), txn.clone()).await {
-            Ok(answer) => {
+        match self.txn_sent(operation, Some(key), txn.clone()).await {
+            Ok((answer, resent)) => {
                 if answer.succeeded() {
                     self.inner.listeners.lock().wake(key.name(), b"released");
                 }
-                Ok(answer.succeeded())
+                Ok((answer.succeeded(), resent))
             }
             Err(e) => {
                 let (inner, name) = (Arc::downgrade(&self.inner), key.name().to_owned());
@@ -650,6 +682,13 @@ impl EtcdBackend {
                 }
                 _ => Renewed::Unknown,
             };
+            if verdicts[i] == Renewed::Yes
+                && let Some(c) = self.inner.contenders.lock().get_mut(&cks[i])
+                && let Some(ends) = c.ends.as_mut()
+            {
+                // Extended without the watchdog: it ends a lease from now.
+                *ends = Instant::now() + item.lease;
+            }
             if verdicts[i] == Renewed::Lost {
                 tracing::debug!(key = %item.key.display(), "lock lost: its etcd key or lease is gone");
                 self.inner.contenders.lock().remove(&cks[i]);
@@ -677,6 +716,7 @@ fn note<'m>(
         ttl,
         lease_id,
         watch: None,
+        ends: None,
         turn: Arc::default(),
     });
     if c.create_revision != revision {

@@ -30,10 +30,12 @@ use crate::key::LockKey;
 use crate::sync::Mutex;
 use crate::token::Token;
 
+mod announce;
 mod lease;
 mod lock;
 mod record;
 mod sweep;
+mod unrenewed;
 
 use lease::Leases;
 
@@ -102,6 +104,13 @@ struct Shared {
     leases: Leases,
     /// Our keys with an attempt pending, and when each lease was last swept of orphans.
     orphans: sweep::Orphans,
+    /// The watch announcing fair waiters, per lock with listeners here (see `announce`).
+    announcers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// The highest revision etcd answered this backend with: a watch started after it misses
+    /// nothing that came since.
+    seen_revision: std::sync::atomic::AtomicI64,
+    /// Fair waiters announced to this process's listeners (by `announce`).
+    fair_heard: std::sync::atomic::AtomicU64,
 }
 
 /// The last clone of the backend is gone, and with it every guard and waiter of its lockers
@@ -109,6 +118,9 @@ struct Shared {
 /// retried, an acquire whose answer was lost) go now rather than at the lease's end.
 impl Drop for Shared {
     fn drop(&mut self) {
+        for (_, watch) in self.announcers.lock().drain() {
+            watch.abort();
+        }
         let leases = self.leases.granted();
         if leases.is_empty() {
             return;
@@ -131,7 +143,11 @@ struct Contender {
     create_revision: i64,
     ttl: u64,
     lease_id: i64,
+    /// While it waits, the watch of the contender ahead of it; held without the watchdog, the
+    /// task that ends it at its lease (see `unrenewed`).
     watch: Option<tokio::task::JoinHandle<()>>,
+    /// When a lock held without the watchdog ends (moved on by each `extend`).
+    ends: Option<tokio::time::Instant>,
     /// The generation of this waiter's latest attempt whose keepalive was confirmed (0: none):
     /// the lease runs at least a lock's lease from that attempt, so a handover may name it.
     turn: Arc<std::sync::atomic::AtomicU64>,
@@ -363,6 +379,9 @@ impl EtcdBackendBuilder {
                 contenders: Mutex::default(),
                 leases,
                 orphans: sweep::Orphans::default(),
+                announcers: Mutex::default(),
+                seen_revision: std::sync::atomic::AtomicI64::new(0),
+                fair_heard: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -442,12 +461,31 @@ impl EtcdBackend {
         key: Option<&LockKey>,
         txn: Txn,
     ) -> Result<TxnResponse, LockError> {
+        Ok(self.txn_sent(operation, key, txn).await?.0)
+    }
+
+    /// [`txn`](Self::txn), and whether the answer is to a transaction sent again: then the
+    /// first one may have been applied too (its answer lost with the connection).
+    async fn txn_sent(
+        &self,
+        operation: &'static str,
+        key: Option<&LockKey>,
+        txn: Txn,
+    ) -> Result<(TxnResponse, bool), LockError> {
         let client = &self.inner.client;
-        retried(self.inner.request_timeout, operation, key, || {
+        let mut sent = 0;
+        let answer = retried(self.inner.request_timeout, operation, key, || {
+            sent += 1;
             let (mut kv, txn) = (client.kv_client(), txn.clone());
             async move { kv.txn(txn).await }
         })
-        .await
+        .await?;
+        if let Some(header) = answer.header() {
+            self.inner
+                .seen_revision
+                .fetch_max(header.revision(), std::sync::atomic::Ordering::AcqRel);
+        }
+        Ok((answer, sent > 1))
     }
 }
 
@@ -574,13 +612,19 @@ impl Backend for EtcdBackend {
         Box::pin(self.renew_locks(items))
     }
 
+    /// Releases of this process reach its listeners directly, and releases of others through
+    /// each waiter's watch of the key ahead; fair waiters of other processes are heard by a
+    /// watch of the lock's contenders while it has listeners here.
     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
         self.inner.listeners.lock().add(key.name(), inbox);
+        self.hear_fair_waiters(key);
         Box::pin(std::future::ready(true))
     }
 
     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        self.inner.listeners.lock().remove(key.name(), inbox);
+        if self.inner.listeners.lock().remove(key.name(), inbox) {
+            self.stop_hearing(key);
+        }
     }
 
     fn store_result<'a>(

@@ -263,6 +263,7 @@ impl RedisBackend {
             fenced,
             ticket,
             remaining,
+            unrenewed: _,
         } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.

@@ -67,6 +67,7 @@ impl RedlockBackend {
             .ticket
             .filter(|t| !t.ttl.is_zero())
             .map(|t| (t.id.clone(), t.ttl));
+        let unrenewed = options.unrenewed;
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -92,6 +93,7 @@ impl RedlockBackend {
                             fenced: false,
                             ticket: None,
                             remaining: true,
+                            unrenewed,
                         };
                         // A waiter is announced before its attempt, on the same connection: a
                         // release after the attempt publishes.

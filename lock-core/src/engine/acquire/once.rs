@@ -40,6 +40,7 @@ pub(super) async fn attempt(
                 fenced: spec.fenced,
                 ticket: None,
                 remaining: spec.wait.is_zero(),
+                unrenewed: !spec.watchdog,
             },
         )
         .await?;

@@ -177,6 +177,7 @@ impl QueuedWaiter {
                     fenced: self.spec.fenced,
                     ticket: Some(&self.ticket),
                     remaining: true,
+                    unrenewed: !self.spec.watchdog,
                 },
             )
             .await;

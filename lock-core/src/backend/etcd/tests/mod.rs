@@ -115,6 +115,7 @@ fn single_attempt() -> AttemptOptions<'static> {
         fenced: false,
         ticket: None,
         remaining: true,
+        unrenewed: false,
     }
 }
 
@@ -208,6 +209,7 @@ async fn a_release_wakes_the_waiter_through_its_watch() {
         fenced: true,
         ticket: Some(&ticket),
         remaining: true,
+        unrenewed: false,
     };
     inbox.expect(Some(&ticket.id));
     let busy = waiter.acquire(&key, &t2, lease, options).await.unwrap();
@@ -528,6 +530,7 @@ async fn an_attempt_sent_again_finds_its_own_key() {
         fenced: true,
         ticket: Some(&ticket),
         remaining: true,
+        unrenewed: false,
     };
     for _ in 0..3 {
         let busy = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
@@ -751,6 +754,7 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
         fenced: false,
         ticket: Some(&ticket),
         remaining: true,
+        unrenewed: false,
     };
     let (dead, dropped) = (etcd.backend().await, etcd.backend().await);
     for w in [&dead, &dropped] {
@@ -1044,3 +1048,5 @@ async fn an_attempt_landing_after_its_release_leaves_no_orphan() {
     got.unwrap().release().await.unwrap();
     other.release().await.unwrap();
 }
+
+mod local;
