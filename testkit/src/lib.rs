@@ -55,6 +55,7 @@ mod binary;
 pub mod cluster;
 pub mod etcd;
 mod eventually;
+mod members;
 mod ports;
 pub mod process;
 pub mod proxy;
