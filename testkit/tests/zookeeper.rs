@@ -331,3 +331,101 @@ async fn a_blackholed_session_expires_and_its_ephemeral_node_goes() {
     ));
     proxy.restore();
 }
+
+/// The calls the ZooKeeper backend builds on, against a real server with the crate the kit
+/// and the backend share (zookeeper-client): ephemeral sequential nodes under a container
+/// (the container deleted once empty), a multi that checks a node and creates another (all or
+/// nothing), one-shot and persistent watches, digest auth with creator-only ACLs, a chroot.
+#[tokio::test]
+async fn the_client_crate_has_every_call_the_backend_needs() {
+    use zookeeper_client::{AddWatchMode, EventType, MultiWriteError, MultiWriteResult};
+
+    let ensemble = ZooKeeperEnsemble::start_single().await;
+    let connect = ensemble.connect_string();
+    let zk = Client::connect(&connect).await.unwrap();
+    let open = Acls::anyone_all();
+
+    // A container parent, and two contenders' ephemeral sequential nodes under it.
+    let container = CreateMode::Container.with_acls(open);
+    zk.create("/lock", b"", &container).await.unwrap();
+    let contender = CreateMode::EphemeralSequential.with_acls(open);
+    let (first, seq1) = zk.create("/lock/n-", b"a", &contender).await.unwrap();
+    let (second, seq2) = zk.create("/lock/n-", b"b", &contender).await.unwrap();
+    assert!(seq2 > seq1 && second.czxid > first.czxid);
+    assert_eq!(format!("{seq1}").len(), 10, "ten digits: {seq1}");
+    assert_eq!(first.ephemeral_owner, zk.session_id().0);
+    let mut children = zk.list_children("/lock").await.unwrap();
+    children.sort();
+    assert_eq!(children, [format!("n-{seq1}"), format!("n-{seq2}")]);
+
+    // One-shot watch on the node ahead: fires once, on its deletion.
+    let (stat, ahead) = zk
+        .check_and_watch_stat(&format!("/lock/n-{seq1}"))
+        .await
+        .unwrap();
+    assert_eq!(stat.unwrap().czxid, first.czxid);
+    // A persistent watch on the parent sees the children change.
+    let mut parent = zk.watch("/lock", AddWatchMode::Persistent).await.unwrap();
+    zk.delete(&format!("/lock/n-{seq1}"), None).await.unwrap();
+    let event = ahead.changed().await;
+    assert_eq!(event.event_type, EventType::NodeDeleted);
+    assert_eq!(
+        parent.changed().await.event_type,
+        EventType::NodeChildrenChanged
+    );
+
+    // A multi: check that our node still exists (any version), then write; all or nothing.
+    let ours = format!("/lock/n-{seq2}");
+    let mut multi = zk.new_multi_writer();
+    multi.add_check_version(&ours, -1).unwrap();
+    let persistent = CreateMode::Persistent.with_acls(open);
+    multi.add_create("/record", b"r", &persistent).unwrap();
+    let results = multi.commit().await.unwrap();
+    assert_eq!(results[0], MultiWriteResult::Check);
+    assert!(matches!(&results[1], MultiWriteResult::Create { path, .. } if path == "/record"));
+    let mut multi = zk.new_multi_writer();
+    multi.add_check_version("/lock/n-gone", -1).unwrap();
+    multi.add_create("/record2", b"r", &persistent).unwrap();
+    assert_eq!(
+        multi.commit().await.unwrap_err(),
+        MultiWriteError::OperationFailed {
+            index: 0,
+            source: zookeeper_client::Error::NoNode
+        }
+    );
+    assert_eq!(zk.check_stat("/record2").await.unwrap(), None);
+
+    // The container goes once its last child has (within the check interval).
+    zk.delete(&ours, None).await.unwrap();
+    let direct = ensemble.client().await;
+    lock_testkit::eventually(
+        "the empty container deleted",
+        Duration::from_secs(10),
+        async || direct.stat("/lock").await.is_none(),
+    )
+    .await;
+
+    // Digest auth: a node only its creator may read.
+    let alice = Client::connector()
+        .with_auth("digest", b"alice:secret")
+        .connect(&connect)
+        .await
+        .unwrap();
+    let private = CreateMode::Persistent.with_acls(Acls::creator_all());
+    alice.create("/private", b"p", &private).await.unwrap();
+    assert_eq!(alice.get_data("/private").await.unwrap().0, b"p");
+    assert_eq!(
+        zk.get_data("/private").await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    let (acl, _) = alice.get_acl("/private").await.unwrap();
+    assert_eq!(acl[0].scheme(), "digest");
+    assert!(acl[0].id().starts_with("alice:"));
+
+    // A chroot: the connect string's path is the client's root (it must exist).
+    zk.create("/app", b"", &persistent).await.unwrap();
+    let rooted = Client::connect(&format!("{connect}/app")).await.unwrap();
+    rooted.create("/k", b"", &persistent).await.unwrap();
+    assert!(zk.check_stat("/app/k").await.unwrap().is_some());
+    assert_eq!(rooted.path(), "/app");
+}

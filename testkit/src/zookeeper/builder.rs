@@ -35,6 +35,8 @@ pub struct ZooKeeperEnsembleBuilder {
     sync_limit: u32,
     max_session_timeout: Duration,
     heap_mb: u32,
+    container_check_interval: Duration,
+    jvm_args: Vec<String>,
     config: Vec<(String, String)>,
     java: Option<PathBuf>,
     classpath: Option<String>,
@@ -49,6 +51,8 @@ impl Default for ZooKeeperEnsembleBuilder {
             sync_limit: 5,
             max_session_timeout: Duration::from_secs(60),
             heap_mb: 128,
+            container_check_interval: Duration::from_secs(1),
+            jvm_args: Vec::new(),
             config: Vec::new(),
             java: None,
             classpath: None,
@@ -149,6 +153,42 @@ impl ZooKeeperEnsembleBuilder {
         self
     }
 
+    /// How often the leader deletes empty container nodes (default 1 s; ZooKeeper's own
+    /// default is 60 s): a container that had children and has none left is gone within
+    /// about this long. `-Dznode.container.checkIntervalMs`, whole milliseconds.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let ensemble = lock_testkit::zookeeper::ZooKeeperEnsemble::builder()
+    ///     .container_check_interval(Duration::from_millis(200))
+    ///     .start()
+    ///     .await;
+    /// assert_eq!(ensemble.container_check_interval(), Duration::from_millis(200));
+    /// # }
+    /// ```
+    pub fn container_check_interval(mut self, interval: Duration) -> Self {
+        self.container_check_interval = interval;
+        self
+    }
+
+    /// Adds one JVM argument for every member (after the kit's own), e.g. a
+    /// `-Dzookeeper.<property>=<value>` that `zoo.cfg` cannot set.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let ensemble = lock_testkit::zookeeper::ZooKeeperEnsemble::builder()
+    ///     .jvm_arg("-Dzookeeper.extendedTypesEnabled=true")
+    ///     .start()
+    ///     .await;
+    /// # drop(ensemble);
+    /// # }
+    /// ```
+    pub fn jvm_arg(mut self, arg: impl Into<String>) -> Self {
+        self.jvm_args.push(arg.into());
+        self
+    }
+
     /// Adds one `key=value` line to every member's `zoo.cfg` (after the kit's own, which it
     /// overrides), e.g. `("extendedTypesEnabled", "true")` for TTL nodes.
     ///
@@ -239,6 +279,8 @@ impl ZooKeeperEnsembleBuilder {
             sync_limit: self.sync_limit,
             max_session_timeout: self.max_session_timeout,
             heap_mb: self.heap_mb,
+            container_check_interval: self.container_check_interval,
+            jvm_args: self.jvm_args,
             config: self.config,
         };
         let dir = TempDir::on_tmpfs("zookeeper");

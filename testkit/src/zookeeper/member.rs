@@ -31,6 +31,9 @@ pub(super) struct Settings {
     pub(super) sync_limit: u32,
     pub(super) max_session_timeout: Duration,
     pub(super) heap_mb: u32,
+    pub(super) container_check_interval: Duration,
+    /// Extra JVM arguments, after the kit's own.
+    pub(super) jvm_args: Vec<String>,
     /// Extra `key=value` lines of `zoo.cfg`, after the kit's own.
     pub(super) config: Vec<(String, String)>,
 }
@@ -132,6 +135,13 @@ impl Member {
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
             ])
+            // A system property only (zoo.cfg cannot set it): how often empty containers are
+            // deleted (every 60 s by default).
+            .arg(format!(
+                "-Dznode.container.checkIntervalMs={}",
+                settings.container_check_interval.as_millis()
+            ))
+            .args(&settings.jvm_args)
             .arg("-cp")
             .arg(&settings.classpath)
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")

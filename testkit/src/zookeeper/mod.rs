@@ -52,6 +52,8 @@
 //! [`ZooKeeperEnsembleBuilder`]): a killed leader is replaced within about a second (the
 //! followers see its connections close at once), a paused one after `syncLimit` ticks (1 s)
 //! and an election. Sessions may last from 2 ticks (400 ms, ZooKeeper's minimum) to 60 s.
+//! Empty containers (lock parents) are deleted within about a second (ZooKeeper's default
+//! check runs every minute).
 //! A JVM takes a second or two to start; the members start in parallel, and a test that needs
 //! no fault of its own may share one ensemble with others (each under its own path).
 //!
@@ -363,6 +365,13 @@ impl ZooKeeperEnsemble {
     /// See [`ZooKeeperEnsembleBuilder::max_session_timeout`].
     pub fn max_session_timeout(&self) -> Duration {
         self.settings.max_session_timeout
+    }
+
+    /// How often the leader deletes empty containers.
+    ///
+    /// See [`ZooKeeperEnsembleBuilder::container_check_interval`].
+    pub fn container_check_interval(&self) -> Duration {
+        self.settings.container_check_interval
     }
 
     /// A session on every member (the client picks one and moves on when it goes), for
