@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite and the bar every change must clear: installs redis-server, etcd-server
-# and protobuf-compiler (Debian/Ubuntu, apt) when they are missing, checks formatting, lints,
+# The whole test suite and the bar every change must clear: installs redis-server, etcd-server,
+# zookeeper (with a JRE) and protobuf-compiler (Debian/Ubuntu, apt) when they are missing, checks formatting, lints,
 # docs, the guide (mdbook, installed with cargo when missing), feature combinations and the
 # declared minimum Rust version, then runs every test of the workspace. Tests start their own
-# redis-server and etcd processes on free ports.
+# redis-server, etcd and ZooKeeper processes on free ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,10 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+# ZooKeeper: Debian's `zookeeper` (the jars, and a JRE through default-jre), which the test kit
+# runs as `java -cp /usr/share/java/zookeeper.jar ... QuorumPeerMain`; never `zookeeperd`, the
+# package that adds a system service.
+{ command -v java >/dev/null 2>&1 && [ -f /usr/share/java/zookeeper.jar ]; } || missing+=(zookeeper)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "not found: ${missing[*]}: installing with apt-get" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -22,6 +26,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # redis-server and etcd-server start a system service on install; the tests never use it
   # (each starts its own processes on free ports), so a policy-rc.d that refuses every start
   # keeps it from running (and from holding 2379/2380) while apt installs, when none exists.
+  # (`zookeeper` has no service; the same guard covers anything its JRE pulls in.)
   policy=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     policy=/usr/sbin/policy-rc.d
@@ -33,13 +38,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
   [ -z "$policy" ] || $SUDO rm -f "$policy"
   [ "$status" -eq 0 ] || { echo "apt-get install ${missing[*]} failed ($status)" >&2; exit 1; }
-  for binary in redis-server etcd protoc; do
+  for binary in redis-server etcd protoc java; do
     command -v "$binary" >/dev/null 2>&1 || { echo "$binary still missing after apt-get install" >&2; exit 1; }
   done
+  [ -f /usr/share/java/zookeeper.jar ] || { echo "/usr/share/java/zookeeper.jar still missing after apt-get install" >&2; exit 1; }
 fi
 redis-server --version
 etcd --version
 protoc --version
+echo "zookeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(not from dpkg)'), $(java -version 2>&1 | head -n 1)"
 
 step "formatting: cargo fmt --check"
 cargo fmt --all -- --check

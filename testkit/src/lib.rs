@@ -13,6 +13,9 @@
 //!   tmpfs, short election timeouts) whose members can be killed, paused and restarted with
 //!   their data, and a small client of etcd's JSON gateway for assertions
 //!   ([`etcd::EtcdClient`]).
+//! - [`zookeeper`]: a local ZooKeeper ensemble ([`zookeeper::ZooKeeperEnsemble`], 3 members
+//!   by default, data on tmpfs, a short tick) whose members can be killed, paused and
+//!   restarted with their data, and a session for assertions ([`zookeeper::ZkClient`]).
 //! - [`proxy`]: a TCP proxy that cuts one client off ([`proxy::Proxy`]: drop every
 //!   connection, blackhole them, or hold back the answer to one request).
 //! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
@@ -30,7 +33,8 @@
 //! ```
 //!
 //! `redis-server` must be installed (`apt-get install -y redis-server`), and `etcd` 3.4 for the
-//! etcd tests (`apt-get install -y etcd-server`); without them, starting a server or a cluster
+//! etcd tests (`apt-get install -y etcd-server`), and ZooKeeper with a JRE for the ZooKeeper
+//! tests (`apt-get install -y zookeeper`); without them, starting a server or a cluster
 //! panics with that command. The kit is unpublished (`publish = false`) and used as a
 //! dev-dependency (a dependency of lock-tests and lock-bench, whose binaries use it too).
 //!
@@ -45,7 +49,8 @@
 //! [`RedisServerBuilder::sentinel`](server::RedisServerBuilder::sentinel)). [`etcd`] is the
 //! consensus store's own set of processes; it shares the kit's free ports, temporary
 //! directories, signals and process supervision with the Redis servers, and talks HTTP/JSON
-//! to etcd instead of pulling in a gRPC client. Their waits are bounded and say, when they
+//! to etcd instead of pulling in a gRPC client. [`zookeeper`] runs server JVMs the same way
+//! and asks them four-letter commands (`srvr`, `mntr`) who leads. Their waits are bounded and say, when they
 //! give up, what was still wrong.
 
 #![forbid(unsafe_code)]
@@ -55,6 +60,7 @@ mod binary;
 pub mod cluster;
 pub mod etcd;
 mod eventually;
+mod members;
 mod ports;
 pub mod process;
 pub mod proxy;
@@ -63,6 +69,7 @@ pub mod server;
 pub mod signal;
 mod supervised;
 mod tempdir;
+pub mod zookeeper;
 
 pub use crate::acl::AclUser;
 pub use crate::eventually::eventually;

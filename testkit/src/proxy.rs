@@ -129,6 +129,27 @@ impl Proxy {
         }
     }
 
+    /// A proxy in front of each of `upstreams`, in order (one client's way to every member of
+    /// a cluster).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let upstreams = ["127.0.0.1:9".parse().unwrap(), "127.0.0.1:10".parse().unwrap()];
+    /// let proxies = lock_testkit::proxy::Proxy::start_each(upstreams).await;
+    /// assert_eq!(proxies[1].upstream(), upstreams[1]);
+    /// # }
+    /// ```
+    pub async fn start_each(upstreams: impl IntoIterator<Item = SocketAddr>) -> Vec<Self> {
+        let mut proxies = Vec::new();
+        for upstream in upstreams {
+            proxies.push(Self::start(upstream).await);
+        }
+        proxies
+    }
+
     /// The address clients connect to (`127.0.0.1:<port>`).
     ///
     /// See the [module docs](self).

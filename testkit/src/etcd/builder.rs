@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::member::{Member, Settings};
 use super::{EtcdCluster, find_etcd, missing_message};
+use crate::members::Members;
 use crate::tempdir::TempDir;
 
 /// Options for starting an [`EtcdCluster`]; from [`EtcdCluster::builder`].
@@ -191,9 +192,13 @@ impl EtcdClusterBuilder {
         };
         let dir = TempDir::on_tmpfs("etcd");
         let mut cluster = EtcdCluster {
-            members: (0..self.members)
-                .map(|i| Member::new(i, dir.path()))
-                .collect(),
+            members: Members::new(
+                "etcd",
+                "cluster",
+                (0..self.members)
+                    .map(|i| Member::new(i, dir.path()))
+                    .collect(),
+            ),
             settings,
             dir,
         };

@@ -8,6 +8,7 @@
 
 use super::{EtcdCluster, HEALTHY_BOUND, LEADER_BOUND, member};
 use crate::eventually::eventually_ok;
+use crate::members::SetMember;
 
 impl EtcdCluster {
     /// The member that answers as leader and that a quorum of members follows, or `None`
@@ -48,14 +49,7 @@ impl EtcdCluster {
     ///
     /// See [`pause`](Self::pause).
     pub async fn wait_healthy(&mut self) -> usize {
-        let live = self.live_count();
-        assert!(
-            live >= self.quorum(),
-            "the etcd cluster cannot become healthy: {live} of {} members are live (running, not \
-             paused), a quorum is {}",
-            self.members.len(),
-            self.quorum()
-        );
+        self.members.assert_quorum_live();
         eventually_ok("the etcd cluster healthy", HEALTHY_BOUND, async || {
             self.health_report().await
         })
@@ -110,7 +104,7 @@ impl EtcdCluster {
     async fn health_report(&mut self) -> Result<usize, String> {
         let mut problems = Vec::new();
         let mut leaders = Vec::new();
-        for member in &mut self.members {
+        for member in self.members.iter_mut() {
             if !member.process.is_live() {
                 continue;
             }

@@ -6,7 +6,6 @@
     reason = "a test harness that cannot do its job fails the test using it, loudly and with the cause"
 )]
 
-use std::fs;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +15,7 @@ use serde_json::Value;
 
 use super::client::uint_field;
 use super::http::request;
+use crate::members::{LaunchLog, SetMember};
 use crate::ports::free_port;
 use crate::supervised::Supervised;
 
@@ -53,7 +53,7 @@ pub(super) struct Member {
     pub(super) client_port: u16,
     pub(super) peer_port: u16,
     pub(super) data_dir: PathBuf,
-    log: PathBuf,
+    log: LaunchLog,
     pub(super) process: Supervised,
     /// Its raft id, learned from its status once it has answered.
     pub(super) id: u64,
@@ -67,7 +67,7 @@ impl Member {
             client_port: free_port(),
             peer_port: free_port(),
             data_dir: dir.join(&name),
-            log: dir.join(format!("{name}.log")),
+            log: LaunchLog::new(dir.join(format!("{name}.log"))),
             name,
             process: Supervised::default(),
             id: 0,
@@ -86,20 +86,8 @@ impl Member {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
-    /// `etcd member m1 (client 127.0.0.1:1234)`, for messages.
-    pub(super) fn what(&self) -> String {
-        format!("etcd member {} (client {})", self.name, self.client_addr())
-    }
-
     pub(super) fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// The last lines of its log, for failure messages.
-    pub(super) fn log_tail(&self) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        self.log.read()
     }
 
     /// Starts the process (the data directory, when it exists, holds its state: etcd then
@@ -111,13 +99,7 @@ impl Member {
         settings: &Settings,
         initial_cluster: &str,
     ) -> Result<(), PortTaken> {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.log.display()));
-        // This launch's part of the log starts here.
-        let log_start = log.metadata().map_or(0, |m| m.len());
+        let log = self.log.open_for_launch();
         let mut cmd = Command::new(&settings.binary);
         // etcd reads every `ETCD_*` variable as a flag: the test's environment must not
         // configure the members behind the kit's back.
@@ -159,23 +141,22 @@ impl Member {
             )
         });
         self.process.set(child);
-        self.wait_serving_peers(log_start).await
+        self.wait_serving_peers().await
     }
 
-    async fn wait_serving_peers(&mut self, log_start: u64) -> Result<(), PortTaken> {
+    async fn wait_serving_peers(&mut self) -> Result<(), PortTaken> {
         let peer = SocketAddr::from((Ipv4Addr::LOCALHOST, self.peer_port));
         let start = std::time::Instant::now();
         loop {
             if let Some(status) = self.process.exited() {
-                let log = self.log();
-                let this_launch = log.get(log_start as usize..).unwrap_or(&log);
+                let this_launch = self.log.this_launch();
                 if this_launch.contains("address already in use") {
-                    return Err(PortTaken(this_launch.to_owned()));
+                    return Err(PortTaken(this_launch));
                 }
                 panic!(
                     "{} exited at start ({status}); its log:\n{}",
                     self.what(),
-                    self.log_tail()
+                    self.log.tail()
                 );
             }
             // A connection made before etcd serves its (already bound) peer port hangs: ask
@@ -193,21 +174,10 @@ impl Member {
                     "{} did not serve its peer port {} within {PEER_BOUND:?}; its log:\n{}",
                     self.what(),
                     self.peer_port,
-                    self.log_tail()
+                    self.log.tail()
                 );
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Panics with its log when it was running and has exited on its own.
-    pub(super) fn check_not_crashed(&mut self) {
-        if let Some(status) = self.process.exited() {
-            panic!(
-                "{} exited on its own ({status}); its log:\n{}",
-                self.what(),
-                self.log_tail()
-            );
         }
     }
 
@@ -227,6 +197,24 @@ impl Member {
         } else {
             Err(format!("/health: HTTP {code}: {}", text.trim()))
         }
+    }
+}
+
+impl SetMember for Member {
+    fn process(&self) -> &Supervised {
+        &self.process
+    }
+
+    fn process_mut(&mut self) -> &mut Supervised {
+        &mut self.process
+    }
+
+    fn launch_log(&self) -> &LaunchLog {
+        &self.log
+    }
+
+    fn what(&self) -> String {
+        format!("etcd member {} (client {})", self.name, self.client_addr())
     }
 }
 

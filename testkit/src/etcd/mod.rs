@@ -87,6 +87,7 @@ pub use client::{EtcdClient, KeyValue, encode};
 
 use crate::binary::find_binary;
 use crate::eventually::eventually_ok;
+use crate::members::{Members, SetMember};
 use crate::proxy::Proxy;
 use crate::tempdir::TempDir;
 use member::{Member, PortTaken, Settings};
@@ -141,7 +142,7 @@ fn missing_message(what: &str) -> String {
 #[derive(Debug)]
 pub struct EtcdCluster {
     // Dropped in this order: the processes before their directory.
-    members: Vec<Member>,
+    members: Members<Member>,
     settings: Settings,
     dir: TempDir,
 }
@@ -199,7 +200,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        self.members.len() / 2 + 1
+        self.members.quorum()
     }
 
     /// Member `i`'s client URL, `http://127.0.0.1:<port>`.
@@ -366,11 +367,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub async fn proxies(&self) -> Vec<Proxy> {
-        let mut proxies = Vec::with_capacity(self.members.len());
-        for i in 0..self.members.len() {
-            proxies.push(self.proxy(i).await);
-        }
-        proxies
+        Proxy::start_each(self.members.iter().map(Member::client_addr)).await
     }
 
     /// Kills member `i` with SIGKILL, like a crash (a paused member too), and waits for it to
@@ -386,7 +383,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub fn kill(&mut self, i: usize) {
-        self.member_mut(i).process.kill();
+        self.members.kill(i);
     }
 
     /// Kills every member (SIGKILL); [`restart_all`](Self::restart_all) brings them back with
@@ -394,9 +391,7 @@ impl EtcdCluster {
     ///
     /// See [`restart_all`](Self::restart_all).
     pub fn kill_all(&mut self) {
-        for member in &mut self.members {
-            member.process.kill();
-        }
+        self.members.kill_all();
     }
 
     /// Kills every member but `i`: member `i` is left as a minority of one (see the
@@ -412,12 +407,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub fn kill_all_but(&mut self, i: usize) {
-        self.member(i);
-        for (j, member) in self.members.iter_mut().enumerate() {
-            if j != i {
-                member.process.kill();
-            }
-        }
+        self.members.kill_all_but(i);
     }
 
     /// Freezes member `i` with SIGSTOP (waits until it has stopped): connections stay open,
@@ -437,8 +427,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub fn pause(&mut self, i: usize) {
-        let what = self.member(i).what();
-        self.member_mut(i).process.pause(&what);
+        self.members.pause(i);
     }
 
     /// Thaws member `i` (SIGCONT).
@@ -448,8 +437,7 @@ impl EtcdCluster {
     ///
     /// See [`pause`](Self::pause).
     pub fn resume(&mut self, i: usize) {
-        let what = self.member(i).what();
-        self.member_mut(i).process.resume(&what);
+        self.members.resume(i);
     }
 
     /// Kills the current leader (SIGKILL) and returns its index; the others elect a new one
@@ -495,7 +483,7 @@ impl EtcdCluster {
     /// # }
     /// ```
     pub async fn restart(&mut self, i: usize) {
-        self.member_mut(i).process.kill();
+        self.members.kill(i);
         self.relaunch(i).await;
         if self.live_count() >= self.quorum() {
             let member = self.member(i);
@@ -516,10 +504,8 @@ impl EtcdCluster {
     ///
     /// See [`kill_all_but`](Self::kill_all_but).
     pub async fn restart_killed(&mut self) {
-        for i in 0..self.members.len() {
-            if !self.members[i].process.is_running() {
-                self.relaunch(i).await;
-            }
+        for i in self.members.not_running() {
+            self.relaunch(i).await;
         }
         if self.live_count() >= self.quorum() {
             self.wait_healthy().await;
@@ -548,18 +534,11 @@ impl EtcdCluster {
     }
 
     fn member(&self, i: usize) -> &Member {
-        self.members
-            .get(i)
-            .unwrap_or_else(|| panic!("no etcd member {i}: the cluster has {}", self.members.len()))
-    }
-
-    fn member_mut(&mut self, i: usize) -> &mut Member {
-        self.member(i);
-        &mut self.members[i]
+        self.members.member(i)
     }
 
     fn live_count(&self) -> usize {
-        self.members.iter().filter(|m| m.process.is_live()).count()
+        self.members.live_count()
     }
 
     fn initial_cluster(&self) -> String {
@@ -591,7 +570,7 @@ impl EtcdCluster {
 
     async fn try_launch_new(&mut self) -> Result<(), PortTaken> {
         let initial = self.initial_cluster();
-        for member in &mut self.members {
+        for member in self.members.iter_mut() {
             member.launch(&self.settings, &initial).await?;
         }
         Ok(())
