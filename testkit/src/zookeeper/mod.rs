@@ -427,6 +427,14 @@ impl ZooKeeperEnsemble {
     ///
     /// # Panics
     /// When no session is established within 10 s.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let ensemble = lock_testkit::zookeeper::ZooKeeperEnsemble::start().await;
+    /// let zk = ensemble.client().await;
+    /// assert_eq!(zk.children("/").await.unwrap(), ["zookeeper"]);
+    /// # }
+    /// ```
     pub async fn client(&self) -> ZkClient {
         ZkClient::connect(&self.connect_string()).await
     }
