@@ -64,6 +64,7 @@ mod members;
 mod ports;
 pub mod process;
 pub mod proxy;
+mod reaper;
 pub mod sentinel;
 pub mod server;
 pub mod signal;

@@ -429,3 +429,61 @@ async fn the_client_crate_has_every_call_the_backend_needs() {
     assert!(zk.check_stat("/app/k").await.unwrap().is_some());
     assert_eq!(rooted.path(), "/app");
 }
+
+/// Tests that need no fault share one ensemble, each in a tree of its own.
+#[tokio::test]
+async fn tests_share_one_ensemble_each_under_its_own_root() {
+    let shared = ZooKeeperEnsemble::shared().await;
+    assert!(std::ptr::eq(shared, ZooKeeperEnsemble::shared().await));
+    assert_eq!(shared.member_count(), 3);
+    let (a, b) = (shared.chroot("t").await, shared.chroot("t").await);
+    assert_ne!(a, b);
+    assert!(a.starts_with(&shared.connect_string()));
+    let (za, zb) = (ZkClient::connect(&a).await, ZkClient::connect(&b).await);
+    za.create("/lock", b"a").await;
+    assert_eq!(zb.stat("/lock").await, None);
+    zb.create("/lock", b"b").await;
+    assert_eq!(za.get("/lock").await.unwrap().0, b"a");
+}
+
+/// A test process killed by SIGKILL drops nothing, yet leaves no ZooKeeper JVM behind: the
+/// kit's watchdog kills it. The test runs itself as that child process.
+#[tokio::test]
+async fn a_killed_test_process_leaves_no_zookeeper_behind() {
+    const CHILD: &str = "LOCK_TESTKIT_ZOOKEEPER_REAPER_CHILD";
+    const NAME: &str = "a_killed_test_process_leaves_no_zookeeper_behind";
+    if std::env::var_os(CHILD).is_some() {
+        let ensemble = ZooKeeperEnsemble::start_single().await;
+        println!("zookeeper-jvm-pid {}", ensemble.pid(0).unwrap());
+        std::future::pending::<()>().await;
+    }
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let jvm: u32 = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            // The harness prints `test <name> ... ` on the same line first.
+            if let Some((_, pid)) = line.split_once("zookeeper-jvm-pid ") {
+                return pid.trim().parse().unwrap();
+            }
+        }
+        panic!("the child test ended without starting a server");
+    })
+    .await
+    .unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{jvm}")).exists());
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    lock_testkit::eventually(
+        "the orphaned JVM killed",
+        Duration::from_secs(10),
+        async || !std::path::Path::new(&format!("/proc/{jvm}")).exists(),
+    )
+    .await;
+}

@@ -41,6 +41,14 @@ pub(super) async fn ruok(addr: SocketAddr) -> Result<(), String> {
 }
 
 /// A member's role, as `srvr` reports it while it serves clients.
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use lock_testkit::zookeeper::{Mode, ZooKeeperEnsemble};
+/// let ensemble = ZooKeeperEnsemble::start_single().await;
+/// assert_eq!(ensemble.mode(0).await, Some(Mode::Standalone));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// The ensemble's leader: it has a quorum of followers in sync.

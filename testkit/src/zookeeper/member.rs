@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::four_letter::{ask, ruok};
 use crate::members::{LaunchLog, SetMember};
 use crate::ports::free_port;
+use crate::reaper;
 use crate::supervised::Supervised;
 
 /// How long a started JVM may take to answer `ruok` on its client port.
@@ -131,6 +132,9 @@ impl Member {
                 "-Djava.net.preferIPv4Stack=true",
                 // Election connections to a paused member give up after 1 s (5 s by default).
                 "-Dzookeeper.cnxTimeout=1000",
+                // Election rounds retry every 200 ms doubling up to 1 s (60 s by default): a
+                // member whose peers start late (a loaded machine) does not back off long.
+                "-Dzookeeper.fastleader.maxNotificationInterval=1000",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-Dorg.slf4j.simpleLogger.showDateTime=true",
                 "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
@@ -155,7 +159,10 @@ impl Member {
                 super::missing_message(&format!("cannot run {}: {e}", settings.java.display()))
             )
         });
+        let pid = child.id();
         self.process.set(child);
+        // Its configuration's path is unique to this test process: the marker.
+        reaper::kill_at_exit(pid, &self.config.display().to_string());
     }
 
     fn config_text(&self, settings: &Settings, servers: &[String]) -> String {

@@ -55,12 +55,14 @@
 //! Empty containers (lock parents) are deleted within about a second (ZooKeeper's default
 //! check runs every minute).
 //! A JVM takes a second or two to start; the members start in parallel, and a test that needs
-//! no fault of its own may share one ensemble with others (each under its own path).
+//! no fault of its own shares one ensemble with the others
+//! ([`shared`](ZooKeeperEnsemble::shared)), each under its own
+//! [`chroot`](ZooKeeperEnsemble::chroot).
 //!
 //! Data directories are on tmpfs (`/dev/shm`, else the system temp dir): syncs cost nothing,
 //! and a restart keeps the data. Every member is killed when the ensemble is dropped, on a
-//! panic too (a test process killed by SIGKILL leaves its members behind, as it would leave a
-//! `redis-server`).
+//! panic too, and when the test process ends however it ends (a watchdog process kills the
+//! JVMs it leaves: the [`shared`](ZooKeeperEnsemble::shared) ensemble is never dropped).
 //!
 //! ## What it runs
 //!
@@ -86,7 +88,10 @@ mod member;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use tokio::sync::OnceCell;
 
 pub use builder::ZooKeeperEnsembleBuilder;
 pub use client::ZkClient;
@@ -201,6 +206,49 @@ impl ZooKeeperEnsemble {
     /// ```
     pub async fn start() -> Self {
         Self::builder().start().await
+    }
+
+    /// One 3-member ensemble for the whole test process, started by the first caller (the
+    /// others wait for it): a JVM ensemble costs seconds to start, so tests that need no
+    /// fault of their own share this one, each under its own [`chroot`](Self::chroot). It
+    /// cannot be faulted (a shared reference), and its members are killed when the test
+    /// process ends, however it ends.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use lock_testkit::zookeeper::ZooKeeperEnsemble;
+    /// let ensemble = ZooKeeperEnsemble::shared().await;
+    /// assert!(std::ptr::eq(ensemble, ZooKeeperEnsemble::shared().await));
+    /// # }
+    /// ```
+    pub async fn shared() -> &'static ZooKeeperEnsemble {
+        static SHARED: OnceCell<ZooKeeperEnsemble> = OnceCell::const_new();
+        SHARED.get_or_init(Self::start).await
+    }
+
+    /// Creates a fresh, empty node `/<name>-<n>` (`n` unique in this test process) and returns
+    /// the connect string rooted there (`127.0.0.1:p1,...,127.0.0.1:p3/<name>-<n>`): a test's
+    /// own tree in a [`shared`](Self::shared) ensemble.
+    ///
+    /// # Panics
+    /// When the node cannot be created (no quorum).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
+    /// let ensemble = ZooKeeperEnsemble::shared().await;
+    /// let mine = ZkClient::connect(&ensemble.chroot("fifo").await).await;
+    /// mine.create("/lock", b"").await; // /fifo-<n>/lock in the ensemble
+    /// # }
+    /// ```
+    pub async fn chroot(&self, name: &str) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let root = format!("/{name}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        self.client().await.create(&root, b"").await;
+        format!("{}{root}", self.connect_string())
     }
 
     /// Starts a single standalone server: for tests that need no failover (it is cheaper).
@@ -379,6 +427,14 @@ impl ZooKeeperEnsemble {
     ///
     /// # Panics
     /// When no session is established within 10 s.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let ensemble = lock_testkit::zookeeper::ZooKeeperEnsemble::start().await;
+    /// let zk = ensemble.client().await;
+    /// assert_eq!(zk.children("/").await.unwrap(), ["zookeeper"]);
+    /// # }
+    /// ```
     pub async fn client(&self) -> ZkClient {
         ZkClient::connect(&self.connect_string()).await
     }
