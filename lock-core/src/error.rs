@@ -275,7 +275,7 @@ impl LockError {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "etcd"))]
+    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn backend<'k>(
         operation: &'static str,
         key: impl Into<Option<&'k str>>,
@@ -288,7 +288,7 @@ impl LockError {
         }
     }
 
-    #[cfg(any(feature = "redis", feature = "etcd"))]
+    #[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn protocol<'k>(
         operation: &'static str,
         key: impl Into<Option<&'k str>>,
@@ -320,7 +320,7 @@ impl LockError {
 #[error("too few answers to decide; the lease may be the old one or the new one")]
 struct Undecided;
 
-#[cfg(any(feature = "redis", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 /// The server answered something this crate does not understand.
 #[derive(Debug, thiserror::Error)]
 #[error("unexpected answer from the lock backend: {0}")]

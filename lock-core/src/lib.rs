@@ -21,7 +21,7 @@ mod sync;
 mod test_support;
 mod token;
 
-#[cfg(any(feature = "redis", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub use backend::MAX_TIMEOUT;
 pub use backend::{Backend, MemoryBackend};
 #[cfg(feature = "redlock")]
@@ -34,6 +34,8 @@ pub use backend::{RedisBackend, RedisBackendBuilder};
 pub use backend::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "sentinel")]
 pub use backend::{RedisSentinelBackend, RedisSentinelBackendBuilder};
+#[cfg(feature = "zookeeper")]
+pub use backend::{ZooKeeperBackend, ZooKeeperBackendBuilder};
 pub use engine::scope::{Scoped, current_fence, current_lock};
 pub use error::{BoxError, LockError};
 pub use global::{clear_global, global, set_global};

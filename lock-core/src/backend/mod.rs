@@ -28,6 +28,8 @@ pub(crate) mod cluster;
 pub(crate) mod etcd;
 pub(crate) mod memory;
 mod notify;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod record_codec;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 #[cfg(feature = "redlock")]
@@ -35,6 +37,8 @@ pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 mod types;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
@@ -50,6 +54,8 @@ pub use redlock::{DEFAULT_SERVER_TIMEOUT, NoQuorum, RedlockBackend, RedlockBacke
 #[cfg(feature = "sentinel")]
 pub use sentinel::{RedisSentinelBackend, RedisSentinelBackendBuilder};
 pub use types::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZooKeeperBackend, ZooKeeperBackendBuilder};
 
 /// A boxed future, as the [`Backend`] trait's methods return (the engine holds its backend as
 /// `Arc<dyn Backend>`). Write a method's body as `Box::pin(async move { .. })`.
@@ -522,12 +528,12 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 /// # }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
 /// ```
-#[cfg(any(feature = "redis", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Checks a backend's timeouts (`what` names them in the error): each above zero and at most
 /// [`MAX_TIMEOUT`].
-#[cfg(any(feature = "redis", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "etcd", feature = "zookeeper"))]
 pub(crate) fn validate_timeouts(what: &str, timeouts: &[Duration]) -> Result<(), LockError> {
     if timeouts.iter().any(|t| t.is_zero() || *t > MAX_TIMEOUT) {
         return Err(LockError::config(format!(

@@ -203,6 +203,26 @@ impl Locker {
         Ok(Self::builder(backend).build())
     }
 
+    /// A locker on a ZooKeeper ensemble, with default options (feature `zookeeper`): `hosts`
+    /// is its connect string (`host:port` pairs separated by commas). See
+    /// [`ZooKeeperBackend`](crate::ZooKeeperBackend) for the recipe, and its builder for the
+    /// session timeout, the root node and credentials.
+    ///
+    /// # Errors
+    /// As [`ZooKeeperBackendBuilder::connect`](crate::ZooKeeperBackendBuilder::connect).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::zookeeper("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181").await?;
+    /// let guard = locker.lock("order:42").fenced().await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    #[cfg(feature = "zookeeper")]
+    pub async fn zookeeper(hosts: &str) -> Result<Self, LockError> {
+        let backend = crate::ZooKeeperBackend::connect(hosts).await?;
+        Ok(Self::builder(backend).build())
+    }
+
     /// A locker on the primary of a Redis group watched by Sentinel, with default options:
     /// `sentinels` are its sentinels (a majority of them must name the same primary),
     /// `master_name` the name they monitor the primary under. The locker follows the primary across failovers;

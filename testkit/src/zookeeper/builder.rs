@@ -52,7 +52,8 @@ impl Default for ZooKeeperEnsembleBuilder {
             max_session_timeout: Duration::from_secs(60),
             heap_mb: 128,
             container_check_interval: Duration::from_secs(1),
-            jvm_args: Vec::new(),
+            // TTL nodes (the backend's idempotency records) need the extended types.
+            jvm_args: vec!["-Dzookeeper.extendedTypesEnabled=true".to_owned()],
             config: Vec::new(),
             java: None,
             classpath: None,

@@ -6,67 +6,16 @@
 //! endian: etcd tells a key's lease but not its remaining TTL in a read), the fingerprint's
 //! length (4 bytes, big endian), the fingerprint, then the result or the mark's id.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::EtcdBackend;
 use crate::LockError;
+use crate::backend::record_codec::{MARK, RESULT, decode, encode};
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::token::Token;
-
-const RESULT: u8 = b'R';
-const MARK: u8 = b'M';
-
-/// A record read back.
-#[derive(Debug, PartialEq, Eq)]
-struct Record {
-    kind: u8,
-    fingerprint: String,
-    payload: Vec<u8>,
-    expires_in: Duration,
-}
-
-fn encode(kind: u8, ttl: Duration, fingerprint: &str, payload: &[u8]) -> Vec<u8> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let expiry = u64::try_from(now.saturating_add(ttl).as_millis()).unwrap_or(u64::MAX);
-    let fp_len = u32::try_from(fingerprint.len()).unwrap_or(u32::MAX);
-    let mut value = Vec::with_capacity(13 + fingerprint.len() + payload.len());
-    value.push(kind);
-    value.extend_from_slice(&expiry.to_be_bytes());
-    value.extend_from_slice(&fp_len.to_be_bytes());
-    value.extend_from_slice(fingerprint.as_bytes());
-    value.extend_from_slice(payload);
-    value
-}
-
-/// `None` for a value this backend did not write.
-fn decode(value: &[u8]) -> Option<Record> {
-    let (&kind, rest) = value.split_first()?;
-    if kind != RESULT && kind != MARK {
-        return None;
-    }
-    let (expiry, rest) = rest.split_first_chunk::<8>()?;
-    let (fp_len, rest) = rest.split_first_chunk::<4>()?;
-    let fp_len = usize::try_from(u32::from_be_bytes(*fp_len)).ok()?;
-    if rest.len() < fp_len {
-        return None;
-    }
-    let (fingerprint, payload) = rest.split_at(fp_len);
-    let expiry = Duration::from_millis(u64::from_be_bytes(*expiry));
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    Some(Record {
-        kind,
-        fingerprint: String::from_utf8(fingerprint.to_vec()).ok()?,
-        payload: payload.to_vec(),
-        expires_in: expiry.saturating_sub(now),
-    })
-}
 
 impl EtcdBackend {
     /// A lease of `ttl` (rounded up to whole seconds) for one record.
@@ -302,22 +251,4 @@ fn unreadable(key: &LockKey, operation: &'static str) -> LockError {
         key.user(),
         "etcd answered with a record or transaction this backend did not write",
     )
-}
-
-#[cfg(test)]
-mod codec_tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip_and_garbage_is_refused() {
-        let value = encode(RESULT, Duration::from_secs(60), "fp", &[0, 255]);
-        let record = decode(&value).unwrap();
-        assert_eq!(record.kind, RESULT);
-        assert_eq!(record.fingerprint, "fp");
-        assert_eq!(record.payload, vec![0, 255]);
-        assert!(record.expires_in > Duration::from_secs(58));
-        for bad in [&b""[..], b"X", b"R123", &value[..12]] {
-            assert_eq!(decode(bad), None);
-        }
-    }
 }

@@ -1,0 +1,682 @@
+//! Acquire, release, renew and wait on ZooKeeper: the contender nodes of a lock, the holder
+//! being the one with the lowest sequence.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::session::Session;
+use super::{Contender, ZooKeeperBackend, backend_error, timed_out};
+use crate::LockError;
+use crate::backend::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
+use crate::key::LockKey;
+use crate::token::Token;
+
+/// The most reads one renewal sends in one multi-read.
+const MAX_READS: usize = 1000;
+
+/// A contender node's name: `q-<token>-<sequence>` (`f-` for a fair waiter).
+struct Node<'a> {
+    name: &'a str,
+    sequence: i64,
+}
+
+/// The contender nodes among `children`, in queue order (other children, the record, are
+/// left out).
+fn queue(children: &[String]) -> Vec<Node<'_>> {
+    let mut nodes: Vec<Node<'_>> = children
+        .iter()
+        .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+        .filter_map(|name| {
+            let (_, digits) = name.rsplit_once('-')?;
+            Some(Node {
+                name,
+                sequence: digits.parse().ok()?,
+            })
+        })
+        .collect();
+    nodes.sort_unstable_by_key(|n| n.sequence);
+    nodes
+}
+
+/// Whether contender node `name` is one of `token`'s.
+fn of_token(name: &str, token: &Token) -> bool {
+    name.get(2..)
+        .and_then(|rest| rest.strip_prefix(token.as_str()))
+        .is_some_and(|rest| rest.starts_with('-'))
+        && (name.starts_with("q-") || name.starts_with("f-"))
+}
+
+/// What one look at the queue found for our node.
+enum Place {
+    /// Ours is first: the lock is ours.
+    First,
+    /// Another is ahead: the one just ahead (its path), and whether it is the holder.
+    Behind(String, bool),
+    /// Our node is gone.
+    Gone,
+}
+
+impl ZooKeeperBackend {
+    pub(super) async fn acquire_lock(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
+        self.check_lease(lease)?;
+        let session = self.inner.sessions.current().await?;
+        let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
+        let id = Self::contender_id(key, token);
+        let dir = self.lock_path(key);
+        let mut created_now = false;
+        for _ in 0..3 {
+            let known = self
+                .inner
+                .contenders
+                .lock()
+                .get(&id)
+                .filter(|c| c.session == session.id)
+                .map(|c| (c.path.clone(), c.czxid));
+            let (path, czxid) = match known {
+                Some(known) => known,
+                None => {
+                    created_now = true;
+                    let made = self.create_node(&session, key, &dir, token, ticket).await?;
+                    let mut contenders = self.inner.contenders.lock();
+                    contenders.insert(
+                        id.clone(),
+                        Contender {
+                            path: made.0.clone(),
+                            czxid: made.1,
+                            session: session.id,
+                            watch: None,
+                            ends: None,
+                            turn: Arc::default(),
+                        },
+                    );
+                    made
+                }
+            };
+            let place = self.place(&session, key, &dir, &path, token).await;
+            let place = match place {
+                Ok((place, _)) => place,
+                Err(e) => {
+                    if ticket.is_none() && created_now {
+                        // A single attempt that cannot tell: its node goes (or the engine's
+                        // in-flight release finds it).
+                        self.forget_and_delete(&id, key);
+                    }
+                    return Err(e);
+                }
+            };
+            match place {
+                Place::First => {
+                    self.hold(&id);
+                    if options.unrenewed {
+                        self.end_at_lease(key, &id, lease);
+                    }
+                    return Ok(acquired(czxid, options.fenced));
+                }
+                Place::Behind(ahead, holder) => {
+                    let Some(ticket) = ticket else {
+                        // A single attempt leaves nothing behind (before it answers).
+                        let forgotten = self.inner.contenders.lock().remove(&id);
+                        if let Some(c) = forgotten {
+                            let path = c.path.clone();
+                            let deleted = self.within(session.client.delete(&path, None)).await;
+                            if !matches!(deleted, Some(Ok(()) | Err(zk::Error::NoNode))) {
+                                self.delete_in_background(path, key.name());
+                            }
+                        }
+                        return Ok(Attempt::Busy { remaining: None });
+                    };
+                    self.wait_behind(key, &id, ticket, options.fenced, ahead, holder)
+                        .await?;
+                    return Ok(Attempt::Busy { remaining: None });
+                }
+                Place::Gone => {
+                    // Deleted behind our back (an operator, an unrenewed end): a waiter
+                    // queues again, at the end.
+                    self.inner.contenders.lock().remove(&id);
+                    if ticket.is_none() {
+                        return Ok(Attempt::Busy { remaining: None });
+                    }
+                }
+            }
+        }
+        Ok(Attempt::Busy { remaining: None })
+    }
+
+    /// Creates our contender node for `token` under `dir` (and `dir` when it is missing: a
+    /// container goes when its last child does). A create whose answer was lost is looked for
+    /// by name before it is sent again. Our path and its czxid.
+    async fn create_node(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        dir: &str,
+        token: &Token,
+        ticket: Option<&QueueTicket>,
+    ) -> Result<(String, i64), LockError> {
+        let kind = if ticket.is_some_and(|t| t.strict) {
+            'f'
+        } else {
+            'q'
+        };
+        let prefix = format!("{dir}/{kind}-{}-", token.as_str());
+        let acls = self.inner.acls();
+        let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
+        let mut failure = None;
+        for _ in 0..3 {
+            let made = session.client.create(&prefix, &[], &options);
+            match tokio::time::timeout(self.inner.request_timeout, made).await {
+                Ok(Ok((stat, sequence))) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
+                Ok(Err(zk::Error::NoNode)) => {
+                    let container = zk::CreateMode::Container.with_acls(acls);
+                    let made = session.client.create(dir, &[], &container);
+                    match self.within(made).await {
+                        Some(Ok(_) | Err(zk::Error::NodeExists)) => {}
+                        Some(Err(e)) => return Err(backend_error("acquire", Some(key.user()), e)),
+                        None => return Err(timed_out("acquire", Some(key.user()))),
+                    }
+                }
+                Ok(Err(e @ (zk::Error::ConnectionLoss | zk::Error::Timeout))) => {
+                    failure = Some(backend_error("acquire", Some(key.user()), e));
+                    if let Some(found) = self.find_node(session, key, dir, token).await? {
+                        return Ok(found);
+                    }
+                }
+                Ok(Err(e)) => return Err(backend_error("acquire", Some(key.user()), e)),
+                Err(_) => {
+                    failure = Some(timed_out("acquire", Some(key.user())));
+                    if let Some(found) = self.find_node(session, key, dir, token).await? {
+                        return Ok(found);
+                    }
+                }
+            }
+        }
+        Err(failure.unwrap_or_else(|| timed_out("acquire", Some(key.user()))))
+    }
+
+    /// Our node for `token` under `dir`, if one is there: its path and czxid.
+    async fn find_node(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        dir: &str,
+        token: &Token,
+    ) -> Result<Option<(String, i64)>, LockError> {
+        let Some(children) = self.children(session, key, dir).await? else {
+            return Ok(None);
+        };
+        let Some(name) = queue(&children)
+            .into_iter()
+            .find(|n| of_token(n.name, token))
+            .map(|n| n.name.to_owned())
+        else {
+            return Ok(None);
+        };
+        let path = format!("{dir}/{name}");
+        let stat = self
+            .bounded("acquire", Some(key), session.client.check_stat(&path))
+            .await?;
+        Ok(stat.map(|s| (path, s.czxid)))
+    }
+
+    /// Where our node `path` stands in `dir`'s queue. Another node of our token (a create
+    /// whose answer was lost, sent again) is deleted: only one may queue.
+    async fn place(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        dir: &str,
+        path: &str,
+        token: &Token,
+    ) -> Result<(Place, usize), LockError> {
+        let Some(children) = self.children(session, key, dir).await? else {
+            return Ok((Place::Gone, 0));
+        };
+        let nodes = queue(&children);
+        let ours = path.rsplit('/').next().unwrap_or_default();
+        for stray in nodes
+            .iter()
+            .filter(|n| n.name != ours && of_token(n.name, token))
+        {
+            self.delete_in_background(format!("{dir}/{}", stray.name), key.name());
+        }
+        let nodes: Vec<&Node<'_>> = nodes
+            .iter()
+            .filter(|n| n.name == ours || !of_token(n.name, token))
+            .collect();
+        let Some(at) = nodes.iter().position(|n| n.name == ours) else {
+            return Ok((Place::Gone, nodes.len()));
+        };
+        let place = match at {
+            0 => Place::First,
+            _ => Place::Behind(format!("{dir}/{}", nodes[at - 1].name), at == 1),
+        };
+        Ok((place, nodes.len()))
+    }
+
+    /// The children of `dir`; `None` when it is gone.
+    async fn children(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        dir: &str,
+    ) -> Result<Option<Vec<String>>, LockError> {
+        match self.within(session.client.list_children(dir)).await {
+            Some(Ok(children)) => Ok(Some(children)),
+            Some(Err(zk::Error::NoNode)) => Ok(None),
+            Some(Err(e)) => Err(backend_error("acquire", Some(key.user()), e)),
+            None => Err(timed_out("acquire", Some(key.user()))),
+        }
+    }
+
+    /// Our node is the holder: nothing to watch any more.
+    fn hold(&self, id: &str) {
+        if let Some(c) = self.inner.contenders.lock().get_mut(id)
+            && let Some(watch) = c.watch.take()
+        {
+            watch.abort();
+        }
+    }
+
+    /// A single attempt's node goes: forgotten, and deleted.
+    fn forget_and_delete(&self, id: &str, key: &LockKey) {
+        if let Some(c) = self.inner.contenders.lock().remove(id) {
+            self.delete_in_background(c.path.clone(), key.name());
+        }
+    }
+
+    /// Our waiting node watches `ahead` (unless it watches it already). When `ahead` was the
+    /// holder, its deletion makes ours the holder: the lock is handed to the waiter, naming
+    /// its latest answered attempt (`turn`), with our czxid as the fence. Otherwise, and on
+    /// any other end of the watch, the waiter is woken to try again.
+    async fn wait_behind(
+        &self,
+        key: &LockKey,
+        id: &str,
+        ticket: &QueueTicket,
+        fenced: bool,
+        ahead: String,
+        holder: bool,
+    ) -> Result<(), LockError> {
+        let Some(session) = self.inner.sessions.live() else {
+            return Ok(());
+        };
+        let (czxid, turn) = {
+            let contenders = self.inner.contenders.lock();
+            let Some(c) = contenders.get(id) else {
+                return Ok(());
+            };
+            (c.czxid, c.turn.clone())
+        };
+        turn.store(ticket.generation, Ordering::Release);
+        let watched = self
+            .bounded(
+                "acquire",
+                Some(key),
+                session.client.check_and_watch_stat(&ahead),
+            )
+            .await?;
+        let (stat, watcher) = watched;
+        let listeners = Arc::downgrade(&self.inner.listeners);
+        let name = key.name().to_owned();
+        let fence = if fenced {
+            u64::try_from(czxid).unwrap_or(0)
+        } else {
+            0
+        };
+        let ticket_id = ticket.id.clone();
+        let gone_already = stat.is_none();
+        let task = crate::background::spawn(async move {
+            let event = if gone_already {
+                None
+            } else {
+                Some(watcher.changed().await)
+            };
+            let Some(listeners) = listeners.upgrade() else {
+                return;
+            };
+            let deleted =
+                gone_already || event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted);
+            let generation = turn.load(Ordering::Acquire);
+            if deleted && holder && generation > 0 {
+                let grant = format!("{ticket_id}:{generation}:{fence}");
+                listeners.lock().wake(&name, grant.as_bytes());
+            } else {
+                listeners.lock().wake(&name, ticket_id.as_bytes());
+            }
+        });
+        if let Some(c) = self.inner.contenders.lock().get_mut(id) {
+            if let Some(old) = c.watch.take() {
+                old.abort();
+            }
+            c.watch = task;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn release_lock(
+        &self,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<bool, LockError> {
+        let known = self
+            .inner
+            .contenders
+            .lock()
+            .remove(&Self::contender_id(key, token));
+        self.delete_ours(key, token, known, "release").await
+    }
+
+    /// A waiter gives up: deletes its node (when a release made it the holder meanwhile, this
+    /// passes the lock on).
+    pub(super) async fn leave(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
+        let known = self
+            .inner
+            .contenders
+            .lock()
+            .remove(&Self::contender_id(key, token));
+        self.delete_ours(key, token, known, "leave the queue")
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes our node for `token` (`known`, or looked for by name): whether it was there.
+    /// A node of a session that ended went with it. A delete sent again after the connection
+    /// dropped that finds no node, on the same live session, went through the first time (only
+    /// this backend deletes its nodes while its session lives). A delete without an answer goes
+    /// on in the background: the session keeps the node otherwise.
+    async fn delete_ours(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        known: Option<Contender>,
+        operation: &'static str,
+    ) -> Result<bool, LockError> {
+        let Some(session) = self.inner.sessions.live() else {
+            return Ok(false);
+        };
+        let path = match known {
+            Some(c) if c.session != session.id => return Ok(false),
+            Some(c) => c.path.clone(),
+            None => {
+                let dir = self.lock_path(key);
+                match self.find_node(&session, key, &dir, token).await? {
+                    Some((path, _)) => path,
+                    None => return Ok(false),
+                }
+            }
+        };
+        let mut resent = false;
+        loop {
+            let sent = session.client.delete(&path, None);
+            match tokio::time::timeout(self.inner.request_timeout, sent).await {
+                Ok(Ok(())) => {
+                    self.inner.listeners.lock().wake(key.name(), b"released");
+                    return Ok(true);
+                }
+                Ok(Err(zk::Error::NoNode)) => {
+                    let ours = resent
+                        && self
+                            .inner
+                            .sessions
+                            .live()
+                            .is_some_and(|s| s.id == session.id);
+                    if ours {
+                        self.inner.listeners.lock().wake(key.name(), b"released");
+                    }
+                    return Ok(ours);
+                }
+                Ok(Err(zk::Error::ConnectionLoss)) if !resent => resent = true,
+                Ok(Err(zk::Error::SessionExpired)) => return Ok(false),
+                Ok(Err(e)) => {
+                    self.delete_in_background(path, key.name());
+                    return Err(backend_error(operation, Some(key.user()), e));
+                }
+                Err(_) => {
+                    self.delete_in_background(path, key.name());
+                    return Err(timed_out(operation, Some(key.user())));
+                }
+            }
+        }
+    }
+
+    /// Deletes node `path` of the current session in the background until ZooKeeper answers
+    /// (or the session ends, and the node with it), then wakes `name`'s listeners.
+    pub(super) fn delete_in_background(&self, path: String, name: &str) {
+        let Some(session) = self.inner.sessions.live() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        let name = name.to_owned();
+        crate::background::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let Some(shared) = inner.upgrade() else {
+                    return;
+                };
+                let timeout = shared.request_timeout;
+                drop(shared);
+                let sent = tokio::time::timeout(timeout, session.client.delete(&path, None)).await;
+                match sent {
+                    Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                        if let Some(shared) = inner.upgrade() {
+                            shared.listeners.lock().wake(&name, b"released");
+                        }
+                        return;
+                    }
+                    Ok(Err(zk::Error::SessionExpired | zk::Error::SessionMoved)) => return,
+                    _ if session.client.state().is_terminated() => return,
+                    _ => {}
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        });
+    }
+
+    pub(super) async fn keep_alone(&self, key: &LockKey, token: &Token) -> Result<Kept, LockError> {
+        let id = Self::contender_id(key, token);
+        let Some(session) = self.inner.sessions.live() else {
+            self.inner.contenders.lock().remove(&id);
+            return Ok(Kept::NotOurs);
+        };
+        let known = self
+            .inner
+            .contenders
+            .lock()
+            .get(&id)
+            .filter(|c| c.session == session.id)
+            .map(|c| c.path.clone());
+        let Some(path) = known else {
+            return Ok(Kept::NotOurs);
+        };
+        let dir = self.lock_path(key);
+        match self.place(&session, key, &dir, &path, token).await? {
+            (Place::First, 1) => Ok(Kept::Alone),
+            (Place::First, _) => Ok(if self.release_lock(key, token).await? {
+                Kept::Released
+            } else {
+                Kept::NotOurs
+            }),
+            // Gone, or (impossible while our node lives) behind another: not ours.
+            (Place::Gone | Place::Behind(..), _) => {
+                if let Some(c) = self.inner.contenders.lock().remove(&id) {
+                    self.delete_in_background(c.path.clone(), key.name());
+                }
+                Ok(Kept::NotOurs)
+            }
+        }
+    }
+
+    /// One multi-read of every item's node: `Yes` only when it is still the node we created,
+    /// of the live session.
+    pub(super) async fn renew_locks(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
+        for item in items {
+            self.check_lease(item.lease)?;
+        }
+        let Some(session) = self.inner.sessions.live() else {
+            // The session ended, and every node of it.
+            for item in items {
+                self.inner
+                    .contenders
+                    .lock()
+                    .remove(&Self::contender_id(&item.key, &item.token));
+            }
+            return Ok(vec![Renewed::Lost; items.len()]);
+        };
+        let mut verdicts = vec![Renewed::Lost; items.len()];
+        let known: Vec<Option<(String, i64)>> = items
+            .iter()
+            .map(|i| {
+                self.inner
+                    .contenders
+                    .lock()
+                    .get(&Self::contender_id(&i.key, &i.token))
+                    .filter(|c| c.session == session.id)
+                    .map(|c| (c.path.clone(), c.czxid))
+            })
+            .collect();
+        let asked: Vec<usize> = (0..items.len()).filter(|i| known[*i].is_some()).collect();
+        let mut failure = None;
+        for chunk in asked.chunks(MAX_READS) {
+            let mut reader = session.client.new_multi_reader();
+            for i in chunk {
+                let Some((path, _)) = &known[*i] else {
+                    continue;
+                };
+                if let Err(e) = reader.add_get_data(path) {
+                    return Err(backend_error("renew", Some(items[*i].key.user()), e));
+                }
+            }
+            let read = self
+                .bounded("renew", Some(&items[chunk[0]].key), reader.commit())
+                .await;
+            let results = match read {
+                Ok(results) if results.len() == chunk.len() => results,
+                Ok(_) => {
+                    failure = Some(LockError::protocol(
+                        "renew",
+                        items[chunk[0]].key.user(),
+                        "ZooKeeper answered a multi-read with another number of results",
+                    ));
+                    for i in chunk {
+                        verdicts[*i] = Renewed::Unknown;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    for i in chunk {
+                        verdicts[*i] = Renewed::Unknown;
+                    }
+                    continue;
+                }
+            };
+            for (i, result) in chunk.iter().zip(results) {
+                let Some((_, czxid)) = &known[*i] else {
+                    continue;
+                };
+                verdicts[*i] = match result {
+                    zk::MultiReadResult::Data { stat, .. }
+                        if stat.czxid == *czxid && stat.ephemeral_owner == session.id =>
+                    {
+                        Renewed::Yes
+                    }
+                    zk::MultiReadResult::Data { .. } => Renewed::Lost,
+                    zk::MultiReadResult::Error {
+                        err: zk::Error::NoNode,
+                    } => Renewed::Lost,
+                    _ => Renewed::Unknown,
+                };
+            }
+        }
+        if asked.is_empty() || verdicts.iter().any(|v| *v != Renewed::Unknown) {
+            failure = None;
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        for (i, item) in items.iter().enumerate() {
+            let id = Self::contender_id(&item.key, &item.token);
+            let mut contenders = self.inner.contenders.lock();
+            match verdicts[i] {
+                Renewed::Lost => {
+                    tracing::debug!(key = %item.key.display(), "lock lost: its ZooKeeper node or session is gone");
+                    contenders.remove(&id);
+                }
+                Renewed::Yes => {
+                    if let Some(c) = contenders.get_mut(&id)
+                        && let Some(ends) = c.ends.as_mut()
+                    {
+                        // Extended without the watchdog: it ends a lease from now.
+                        *ends = Instant::now() + item.lease;
+                    }
+                }
+                Renewed::Unknown => {}
+            }
+        }
+        Ok(verdicts)
+    }
+
+    /// Our node (known as `id`) was just acquired without the watchdog: it ends `lease` from
+    /// now (its session would keep it for as long as this process lives).
+    fn end_at_lease(&self, key: &LockKey, id: &str, lease: Duration) {
+        let ends = Instant::now() + lease;
+        let mut contenders = self.inner.contenders.lock();
+        let Some(c) = contenders.get_mut(id) else {
+            return;
+        };
+        c.ends = Some(ends);
+        if let Some(old) = c.watch.take() {
+            old.abort();
+        }
+        let (shared, czxid) = (Arc::downgrade(&self.inner), c.czxid);
+        let (key, id) = (key.clone(), id.to_owned());
+        c.watch = crate::background::spawn(async move {
+            let mut at = ends;
+            loop {
+                tokio::time::sleep_until(at).await;
+                let Some(inner) = shared.upgrade() else {
+                    return;
+                };
+                let path = {
+                    let mut contenders = inner.contenders.lock();
+                    let Some(c) = contenders.get_mut(&id).filter(|c| c.czxid == czxid) else {
+                        return;
+                    };
+                    match c.ends {
+                        Some(ends) if ends > Instant::now() => {
+                            at = ends;
+                            continue;
+                        }
+                        Some(_) => {}
+                        None => return,
+                    }
+                    // Out of the entry before it goes: dropping the entry would abort this.
+                    drop(c.watch.take());
+                    let path = c.path.clone();
+                    contenders.remove(&id);
+                    path
+                };
+                tracing::debug!(key = %key.display(), "an unrenewed ZooKeeper lock reached the end of its lease");
+                ZooKeeperBackend { inner }.delete_in_background(path, key.name());
+                return;
+            }
+        });
+    }
+}
+
+fn acquired(czxid: i64, fenced: bool) -> Attempt {
+    Attempt::Acquired {
+        fence: fenced.then(|| u64::try_from(czxid).unwrap_or(0)),
+    }
+}

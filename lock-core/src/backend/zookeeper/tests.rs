@@ -1,0 +1,270 @@
+//! The ZooKeeper backend against a real ensemble: the test kit's shared one, each test under a
+//! root node of its own.
+
+use std::time::Duration;
+
+use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
+use tokio::time::Instant;
+
+use super::*;
+use crate::test_support::within;
+use crate::{IdempotencyState, LockError, Locker};
+
+/// A session of 4 s: leases up to 3 s.
+const SESSION: Duration = Duration::from_secs(4);
+const LEASE: Duration = Duration::from_secs(3);
+
+/// A test's own tree in the shared ensemble: its connect string, and a client to look inside.
+struct Tree {
+    hosts: String,
+    client: ZkClient,
+}
+
+impl Tree {
+    async fn new(name: &str) -> Tree {
+        let ensemble = ZooKeeperEnsemble::shared().await;
+        let hosts = ensemble.chroot(name).await;
+        let client = ZkClient::connect(&hosts).await;
+        Tree { hosts, client }
+    }
+
+    async fn backend(&self) -> ZooKeeperBackend {
+        ZooKeeperBackend::builder(&self.hosts)
+            .session_timeout(SESSION)
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn locker(&self) -> Locker {
+        Locker::builder(self.backend().await).lease(LEASE).build()
+    }
+
+    /// The contender nodes of lock `key` (default prefix), in queue order.
+    async fn contenders(&self, key: &str) -> Vec<String> {
+        let dir = format!(
+            "{DEFAULT_ROOT}/{}",
+            escape(&format!("{}{{{key}}}", crate::DEFAULT_PREFIX))
+        );
+        let mut nodes: Vec<String> = self
+            .client
+            .children(&dir)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+            .collect();
+        nodes.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
+        nodes
+    }
+
+    async fn until_contenders(&self, key: &str, n: usize) {
+        within(async {
+            while self.contenders(key).await.len() != n {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_and_release_leave_one_node_then_none() {
+    let tree = Tree::new("zk-one").await;
+    let locker = tree.locker().await;
+    let guard = locker.lock("job").fenced().await.unwrap();
+    assert_eq!(tree.contenders("job").await.len(), 1);
+    assert!(guard.fence().unwrap() > 0);
+    guard.release().await.unwrap();
+    assert!(tree.contenders("job").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_try_lock_leaves_no_node_behind_and_fences_increase() {
+    let tree = Tree::new("zk-busy").await;
+    let (a, b) = (tree.locker().await, tree.locker().await);
+    let mut last = 0;
+    for _ in 0..3 {
+        let held = a.lock("job").fenced().await.unwrap();
+        let fence = held.fence().unwrap();
+        assert!(fence > last, "fence {fence} after {last}");
+        last = fence;
+        assert!(matches!(
+            b.try_lock("job").await,
+            Err(LockError::Busy { .. })
+        ));
+        assert_eq!(tree.contenders("job").await.len(), 1);
+        held.release().await.unwrap();
+        let other = b.lock("job").fenced().await.unwrap();
+        assert!(other.fence().unwrap() > last);
+        last = other.fence().unwrap();
+        other.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_handed_the_lock_in_creation_order() {
+    let tree = Tree::new("zk-order").await;
+    let holder = tree.locker().await;
+    let held = holder.lock("job").await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let locker = tree.locker().await;
+        let order = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locker
+                .lock("job")
+                .fair()
+                .fenced()
+                .wait(Duration::from_secs(15))
+                .await
+                .unwrap();
+            order.send((i, guard.fence().unwrap())).unwrap();
+            guard.release().await.unwrap();
+        }));
+        tree.until_contenders("job", i + 2).await;
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        within(t).await.unwrap();
+    }
+    let mut served = Vec::new();
+    while let Ok(x) = order_rx.try_recv() {
+        served.push(x);
+    }
+    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 2]);
+    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
+    assert!(tree.contenders("job").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_times_out_deletes_its_node() {
+    let tree = Tree::new("zk-timeout").await;
+    let (a, b) = (tree.locker().await, tree.locker().await);
+    let held = a.lock("job").await.unwrap();
+    for fair in [false, true] {
+        let request = b.lock("job").wait(Duration::from_millis(300));
+        let request = if fair { request.fair() } else { request };
+        let timed_out = request.await;
+        assert!(
+            matches!(timed_out, Err(LockError::Timeout { .. })),
+            "{timed_out:?}"
+        );
+        // Deleted as the wait ends (in the background when the bound came mid-request).
+        let left = tokio::time::timeout(Duration::from_secs(1), tree.until_contenders("job", 1));
+        assert!(left.await.is_ok(), "fair: {fair}: the waiter's node stayed");
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_above_three_quarters_of_the_session_is_refused() {
+    let tree = Tree::new("zk-lease").await;
+    let backend = tree.backend().await;
+    assert_eq!(backend.session_timeout(), SESSION);
+    let locker = Locker::builder(backend).build();
+    let refused = locker
+        .lock("job")
+        .lease(LEASE + Duration::from_millis(1))
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidConfig { .. })),
+        "{refused:?}"
+    );
+    assert!(tree.contenders("job").await.is_empty());
+    let ok = locker.lock("job").lease(LEASE).await.unwrap();
+    let longer = ok.extend(SESSION).await;
+    assert!(
+        matches!(longer, Err(LockError::InvalidConfig { .. })),
+        "{longer:?}"
+    );
+    ok.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_lock_past_its_lease_and_a_deleted_node_is_lost() {
+    let tree = Tree::new("zk-renew").await;
+    let (a, b) = (tree.locker().await, tree.locker().await);
+    let guard = a.lock("job").lease(Duration::from_secs(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(guard.is_held());
+    assert!(a.stats().renewal_calls >= 3, "{:?}", a.stats());
+    assert!(matches!(
+        b.try_lock("job").await,
+        Err(LockError::Busy { .. })
+    ));
+    // An operator deletes the node: the next renewal reports the loss.
+    let node = tree.contenders("job").await.remove(0);
+    let dir = format!(
+        "{DEFAULT_ROOT}/{}",
+        escape(&format!("{}{{job}}", crate::DEFAULT_PREFIX))
+    );
+    assert!(tree.client.delete(&format!("{dir}/{node}")).await);
+    within(guard.lost()).await;
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_without_the_watchdog_ends_at_its_lease() {
+    let tree = Tree::new("zk-unrenewed").await;
+    let (a, b) = (tree.locker().await, tree.locker().await);
+    let start = Instant::now();
+    let free = a
+        .lock("free")
+        .lease(Duration::from_secs(1))
+        .watchdog(false)
+        .await
+        .unwrap();
+    let next = b
+        .lock("free")
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("the lock outlived its lease");
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    assert!(!free.is_held());
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_records_store_read_and_mark() {
+    let tree = Tree::new("zk-record").await;
+    let backend = tree.backend().await;
+    let locker = Locker::builder(backend.clone()).lease(LEASE).build();
+    let key = crate::key::LockKey::new(crate::DEFAULT_PREFIX, "pay").unwrap();
+    assert_eq!(
+        backend.read_state(&key).await.unwrap(),
+        IdempotencyState::Absent
+    );
+    let guard = locker.lock("pay").await.unwrap();
+    assert_eq!(
+        backend.read_state(&key).await.unwrap(),
+        IdempotencyState::InFlight
+    );
+    let stored = guard
+        .store_result("fp", b"done", Duration::from_secs(60))
+        .await;
+    assert!(stored.is_ok(), "{stored:?}");
+    guard.release().await.unwrap();
+    match backend.read_state(&key).await.unwrap() {
+        IdempotencyState::Completed(record) => {
+            assert_eq!(record.fingerprint, "fp");
+            assert_eq!(record.result, b"done");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_odd_bytes_are_one_node_each() {
+    let tree = Tree::new("zk-names").await;
+    let locker = tree.locker().await;
+    for key in ["a/b", "..", ".", "ünïcode", "sp ace", "%41"] {
+        let guard = locker.lock(key).fenced().await.unwrap();
+        guard.release().await.unwrap();
+    }
+}
