@@ -43,7 +43,8 @@ return 0
 /// let mut conn = server.client().await;
 /// let section = redis::Script::new(lock_tests::probe::SECTION);
 /// let mut call = async |op: &str, fence: u64, id: &str| -> String {
-///     let call = section.key("f").key("in").key("counts").arg(op).arg(fence).arg(id);
+///     let mut call = section.key("f");
+///     call.key("in").key("counts").arg(op).arg(fence).arg(id);
 ///     call.invoke_async(&mut conn).await.unwrap()
 /// };
 /// assert_eq!(call("enter", 5, "a").await, "ok");
