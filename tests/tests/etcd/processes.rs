@@ -26,7 +26,7 @@ const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 const ROUNDS: usize = 3;
 
 /// The lease of the fair-queue test's locks. A queued waiter also makes an attempt on a timer
-/// (refreshing its place in the queue: every quarter of the lease, at most every 3 s / 4),
+/// (refreshing its place in the queue: every quarter of the lease, or every 750 ms if sooner),
 /// which the test would count as a call of a waiter still queued: with this lease the timer
 /// waits 750 ms after each attempt, longer than queueing the four waiters and serving them
 /// take (about 200 ms here).
