@@ -36,8 +36,16 @@ use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
 
-/// Every lock here: etcd's shortest (its etcd lease runs one second longer).
+/// Every lock here but the fair queue's ([`QUEUE_LEASE`]): etcd's shortest (its etcd lease
+/// runs one second longer).
 const LEASE: Duration = ETCD_MIN_LEASE;
+
+/// The lease of the fair-queue tests' locks. A queued waiter also makes an attempt on a timer
+/// (refreshing its place in the queue: every quarter of the lease, or every 750 ms if sooner),
+/// which the tests would count as a call of a waiter still queued: with this lease the timer
+/// waits 750 ms after each attempt, longer than queueing the four waiters and serving them
+/// take (about 200 ms here).
+const QUEUE_LEASE: Duration = Duration::from_secs(4);
 
 /// How long one etcd request may take before the backend gives up on it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
@@ -96,6 +104,17 @@ async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
             Err(e) => panic!("lock {key}: {e:?}"),
         }
     }
+}
+
+/// Takes the fair queue's lock `queue` on `holder` (fair, fenced, [`QUEUE_LEASE`]).
+async fn hold_queue(holder: &Locker) -> LockGuard {
+    holder
+        .lock("queue")
+        .lease(QUEUE_LEASE)
+        .fair()
+        .fenced()
+        .await
+        .expect("lock")
 }
 
 /// Client URLs reaching the cluster through `proxies`.

@@ -17,20 +17,16 @@ use lock_testkit::{ChildProcess, RedisServer, eventually};
 use lock_tests::probe::{SECTION, section_keys};
 use lock_tests::worker::{SectionsSummary, WorkerArgs};
 
-use super::{LEASE, contenders, fault_round, locker, shared, until_contenders, woken};
+use super::{
+    LEASE, QUEUE_LEASE, contenders, fault_round, hold_queue, locker, shared, until_contenders,
+    woken,
+};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
 
 /// Fault rounds of the load test: each one kills the leader, restarts it, pauses the new
 /// leader and resumes it, then waits for the cluster to serve again.
 const ROUNDS: usize = 3;
-
-/// The lease of the fair-queue test's locks. A queued waiter also makes an attempt on a timer
-/// (refreshing its place in the queue: every quarter of the lease, or every 750 ms if sooner),
-/// which the test would count as a call of a waiter still queued: with this lease the timer
-/// waits 750 ms after each attempt, longer than queueing the four waiters and serving them
-/// take (about 200 ms here).
-const QUEUE_LEASE: Duration = Duration::from_secs(4);
 
 /// Starts `n` workers with `args` and waits until each has printed `first`.
 async fn workers(args: &WorkerArgs, n: usize, first: &str) -> Vec<ChildProcess> {
@@ -153,13 +149,7 @@ async fn fair_waiters_of_four_processes_are_served_in_creation_order_one_wakeup_
         .etcd_namespace(ns)
         .lease_ms(u64::try_from(QUEUE_LEASE.as_millis()).unwrap());
     let mut workers = workers(&args, 4, "READY").await;
-    let guard = holder
-        .lock("queue")
-        .lease(QUEUE_LEASE)
-        .fair()
-        .fenced()
-        .await
-        .expect("lock");
+    let guard = hold_queue(&holder).await;
     for (i, worker) in workers.iter_mut().enumerate() {
         worker
             .send(&format!("WAIT queue {i} order fair fenced keep"))

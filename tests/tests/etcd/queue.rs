@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use lock_core::LockError;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{LEASE, attempts, contenders, locker, shared, through, until_contenders, woken};
+use super::{
+    LEASE, QUEUE_LEASE, attempts, contenders, hold_queue, locker, shared, through,
+    until_contenders, woken,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_each() {
@@ -18,7 +21,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
     for _ in 0..4 {
         waiters.push(locker(&urls, ns).await);
     }
-    let guard = holder.lock("queue").fair().fenced().await.expect("lock");
+    let guard = hold_queue(&holder).await;
     let (granted_tx, mut granted) = mpsc::unbounded_channel();
     let mut release = Vec::new();
     let mut tasks = Vec::new();
@@ -29,6 +32,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
         tasks.push(tokio::spawn(async move {
             let guard = waiter
                 .lock("queue")
+                .lease(QUEUE_LEASE)
                 .fair()
                 .fenced()
                 .wait(Duration::from_secs(30))
