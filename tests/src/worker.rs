@@ -14,6 +14,16 @@
 //! prints `error op=<what> kind=<LockError variant or "redis"> message=<text>` and exits with
 //! code 2.
 //!
+//! `lock-worker sections --url U --key K --fence-key F [options]`: `--tasks M` tasks, each
+//! taking fenced locks on the keys in turn (`--keys N`: task `t`'s `i`-th lock is on
+//! `<K>-<(t + i) mod N>`) until stdin says `stop` or ends. Each critical section enters and
+//! leaves the fence-checking store [`SECTION`](crate::probe::SECTION) on the Redis server `U`
+//! (keys [`section_keys`](crate::probe::section_keys)`(<F>-<n>)`, counts in the hash
+//! [`WorkerArgs::counts_key`]), sleeping `--work-us` in between; a lock with less than
+//! [`SECTION_MARGIN`] of its lease left is released without entering. A lock attempt that
+//! fails with `Backend` or `Timeout` (a fault) is counted and tried again. Prints `ready` once
+//! connected, and at the end one line [`SectionsSummary`].
+//!
 //! `lock-worker serve --url U [options]`: prints `READY`, then obeys one command per stdin line
 //! and answers each with one line on stdout (`WAIT` answers later, when its lock was held),
 //! until stdin ends. Tests can SIGKILL or SIGSTOP it while it holds locks.
@@ -24,20 +34,29 @@
 //! EXTEND <key> <ms>                -> EXTENDED <key> ok | EXTENDED <key> err=<Variant>
 //! WRITE <key> <storage_key>        -> WRITE <key> ok|rejected held=<true|false>
 //! RELEASE <key>                    -> RELEASED <key> ok | RELEASED <key> err=<Variant>
-//! WAIT <key> <id> <order_list> [fair] -> (later) DONE <id> | FAILED <id> <error>
+//! WAIT <key> <id> <order_list> [fair] [fenced] [keep] -> (later) DONE <id> [fence=<n>] | FAILED <id> <error>
+//! STATS                            -> STATS attempts=<n> renewals=<n> waiters=<n>
 //! ```
 //!
 //! `WRITE` is a fenced write to a storage key: accepted only if the held lock's fencing token is
 //! at least the highest one the storage has seen. `WAIT` queues a waiter in a new task that,
-//! once it holds the lock, appends `<id>` to the Redis list `<order_list>` and releases.
+//! once it holds the lock, appends `<id>` to the Redis list `<order_list>` and releases; with
+//! `fenced` its lock is fenced and `DONE` names the fence; with `keep` it keeps the lock (as
+//! `HOLD` does, for `STATUS`, `RELEASE`, ...) instead of releasing it. `STATS` reads the
+//! locker's counters: `attempts` are its backend calls other than renewals (acquire attempts,
+//! releases, queue leaves), so a waiter's wake-ups show there.
 //!
 //! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
-//! `--work-us` (count: sleep inside the critical section), `--no-lock` (count: no lock at all,
-//! the control case), `--wait-go` (count: print `ready` once connected, then wait for a line
-//! `go` on stdin, so several processes start together), `--cluster` (`--url` is a
-//! comma-separated list of Redis Cluster nodes), `--storage-url U` (count: the server of the
-//! counter and fence keys; required with `--cluster`), `--keys N` (count: iteration `i` locks
-//! `<key>-<i mod N>` and increments `<counter>-<i mod N>`, fenced against `<fence>-<i mod N>`).
+//! `--work-us` (count, sections: sleep inside the critical section), `--no-lock` (count: no
+//! lock at all, the control case), `--wait-go` (count: print `ready` once connected, then wait
+//! for a line `go` on stdin, so several processes start together), `--cluster` (`--url` is a
+//! comma-separated list of Redis Cluster nodes), `--etcd E` (locks on the etcd cluster whose
+//! client URLs are the comma-separated `E`, with a request timeout of
+//! [`ETCD_REQUEST_TIMEOUT`]; `--url` is then only the Redis server of the storage keys),
+//! `--etcd-namespace NS` (the etcd backend's key namespace), `--storage-url U` (count: the
+//! server of the counter and fence keys; required with `--cluster`), `--keys N` (count: iteration
+//! `i` locks `<key>-<i mod N>` and increments `<counter>-<i mod N>`, fenced against
+//! `<fence>-<i mod N>`), `--tasks M` (sections: how many tasks).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() {
@@ -54,8 +73,18 @@
 //! ```
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use lock_core::LockError;
+
+/// How long each etcd request of a worker on etcd (`--etcd`) may take before the backend gives
+/// up on it: short, so that an attempt sent to a killed or paused member fails over soon.
+pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A `sections` worker enters its critical section only with at least this much of its lease
+/// left: far more than a section takes, so a section that ends past its lease is a fault of
+/// the lock, not of the worker.
+pub const SECTION_MARGIN: Duration = Duration::from_millis(500);
 
 /// The name of a [`LockError`] variant, as the worker processes print it (`Busy`, `Timeout`,
 /// ...; `Other` for a variant added later).
@@ -80,6 +109,8 @@ pub enum Mode {
     Count,
     /// Obey lock commands on stdin, one answer line each.
     Serve,
+    /// Tasks running critical sections checked by a fence-checking store, until stopped.
+    Sections,
 }
 
 /// The command line of `lock-worker`: built by tests, parsed by the binary.
@@ -124,6 +155,12 @@ pub struct WorkerArgs {
     /// Count: spread the iterations over this many keys (`<key>-<i>`, each with its own
     /// counter `<counter>-<i>` and fence key `<fence>-<i>`); 1 (the default) keeps the names.
     pub keys: u64,
+    /// Locks on etcd: its client URLs, comma-separated (`url` is then only the storage).
+    pub etcd: Option<String>,
+    /// The etcd backend's key namespace (default: the backend's).
+    pub etcd_namespace: Option<String>,
+    /// Sections: how many tasks run critical sections.
+    pub tasks: u64,
 }
 
 impl WorkerArgs {
@@ -144,6 +181,23 @@ impl WorkerArgs {
             cluster: false,
             storage_url: None,
             keys: 1,
+            etcd: None,
+            etcd_namespace: None,
+            tasks: 1,
+        }
+    }
+
+    /// Tasks running critical sections on `key` (or `key-<n>`, see [`keys`](Self::keys))
+    /// through the fence-checking store under `fence_key` on the Redis server `url`.
+    ///
+    /// ```
+    /// let args = lock_tests::worker::WorkerArgs::sections("redis://127.0.0.1/", "acct", "fence").tasks(4);
+    /// assert_eq!((args.to_args()[0].as_str(), args.tasks), ("sections", 4));
+    /// ```
+    pub fn sections(url: &str, key: &str, fence_key: &str) -> Self {
+        WorkerArgs {
+            fence_key: Some(fence_key.to_owned()),
+            ..Self::new(Mode::Sections, url, key)
         }
     }
 
@@ -291,6 +345,48 @@ impl WorkerArgs {
         self
     }
 
+    /// Locks on the etcd cluster whose client URLs are `urls` (comma-separated); `url` is then
+    /// only the Redis server of the storage keys.
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").etcd("http://e:2379").etcd_namespace("t/");
+    /// assert_eq!((a.etcd.as_deref(), a.etcd_namespace.as_deref()), (Some("http://e:2379"), Some("t/")));
+    /// ```
+    #[must_use]
+    pub fn etcd(mut self, urls: &str) -> Self {
+        self.etcd = Some(urls.to_owned());
+        self
+    }
+
+    /// Sets the etcd backend's key namespace (with [`etcd`](Self::etcd)).
+    ///
+    /// See [`etcd`](Self::etcd).
+    #[must_use]
+    pub fn etcd_namespace(mut self, namespace: &str) -> Self {
+        self.etcd_namespace = Some(namespace.to_owned());
+        self
+    }
+
+    /// Sections: how many tasks run critical sections.
+    ///
+    /// See [`sections`](Self::sections).
+    #[must_use]
+    pub fn tasks(mut self, n: u64) -> Self {
+        self.tasks = n;
+        self
+    }
+
+    /// Sections: the hash of the store's counts (`entered`, `left`, `stale`, `overlap`; see
+    /// [`SECTION`](crate::probe::SECTION)): `<fence_key>:counts`.
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::sections("redis://h/", "k", "fence");
+    /// assert_eq!(a.counts_key().as_deref(), Some("fence:counts"));
+    /// ```
+    pub fn counts_key(&self) -> Option<String> {
+        self.fence_key.as_ref().map(|f| format!("{f}:counts"))
+    }
+
     /// The names iteration `i` uses: lock key, counter key and fence key (see
     /// [`keys`](Self::keys)).
     ///
@@ -326,6 +422,7 @@ impl WorkerArgs {
             match self.mode {
                 Mode::Count => "count",
                 Mode::Serve => "serve",
+                Mode::Sections => "sections",
             }
             .to_owned(),
         ];
@@ -334,7 +431,7 @@ impl WorkerArgs {
             v.push(value);
         };
         opt("--url", self.url.clone());
-        if self.mode == Mode::Count {
+        if self.mode != Mode::Serve {
             opt("--key", self.key.clone());
         }
         opt("--wait-ms", self.wait_ms.to_string());
@@ -355,6 +452,20 @@ impl WorkerArgs {
                 opt("--storage-url", u.clone());
             }
             opt("--keys", self.keys.to_string());
+        }
+        if self.mode == Mode::Sections {
+            opt("--work-us", self.work_us.to_string());
+            if let Some(f) = &self.fence_key {
+                opt("--fence-key", f.clone());
+            }
+            opt("--keys", self.keys.to_string());
+            opt("--tasks", self.tasks.to_string());
+        }
+        if let Some(e) = &self.etcd {
+            opt("--etcd", e.clone());
+        }
+        if let Some(ns) = &self.etcd_namespace {
+            opt("--etcd-namespace", ns.clone());
         }
         let flags = [
             (self.no_lock, "--no-lock"),
@@ -383,7 +494,12 @@ impl WorkerArgs {
         let mode = match args.next().as_deref() {
             Some("count") => Mode::Count,
             Some("serve") => Mode::Serve,
-            other => return Err(format!("expected mode `count` or `serve`, got {other:?}")),
+            Some("sections") => Mode::Sections,
+            other => {
+                return Err(format!(
+                    "expected mode `count`, `serve` or `sections`, got {other:?}"
+                ));
+            }
         };
         let mut a = Self::new(mode, "", "");
         while let Some(flag) = args.next() {
@@ -407,6 +523,9 @@ impl WorkerArgs {
                 "--cluster" => a.cluster = true,
                 "--storage-url" => a.storage_url = Some(value()?),
                 "--keys" => a.keys = number(value()?)?,
+                "--etcd" => a.etcd = Some(value()?),
+                "--etcd-namespace" => a.etcd_namespace = Some(value()?),
+                "--tasks" => a.tasks = number(value()?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -418,6 +537,12 @@ impl WorkerArgs {
         }
         if a.mode == Mode::Count && a.cluster && a.storage_url.is_none() {
             return Err("count on a cluster needs --storage-url".into());
+        }
+        if a.mode == Mode::Sections && (a.key.is_empty() || a.fence_key.is_none()) {
+            return Err("sections needs --key and --fence-key".into());
+        }
+        if a.cluster && a.etcd.is_some() {
+            return Err("--cluster and --etcd exclude each other".into());
         }
         Ok(a)
     }
@@ -486,12 +611,7 @@ impl WorkerSummary {
     /// ```
     pub fn parse(line: &str) -> Option<Self> {
         let rest = line.strip_prefix("summary ")?;
-        let field = |name: &str| -> Option<u64> {
-            rest.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
-                .parse()
-                .ok()
-        };
+        let field = |name: &str| number_field(rest, name);
         Some(WorkerSummary {
             pid: u32::try_from(field("pid")?).ok()?,
             iterations: field("iterations")?,
@@ -501,4 +621,70 @@ impl WorkerSummary {
             elapsed_ms: field("elapsed_ms")?,
         })
     }
+}
+
+/// The last line of a `sections` worker: what its tasks did.
+///
+/// ```
+/// use lock_tests::worker::SectionsSummary;
+/// let s = SectionsSummary { pid: 7, sections: 40, refused: 0, skipped: 1, lock_errors: 3, release_errors: 2 };
+/// assert!(s.to_line().starts_with("sections "));
+/// assert_eq!(SectionsSummary::parse(&s.to_line()), Some(s));
+/// assert_eq!(SectionsSummary::parse("ready"), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SectionsSummary {
+    /// The worker's process id.
+    pub pid: u32,
+    /// Critical sections the store accepted, entering and leaving.
+    pub sections: u64,
+    /// Critical sections the store refused, entering or leaving (must be 0).
+    pub refused: u64,
+    /// Locks released without entering: too little of the lease left.
+    pub skipped: u64,
+    /// Lock attempts that failed with `Backend` or `Timeout` (in a fault).
+    pub lock_errors: u64,
+    /// Releases that failed (in a fault; the key then ends with its lease).
+    pub release_errors: u64,
+}
+
+impl SectionsSummary {
+    /// The line as the worker prints it.
+    ///
+    /// See the [type docs](Self).
+    pub fn to_line(&self) -> String {
+        format!(
+            "sections pid={} sections={} refused={} skipped={} lock_errors={} release_errors={}",
+            self.pid,
+            self.sections,
+            self.refused,
+            self.skipped,
+            self.lock_errors,
+            self.release_errors
+        )
+    }
+
+    /// Parses a `sections ...` line.
+    ///
+    /// See the [type docs](Self).
+    pub fn parse(line: &str) -> Option<Self> {
+        let rest = line.strip_prefix("sections ")?;
+        let field = |name: &str| number_field(rest, name);
+        Some(SectionsSummary {
+            pid: u32::try_from(field("pid")?).ok()?,
+            sections: field("sections")?,
+            refused: field("refused")?,
+            skipped: field("skipped")?,
+            lock_errors: field("lock_errors")?,
+            release_errors: field("release_errors")?,
+        })
+    }
+}
+
+/// The number `name=<n>` among the space-separated fields of `line`.
+fn number_field(line: &str, name: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
+        .parse()
+        .ok()
 }

@@ -1,6 +1,7 @@
-//! `lock-worker`: one OS process contending for locks on Redis, spawned by the multi-process
-//! and fault tests: a batch stress (`count`) or a lock client obeying commands on stdin
-//! (`serve`). See `lock_tests::worker` for its command line, commands and answers.
+//! `lock-worker`: one OS process contending for locks on Redis or etcd, spawned by the
+//! multi-process and fault tests: a batch stress (`count`), tasks running checked critical
+//! sections until stopped (`sections`), or a lock client obeying commands on stdin (`serve`).
+//! See `lock_tests::worker` for its command line, commands and answers.
 
 #![forbid(unsafe_code)]
 #![allow(
@@ -11,12 +12,19 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use lock_core::backend::{Backend, IntoBackend};
-use lock_core::{LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence};
+use lock_core::{
+    EtcdBackend, LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence,
+};
 use lock_testkit::process::say;
-use lock_tests::worker::{Mode, WorkerArgs, WorkerSummary, error_kind};
+use lock_tests::probe::{SECTION, section_keys};
+use lock_tests::worker::{
+    ETCD_REQUEST_TIMEOUT, Mode, SECTION_MARGIN, SectionsSummary, WorkerArgs, WorkerSummary,
+    error_kind,
+};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -77,7 +85,20 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: WorkerArgs) -> Result<(), Failure> {
-    let backend: Arc<dyn Backend> = if args.cluster {
+    let backend: Arc<dyn Backend> = if let Some(etcd) = &args.etcd {
+        let urls: Vec<&str> = etcd.split(',').collect();
+        let mut builder = EtcdBackend::builder(&urls)
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(ETCD_REQUEST_TIMEOUT);
+        if let Some(ns) = &args.etcd_namespace {
+            builder = builder.namespace(ns);
+        }
+        builder
+            .connect()
+            .await
+            .map_err(|e| Failure::lock("connect", &e))?
+            .into_backend()
+    } else if args.cluster {
         let urls: Vec<&str> = args.url.split(',').collect();
         RedisClusterBackend::connect(&urls)
             .await
@@ -103,6 +124,7 @@ async fn run(args: WorkerArgs) -> Result<(), Failure> {
     match args.mode {
         Mode::Count => count(&args, &locker, &mut stdin).await,
         Mode::Serve => serve(&args, locker, &mut stdin).await,
+        Mode::Sections => sections(&args, &locker, &mut stdin).await,
     }
 }
 
@@ -303,32 +325,24 @@ async fn serve(
                 }
             }
             ["WAIT", key, id, order, rest @ ..] => {
-                let fair = rest.first() == Some(&"fair");
-                let (locker, storage) = (locker.clone(), storage.clone());
-                let (key, id, order) = ((*key).to_owned(), (*id).to_owned(), (*order).to_owned());
-                tokio::spawn(async move {
-                    let mut req = locker.lock(&key).wait(Duration::from_secs(30));
-                    if fair {
-                        req = req.fair();
-                    }
-                    let result = req
-                        .run(async {
-                            let mut conn = storage
-                                .get_multiplexed_async_connection_with_config(&storage_config())
-                                .await?;
-                            redis::cmd("RPUSH")
-                                .arg(&order)
-                                .arg(&id)
-                                .exec_async(&mut conn)
-                                .await
-                        })
-                        .await;
-                    match result {
-                        Ok(Ok(())) => say(&format!("DONE {id}")),
-                        Ok(Err(e)) => say(&format!("FAILED {id} {e}")),
-                        Err(e) => say(&format!("FAILED {id} {e}")),
-                    }
-                });
+                let waiter = Waiter {
+                    key: (*key).to_owned(),
+                    id: (*id).to_owned(),
+                    order: (*order).to_owned(),
+                    fair: rest.contains(&"fair"),
+                    fenced: rest.contains(&"fenced"),
+                    keep: rest.contains(&"keep").then(|| held.clone()),
+                };
+                tokio::spawn(waiter.run(locker.clone(), storage.clone()));
+            }
+            ["STATS"] => {
+                let stats = locker.stats();
+                say(&format!(
+                    "STATS attempts={} renewals={} waiters={}",
+                    stats.backend_calls - stats.renewal_calls,
+                    stats.renewal_calls,
+                    stats.waiters
+                ));
             }
             _ => say(&format!("ERR unknown command {line:?}")),
         }
@@ -352,4 +366,184 @@ async fn fenced_write(storage: &redis::Client, storage_key: &str, fence: u64) ->
         .invoke_async::<i64>(&mut conn)
         .await
         .is_ok_and(|written| written == 1)
+}
+
+/// A `WAIT` command: one waiter in a task of its own.
+struct Waiter {
+    key: String,
+    id: String,
+    order: String,
+    fair: bool,
+    fenced: bool,
+    /// `keep`: where the lock goes once its id is recorded, instead of being released.
+    keep: Option<Held>,
+}
+
+impl Waiter {
+    /// Waits for the lock, appends the id to the order list, then releases the lock or keeps
+    /// it; answers `DONE` or `FAILED`.
+    async fn run(self, locker: Locker, storage: redis::Client) {
+        let mut req = locker.lock(&self.key).wait(Duration::from_secs(30));
+        if self.fair {
+            req = req.fair();
+        }
+        if self.fenced {
+            req = req.fenced();
+        }
+        let id = &self.id;
+        let guard = match req.await {
+            Ok(guard) => guard,
+            Err(e) => return say(&format!("FAILED {id} {e}")),
+        };
+        let done = match guard.fence() {
+            Some(fence) => format!("DONE {id} fence={fence}"),
+            None => format!("DONE {id}"),
+        };
+        if let Err(e) = self.record(&storage).await {
+            return say(&format!("FAILED {id} {e}"));
+        }
+        match self.keep {
+            Some(held) => {
+                held.lock().await.insert(self.key.clone(), guard);
+                say(&done);
+            }
+            None => match guard.release().await {
+                Ok(()) => say(&done),
+                Err(e) => say(&format!("FAILED {id} {e}")),
+            },
+        }
+    }
+
+    /// Appends the id to the order list.
+    async fn record(&self, storage: &redis::Client) -> redis::RedisResult<()> {
+        let mut conn = storage
+            .get_multiplexed_async_connection_with_config(&storage_config())
+            .await?;
+        redis::cmd("RPUSH")
+            .arg(&self.order)
+            .arg(&self.id)
+            .exec_async(&mut conn)
+            .await
+    }
+}
+
+/// What the tasks of a `sections` worker did (the summary's counts).
+#[derive(Default)]
+struct Tally {
+    sections: AtomicU64,
+    refused: AtomicU64,
+    skipped: AtomicU64,
+    lock_errors: AtomicU64,
+    release_errors: AtomicU64,
+}
+
+/// Runs `--tasks` tasks of critical sections until stdin says `stop` or ends (see
+/// `lock_tests::worker`).
+async fn sections(
+    args: &WorkerArgs,
+    locker: &Locker,
+    stdin: &mut Lines<BufReader<Stdin>>,
+) -> Result<(), Failure> {
+    let client = redis::Client::open(args.url.as_str()).map_err(|e| Failure::redis("open", &e))?;
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&storage_config())
+        .await
+        .map_err(|e| Failure::redis("connect storage", &e))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let mut tasks = Vec::new();
+    for task in 0..args.tasks {
+        let (args, locker, conn) = (args.clone(), locker.clone(), conn.clone());
+        let (stop, tally) = (stop.clone(), tally.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = task;
+            while !stop.load(Relaxed) {
+                section(&args, &locker, conn.clone(), task, i, &tally).await?;
+                i += 1;
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    say("ready");
+    while let Ok(Some(line)) = stdin.next_line().await {
+        if line.trim() == "stop" {
+            break;
+        }
+    }
+    stop.store(true, Relaxed);
+    for task in tasks {
+        task.await
+            .map_err(|e| Failure::usage(format!("a task panicked: {e}")))??;
+    }
+    say(&SectionsSummary {
+        pid: std::process::id(),
+        sections: tally.sections.load(Relaxed),
+        refused: tally.refused.load(Relaxed),
+        skipped: tally.skipped.load(Relaxed),
+        lock_errors: tally.lock_errors.load(Relaxed),
+        release_errors: tally.release_errors.load(Relaxed),
+    }
+    .to_line());
+    Ok(())
+}
+
+/// One critical section of task `task`, its `i`-th: lock, enter the store, work, leave,
+/// release.
+async fn section(
+    args: &WorkerArgs,
+    locker: &Locker,
+    mut conn: MultiplexedConnection,
+    task: u64,
+    i: u64,
+    tally: &Tally,
+) -> Result<(), Failure> {
+    let (key, _, fence_key) = args.names(i);
+    let Some(fence_key) = fence_key else {
+        return Err(Failure::usage("sections needs --fence-key".into()));
+    };
+    let guard = match locker.lock(&key).fenced().await {
+        Ok(guard) => guard,
+        Err(LockError::Backend { .. } | LockError::Timeout { .. }) => {
+            tally.lock_errors.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        Err(e) => return Err(Failure::lock("lock", &e)),
+    };
+    let Some(fence) = guard.fence() else {
+        return Err(Failure::usage("a fenced lock has no fencing token".into()));
+    };
+    if guard.remaining() < SECTION_MARGIN {
+        tally.skipped.fetch_add(1, Relaxed);
+    } else {
+        let id = format!("{}:{task}:{fence}", std::process::id());
+        let [highest, marker] = section_keys(&fence_key);
+        let counts = args.counts_key().unwrap_or_default();
+        let script = Script::new(SECTION);
+        let mut store = async |op: &str| -> Result<bool, Failure> {
+            let answer: String = script
+                .key(&highest)
+                .key(&marker)
+                .key(&counts)
+                .arg(op)
+                .arg(fence)
+                .arg(&id)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| Failure::redis("store", &e))?;
+            Ok(answer == "ok")
+        };
+        let entered = store("enter").await?;
+        if entered {
+            tokio::time::sleep(Duration::from_micros(args.work_us)).await;
+        }
+        if entered && store("leave").await? {
+            tally.sections.fetch_add(1, Relaxed);
+        } else {
+            tally.refused.fetch_add(1, Relaxed);
+        }
+    }
+    if guard.release().await.is_err() {
+        tally.release_errors.fetch_add(1, Relaxed);
+    }
+    Ok(())
 }

@@ -89,18 +89,7 @@ async fn no_two_holders_and_no_stale_write_while_the_leader_is_killed_and_paused
     let mut progress = Vec::new();
     while start.elapsed() < Duration::from_secs(20) {
         let before = seen.sections.load(SeqCst);
-        let killed = cluster.kill_leader().await;
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        cluster.restart(killed).await;
-        let paused = cluster.pause_leader().await;
-        // Longer than the election timeout: the others elect a new leader meanwhile.
-        tokio::time::sleep(cluster.election_timeout() * 4).await;
-        cluster.resume(paused);
-        // The contract's bound once the faults end: the next waiter is served within the lease
-        // plus an election (a lock whose holder's release was lost in a fault ends with its
-        // lease); a request stuck in the paused member ends within its timeout.
-        tokio::time::sleep(super::LEASE + cluster.election_timeout() + Duration::from_secs(1))
-            .await;
+        super::fault_round(&mut cluster).await;
         progress.push(seen.sections.load(SeqCst) - before);
         if progress.last() == Some(&0) {
             let etcd = cluster.client();

@@ -3,9 +3,10 @@
 //! the fair queue (order, one wake-up per release, waiters that leave or die), lost replies
 //! to an acquire and to a release, and a client left on a minority.
 //!
-//! "Processes" here are lockers in this test process, each on its own `EtcdBackend` (its own
-//! gRPC connections, etcd lease and contender keys): to etcd they are separate clients, as
-//! separate processes would be. Tests that inject no cluster fault share one 3-member cluster
+//! "Processes" here are mostly lockers in this test process, each on its own `EtcdBackend` (its
+//! own gRPC connections, etcd lease and contender keys): to etcd they are separate clients, as
+//! separate processes would be. `processes.rs` runs the load and the fair queue again with
+//! real OS processes (`lock-worker` on etcd) and a fence-checking store in Redis. Tests that inject no cluster fault share one 3-member cluster
 //! (each in its own namespace, cutting only its own proxies); the others start their own.
 //! Bounds asserted are correctness bounds (served within a lease, an error within a wait),
 //! not speed claims.
@@ -21,6 +22,7 @@
 mod failover;
 mod lease;
 mod load;
+mod processes;
 mod queue;
 mod retry;
 
@@ -31,10 +33,19 @@ use std::time::{Duration, Instant};
 
 use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockError, LockGuard, Locker};
 use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
+use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
 
-/// Every lock here: etcd's shortest (its etcd lease runs one second longer).
+/// Every lock here but the fair queue's ([`QUEUE_LEASE`]): etcd's shortest (its etcd lease
+/// runs one second longer).
 const LEASE: Duration = ETCD_MIN_LEASE;
+
+/// The lease of the fair-queue tests' locks. A queued waiter also makes an attempt on a timer
+/// (refreshing its place in the queue: every quarter of the lease, or every 750 ms if sooner),
+/// which the tests would count as a call of a waiter still queued: with this lease the timer
+/// waits 750 ms after each attempt, longer than queueing the four waiters and serving them
+/// take (about 200 ms here).
+const QUEUE_LEASE: Duration = Duration::from_secs(4);
 
 /// How long one etcd request may take before the backend gives up on it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
@@ -95,6 +106,17 @@ async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
     }
 }
 
+/// Takes the fair queue's lock `queue` on `holder` (fair, fenced, [`QUEUE_LEASE`]).
+async fn hold_queue(holder: &Locker) -> LockGuard {
+    holder
+        .lock("queue")
+        .lease(QUEUE_LEASE)
+        .fair()
+        .fenced()
+        .await
+        .expect("lock")
+}
+
 /// Client URLs reaching the cluster through `proxies`.
 fn through(proxies: &[Proxy]) -> Vec<String> {
     proxies
@@ -113,6 +135,45 @@ async fn contenders(etcd: &EtcdClient, namespace: &str) -> Vec<KeyValue> {
         .collect();
     keys.sort_by_key(|kv| kv.create_revision);
     keys
+}
+
+/// Waits (bounded) until `n` contender keys are under `namespace`: the last waiter queued.
+async fn until_contenders(etcd: &EtcdClient, namespace: &str, n: usize) {
+    eventually(
+        &format!("{n} contenders queued"),
+        Duration::from_secs(5),
+        async || contenders(etcd, namespace).await.len() == n,
+    )
+    .await;
+}
+
+/// The backend calls of the waiter just served (the last of `order`) between `before` and
+/// `after` (each waiter's [`attempts`]); fails the test if a waiter not yet served made any.
+fn woken(order: &[usize], before: &[u64], after: &[u64]) -> u64 {
+    let i = *order.last().expect("a waiter was served");
+    for j in (0..after.len()).filter(|j| !order.contains(j)) {
+        assert_eq!(
+            after[j], before[j],
+            "waiter {j}, still queued, called the backend when waiter {i} was served"
+        );
+    }
+    after[i] - before[i]
+}
+
+/// One fault round of the load tests: kills the leader and restarts it, pauses the new leader
+/// past the election timeout and resumes it, then waits for the cluster to serve again.
+async fn fault_round(cluster: &mut EtcdCluster) {
+    let killed = cluster.kill_leader().await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.restart(killed).await;
+    let paused = cluster.pause_leader().await;
+    // Longer than the election timeout: the others elect a new leader meanwhile.
+    tokio::time::sleep(cluster.election_timeout() * 4).await;
+    cluster.resume(paused);
+    // The contract's bound once the faults end: the next waiter is served within the lease
+    // plus an election (a lock whose holder's release was lost in a fault ends with its
+    // lease); a request stuck in the paused member ends within its timeout.
+    tokio::time::sleep(LEASE + cluster.election_timeout() + Duration::from_secs(1)).await;
 }
 
 /// Backend calls other than renewals: acquire attempts, releases, queue leaves.

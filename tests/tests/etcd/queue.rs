@@ -5,10 +5,12 @@
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use lock_testkit::eventually;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{LEASE, attempts, contenders, locker, shared, through};
+use super::{
+    LEASE, QUEUE_LEASE, attempts, contenders, hold_queue, locker, shared, through,
+    until_contenders, woken,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_each() {
@@ -19,7 +21,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
     for _ in 0..4 {
         waiters.push(locker(&urls, ns).await);
     }
-    let guard = holder.lock("queue").fair().fenced().await.expect("lock");
+    let guard = hold_queue(&holder).await;
     let (granted_tx, mut granted) = mpsc::unbounded_channel();
     let mut release = Vec::new();
     let mut tasks = Vec::new();
@@ -30,6 +32,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
         tasks.push(tokio::spawn(async move {
             let guard = waiter
                 .lock("queue")
+                .lease(QUEUE_LEASE)
                 .fair()
                 .fenced()
                 .wait(Duration::from_secs(30))
@@ -42,12 +45,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
             guard.release().await.expect("release");
         }));
         // Queued before the next one starts: creation order is the start order.
-        eventually(
-            &format!("waiter {i} queued"),
-            Duration::from_secs(5),
-            async || contenders(&etcd, ns).await.len() == i + 2,
-        )
-        .await;
+        until_contenders(&etcd, ns, i + 2).await;
     }
     let queue = contenders(&etcd, ns).await;
     let mut before: Vec<u64> = waiters.iter().map(attempts).collect();
@@ -65,13 +63,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
             "turn {turn} went to another key"
         );
         let after: Vec<u64> = waiters.iter().map(attempts).collect();
-        wakeups.push(after[i] - before[i]);
-        for j in (0..waiters.len()).filter(|j| !order.contains(j)) {
-            assert_eq!(
-                after[j], before[j],
-                "waiter {j}, still queued, called the backend when waiter {i} was served"
-            );
-        }
+        wakeups.push(woken(&order, &before, &after));
         before = after;
         release[i].take().unwrap().send(()).unwrap();
     }
@@ -113,10 +105,7 @@ async fn a_waiter_leaves(ns: &str, leave: Leave, bound: Duration) {
         let a = a.clone();
         async move { a.lock("line").fair().wait(a_wait).await.map(drop) }
     });
-    eventually("a queued", Duration::from_secs(5), async || {
-        contenders(&etcd, ns).await.len() == 2
-    })
-    .await;
+    until_contenders(&etcd, ns, 2).await;
     let a_key = contenders(&etcd, ns).await[1].key.clone();
     let b_task = tokio::spawn({
         let (b, etcd, a_key) = (b.clone(), cluster.client(), a_key.clone());
@@ -128,10 +117,7 @@ async fn a_waiter_leaves(ns: &str, leave: Leave, bound: Duration) {
             (at, a_left, guard)
         }
     });
-    eventually("b queued", Duration::from_secs(5), async || {
-        contenders(&etcd, ns).await.len() == 3
-    })
-    .await;
+    until_contenders(&etcd, ns, 3).await;
     let left = Instant::now();
     match leave {
         Leave::Cancels => {
