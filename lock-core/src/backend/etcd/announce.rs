@@ -17,15 +17,20 @@ use std::time::Duration;
 use etcd_client::{EventType, WatchFilterType, WatchOptions};
 
 use super::{EtcdBackend, Shared};
+use crate::backend::Inbox;
 use crate::key::LockKey;
 
 /// What a watch that cannot resume announces: a fair waiter may have queued unheard.
 const UNHEARD: &[u8] = b"fair:";
 
 impl EtcdBackend {
-    /// Makes sure the fair waiters of `key` are heard while it has listeners here.
-    pub(super) fn hear_fair_waiters(&self, key: &LockKey) {
+    /// Adds `inbox` to the listeners of `key`, and makes sure the fair waiters of `key` are
+    /// heard while it has listeners here.
+    pub(super) fn hear_fair_waiters(&self, key: &LockKey, inbox: &std::sync::Arc<Inbox>) {
+        // Under the watches' lock, with `stop_hearing`: a listener added as the last one goes
+        // keeps its key's watch.
         let mut watches = self.inner.announcers.lock();
+        self.inner.listeners.lock().add(key.name(), inbox);
         if watches.get(key.name()).is_some_and(|w| !w.is_finished()) {
             return;
         }
@@ -42,9 +47,12 @@ impl EtcdBackend {
         }
     }
 
-    /// `key` has no listeners here any more: its watch ends.
-    pub(super) fn stop_hearing(&self, key: &LockKey) {
-        if let Some(watch) = self.inner.announcers.lock().remove(key.name()) {
+    /// Takes `inbox` from the listeners of `key`; the last one gone, the watch ends.
+    pub(super) fn stop_hearing(&self, key: &LockKey, inbox: &std::sync::Arc<Inbox>) {
+        let mut watches = self.inner.announcers.lock();
+        if self.inner.listeners.lock().remove(key.name(), inbox)
+            && let Some(watch) = watches.remove(key.name())
+        {
             watch.abort();
         }
     }
@@ -58,10 +66,12 @@ async fn announce(shared: Weak<Shared>, prefix: String, name: String, mut from: 
         let Some(client) = shared.upgrade().map(|s| s.client.watch_client()) else {
             return;
         };
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_prefix()
-            .with_start_revision(from.max(1))
             .with_filters([WatchFilterType::NoDelete]);
+        if from > 1 {
+            options = options.with_start_revision(from);
+        }
         let mut client = client;
         if let Ok(mut stream) = client.watch(prefix.as_str(), Some(options)).await {
             while let Ok(Some(answer)) = stream.message().await {
@@ -75,7 +85,15 @@ async fn announce(shared: Weak<Shared>, prefix: String, name: String, mut from: 
                     from = answer.compact_revision();
                     break;
                 }
-                pause = Duration::from_millis(50);
+                if answer.created() {
+                    // A fair key made before the watch started (between the holder's first
+                    // ask and `from`) would go unheard: the holder asks etcd once more.
+                    shared.listeners.lock().wake(&name, UNHEARD);
+                    shared.fair_heard.fetch_add(1, Ordering::Relaxed);
+                }
+                if !answer.events().is_empty() {
+                    pause = Duration::from_millis(50);
+                }
                 for event in answer.events() {
                     let Some(kv) = event.kv() else { continue };
                     from = from.max(kv.mod_revision() + 1);

@@ -117,7 +117,7 @@ impl EtcdBackend {
                         self.inner.contenders.lock().remove(&ck);
                         return Ok(Attempt::Busy { remaining: None });
                     }
-                    self.hold(&ck, revision, ttl, lease_id);
+                    self.hold(&ck, revision, ttl, lease_id, lease);
                     if options.unrenewed {
                         self.end_at_lease(key, &ck, lease);
                     }
@@ -129,6 +129,7 @@ impl EtcdBackend {
                     ahead,
                 } => {
                     let waiter = Waiter {
+                        lease,
                         ticket,
                         fenced: options.fenced,
                         covered: matches!(cover, Ok(Health::Alive)),
@@ -271,13 +272,15 @@ impl EtcdBackend {
         })
     }
 
-    /// Remembers our key as the holder (no watch needed any more).
-    fn hold(&self, ck: &str, revision: i64, ttl: u64, lease_id: i64) {
+    /// Remembers our key as the holder of a lock of `lease` (no watch needed any more): it
+    /// ends a lease from now unless renewed (see `expire_ended`).
+    fn hold(&self, ck: &str, revision: i64, ttl: u64, lease_id: i64, lease: Duration) {
         let mut contenders = self.inner.contenders.lock();
         let c = note(&mut contenders, ck, revision, ttl, lease_id);
         if let Some(watch) = c.watch.take() {
             watch.abort();
         }
+        c.ends = Some(Instant::now() + lease);
     }
 
     /// Our key waits behind another: watches the deletion of the one just ahead (unless a
@@ -338,7 +341,7 @@ impl EtcdBackend {
         };
         let Some(found) = before.first() else {
             // Nobody ahead: ours.
-            self.hold(ck, revision, ttl, lease_id);
+            self.hold(ck, revision, ttl, lease_id, waiter.lease);
             return Ok(true);
         };
         let ahead = Ahead {
@@ -659,10 +662,11 @@ impl EtcdBackend {
                 continue;
             };
             let slot = ttls.binary_search(&wanted[i]).unwrap_or(0);
-            let known = self
-                .inner
-                .contenders
-                .lock()
+            // The verdict, and the end it moves, under one lock: an end reached meanwhile
+            // (`expire_ended`, the unrenewed end) has taken the entry out, and a "yes" for a
+            // key it is deleting is never given.
+            let mut contenders = self.inner.contenders.lock();
+            let known = contenders
                 .get(&cks[i])
                 .map(|c| (c.create_revision, c.lease_id));
             let found = range.first();
@@ -683,15 +687,14 @@ impl EtcdBackend {
                 _ => Renewed::Unknown,
             };
             if verdicts[i] == Renewed::Yes
-                && let Some(c) = self.inner.contenders.lock().get_mut(&cks[i])
-                && let Some(ends) = c.ends.as_mut()
+                && let Some(c) = contenders.get_mut(&cks[i])
             {
-                // Extended without the watchdog: it ends a lease from now.
-                *ends = Instant::now() + item.lease;
+                // Renewed (or extended): it ends a lease from now, unless renewed again.
+                c.ends = Some(Instant::now() + item.lease);
             }
             if verdicts[i] == Renewed::Lost {
                 tracing::debug!(key = %item.key.display(), "lock lost: its etcd key or lease is gone");
-                self.inner.contenders.lock().remove(&cks[i]);
+                contenders.remove(&cks[i]);
             }
         }
         Ok(verdicts)
@@ -754,9 +757,10 @@ fn found(ranges: &[Vec<KeyValue>], ck: &str, key: &LockKey) -> Result<Taken, Loc
     })
 }
 
-/// What `queue` needs of a waiter's attempt: its ticket, whether it asked for a fence, and
-/// whether its keepalive was confirmed.
+/// What `queue` needs of a waiter's attempt: its lease, its ticket, whether it asked for a
+/// fence, and whether its keepalive was confirmed.
 struct Waiter<'a> {
+    lease: Duration,
     ticket: Option<&'a QueueTicket>,
     fenced: bool,
     covered: bool,

@@ -616,15 +616,12 @@ impl Backend for EtcdBackend {
     /// each waiter's watch of the key ahead; fair waiters of other processes are heard by a
     /// watch of the lock's contenders while it has listeners here.
     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
-        self.inner.listeners.lock().add(key.name(), inbox);
-        self.hear_fair_waiters(key);
+        self.hear_fair_waiters(key, inbox);
         Box::pin(std::future::ready(true))
     }
 
     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        if self.inner.listeners.lock().remove(key.name(), inbox) {
-            self.stop_hearing(key);
-        }
+        self.stop_hearing(key, inbox);
     }
 
     fn store_result<'a>(

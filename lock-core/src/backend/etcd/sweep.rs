@@ -81,6 +81,7 @@ impl EtcdBackend {
     /// background, unless it was swept less than a third of its length ago.
     pub(super) fn sweep_soon(&self, ttl: u64, lease_id: i64) {
         let now = Instant::now();
+        self.expire_ended(now);
         {
             let mut swept = self.inner.orphans.swept.lock();
             let period = Duration::from_secs(ttl) / 3;
@@ -92,6 +93,21 @@ impl EtcdBackend {
         }
         let inner = Arc::downgrade(&self.inner);
         crate::background::spawn(sweep(inner, lease_id));
+    }
+}
+
+impl EtcdBackend {
+    /// Forgets our held keys whose lock ended: not renewed for a lease since it was granted
+    /// or last renewed (the watchdog stopped at `max_hold`, or on a guard dropped where no
+    /// release could run). Forgotten, each is an orphan, which the sweep deletes: the etcd
+    /// lease they share, kept alive for this backend's other locks, would keep them. A renewal
+    /// answered after this finds no entry and says no "yes" (its verdict and this check take
+    /// the same lock).
+    fn expire_ended(&self, now: Instant) {
+        self.inner
+            .contenders
+            .lock()
+            .retain(|_, c| c.ends.is_none_or(|ends| ends > now));
     }
 }
 

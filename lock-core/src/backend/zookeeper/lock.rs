@@ -117,9 +117,9 @@ impl ZooKeeperBackend {
             match place {
                 Place::First => {
                     self.hold(&id);
-                    if options.unrenewed {
-                        self.end_at_lease(key, &id, lease);
-                    }
+                    // Its session outlives it: a lock not renewed (the watchdog off, or
+                    // stopped at `max_hold`) ends at its lease all the same.
+                    self.end_at_lease(key, &id, lease);
                     return Ok(acquired(czxid, options.fenced));
                 }
                 Place::Behind(ahead, holder) => {
@@ -605,6 +605,7 @@ impl ZooKeeperBackend {
         if let Some(e) = failure {
             return Err(e);
         }
+        let mut unwatched = Vec::new();
         for (i, item) in items.iter().enumerate() {
             let id = Self::contender_id(&item.key, &item.token);
             let mut contenders = self.inner.contenders.lock();
@@ -613,22 +614,35 @@ impl ZooKeeperBackend {
                     tracing::debug!(key = %item.key.display(), "lock lost: its ZooKeeper node or session is gone");
                     contenders.remove(&id);
                 }
-                Renewed::Yes => {
-                    if let Some(c) = contenders.get_mut(&id)
-                        && let Some(ends) = c.ends.as_mut()
-                    {
-                        // Extended without the watchdog: it ends a lease from now.
-                        *ends = Instant::now() + item.lease;
+                Renewed::Yes => match contenders.get_mut(&id) {
+                    // Renewed (or extended): it ends a lease from now, unless renewed again.
+                    Some(c) if known[i].as_ref().is_some_and(|(_, z)| *z == c.czxid) => {
+                        if c.ends.is_none() {
+                            // Handed over by a release: its end is watched from now on.
+                            unwatched.push(i);
+                        }
+                        c.ends = Some(Instant::now() + item.lease);
                     }
-                }
+                    // Its end came while the read was out (the entry is gone, its node being
+                    // deleted): no "yes" for it.
+                    _ => verdicts[i] = Renewed::Unknown,
+                },
                 Renewed::Unknown => {}
             }
+        }
+        for i in unwatched {
+            let item = &items[i];
+            self.end_at_lease(
+                &item.key,
+                &Self::contender_id(&item.key, &item.token),
+                item.lease,
+            );
         }
         Ok(verdicts)
     }
 
-    /// Our node (known as `id`) was just acquired without the watchdog: it ends `lease` from
-    /// now (its session would keep it for as long as this process lives).
+    /// Our node (known as `id`) was just acquired: it ends `lease` from now, moved on by each
+    /// renewal (its session would keep it for as long as this process lives).
     fn end_at_lease(&self, key: &LockKey, id: &str, lease: Duration) {
         let ends = Instant::now() + lease;
         let mut contenders = self.inner.contenders.lock();

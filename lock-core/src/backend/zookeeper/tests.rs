@@ -268,3 +268,27 @@ async fn keys_with_odd_bytes_are_one_node_each() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_past_its_max_hold_ends_at_its_lease() {
+    let tree = Tree::new("zk-max-hold").await;
+    let (a, b) = (tree.locker().await, tree.locker().await);
+    let kept = a.lock("kept").await.unwrap();
+    // Held by a task that never lets go: the watchdog stops renewing it at its max hold,
+    // and the session (kept by the client's pings) would keep its node.
+    let hung = a
+        .lock("hung")
+        .lease(Duration::from_secs(1))
+        .max_hold(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let next = b
+        .lock("hung")
+        .wait(Duration::from_secs(6))
+        .await
+        .expect("a lock no longer renewed outlived its lease");
+    assert!(!hung.is_held());
+    next.release().await.unwrap();
+    assert!(kept.is_held());
+    kept.release().await.unwrap();
+}

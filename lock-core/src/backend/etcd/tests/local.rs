@@ -58,6 +58,7 @@ async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
     assert_eq!(within(served.recv()).await, Some("a3"));
     assert_eq!(a.stats().local_handoffs, 1);
     // A fair waiter of another locker queues; `a` hears of it.
+    let heard = backend.inner.fair_heard.load(Ordering::Relaxed);
     tasks.push(tokio::spawn({
         let order = order.clone();
         async move {
@@ -72,7 +73,7 @@ async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
         }
     }));
     etcd.until_contenders("hot", 2).await;
-    until(|| backend.inner.fair_heard.load(Ordering::Relaxed) >= 1).await;
+    until(|| backend.inner.fair_heard.load(Ordering::Relaxed) > heard).await;
     // a3's release gives the lock back to etcd, whose queue serves b before a4.
     go[1].notify_one();
     for t in tasks {
@@ -127,6 +128,29 @@ async fn a_lock_held_without_the_watchdog_ends_at_its_lease_while_others_are_ren
         "taken over {:?} after the extend, within its lease",
         extended.elapsed()
     );
+    next.release().await.unwrap();
+    assert!(kept.is_held());
+    kept.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_past_its_max_hold_ends_at_its_lease_while_others_are_renewed() {
+    let etcd = Etcd::start().await;
+    let (a, b) = (etcd.locker().await, etcd.locker().await);
+    let kept = a.lock("kept").lease(ETCD_MIN_LEASE).await.unwrap();
+    // Held by a task that never lets go: the watchdog stops renewing it at its max hold.
+    let hung = a
+        .lock("hung")
+        .lease(ETCD_MIN_LEASE)
+        .max_hold(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let next = b
+        .lock("hung")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("a lock no longer renewed outlived its lease");
+    assert!(!hung.is_held());
     next.release().await.unwrap();
     assert!(kept.is_held());
     kept.release().await.unwrap();
