@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use crate::designs::{Kind, LOCAL_HOLD, LOCAL_TURNS};
 use crate::machine::Machine;
+#[cfg(feature = "etcd")]
+use crate::scenarios::Etcd;
 use crate::scenarios::{
     CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory,
     PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
@@ -51,6 +53,8 @@ pub(crate) struct Results {
     pub(crate) idempotency: Idempotency,
     pub(crate) cluster: Cluster,
     pub(crate) redlock: Redlock,
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd: Etcd,
     pub(crate) elapsed: Duration,
 }
 
@@ -83,13 +87,17 @@ fn results(r: &Results) -> String {
     .concat()
 }
 
-/// The headline table's rows: of each row of the full table that has a goal, its scenario,
-/// ratio, goal and verdict (the same cells, so the two tables never disagree).
+/// The headline table's rows: of each row of the full table (and of the etcd table) that has
+/// a goal, its scenario, ratio, goal and verdict (the same cells, so the tables never
+/// disagree).
 fn headline(rows: &str) -> String {
     let mut out = String::new();
     for row in rows.lines() {
         let cells: Vec<&str> = row.trim().trim_matches('|').split(" | ").collect();
-        if let [scenario, _, _, _, _, ratio, goal, verdict] = cells[..] {
+        // The scenario, then the last three cells: the results table's and the etcd table's.
+        if let [scenario, .., ratio, goal, verdict] = cells[..]
+            && cells.len() >= 6
+        {
             let verdict = verdict.trim();
             if verdict != "—" {
                 let _ = writeln!(
@@ -424,6 +432,131 @@ pub(crate) fn redlock_rows(r: &Redlock) -> String {
     )
 }
 
+/// The etcd table's rows: Range and Put (the floors), uncontended lock + release, the handoff
+/// against a watch event, and the watchdog's traffic per tick (beside the Redis watchdog's,
+/// when the same run measured it). Columns: scenario, ours, floor, ratio, goal, met?
+#[cfg(feature = "etcd")]
+pub(crate) fn etcd_rows(e: &Etcd, redis: Option<&Watchdog>) -> String {
+    let (range, put) = (e.range.p50(), e.put.p50());
+    let r = fmt_ns(range);
+    let cycle = e.cycle.p50();
+    let (handoff, event) = (e.handoff.p50(), e.watch_event.p50());
+    let w = &e.watchdog;
+    let ticks = w.ticks();
+    let per_tick = |n: u64| n as f64 / ticks;
+    let requests = w
+        .requests
+        .iter()
+        .map(|(method, &n)| format!("{method} {:.2}", per_tick(n)));
+    let requests = requests.collect::<Vec<_>>().join(", ");
+    let keepalives = w.requests.get("LeaseKeepAlive").copied().unwrap_or(0);
+    // As the Redis row: one per tick, plus one when the window catches a tick at each end.
+    let allowed = ticks.floor() + 1.0;
+    let redis = match redis {
+        Some(r) => {
+            let calls = r.ours.evalsha_per_s * r.lease.as_secs_f64() / 3.0;
+            let x = per_tick(w.total_requests()) / calls.max(1e-9);
+            format!(
+                "; Redis, same run ({} locks, lease {:?}): {calls:.2} EVALSHA per tick, so etcd takes {x:.1}× the requests",
+                group(r.locks as u64),
+                r.lease,
+            )
+        }
+        None => String::new(),
+    };
+    format!(
+        "\
+| etcd: Range round trip (linearizable read) | etcd-client: {} | this is the floor | 1.00× | — | — |
+| etcd: Put round trip (one Raft write) | etcd-client: {} | Range p50 {r} | {:.2}× Range | — | — |
+| etcd: uncontended lock + release | {}; {:.2} requests per cycle | Range p50 {r}; Put p50 {} | {:.2}× Range ({:.2}× Put) | the ratio to etcd's own round trip | — |
+| etcd: contended handoff between two Lockers (latency) | {}; the waiter's requests per handoff {:.2} | watch event (a Put → a watcher on another client has it): {} | {:.2}× the watch event ({:.2}× Range) | against the floor of a watch event | — |
+| etcd: watchdog, {} held locks on one Locker, traffic per tick | per tick ({}, lease {:?}): {requests} requests ({:.2} in all), {} renewal calls in {:.1} ticks; on the wire {} B to etcd, {} B back (protobuf bodies: {} B / {} B) | one LeaseKeepAlive per tick{redis} | {:.2} keepalives per tick | one keepalive per tick for all held locks | {} |
+",
+        e.range.summary(),
+        e.put.summary(),
+        ratio(put, range),
+        e.cycle.summary(),
+        e.cycle_calls,
+        fmt_ns(put),
+        ratio(cycle, range),
+        ratio(cycle, put),
+        e.handoff.summary(),
+        e.handoff_calls,
+        e.watch_event.summary(),
+        ratio(handoff, event),
+        ratio(handoff, range),
+        group(w.locks as u64),
+        fmt_ns(w.tick().as_nanos() as u64),
+        w.lease,
+        per_tick(w.total_requests()),
+        w.renewal_calls,
+        ticks,
+        group(per_tick(w.wire.0).round() as u64),
+        group(per_tick(w.wire.1).round() as u64),
+        group(per_tick(w.payload.0).round() as u64),
+        group(per_tick(w.payload.1).round() as u64),
+        per_tick(keepalives),
+        met(keepalives > 0 && keepalives as f64 <= allowed),
+    )
+}
+
+/// The report's etcd section: what is measured, the table, how to read it and rerun it.
+#[cfg(feature = "etcd")]
+fn etcd_section(r: &Results, rows: &str) -> String {
+    let e = &r.etcd;
+    let w = &e.watchdog;
+    let p = &r.plan;
+    format!(
+        "\
+One etcd {} member started by the bench (the test kit's `EtcdCluster::start_single`: loopback
+ports, data on tmpfs, heartbeat 25 ms, election timeout 250 ms), on the same {} cores as the
+bench and every other server of the run. Ours is `Locker::builder(EtcdBackend::connect(..))`
+with lock-core's defaults; its floors are measured in this process with `etcd-client` (the
+client lock-core uses, with its connection options), on the same member, in the same run.
+
+| Scenario | ours (lock-core) | etcd's floor, same run | ratio | goal | met? |
+|---|---|---|---|---|---|
+{rows}
+- **Uncontended**: one task locks and releases (lease 30 s, watchdog on) over 16 keys, in
+  {rounds} interleaved rounds (each measures a linearizable `Range` of one key, a `Put` of one
+  key, then lock + release, {per_round} each) after a warm-up round. A lock + release is two
+  Raft writes (the contender key created in a transaction, then deleted), so about 2× a `Put`
+  is its floor; the `Range` is etcd's cheapest round trip. *Requests per cycle* is
+  `LockerStats::backend_calls`.
+- **Handoff**: locker A holds the lock; locker B (another `Locker`, its own client) waits for
+  it; once B's contender key is in etcd (seen by a watch on the lock's queue) and a random
+  {h0:?}-{h1:?} hold has passed, A releases. Latency = A's release call → B's lock returned
+  (one process, one clock). The floor: a `Put` call → a watcher on a client of its own has
+  the event, after the same random idle. Both in {chunks} interleaved chunks, {n} samples
+  each. B is woken by the watch on the key ahead of it, as in etcd's own mutex recipe; its
+  requests per handoff are its lock and its release (`LockerStats::backend_calls`).
+- **Watchdog**: {locks} locks held on one `Locker` with a {lease:?} lease (the watchdog's tick
+  is a third of it) for {window:?}, starting half a tick after a renewal. The requests are the
+  difference of etcd's own `grpc_server_msg_received_total` (by method: each keepalive is one
+  `LeaseKeepAlive` stream message) read from its `/metrics` before and after; the bytes on the
+  wire are what a test-kit proxy between the `Locker` and etcd forwarded (HTTP/2 frames and
+  headers included), the protobuf bodies are etcd's
+  `etcd_network_client_grpc_{{received,sent}}_bytes_total`. The backend sends one keepalive
+  per lease length in use and reads the held keys in transactions of at most 128 reads each
+  (etcd's `--max-txn-ops`), so {locks} locks cost 1 + ⌈{locks}/128⌉ requests per tick.
+- Rerun: `cargo run --release -p lock-bench --features etcd -- --only etcd` prints these rows
+  (a partial run), or the full run with `--features etcd` writes this file; `etcd` and
+  `protoc` must be installed (the README's test command installs them).
+",
+        e.version,
+        r.machine.nproc,
+        rounds = p.rounds,
+        per_round = p.etcd_latency_n / p.rounds,
+        h0 = p.hold.0,
+        h1 = p.hold.1,
+        chunks = crate::scenarios::ETCD_CHUNKS,
+        n = e.handoff.n(),
+        locks = w.locks,
+        lease = w.lease,
+        window = w.window,
+    )
+}
+
 fn or_none(s: &str) -> &str {
     if s.is_empty() { "none" } else { s }
 }
@@ -585,6 +718,22 @@ fn method(r: &Results) -> String {
 pub(crate) fn render(r: &Results, svg_name: &str) -> String {
     let m = &r.machine;
     let rows = results(r);
+    #[cfg(feature = "etcd")]
+    let (etcd, etcd_headline) = {
+        let rows = etcd_rows(&r.etcd, Some(&r.watchdog));
+        (etcd_section(r, &rows), headline(&rows))
+    };
+    #[cfg(not(feature = "etcd"))]
+    let (etcd, etcd_headline) = (
+        "Not measured: this binary was built without the `etcd` feature (`--features etcd`).\n"
+            .to_owned(),
+        String::new(),
+    );
+    let features = if cfg!(feature = "etcd") {
+        " --features etcd"
+    } else {
+        ""
+    };
     let mode = match r.plan.quick {
         true => "quick (CI smoke run: figures NOT meaningful)",
         false => "full",
@@ -593,7 +742,7 @@ pub(crate) fn render(r: &Results, svg_name: &str) -> String {
         "\
 # Benchmarks
 
-Measured by `cargo run --release -p lock-bench --bin lock-bench` ({mode} mode). Every figure is taken on the same Redis in the same run; ratios compare with the round trip measured then. Goals come from `DESIGN.md` (\"Performance goals\").
+Measured by `cargo run --release -p lock-bench --bin lock-bench{features}` ({mode} mode). Every figure is taken on the same Redis in the same run; ratios compare with the round trip measured then. Goals come from `DESIGN.md` (\"Performance goals\").
 
 ## Machine
 
@@ -617,7 +766,7 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 
 | Scenario | ratio | goal | verdict |
 |---|---|---|---|
-{}
+{}{etcd_headline}
 ## Handoff latency distributions
 
 ![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})
@@ -627,6 +776,9 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 | Scenario | ours (lock-core) | seed: SET NX + 10 ms sleep | rslock 0.10 | floor | ratio | goal | met? |
 |---|---|---|---|---|---|---|---|
 {}
+## etcd
+
+{etcd}
 ## Diagnostics (where the time goes)
 
 {}

@@ -40,6 +40,16 @@ const ROWS: &[&str] = &[
     "Redlock, 5 servers: uncontended lock + release",
 ];
 
+/// The etcd section's rows (six columns: scenario, ours, floor, ratio, goal, met?), when the
+/// bench is built with its `etcd` feature.
+const ETCD_ROWS: &[&str] = &[
+    "etcd: Range round trip (linearizable read)",
+    "etcd: Put round trip (one Raft write)",
+    "etcd: uncontended lock + release",
+    "etcd: contended handoff between two Lockers (latency)",
+    "etcd: watchdog, 1,000 held locks on one Locker, traffic per tick",
+];
+
 fn scratch_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("lock-bench-{name}-{}", std::process::id()))
 }
@@ -70,7 +80,8 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
         .split_once("## All figures")
         .unwrap_or_else(|| panic!("no `## All figures` section:\n{md}"));
     let table: Vec<&str> = all.lines().filter(|l| l.starts_with("| ")).collect();
-    // The headline: every full row with a verdict, as scenario | ratio | goal | verdict.
+    // The headline: every full row with a verdict (the etcd table's too), as scenario | ratio
+    // | goal | verdict: the first cell and the last three.
     let headline: Vec<&str> = head
         .split_once("## Headline")
         .unwrap_or_else(|| panic!("no `## Headline` section:\n{md}"))
@@ -87,10 +98,10 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
     assert_eq!(headline.len(), judged.len(), "{md}");
     for (short, full) in headline.iter().zip(&judged) {
         let cells: Vec<&str> = full.trim_matches('|').split(" | ").map(str::trim).collect();
-        let want = format!(
-            "| {} | {} | {} | {} |",
-            cells[0], cells[5], cells[6], cells[7]
-        );
+        let [scenario, .., ratio, goal, verdict] = cells[..] else {
+            panic!("a row with a verdict has too few cells: {full}");
+        };
+        let want = format!("| {scenario} | {ratio} | {goal} | {verdict} |");
         assert_eq!(*short, want);
     }
     let mut last = 0;
@@ -103,6 +114,26 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
         last = at;
         // Eight columns: scenario, ours, seed, rslock, floor, ratio, goal, met?
         assert_eq!(table[at].matches(" | ").count(), 7, "{}", table[at]);
+    }
+    let (all, etcd) = all
+        .split_once("## etcd")
+        .unwrap_or_else(|| panic!("no `## etcd` section:\n{md}"));
+    assert!(
+        all.contains("| Redlock, 5 servers"),
+        "the etcd section comes last"
+    );
+    if cfg!(feature = "etcd") {
+        for row in ETCD_ROWS {
+            let line = etcd
+                .lines()
+                .find(|l| l.starts_with(&format!("| {row} |")))
+                .unwrap_or_else(|| panic!("etcd row `{row}` missing from the report:\n{md}"));
+            // Six columns: scenario, ours, floor, ratio, goal, met?
+            assert_eq!(line.matches(" | ").count(), 5, "{line}");
+        }
+        assert!(etcd.contains("--features etcd -- --only etcd"), "{etcd}");
+    } else {
+        assert!(etcd.contains("built without the `etcd` feature"), "{etcd}");
     }
     for section in [
         "## Machine",
@@ -127,24 +158,49 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_partial_run_prints_its_rows_and_the_note() {
+/// The standard output of a successful `lock-bench --quick --only section`.
+#[allow(
+    clippy::unwrap_used,
+    reason = "a test helper: a bench that cannot be started fails the test"
+)]
+fn partial_run(section: &str) -> String {
     let run = bench()
-        .args(["--quick", "--only", "watchdog"])
+        .args(["--quick", "--only", section])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    String::from_utf8_lossy(&run.stdout).into_owned()
+}
+
+#[test]
+fn a_partial_run_prints_its_rows_and_the_note() {
+    let stdout = partial_run("watchdog");
     assert!(
         stdout.starts_with("| Watchdog: 1,000 held locks"),
         "{stdout}"
     );
     assert!(
         stdout.contains("**partial run** (`lock-bench --only watchdog`"),
+        "{stdout}"
+    );
+}
+
+/// The etcd section alone: its rows, from an etcd member the bench started.
+#[cfg(feature = "etcd")]
+#[test]
+fn a_partial_etcd_run_prints_its_rows_and_names_its_member() {
+    let stdout = partial_run("etcd");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), ETCD_ROWS.len(), "{stdout}");
+    for (line, row) in rows.iter().zip(ETCD_ROWS) {
+        assert!(line.starts_with(&format!("| {row} |")), "{line}");
+    }
+    assert!(
+        stdout.contains("(`lock-bench --only etcd`, quick-mode sample counts, its own etcd member"),
         "{stdout}"
     );
 }

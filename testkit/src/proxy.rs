@@ -48,7 +48,7 @@
 )]
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -84,6 +84,8 @@ struct Shared {
     /// The bytes [`Proxy::freeze_after`] waits for (taken by the connection that sends them).
     freeze_needle: Mutex<Option<Vec<u8>>>,
     frozen: AtomicUsize,
+    /// Bytes forwarded so far: clients → server, server → clients.
+    forwarded: [AtomicU64; 2],
 }
 
 /// A TCP proxy on a free loopback port, forwarding to one upstream address; see the
@@ -120,6 +122,7 @@ impl Proxy {
             accepted: AtomicUsize::new(0),
             freeze_needle: Mutex::new(None),
             frozen: AtomicUsize::new(0),
+            forwarded: [AtomicU64::new(0), AtomicU64::new(0)],
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
         Self {
@@ -264,6 +267,21 @@ impl Proxy {
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
     }
+
+    /// The bytes it has forwarded so far, over every connection: `(to the server, to the
+    /// clients)`. What a client really sends over TCP (its protocol's framing included), e.g.
+    /// to count a bench's traffic.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let proxy = lock_testkit::proxy::Proxy::start("127.0.0.1:9".parse().unwrap()).await;
+    /// assert_eq!(proxy.forwarded(), (0, 0));
+    /// # }
+    /// ```
+    pub fn forwarded(&self) -> (u64, u64) {
+        let [up, down] = &self.shared.forwarded;
+        (up.load(Ordering::SeqCst), down.load(Ordering::SeqCst))
+    }
 }
 
 impl Drop for Proxy {
@@ -374,6 +392,9 @@ async fn pump(
             frozen.store(true, Ordering::SeqCst);
             shared.frozen.fetch_add(1, Ordering::SeqCst);
         }
+        // Counted before it is written: once the other side has it, it is counted.
+        let direction = &shared.forwarded[usize::from(!upstream)];
+        direction.fetch_add(n as u64, Ordering::SeqCst);
         tokio::select! {
             written = to.write_all(chunk) => if written.is_err() { return },
             () = until_ended(&mut state, epoch) => return,

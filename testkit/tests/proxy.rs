@@ -140,3 +140,16 @@ async fn a_freeze_holds_back_the_answer_to_one_request() {
     proxy.cut();
     assert!(is_closed(&mut a).await);
 }
+
+#[tokio::test]
+async fn it_counts_the_bytes_it_forwards_each_way() {
+    let proxy = Proxy::start(echo_server().await).await;
+    assert_eq!(proxy.forwarded(), (0, 0));
+    let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+    let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(round_trip(&mut a, b"hello").await, b"hello");
+    assert_eq!(round_trip(&mut b, b"abc").await, b"abc");
+    // The echo came back through the proxy: both directions are counted, over both
+    // connections.
+    assert_eq!(proxy.forwarded(), (8, 8));
+}

@@ -1,5 +1,7 @@
 //! The scenarios, the plan of a quick or full run, and the run itself.
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod handoff;
 mod hot;
 mod idempotency;
@@ -24,6 +26,8 @@ use crate::server::Target;
 use crate::stats::CommandStats;
 use crate::{Options, Result, progress};
 
+#[cfg(feature = "etcd")]
+pub(crate) use etcd::{CHUNKS as ETCD_CHUNKS, Etcd};
 pub(crate) use handoff::{Handoff, HandoffFloors};
 pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
@@ -64,6 +68,12 @@ pub(crate) struct Plan {
     pub(crate) watchdog_lease: Duration,
     pub(crate) watchdog_window: Duration,
     pub(crate) layer_n: usize,
+    /// etcd: samples per measured operation of the uncontended rounds (Range, Put, lock +
+    /// release), and handoffs (and watch events) in all.
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd_latency_n: usize,
+    #[cfg(feature = "etcd")]
+    pub(crate) etcd_handoff_n: usize,
 }
 
 impl Plan {
@@ -90,6 +100,10 @@ impl Plan {
             watchdog_lease: ms(3_000),
             watchdog_window: ms(6_000),
             layer_n: 200_000,
+            #[cfg(feature = "etcd")]
+            etcd_latency_n: 2_000,
+            #[cfg(feature = "etcd")]
+            etcd_handoff_n: 400,
         };
         if !quick {
             return full;
@@ -110,6 +124,10 @@ impl Plan {
             watchdog_lease: ms(1_000),
             watchdog_window: ms(700),
             layer_n: 2_000,
+            #[cfg(feature = "etcd")]
+            etcd_latency_n: 40,
+            #[cfg(feature = "etcd")]
+            etcd_handoff_n: 10,
             ..full
         }
     }
@@ -236,6 +254,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let idempotency = idempotency(&plan, &target).await?;
     let cluster = cluster(&plan).await?;
     let redlock = redlock(&plan).await?;
+    #[cfg(feature = "etcd")]
+    let etcd = etcd(&plan).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -252,6 +272,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         idempotency,
         cluster,
         redlock,
+        #[cfg(feature = "etcd")]
+        etcd,
         elapsed,
     };
     report::write(&results, &options.out)
@@ -309,6 +331,12 @@ async fn redlock(plan: &Plan) -> Result<Redlock> {
     scaleout::redlock(plan).await
 }
 
+#[cfg(feature = "etcd")]
+async fn etcd(plan: &Plan) -> Result<Etcd> {
+    progress("etcd: one member");
+    etcd::etcd(plan).await
+}
+
 /// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a
 /// note saying where they come from (a partial run: the report is not written).
 async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine) -> Result<()> {
@@ -359,20 +387,28 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
             let r = redlock(plan).await?;
             (report::redlock_rows(&r), "PING to one server and to all 5")
         }
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            let e = etcd(plan).await?;
+            let floors = "Range, Put, the watch event (its own etcd member)";
+            (report::etcd_rows(&e, None), floors)
+        }
         other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
     };
     let n = rows.lines().count();
     let mode = if plan.quick { "quick" } else { "full" };
     let (version, tree, date) = (&machine.redis_version, &machine.tree, &machine.date);
-    // The scale-out sections start their own servers whatever the target.
-    let whose = match (section, &target.started) {
-        ("cluster" | "redlock", _) | (_, Some(_)) => "its own",
-        (_, None) => "the given",
+    // The scale-out sections start their own servers whatever the target, and the etcd
+    // section its own etcd member.
+    let server = match (section, &target.started) {
+        ("etcd", _) => "its own etcd member".to_owned(),
+        ("cluster" | "redlock", _) | (_, Some(_)) => format!("its own redis-server {version}"),
+        (_, None) => format!("the given redis-server {version}"),
     };
     let rows_come = if n == 1 { "row comes" } else { "rows come" };
     let note = format!(
         "\nThe {n} *{section}* {rows_come} from a **partial run** (`lock-bench --only {section}`, \
-         {mode}-mode sample counts, {whose} redis-server {version}, same machine) on {date} at \
+         {mode}-mode sample counts, {server}, same machine) on {date} at \
          {tree}, load average (1/5/15 min) {} at its start and {} at its end; every other row is \
          from the full run dated above. Their floors ({floors}) were measured in that partial \
          run.\n",
@@ -388,8 +424,12 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
 }
 
 /// The sections `--only` can run.
+#[cfg(not(feature = "etcd"))]
 pub(crate) const SECTIONS: &str =
     "latency throughput handoff hot watchdog layer idempotency cluster redlock";
+#[cfg(feature = "etcd")]
+pub(crate) const SECTIONS: &str =
+    "latency throughput handoff hot watchdog layer idempotency cluster redlock etcd";
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {

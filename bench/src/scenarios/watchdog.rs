@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lock_core::{LockGuard, Locker};
 use lock_testkit::eventually;
 use redis::aio::ConnectionManager;
 use tokio::sync::watch;
@@ -52,6 +53,43 @@ async fn window(plan: &Plan, stats: &mut ConnectionManager) -> Result<Renewals> 
     })
 }
 
+/// Takes `n` locks (`wd:<i>`) on `locker` and waits for the steady state: the first renewal
+/// has been sent (on Redis it loaded the renew script) with every lock in step, and half a
+/// period has passed since (the renewal may still be in flight), so that a window of whole
+/// periods that starts now holds exactly window / period renewals.
+pub(crate) async fn hold(locker: &Locker, n: usize) -> Result<Vec<LockGuard>> {
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        set.spawn(locker.lock(format!("wd:{i}")).wait(Duration::from_secs(10)));
+    }
+    let guards = set
+        .join_all()
+        .await
+        .into_iter()
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let lease = locker.lease();
+    let renewed = async || locker.stats().renewal_calls > 0;
+    eventually("the watchdog's first renewal", lease, renewed).await;
+    tokio::time::sleep(lease / 6).await;
+    Ok(guards)
+}
+
+/// Checks that every lock of `guards` is still held (an error naming `what` otherwise), then
+/// releases them all.
+pub(crate) async fn release_all(guards: Vec<LockGuard>, what: &str) -> Result<()> {
+    let (n, still_held) = (guards.len(), guards.iter().filter(|g| g.is_held()).count());
+    if still_held != n {
+        return Err(format!("{what}: only {still_held} of {n} locks still held").into());
+    }
+    for released in JoinSet::from_iter(guards.into_iter().map(LockGuard::release))
+        .join_all()
+        .await
+    {
+        released?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn watchdog(
     plan: &Plan,
     target: &Target,
@@ -60,35 +98,11 @@ pub(crate) async fn watchdog(
     let (n, lease) = (plan.watchdog_locks, plan.watchdog_lease);
     crate::progress(&format!("  ours: {n} locks, lease {lease:?}"));
     let locker = crate::designs::ours(target, lease, true).await?;
-    let mut set = JoinSet::new();
-    for i in 0..n {
-        let lock = locker.lock(format!("wd:{i}")).wait(Duration::from_secs(10));
-        set.spawn(lock);
-    }
-    let guards = set
-        .join_all()
-        .await
-        .into_iter()
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    // Steady state: the first renewal has loaded the renew script and put every lock in step.
-    let renewed = async || locker.stats().renewal_calls > 0;
-    eventually("the watchdog's first renewal", lease, renewed).await;
-    // Start half a period after that renewal was sent (it may still be in flight): a window of
-    // whole periods then holds exactly window / period renewals.
-    tokio::time::sleep(lease / 6).await;
+    let guards = hold(&locker, n).await?;
     let (calls0, t0) = (locker.stats().renewal_calls, Instant::now());
     let ours = window(plan, stats).await?;
     let calls = (locker.stats().renewal_calls - calls0) as f64 / t0.elapsed().as_secs_f64();
-    let still_held = guards.iter().filter(|g| g.is_held()).count();
-    if still_held != n {
-        return Err(format!("watchdog: only {still_held} of {n} locks still held").into());
-    }
-    for released in JoinSet::from_iter(guards.into_iter().map(|g| g.release()))
-        .join_all()
-        .await
-    {
-        released?;
-    }
+    release_all(guards, "watchdog").await?;
 
     crate::progress(&format!("  rslock: {n} locks, ttl {lease:?}"));
     let manager = rslock::LockManager::from_clients(vec![target.client()?]);
