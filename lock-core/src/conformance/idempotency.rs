@@ -8,7 +8,7 @@ use crate::{
     MAX_RESULT_LEN, MAX_RESULT_TTL,
 };
 
-use super::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, eventually, soon};
+use super::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, eventually};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -179,19 +179,20 @@ async fn a_store_after_the_lease_was_lost_is_refused(fx: Fixture) {
     owner.release().await.expect("release");
     drop(stale);
 
-    // The lease ran out (no watchdog).
+    // The lease (50 ms, or the backend's floor) ran out (no watchdog).
+    let lease = fx.short_lease(Duration::from_millis(50));
     let expiring = a
         .lock("expired")
-        .lease(Duration::from_millis(50))
+        .lease(lease.lease())
         .watchdog(false)
         .await
         .expect("acquire");
-    soon("the lease runs out", expiring.lost()).await;
+    lease.soon("the lease runs out", expiring.lost()).await;
     assert!(matches!(
         expiring.store_result("fp", b"late", TTL).await,
         Err(LockError::LeaseLost { .. })
     ));
-    eventually("the expired lock is gone", SOON, async || {
+    eventually("the expired lock is gone", lease.soon_after(), async || {
         state(&b, "expired").await == IdempotencyState::Absent
     })
     .await;
