@@ -60,7 +60,6 @@ impl Fixture {
     /// raised to the backend's floor ([`Suite::min_lease`]).
     pub(super) fn short_lease(&self, base: Duration) -> ShortLease {
         ShortLease {
-            base,
             lease: self.min_lease.map_or(base, |floor| base.max(floor)),
         }
     }
@@ -207,12 +206,10 @@ impl Fixture {
     }
 }
 
-/// A short lease of a check, and the spans the check measures in it, in proportion: on a backend
-/// without a floor (or with a floor below it) exactly what the check means, else as many times
-/// longer as the lease is.
+/// A short lease of a check: on a backend without a floor (or with a floor below it) exactly
+/// what the check means, else the floor; the check measures its waits in it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ShortLease {
-    base: Duration,
     lease: Duration,
 }
 
@@ -220,15 +217,6 @@ impl ShortLease {
     /// The lease to ask for.
     pub(super) fn lease(self) -> Duration {
         self.lease
-    }
-
-    /// `span`, meant for a lease of the check's base length, scaled to the lease asked for.
-    pub(super) fn scale(self, span: Duration) -> Duration {
-        if self.lease == self.base {
-            span
-        } else {
-            span.mul_f64(self.lease.as_secs_f64() / self.base.as_secs_f64())
-        }
     }
 
     /// A hang guard for what is due once the lease ran out (an expiry seen, a renewal made):

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::{LockError, LockGuard, Locker};
 
 use super::fixture::{EXPIRING_LEASE, Fixture, SOON, assert_invalid_config, eventually};
+use super::helpers;
 
 /// `watchdog(false)` renews nothing.
 async fn watchdog_off_renews_nothing(fx: Fixture) {
@@ -59,21 +60,12 @@ async fn expired_guard_reports_the_loss(fx: Fixture) {
 /// The lease of the renewal checks (or the backend's floor).
 const RENEWED_LEASE: Duration = Duration::from_millis(600);
 
-/// With the watchdog on (a lease of [`RENEWED_LEASE`]), what a second locker's wait of 2.5
-/// leases for the key returned, the first locker and its guard.
+/// With the watchdog on (a lease of [`RENEWED_LEASE`], or the backend's floor), what a second
+/// locker's wait of 2.5 leases for the key returned, the first locker and its guard.
 async fn renewed(fx: &Fixture) -> (Result<LockGuard, LockError>, Locker, LockGuard) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let lease = fx.short_lease(RENEWED_LEASE);
-    let guard = a
-        .lock("renewed")
-        .lease(lease.lease())
-        .await
-        .expect("acquire");
-    let waited = b
-        .lock("renewed")
-        .wait(lease.scale(Duration::from_millis(1_500)))
-        .await;
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let lease = fx.short_lease(RENEWED_LEASE).lease();
+    let (waited, guard) = helpers::renewed(&a, &b, lease).await;
     (waited, a, guard)
 }
 

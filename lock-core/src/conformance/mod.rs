@@ -72,6 +72,7 @@ macro_rules! checks {
 mod acquire;
 mod fencing;
 mod fixture;
+pub mod helpers;
 mod idempotency;
 mod keys;
 mod lease;
