@@ -216,7 +216,10 @@ async fn assert_new_holder_untouched(
 /// `LeaseLost`, naming the key.
 async fn release_after_expiry_says_lease_lost(fx: Fixture) {
     let expired = fx.expire_and_retake("stale").await;
-    soon("lost() after expiry", expired.stale.lost()).await;
+    expired
+        .lease
+        .soon("lost() after expiry", expired.stale.lost())
+        .await;
     match expired.stale.release().await {
         Err(LockError::LeaseLost { key, .. }) => assert_eq!(key, "stale"),
         other => panic!("stale release must say LeaseLost, got {other:?}"),
@@ -227,7 +230,10 @@ async fn release_after_expiry_says_lease_lost(fx: Fixture) {
 /// and exclusive, and (as the probe reads it) the same token with the new holder's TTL (30 s lease).
 async fn release_after_expiry_leaves_the_new_holder_alone(fx: Fixture) {
     let expired = fx.expire_and_retake("stale").await;
-    soon("lost() after expiry", expired.stale.lost()).await;
+    expired
+        .lease
+        .soon("lost() after expiry", expired.stale.lost())
+        .await;
     let before = fx.stored("stale").await;
     let _ = expired.stale.release().await;
     assert_new_holder_untouched(

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::{LockGuard, Locker, current_fence, current_lock};
 
-use super::fixture::{Fixture, SOON, has_hex_run, soon};
+use super::fixture::{Fixture, SOON, ShortLease, has_hex_run};
 
 // ---------------------------------------------------------------------------------------------
 // Fences rise
@@ -24,13 +24,13 @@ async fn unfenced(locker: &Locker) -> LockGuard {
     locker.lock(KEY).await.expect("unfenced acquire")
 }
 
-/// A fenced lock through `a` whose 150 ms lease runs out unrenewed, then a fenced acquire
-/// through `b` waiting for it: their two fences.
-async fn fences_across_expiry(a: &Locker, b: &Locker) -> [u64; 2] {
+/// A fenced lock through `a` whose `lease` runs out unrenewed, then a fenced acquire through
+/// `b` waiting for it: their two fences.
+async fn fences_across_expiry(a: &Locker, b: &Locker, lease: ShortLease) -> [u64; 2] {
     let expiring = a
         .lock(KEY)
         .fenced()
-        .lease(Duration::from_millis(150))
+        .lease(lease.lease())
         .watchdog(false)
         .await
         .expect("acquire");
@@ -38,7 +38,7 @@ async fn fences_across_expiry(a: &Locker, b: &Locker) -> [u64; 2] {
     let g = b
         .lock(KEY)
         .fenced()
-        .wait(SOON)
+        .wait(lease.soon_after())
         .await
         .expect("acquire after expiry");
     let second = g.fence().expect("token");
@@ -109,10 +109,12 @@ async fn unfenced_acquisitions_do_not_disturb_fences(fx: Fixture) {
     assert_rising(&[first, fence_of(&a, KEY).await]);
 }
 
-/// The fence of a lock taken after the previous holder's lease ran out is larger.
+/// The fence of a lock taken after the previous holder's lease (150 ms, or the backend's floor)
+/// ran out is larger.
 async fn fences_rise_across_expiry(fx: Fixture) {
     let (a, b) = (fx.locker().await, fx.locker().await);
-    assert_rising(&fences_across_expiry(&a, &b).await);
+    let lease = fx.short_lease(Duration::from_millis(150));
+    assert_rising(&fences_across_expiry(&a, &b, lease).await);
 }
 
 /// The fence of a lock taken after a dropped guard's background release is larger.
@@ -174,18 +176,19 @@ async fn secret(fx: &Fixture, locker: &Locker, key: &str) -> (LockGuard, Option<
     (guard, token)
 }
 
-/// A lock through `locker` whose 50 ms lease ran out unrenewed: the guard, its token as
-/// stored (when the probe reads it) and its `Debug` taken while it held.
+/// A lock through `locker` whose lease (50 ms, or the backend's floor) ran out unrenewed: the
+/// guard, its token as stored (when the probe reads it) and its `Debug` taken while it held.
 async fn stale_secret(fx: &Fixture, locker: &Locker) -> (LockGuard, Option<String>, String) {
+    let lease = fx.short_lease(Duration::from_millis(50));
     let stale = locker
         .lock("secret-stale")
-        .lease(Duration::from_millis(50))
+        .lease(lease.lease())
         .watchdog(false)
         .await
         .expect("acquire");
     let token = fx.stored("secret-stale").await.and_then(|s| s.token);
     let debug = format!("{stale:?}");
-    soon("stale lost", stale.lost()).await;
+    lease.soon("stale lost", stale.lost()).await;
     (stale, token, debug)
 }
 

@@ -23,6 +23,7 @@ pub(super) struct Fixture {
     local_handoff: bool,
     consecutive_fences: bool,
     stress_iterations: u64,
+    min_lease: Option<Duration>,
 }
 
 impl Fixture {
@@ -34,6 +35,7 @@ impl Fixture {
             local_handoff,
             consecutive_fences: false,
             stress_iterations: suite.stress_iterations,
+            min_lease: suite.min_lease,
         }
     }
 
@@ -52,6 +54,14 @@ impl Fixture {
     /// Whether each key's fences count 1, 2, 3, ...
     pub(super) fn consecutive_fences(&self) -> bool {
         self.consecutive_fences
+    }
+
+    /// A short lease the check watches run out or be renewed: `base` as the check means it,
+    /// raised to the backend's floor ([`Suite::min_lease`]).
+    pub(super) fn short_lease(&self, base: Duration) -> ShortLease {
+        ShortLease {
+            lease: self.min_lease.map_or(base, |floor| base.max(floor)),
+        }
     }
 
     /// The prefix of the lockers built on this fixture.
@@ -196,10 +206,41 @@ impl Fixture {
     }
 }
 
+/// A short lease of a check: on a backend without a floor (or with a floor below it) exactly
+/// what the check means, else the floor; the check measures its waits in it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ShortLease {
+    lease: Duration,
+}
+
+impl ShortLease {
+    /// The lease to ask for.
+    pub(super) fn lease(self) -> Duration {
+        self.lease
+    }
+
+    /// A hang guard for what is due once the lease ran out (an expiry seen, a renewal made):
+    /// the lease, then [`SOON`].
+    pub(super) fn soon_after(self) -> Duration {
+        self.lease + SOON
+    }
+
+    /// Awaits `fut`, due once the lease ran out, up to [`soon_after`](Self::soon_after).
+    pub(super) async fn soon<F: Future>(self, what: &str, fut: F) -> F::Output {
+        let within = self.soon_after();
+        tokio::time::timeout(within, fut)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: not done within {within:?}"))
+    }
+}
+
 /// A lock whose lease ran out unrenewed, and the lock another locker took in its place.
 pub(super) struct Expired {
-    /// The first holder's guard (a lease of [`EXPIRING_LEASE`], no watchdog): lost.
+    /// The first holder's guard (a lease of [`EXPIRING_LEASE`] or the backend's floor, no
+    /// watchdog): lost.
     pub(super) stale: LockGuard,
+    /// The lease [`stale`](Self::stale) was taken with.
+    pub(super) lease: ShortLease,
     /// The second locker's guard (a 30 s lease), got by waiting on the key.
     pub(super) fresh: LockGuard,
     /// How long after the first acquire was called the key was free for the second locker.
@@ -209,13 +250,15 @@ pub(super) struct Expired {
     _lockers: [Locker; 2],
 }
 
-/// The lease of [`Expired::stale`].
+/// The lease of [`Expired::stale`], on a backend without a floor above it.
 pub(super) const EXPIRING_LEASE: Duration = Duration::from_millis(200);
 
 impl Fixture {
-    /// Locks `key` with a short lease and no watchdog, and has a second locker wait for it
-    /// (up to [`SOON`]) with a 30 s lease: the first lease runs out and the key is retaken.
+    /// Locks `key` with a short lease ([`EXPIRING_LEASE`], or the backend's floor) and no
+    /// watchdog, and has a second locker wait for it (up to [`SOON`] past the lease) with a 30 s
+    /// lease: the first lease runs out and the key is retaken.
     pub(super) async fn expire_and_retake(&self, key: &str) -> Expired {
+        let lease = self.short_lease(EXPIRING_LEASE);
         let (a, b, third) = (
             self.locker().await,
             self.locker().await,
@@ -224,18 +267,19 @@ impl Fixture {
         let started = Instant::now();
         let stale = a
             .lock(key)
-            .lease(EXPIRING_LEASE)
+            .lease(lease.lease())
             .watchdog(false)
             .await
             .expect("acquire");
         let fresh = b
             .lock(key)
             .lease(Duration::from_secs(30))
-            .wait(SOON)
+            .wait(lease.soon_after())
             .await
             .expect("an expired lease frees the key");
         Expired {
             stale,
+            lease,
             fresh,
             freed_after: started.elapsed(),
             third,

@@ -4,28 +4,14 @@
 use std::time::Duration;
 
 use crate::{
-    IdempotencyRecord, IdempotencyState, LockError, Locker, MAX_FINGERPRINT_LEN, MAX_KEY_LEN,
-    MAX_RESULT_LEN, MAX_RESULT_TTL,
+    IdempotencyState, LockError, Locker, MAX_FINGERPRINT_LEN, MAX_KEY_LEN, MAX_RESULT_LEN,
+    MAX_RESULT_TTL,
 };
 
-use super::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, eventually, soon};
+use super::fixture::{Fixture, SOON, assert_invalid_config, assert_invalid_key, eventually};
+use super::helpers::{completed, settled, started, state};
 
 const TTL: Duration = Duration::from_secs(60);
-
-async fn state(locker: &Locker, key: &str) -> IdempotencyState {
-    locker
-        .idempotency_state(key)
-        .await
-        .unwrap_or_else(|e| panic!("idempotency_state({key:?}): {e}"))
-}
-
-#[track_caller]
-fn completed(state: IdempotencyState) -> IdempotencyRecord {
-    match state {
-        IdempotencyState::Completed(record) => record,
-        other => panic!("expected Completed, got {other:?}"),
-    }
-}
 
 /// Whether the backend holds a record for `key`, read by the probe where it can (else asked
 /// through the state, which is all the API shows).
@@ -179,19 +165,20 @@ async fn a_store_after_the_lease_was_lost_is_refused(fx: Fixture) {
     owner.release().await.expect("release");
     drop(stale);
 
-    // The lease ran out (no watchdog).
+    // The lease (50 ms, or the backend's floor) ran out (no watchdog).
+    let lease = fx.short_lease(Duration::from_millis(50));
     let expiring = a
         .lock("expired")
-        .lease(Duration::from_millis(50))
+        .lease(lease.lease())
         .watchdog(false)
         .await
         .expect("acquire");
-    soon("the lease runs out", expiring.lost()).await;
+    lease.soon("the lease runs out", expiring.lost()).await;
     assert!(matches!(
         expiring.store_result("fp", b"late", TTL).await,
         Err(LockError::LeaseLost { .. })
     ));
-    eventually("the expired lock is gone", SOON, async || {
+    eventually("the expired lock is gone", lease.soon_after(), async || {
         state(&b, "expired").await == IdempotencyState::Absent
     })
     .await;
@@ -345,28 +332,6 @@ async fn idempotency_state_is_one_request(fx: Fixture) {
         "one backend call per state"
     );
     held.release().await.expect("release");
-}
-
-#[track_caller]
-fn started(state: IdempotencyState) -> (String, Duration) {
-    match state {
-        IdempotencyState::Started {
-            fingerprint,
-            expires_in,
-            ..
-        } => (fingerprint, expires_in),
-        other => panic!("expected Started, got {other:?}"),
-    }
-}
-
-/// The state of `key` once no server shows its lock any more (on Redlock a release answers at
-/// a quorum, and the last servers' releases may still be on their way).
-async fn settled(locker: &Locker, key: &str) -> IdempotencyState {
-    eventually("the released lock is gone everywhere", SOON, async || {
-        state(locker, key).await != IdempotencyState::InFlight
-    })
-    .await;
-    state(locker, key).await
 }
 
 /// Issue 29, item 9: the durable "started" mark, written under the lock before the work.

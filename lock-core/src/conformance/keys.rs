@@ -9,6 +9,7 @@ use crate::{
 };
 
 use super::fixture::{Fixture, assert_busy, assert_invalid_config, assert_invalid_key};
+use super::helpers::{lock_fenced, odd_keys};
 
 // ---------------------------------------------------------------------------------------------
 // Invalid keys and options are refused
@@ -235,39 +236,6 @@ async fn rejected_requests_leave_the_backend_empty(fx: Fixture) {
 
 // ---------------------------------------------------------------------------------------------
 // Odd keys work
-
-/// Keys with braces and odd bytes (newlines, NUL, tabs, non-ASCII), and one of exactly
-/// [`MAX_KEY_LEN`] bytes with braces and multi-byte characters.
-fn odd_keys() -> Vec<String> {
-    let mut at_limit = String::from("{x}");
-    while at_limit.len() + "é".len() <= MAX_KEY_LEN {
-        at_limit.push('é');
-    }
-    while at_limit.len() < MAX_KEY_LEN {
-        at_limit.push('}');
-    }
-    assert_eq!(at_limit.len(), MAX_KEY_LEN);
-    vec![
-        "a}b{c".to_owned(),
-        "{order:42}".to_owned(),
-        "}{".to_owned(),
-        "{}".to_owned(),
-        "ключ 🔒\t\r\n\0end".to_owned(),
-        "line\nbreak{".to_owned(),
-        at_limit,
-    ]
-}
-
-/// A fenced lock on `key` through `locker`, and its fence.
-async fn lock_fenced(locker: &Locker, key: &str) -> (LockGuard, u64) {
-    let guard = locker
-        .lock(key)
-        .fenced()
-        .await
-        .unwrap_or_else(|e| panic!("{key:?}: {e}"));
-    let fence = guard.fence().expect("fenced");
-    (guard, fence)
-}
 
 /// Every odd key locks, and its guard names it.
 async fn odd_keys_lock(fx: Fixture) {

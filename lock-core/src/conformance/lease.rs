@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use crate::{LockError, LockGuard, Locker};
 
-use super::fixture::{EXPIRING_LEASE, Fixture, SOON, assert_invalid_config, eventually, soon};
+use super::fixture::{EXPIRING_LEASE, Fixture, SOON, assert_invalid_config, eventually};
+use super::helpers;
 
 /// `watchdog(false)` renews nothing.
 async fn watchdog_off_renews_nothing(fx: Fixture) {
     let a = fx.locker().await;
     let _guard = a
         .lock("expiring")
-        .lease(EXPIRING_LEASE)
+        .lease(fx.short_lease(EXPIRING_LEASE).lease())
         .watchdog(false)
         .await
         .expect("acquire");
@@ -32,9 +33,10 @@ async fn expired_lease_frees_the_key(fx: Fixture) {
 /// slack for the millisecond clocks of the backends).
 async fn expiring_key_is_not_free_before_the_lease_runs_out(fx: Fixture) {
     let expired = fx.expire_and_retake("expiring").await;
+    let lease = expired.lease.lease();
     assert!(
-        expired.freed_after + Duration::from_millis(10) >= EXPIRING_LEASE,
-        "freed after {:?}, before the {EXPIRING_LEASE:?} lease ran out",
+        expired.freed_after + Duration::from_millis(10) >= lease,
+        "freed after {:?}, before the {lease:?} lease ran out",
         expired.freed_after
     );
 }
@@ -49,20 +51,21 @@ async fn expired_guard_is_no_longer_held(fx: Fixture) {
 /// Once the lease ran out, the old guard's `lost()` resolves.
 async fn expired_guard_reports_the_loss(fx: Fixture) {
     let expired = fx.expire_and_retake("expiring").await;
-    soon("lost() after expiry", expired.stale.lost()).await;
+    expired
+        .lease
+        .soon("lost() after expiry", expired.stale.lost())
+        .await;
 }
 
-/// With the watchdog on (a 600 ms lease), what a second locker's 1.5 s wait for the key
-/// returned, the first locker and its guard.
+/// The lease of the renewal checks (or the backend's floor).
+const RENEWED_LEASE: Duration = Duration::from_millis(600);
+
+/// With the watchdog on (a lease of [`RENEWED_LEASE`], or the backend's floor), what a second
+/// locker's wait of 2.5 leases for the key returned, the first locker and its guard.
 async fn renewed(fx: &Fixture) -> (Result<LockGuard, LockError>, Locker, LockGuard) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let guard = a
-        .lock("renewed")
-        .lease(Duration::from_millis(600))
-        .await
-        .expect("acquire");
-    let waited = b.lock("renewed").wait(Duration::from_millis(1_500)).await;
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let lease = fx.short_lease(RENEWED_LEASE).lease();
+    let (waited, guard) = helpers::renewed(&a, &b, lease).await;
     (waited, a, guard)
 }
 
@@ -92,12 +95,16 @@ async fn watchdog_renews_repeatedly(fx: Fixture) {
 /// it off the renewals.
 async fn released_lock_is_no_longer_renewed(fx: Fixture) {
     let a = fx.locker().await;
+    let lease = fx.short_lease(RENEWED_LEASE);
     let guard = a
         .lock("renewed")
-        .lease(Duration::from_millis(600))
+        .lease(lease.lease())
         .await
         .expect("acquire");
-    eventually("a renewal", SOON, async || a.stats().renewal_calls >= 1).await;
+    eventually("a renewal", lease.soon_after(), async || {
+        a.stats().renewal_calls >= 1
+    })
+    .await;
     assert_eq!(a.stats().renewed_locks, 1);
     guard.release().await.expect("release");
     assert_eq!(a.stats().renewed_locks, 0);

@@ -72,6 +72,7 @@ macro_rules! checks {
 mod acquire;
 mod fencing;
 mod fixture;
+pub mod helpers;
 mod idempotency;
 mod keys;
 mod lease;
@@ -181,8 +182,9 @@ enum Need {
     OneWinner,
     /// A [`Probe`].
     Probe,
-    /// Leases shorter than a second (to see one run out within the check's time): skipped on
-    /// a backend whose leases have a floor ([`Suite::min_lease`]).
+    /// A short lease the check watches run out or be renewed: raised to the backend's floor
+    /// ([`Suite::min_lease`]) with the check's waits in proportion, so the check mostly waits;
+    /// where the floor is a second or more, [`Suite::run`] runs these checks together.
     ShortLease,
     /// A busy answer tells how long the holder's lease still runs (optional: see
     /// [`AttemptOptions::remaining`](crate::backend::AttemptOptions::remaining)).
@@ -192,6 +194,7 @@ enum Need {
 type CheckFn = fn(Fixture) -> Pin<Box<dyn Future<Output = ()>>>;
 
 /// One check: its area, its name, what it needs, the property.
+#[derive(Clone, Copy)]
 struct Check {
     area: &'static str,
     name: &'static str,
@@ -519,10 +522,13 @@ impl Suite {
         }
     }
 
-    /// The shortest lease the backend accepts (etcd's leases are whole seconds, at least 2 s):
-    /// the checks that watch a lease of under a second run out are then reported
-    /// [`Outcome::Skipped`], never run with a lease the backend would refuse. The other checks
-    /// keep their leases, which are all long enough.
+    /// The shortest lease the backend accepts (etcd's leases are whole seconds, at least 2 s).
+    /// The checks that watch a short lease (50 to 600 ms) run out or be renewed then take the
+    /// floor instead, never a lease the backend would refuse, and scale their waits with it (a
+    /// check that waits 2.5 leases for a renewed lock waits 2.5 floors); on a backend without a
+    /// floor they run as written. The other checks keep their leases, which are all long
+    /// enough. With a floor of a second or more, [`run`](Self::run) runs those checks together
+    /// (they mostly wait), after the others.
     ///
     /// ```
     /// # let suite = lock_core::conformance::Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
@@ -637,8 +643,10 @@ impl Suite {
     }
 
     /// Runs every check (but those [`only`](Self::only) leaves out), with local hand-off on
-    /// then off (or as [`local_handoff`](Self::local_handoff) says), one after the other, each
-    /// under a key prefix of its own (the suite's prefix followed by the run's number).
+    /// then off (or as [`local_handoff`](Self::local_handoff) says), one after the other (those
+    /// that wait on a lease stretched to a [`min_lease`](Self::min_lease) of a second or more
+    /// run together, last), each under a key prefix of its own (the suite's prefix followed by
+    /// the run's number).
     ///
     /// # Panics
     /// When a check failed, after all ran: the message names each failed check and says why.
@@ -655,34 +663,65 @@ impl Suite {
             Some(false) => &[false],
             None => &[true, false],
         };
-        let mut report = Report::default();
-        let mut failed = Vec::new();
-        let mut run = 0;
+        let mut runs = Vec::new();
         for &on in passes {
             for check in all_checks() {
                 if self
                     .only
                     .as_deref()
-                    .is_some_and(|part| !check.name.contains(part))
+                    .is_none_or(|part| check.name.contains(part))
                 {
-                    continue;
+                    runs.push((check, on));
                 }
-                let name = if on {
-                    format!("{}::{}", check.area, check.name)
-                } else {
-                    format!("{}::{} (local hand-off off)", check.area, check.name)
-                };
-                // Each check under a prefix of its own: what one left behind (a record, a
-                // fence counter, a lock still expiring) never meets the next.
-                run += 1;
-                let own = Suite {
-                    prefix: format!("{}{run}:", self.prefix),
-                    ..self.clone()
-                };
-                match CatchUnwind(Box::pin(own.run_one(&check, on))).await {
-                    Ok(outcome) => report.outcomes.push((name, outcome)),
-                    Err(why) => failed.push(format!("{name}: {why}")),
-                }
+            }
+        }
+        // A floor of seconds makes each short-lease check wait seconds for a lease: they run
+        // together once the others are done, so the run waits about one floor for all of them.
+        let together = self.min_lease.is_some_and(|f| f >= Duration::from_secs(1));
+        let mut ended: Vec<Option<Result<Outcome, String>>> = vec![None; runs.len()];
+        let mut waiting = Vec::new();
+        for (i, &(check, on)) in runs.iter().enumerate() {
+            if together && check.needs.contains(&Need::ShortLease) {
+                waiting.push(i);
+                continue;
+            }
+            let own = self.numbered(i);
+            ended[i] = Some(CatchUnwind(Box::pin(own.run_one(&check, on))).await);
+        }
+        if !waiting.is_empty() {
+            // The checks' futures are not `Send`: they share this thread.
+            let local = tokio::task::LocalSet::new();
+            let tasks: Vec<_> = waiting
+                .iter()
+                .map(|&i| {
+                    let (check, on) = runs[i];
+                    let own = self.numbered(i);
+                    local.spawn_local(async move { own.run_one(&check, on).await })
+                })
+                .collect();
+            local
+                .run_until(async {
+                    for (&i, task) in waiting.iter().zip(tasks) {
+                        ended[i] = Some(task.await.map_err(|e| match e.try_into_panic() {
+                            Ok(payload) => panic_message(payload.as_ref()),
+                            Err(e) => e.to_string(),
+                        }));
+                    }
+                })
+                .await;
+        }
+        let mut report = Report::default();
+        let mut failed = Vec::new();
+        for ((check, on), end) in runs.iter().zip(ended) {
+            let name = if *on {
+                format!("{}::{}", check.area, check.name)
+            } else {
+                format!("{}::{} (local hand-off off)", check.area, check.name)
+            };
+            match end {
+                Some(Ok(outcome)) => report.outcomes.push((name, outcome)),
+                Some(Err(why)) => failed.push(format!("{name}: {why}")),
+                None => failed.push(format!("{name}: never ran")),
             }
         }
         assert!(
@@ -692,6 +731,16 @@ impl Suite {
             failed.join("\n")
         );
         report
+    }
+
+    /// The suite for run `i` of [`run`](Self::run): each check under a prefix of its own, so
+    /// that what one left behind (a record, a fence counter, a lock still expiring) never meets
+    /// the next.
+    fn numbered(&self, i: usize) -> Suite {
+        Suite {
+            prefix: format!("{}{}:", self.prefix, i + 1),
+            ..self.clone()
+        }
     }
 
     /// Runs `check` with local hand-off `on`, or the refusal of what it needs.
@@ -721,9 +770,6 @@ impl Suite {
                 Need::Probe if self.probe.is_none() => skipped = Some("needs a Probe"),
                 Need::BusyHint if !self.busy_hint => {
                     skipped = Some("the backend does not report the holder's remaining lease");
-                }
-                Need::ShortLease if self.min_lease.is_some_and(|f| f >= Duration::from_secs(1)) => {
-                    skipped = Some("needs a lease of under a second, below the backend's floor");
                 }
                 _ => {}
             }
@@ -756,11 +802,16 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Err(payload) => Poll::Ready(Err(payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "panicked".to_owned()))),
+            Err(payload) => Poll::Ready(Err(panic_message(payload.as_ref()))),
         }
     }
+}
+
+/// What a panic said.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panicked".to_owned())
 }

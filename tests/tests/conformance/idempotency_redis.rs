@@ -3,42 +3,13 @@
 
 use std::time::Duration;
 
+use lock_core::conformance::helpers::{completed, settled, started, state};
 use lock_core::{IdempotencyState, LockError, Locker};
 use lock_testkit::{RedisServer, eventually};
 
 use crate::fixture::{SOON, lock_name};
-use crate::redis_layout::completed;
 
 const TTL: Duration = Duration::from_secs(60);
-
-async fn state(locker: &Locker, key: &str) -> IdempotencyState {
-    locker
-        .idempotency_state(key)
-        .await
-        .unwrap_or_else(|e| panic!("idempotency_state({key:?}): {e}"))
-}
-
-#[track_caller]
-fn started(state: IdempotencyState) -> (String, Duration) {
-    match state {
-        IdempotencyState::Started {
-            fingerprint,
-            expires_in,
-            ..
-        } => (fingerprint, expires_in),
-        other => panic!("expected Started, got {other:?}"),
-    }
-}
-
-/// The state of `key` once no server shows its lock any more (on Redlock a release answers at
-/// a quorum, and the last servers' releases may still be on their way).
-async fn settled(locker: &Locker, key: &str) -> IdempotencyState {
-    eventually("the released lock is gone everywhere", SOON, async || {
-        state(locker, key).await != IdempotencyState::InFlight
-    })
-    .await;
-    state(locker, key).await
-}
 
 /// Redis only: a restart without persistence loses the records like the locks (the next
 /// request with the key runs again: documented), and a holder whose lock went with the data

@@ -29,11 +29,30 @@ async fn the_whole_kit_passes_on_the_memory_backend() {
     assert!(report.skipped().is_empty(), "{:?}", report.skipped());
 }
 
-/// The memory backend, but its release deletes the lock whoever holds it (the token ignored).
+/// The memory backend, but its release deletes the lock whoever holds it (the token ignored)
+/// when `ignores_the_token` is set; it notes the shortest lease it was asked for.
 #[derive(Debug, Clone, Default)]
-struct IgnoresTheToken(MemoryBackend);
+struct Altered {
+    store: MemoryBackend,
+    ignores_the_token: bool,
+    shortest_lease: Arc<std::sync::Mutex<Option<Duration>>>,
+}
 
-impl Backend for IgnoresTheToken {
+impl Altered {
+    fn ignoring_the_token() -> Self {
+        Altered {
+            ignores_the_token: true,
+            ..Altered::default()
+        }
+    }
+
+    fn asked_for(&self, lease: Duration) {
+        let mut shortest = self.shortest_lease.lock().expect("not poisoned");
+        *shortest = Some(shortest.map_or(lease, |s| s.min(lease)));
+    }
+}
+
+impl Backend for Altered {
     fn acquire<'a>(
         &'a self,
         key: &'a LockKey,
@@ -41,23 +60,30 @@ impl Backend for IgnoresTheToken {
         lease: Duration,
         options: AttemptOptions<'a>,
     ) -> BoxFuture<'a, Result<Attempt, LockError>> {
-        self.0.acquire(key, token, lease, options)
+        self.asked_for(lease);
+        self.store.acquire(key, token, lease, options)
     }
     fn release<'a>(
         &'a self,
         key: &'a LockKey,
-        _token: &'a Token,
+        token: &'a Token,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move { Ok(self.0.force_delete(key.user())) })
+        if !self.ignores_the_token {
+            return self.store.release(key, token);
+        }
+        Box::pin(async move { Ok(self.store.force_delete(key.user())) })
     }
     fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
-        self.0.renew(items)
+        for item in items {
+            self.asked_for(item.lease);
+        }
+        self.store.renew(items)
     }
     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
-        self.0.subscribe(key, inbox)
+        self.store.subscribe(key, inbox)
     }
     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        self.0.unsubscribe(key, inbox);
+        self.store.unsubscribe(key, inbox);
     }
     fn store_result<'a>(
         &'a self,
@@ -67,7 +93,8 @@ impl Backend for IgnoresTheToken {
         result: &'a [u8],
         ttl: Duration,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.0.store_result(key, token, fingerprint, result, ttl)
+        self.store
+            .store_result(key, token, fingerprint, result, ttl)
     }
     fn mark_started<'a>(
         &'a self,
@@ -77,7 +104,7 @@ impl Backend for IgnoresTheToken {
         fingerprint: &'a str,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Marked, LockError>> {
-        self.0.mark_started(key, token, mark, fingerprint, ttl)
+        self.store.mark_started(key, token, mark, fingerprint, ttl)
     }
     fn clear_started<'a>(
         &'a self,
@@ -85,27 +112,27 @@ impl Backend for IgnoresTheToken {
         token: &'a Token,
         mark: &'a Token,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.0.clear_started(key, token, mark)
+        self.store.clear_started(key, token, mark)
     }
     fn idempotency_state<'a>(
         &'a self,
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
-        self.0.idempotency_state(key)
+        self.store.idempotency_state(key)
     }
 }
 
-/// The kit on [`IgnoresTheToken`], running `check` on a thread and runtime of its own: the
+/// The kit on a backend that ignores the token ([`Altered`]), running `check` on a thread and runtime of its own: the
 /// panic's message, if it failed.
 fn broken(check: &'static str) -> Option<String> {
     std::thread::spawn(move || {
-        let store = IgnoresTheToken::default();
+        let store = Altered::ignoring_the_token();
         let handles = store.clone();
         let suite = Suite::new(move || {
             let store = handles.clone();
             async move { Ok(store.into_backend()) }
         })
-        .probe(store.0);
+        .probe(store.store);
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -151,8 +178,8 @@ fn the_kit_catches_a_release_that_ignores_the_token() {
 /// default (`refuses` turns fencing and fair waiting down), their checks check the refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_capability_checks_the_refusal() {
-    let suite = Suite::new(|| async { Ok(IgnoresTheToken::default().into_backend()) });
-    // IgnoresTheToken keeps the trait's default: fencing and fair waiting refused.
+    let suite = Suite::new(|| async { Ok(Altered::default().into_backend()) });
+    // Altered keeps the trait's default: fencing and fair waiting refused.
     assert_eq!(
         suite.run_check("fences_rise_across_release").await,
         Outcome::Refused
@@ -167,5 +194,39 @@ async fn a_refused_capability_checks_the_refusal() {
             .run_check("timed_out_waiter_leaves_the_backend_queue")
             .await,
         Outcome::Skipped("needs a Probe")
+    );
+}
+
+/// On a backend with a lease floor (`min_lease`), the checks that watch a short lease run out
+/// or be renewed are not skipped: they ask for the floor instead (never less), scale their waits
+/// and pass; [`Suite::run`] runs them together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_floor_scales_the_short_lease_checks() {
+    let store = Altered::default();
+    let handles = store.clone();
+    let floor = Duration::from_secs(1);
+    let report = Suite::new(move || {
+        let store = handles.clone();
+        async move { Ok(store.into_backend()) }
+    })
+    .probe(store.store.clone())
+    .min_lease(floor)
+    .only("expir")
+    .run()
+    .await;
+    assert!(report.skipped().is_empty(), "{:?}", report.skipped());
+    let ran: Vec<&str> = report.passed();
+    for check in [
+        "lease::expired_lease_frees_the_key",
+        "lease::expiring_key_is_not_free_before_the_lease_runs_out (local hand-off off)",
+        "acquire::release_after_expiry_says_lease_lost",
+    ] {
+        assert!(ran.contains(&check), "{check} did not run: {ran:?}");
+    }
+    let shortest = *store.shortest_lease.lock().expect("not poisoned");
+    assert_eq!(
+        shortest,
+        Some(floor),
+        "no lease below the floor, and the floor used"
     );
 }

@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::{
-    DEFAULT_LEASE, IdempotencyRecord, IdempotencyState, LockError, LockGuard, Locker, MAX_KEY_LEN,
-};
+use lock_core::conformance::helpers::{completed, lock_fenced, odd_keys, renewed, state};
+use lock_core::{DEFAULT_LEASE, IdempotencyState};
 use lock_testkit::RedisServer;
 
 use crate::fixture::{Fixture, SOON, Store, lock_name};
@@ -51,68 +50,9 @@ async fn fence_history(fx: &Fixture) -> Vec<u64> {
     fences
 }
 
-/// With the watchdog on (a 600 ms lease), what a second locker's 1.5 s wait for the key
-/// returned, the first locker and its guard.
-async fn renewed(fx: &Fixture) -> (Result<LockGuard, LockError>, Locker, LockGuard) {
-    let a = fx.locker().await;
-    let b = fx.locker().await;
-    let guard = a
-        .lock("renewed")
-        .lease(Duration::from_millis(600))
-        .await
-        .expect("acquire");
-    let waited = b.lock("renewed").wait(Duration::from_millis(1_500)).await;
-    (waited, a, guard)
-}
-
-/// Keys with braces and odd bytes, and one of exactly [`MAX_KEY_LEN`] bytes.
-fn odd_keys() -> Vec<String> {
-    let mut at_limit = String::from("{x}");
-    while at_limit.len() + "é".len() <= MAX_KEY_LEN {
-        at_limit.push('é');
-    }
-    while at_limit.len() < MAX_KEY_LEN {
-        at_limit.push('}');
-    }
-    vec![
-        "a}b{c".to_owned(),
-        "{order:42}".to_owned(),
-        "}{".to_owned(),
-        "{}".to_owned(),
-        "ключ 🔒\t\r\n\0end".to_owned(),
-        "line\nbreak{".to_owned(),
-        at_limit,
-    ]
-}
-
-async fn lock_fenced(locker: &Locker, key: &str) -> (LockGuard, u64) {
-    let guard = locker
-        .lock(key)
-        .fenced()
-        .await
-        .unwrap_or_else(|e| panic!("{key:?}: {e}"));
-    let fence = guard.fence().expect("fenced");
-    (guard, fence)
-}
-
 /// The Redis name of a key's record, from the documented layout (not from lock-core).
 fn record_name(prefix: &str, key: &str) -> String {
     format!("{}:result", lock_name(prefix, key))
-}
-
-async fn state(locker: &Locker, key: &str) -> IdempotencyState {
-    locker
-        .idempotency_state(key)
-        .await
-        .unwrap_or_else(|e| panic!("idempotency_state({key:?}): {e}"))
-}
-
-#[track_caller]
-pub(crate) fn completed(state: IdempotencyState) -> IdempotencyRecord {
-    match state {
-        IdempotencyState::Completed(record) => record,
-        other => panic!("expected Completed, got {other:?}"),
-    }
 }
 
 /// Redis stores a held lock as a 32-character token whose TTL is the lease (30 s by default).
@@ -183,7 +123,8 @@ async fn retaken_key_holds_the_new_owners_token(fx: Fixture) {
 /// On Redis each renewal sets the TTL to the lease again, no more: after 2.5 leases it is
 /// still within (0, 600 ms].
 async fn renewals_keep_the_ttl_within_the_lease(fx: Fixture) {
-    let (_, _a, guard) = renewed(&fx).await;
+    let (a, b) = (fx.locker().await, fx.locker().await);
+    let (_, guard) = renewed(&a, &b, Duration::from_millis(600)).await;
     let s = fx.stored("renewed").await.expect("read from Redis");
     assert!(s.pttl > 0 && s.pttl <= 600, "{s:?}");
     guard.release().await.expect("release");
@@ -231,8 +172,9 @@ async fn odd_keys_keep_lock_fence_and_channel_in_one_slot(fx: Fixture) {
 }
 
 /// On Redis the record is a hash `P{T}S:result` beside the lock, in its hash slot (as a real
-/// cluster-mode server computes it), with a TTL, for odd keys and another prefix too; on every
-/// backend, records of different keys and prefixes never meet.
+/// cluster-mode server computes it), with a TTL, for odd keys and another prefix too. (That
+/// records of different keys and prefixes never meet is the kit's
+/// `records_of_different_keys_and_prefixes_never_meet`, on every backend.)
 async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
     let plain = fx.locker().await;
     let shop = fx.builder().await.prefix("shop:").build();
@@ -274,15 +216,6 @@ async fn the_record_shares_the_locks_hash_slot(fx: Fixture) {
                 );
             }
             guard.release().await.expect("release");
-        }
-    }
-    for key in keys {
-        for (prefix, locker) in [("lock:", &plain), ("shop:", &shop)] {
-            let record = completed(state(locker, key).await);
-            assert_eq!(
-                (record.fingerprint.as_str(), record.result.as_slice()),
-                (prefix, key.as_bytes())
-            );
         }
     }
 }
