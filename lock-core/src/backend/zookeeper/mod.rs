@@ -35,6 +35,7 @@ use crate::key::LockKey;
 use crate::sync::Mutex;
 use crate::token::Token;
 
+mod announce;
 mod lock;
 mod record;
 mod session;
@@ -96,6 +97,18 @@ struct Shared {
     listeners: Arc<Mutex<Listeners>>,
     /// Our contender nodes, by lock name and token.
     contenders: Mutex<HashMap<String, Contender>>,
+    /// The watch announcing fair waiters, per lock with listeners here (see `announce`).
+    announcers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Fair waiters announced to this process's listeners.
+    fair_heard: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for (_, watch) in self.announcers.lock().drain() {
+            watch.abort();
+        }
+    }
 }
 
 impl Shared {
@@ -281,6 +294,8 @@ impl ZooKeeperBackendBuilder {
                 request_timeout: self.request_timeout,
                 listeners: Arc::default(),
                 contenders: Mutex::default(),
+                announcers: Mutex::default(),
+                fair_heard: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let session = backend.inner.sessions.current().await?;
@@ -450,13 +465,16 @@ impl Backend for ZooKeeperBackend {
         Box::pin(self.renew_locks(items))
     }
 
+    /// Releases of this process reach its listeners directly, and releases of others through
+    /// each waiter's watch of the node ahead; fair waiters of other processes are heard by a
+    /// watch of the lock's container while it has listeners here.
     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
-        self.inner.listeners.lock().add(key.name(), inbox);
+        self.hear_fair_waiters(key, inbox);
         Box::pin(std::future::ready(true))
     }
 
     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        self.inner.listeners.lock().remove(key.name(), inbox);
+        self.stop_hearing(key, inbox);
     }
 
     fn store_result<'a>(
