@@ -109,11 +109,11 @@ async fn announce(shared: Weak<Shared>, dir: String, name: String) {
                     tell(&strong, &name, UNHEARD);
                     break;
                 }
-                zk::EventType::Session => {
-                    if event.session_state == zk::SessionState::SyncConnected {
-                        // Events during a reconnection can be lost.
-                        tell(&strong, &name, UNHEARD);
-                    }
+                zk::EventType::Session
+                    if event.session_state == zk::SessionState::SyncConnected =>
+                {
+                    // Events during a reconnection can be lost.
+                    tell(&strong, &name, UNHEARD);
                 }
                 zk::EventType::NodeChildrenChanged => {
                     let listed = tokio::time::timeout(timeout, session.client.list_children(&dir));
