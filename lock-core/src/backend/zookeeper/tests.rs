@@ -52,7 +52,7 @@ impl Tree {
             .await
             .unwrap_or_default()
             .into_iter()
-            .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+            .filter(|c| super::lock::is_contender(c))
             .collect();
         nodes.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
         nodes
