@@ -26,7 +26,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`connect`](Self::connect) (any connect string, a proxy's).
 ///
 /// The session asks for a 10 s timeout and moves to another member of its connect string by
-/// itself when its connection drops or stays silent for 2 s. Every helper panics when the call
+/// itself when its connection drops or stays silent for 2 s. Its reads first bring its member
+/// up to date with the leader (a sync), so they see every write acknowledged before them, by
+/// any session. Every helper panics when the call
 /// fails or takes more than 10 s, as assertions do; [`inner`](Self::inner) is the crate's
 /// client for anything else (watches, multi, ACLs).
 ///
@@ -142,6 +144,7 @@ impl ZkClient {
     ///
     /// See [`ZkClient`].
     pub async fn stat(&self, path: &str) -> Option<Stat> {
+        self.catch_up(path).await;
         self.call("stat", path, self.client.check_stat(path)).await
     }
 
@@ -170,6 +173,7 @@ impl ZkClient {
     /// # }
     /// ```
     pub async fn get(&self, path: &str) -> Option<(Vec<u8>, Stat)> {
+        self.catch_up(path).await;
         none_if_no_node(self.try_call("get", path, self.client.get_data(path)).await)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -182,6 +186,7 @@ impl ZkClient {
     ///
     /// See [`ZkClient`].
     pub async fn children(&self, path: &str) -> Option<Vec<String>> {
+        self.catch_up(path).await;
         let children = none_if_no_node(
             self.try_call("children", path, self.client.list_children(path))
                 .await,
@@ -221,6 +226,13 @@ impl ZkClient {
     }
 
     /// Awaits one call of the crate within [`CALL_TIMEOUT`]; the error says what failed.
+    /// Brings this session's member up to date with the leader before a read: ZooKeeper serves
+    /// a read from the member a session is on, which may not have applied another session's
+    /// latest writes yet (reads here say what the ensemble holds now).
+    async fn catch_up(&self, path: &str) {
+        self.call("sync", path, self.client.sync("/")).await;
+    }
+
     async fn try_call<T>(
         &self,
         what: &str,

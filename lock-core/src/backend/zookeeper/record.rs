@@ -242,9 +242,17 @@ impl ZooKeeperBackend {
             .add_get_data(&rk)
             .and_then(|()| reader.add_get_children(&dir))
             .map_err(|e| backend_error("idempotency state", Some(key.user()), e))?;
-        let answer = self
-            .bounded("idempotency state", Some(key), reader.commit())
-            .await?;
+        // Read by a caller that may not hold the lock: the member this session is on catches
+        // up with the leader first (a sync, sent before the read: a session's requests are
+        // served in order), so a record or a contender of another process is never missed.
+        let synced = session.client.sync(&self.inner.root);
+        let read = reader.commit();
+        let (synced, answer) = tokio::join!(
+            self.bounded("idempotency state", Some(key), synced),
+            self.bounded("idempotency state", Some(key), read)
+        );
+        synced?;
+        let answer = answer?;
         let mut answer = answer.into_iter();
         let record = match answer.next() {
             Some(zk::MultiReadResult::Data { data, .. }) => {
