@@ -204,3 +204,65 @@ async fn a_release_sent_again_after_its_reply_was_lost_spares_the_next_holder() 
     );
     next.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_giving_up_while_its_create_is_unanswered_leaves_no_node() {
+    let (hosts, zk, proxy, through) = tree_and_proxy("gave-up-unanswered").await;
+    let holder = locker(&hosts).await;
+    // A session longer than the whole blackout (its client notices a silent connection only
+    // after two fifths of it): the session outlives the fault, and so would an orphan node.
+    let gives_up = Locker::builder(
+        lock_core::ZooKeeperBackend::builder(&through)
+            .session_timeout(Duration::from_secs(10))
+            .request_timeout(super::REQUEST_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect"),
+    )
+    .lease(LEASE)
+    .build();
+    let other = locker(&hosts).await;
+    let held = holder.lock("unanswered").fenced().await.expect("lock");
+    // The waiter's create reaches ZooKeeper; nothing more passes on its connection.
+    proxy.freeze_after(b"lock:{unanswered}/f-");
+    let wait = Duration::from_millis(1500);
+    let answer = gives_up.lock("unanswered").fair().wait(wait).await;
+    assert!(answer.is_err(), "{answer:?}");
+    let node = contenders(&zk, "unanswered").await.remove(1);
+    // Its leave (in the background) meets the same silence for a while; then the connection
+    // drops and the client reconnects, same session.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.cut();
+    proxy.restore();
+    // (The first request on the dropped connection may fail: try again.)
+    let start = std::time::Instant::now();
+    let probe = loop {
+        match gives_up.try_lock("probe").await {
+            Ok(probe) => break probe,
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the waiter's locker does not work again: {e:?}"
+            ),
+        }
+    };
+    let probe_node = contenders(&zk, "probe").await.remove(0);
+    probe.release().await.expect("release");
+    assert_eq!(
+        probe_node.owner, node.owner,
+        "the waiter's session ended (its nodes went with it): the test proves nothing"
+    );
+    held.release().await.expect("release");
+    // The waiter's node goes: the next locker is served, not blocked by it.
+    let next = other
+        .lock("unanswered")
+        .fenced()
+        .wait(Duration::from_secs(5))
+        .await;
+    let left = contenders(&zk, "unanswered").await;
+    assert!(
+        next.is_ok(),
+        "the node of a waiter that gave up blocks the lock: {next:?}; nodes {left:?} (the \
+         waiter's was {node:?})"
+    );
+    next.unwrap().release().await.expect("release");
+}
