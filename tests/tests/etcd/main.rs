@@ -29,9 +29,9 @@ mod queue;
 mod retry;
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockError, LockGuard, Locker};
+use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockGuard, Locker};
 use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
@@ -86,26 +86,9 @@ async fn locker(urls: &[String], namespace: &str) -> Locker {
         .build()
 }
 
-/// Takes `key` fenced on `locker`, trying again while attempts fail with `Backend` (an
-/// election, a request sent to a member that was down) for up to 20 s. Returns the guard and
-/// how many attempts failed.
+/// [`consensus::lock_through_faults`] for up to 20 s.
 async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
-    let start = Instant::now();
-    let mut failed = 0;
-    loop {
-        match locker
-            .lock(key)
-            .fenced()
-            .wait(Duration::from_secs(10))
-            .await
-        {
-            Ok(guard) => return (guard, failed),
-            Err(LockError::Backend { .. }) if start.elapsed() < Duration::from_secs(20) => {
-                failed += 1;
-            }
-            Err(e) => panic!("lock {key}: {e:?}"),
-        }
-    }
+    consensus::lock_through_faults(locker, key, Duration::from_secs(20)).await
 }
 
 /// Takes the fair queue's lock `queue` on `holder` (fair, fenced, [`QUEUE_LEASE`]).

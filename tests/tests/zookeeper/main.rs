@@ -27,9 +27,9 @@ mod load;
 mod queue;
 mod retry;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_core::{LockError, LockGuard, Locker, ZooKeeperBackend};
+use lock_core::{LockGuard, Locker, ZooKeeperBackend};
 use lock_testkit::eventually;
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
 
@@ -50,10 +50,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A backend of its own (one "process", one session) on `hosts` (a connect string, maybe
 /// with a chroot), locks under the default root.
 async fn backend(hosts: &str) -> ZooKeeperBackend {
+    backend_with(hosts, SESSION, REQUEST_TIMEOUT).await
+}
+
+/// [`backend`] with another session timeout and request timeout.
+async fn backend_with(hosts: &str, session: Duration, request: Duration) -> ZooKeeperBackend {
     ZooKeeperBackend::builder(hosts)
-        .session_timeout(SESSION)
+        .session_timeout(session)
         .connect_timeout(CONNECT_TIMEOUT)
-        .request_timeout(REQUEST_TIMEOUT)
+        .request_timeout(request)
         .connect()
         .await
         .expect("connect to ZooKeeper")
@@ -132,28 +137,9 @@ async fn until_contenders(zk: &ZkClient, key: &str, n: usize) {
     .await;
 }
 
-/// Takes `key` fenced on `locker`, trying again while attempts fail with `Backend` (an
-/// election, a member gone, a session being replaced) for up to 30 s. Returns the guard and
-/// how many attempts failed.
+/// [`consensus::lock_through_faults`] for up to 30 s.
 async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
-    let start = Instant::now();
-    let mut failed = 0;
-    loop {
-        match locker
-            .lock(key)
-            .fenced()
-            .wait(Duration::from_secs(10))
-            .await
-        {
-            Ok(guard) => return (guard, failed),
-            Err(LockError::Backend { .. } | LockError::Timeout { .. })
-                if start.elapsed() < Duration::from_secs(30) =>
-            {
-                failed += 1;
-            }
-            Err(e) => panic!("lock {key}: {e:?}"),
-        }
-    }
+    consensus::lock_through_faults(locker, key, Duration::from_secs(30)).await
 }
 
 /// One fault round of the load test: kills the leader and restarts it, pauses the new leader

@@ -10,7 +10,10 @@ use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble, proxied_connect_string};
 
-use super::{LEASE, Node, backend, contenders, lock_dir, locker, tree};
+use super::{
+    LEASE, Node, REQUEST_TIMEOUT, SESSION, backend, backend_with, contenders, lock_dir, locker,
+    tree,
+};
 
 /// A test's tree, a client looking inside it, and a proxy in front of member 0 with the
 /// connect string through it (same chroot).
@@ -130,16 +133,8 @@ async fn a_release_sent_again_after_its_reply_was_lost_spares_the_next_holder() 
     let (hosts, zk, proxy, through) = tree_and_proxy("release-lost").await;
     // Its requests wait longer than the connection's drop: the release is sent again on the
     // next connection instead of going on in the background.
-    let first = Locker::builder(
-        lock_core::ZooKeeperBackend::builder(&through)
-            .session_timeout(super::SESSION)
-            .request_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .expect("connect"),
-    )
-    .lease(LEASE)
-    .build();
+    let patient = backend_with(&through, SESSION, Duration::from_secs(5)).await;
+    let first = Locker::builder(patient).lease(LEASE).build();
     let second = locker(&hosts).await;
     let third = Locker::builder(backend(&hosts).await).lease(LEASE).build();
     let guard = first.lock("pay").fenced().await.expect("lock");
@@ -211,16 +206,8 @@ async fn a_waiter_giving_up_while_its_create_is_unanswered_leaves_no_node() {
     let holder = locker(&hosts).await;
     // A session longer than the whole blackout (its client notices a silent connection only
     // after two fifths of it): the session outlives the fault, and so would an orphan node.
-    let gives_up = Locker::builder(
-        lock_core::ZooKeeperBackend::builder(&through)
-            .session_timeout(Duration::from_secs(10))
-            .request_timeout(super::REQUEST_TIMEOUT)
-            .connect()
-            .await
-            .expect("connect"),
-    )
-    .lease(LEASE)
-    .build();
+    let long = backend_with(&through, Duration::from_secs(10), REQUEST_TIMEOUT).await;
+    let gives_up = Locker::builder(long).lease(LEASE).build();
     let other = locker(&hosts).await;
     let held = holder.lock("unanswered").fenced().await.expect("lock");
     // The waiter's create reaches ZooKeeper; nothing more passes on its connection.
