@@ -536,9 +536,18 @@ client lock-core uses, with its connection options), on the same member, in the 
   `LeaseKeepAlive` stream message) read from its `/metrics` before and after; the bytes on the
   wire are what a test-kit proxy between the `Locker` and etcd forwarded (HTTP/2 frames and
   headers included), the protobuf bodies are etcd's
-  `etcd_network_client_grpc_{{received,sent}}_bytes_total`. The backend sends one keepalive
-  per lease length in use and reads the held keys in transactions of at most 128 reads each
-  (etcd's `--max-txn-ops`), so {locks} locks cost 1 + ⌈{locks}/128⌉ requests per tick.
+  `etcd_network_client_grpc_{{received,sent}}_bytes_total`. Per tick the backend sends one
+  keepalive per lease length in use and reads the held keys (each lock gets its own verdict)
+  in transactions of at most 128 reads (etcd's `--max-txn-ops`): 1 + ⌈{locks}/128⌉ = {floor}
+  requests for {locks} locks; and at most once a third of the etcd lease (a second longer than
+  the lock's) its orphan sweep lists the lease's keys with one `LeaseTimeToLive`.
+- **Reading them**: an uncontended lock + release costs {cycle_x:.1} `Range` round trips
+  ({cycle_put:.1} `Put`s; on Redis in this run {redis_x:.2} PINGs): both of its requests are
+  writes through Raft. A waiter is woken by the watch event of the key ahead of it and holds
+  the lock then, so its handoff is {handoff_x:.2}× that event: the event is the whole floor.
+  The keepalive stays one per tick whatever the number of locks, but the per-lock reads grow
+  with it: {requests:.1} requests and {bytes} bytes on the wire per tick for {locks} locks,
+  where the Redis watchdog sends one call.
 - Rerun: `cargo run --release -p lock-bench --features etcd -- --only etcd` prints these rows
   (a partial run), or the full run with `--features etcd` writes this file; `etcd` and
   `protoc` must be installed (the README's test command installs them).
@@ -551,9 +560,20 @@ client lock-core uses, with its connection options), on the same member, in the 
         h1 = p.hold.1,
         chunks = crate::scenarios::ETCD_CHUNKS,
         n = e.handoff.n(),
-        locks = w.locks,
+        locks = group(w.locks as u64),
+        floor = 1 + w.locks.div_ceil(128),
         lease = w.lease,
         window = w.window,
+        cycle_x = ratio(e.cycle.p50(), e.range.p50()),
+        cycle_put = ratio(e.cycle.p50(), e.put.p50()),
+        redis_x = {
+            let u = &r.uncontended.0;
+            let ours = u.lock_release.iter().find(|(k, _)| *k == Kind::Ours);
+            ratio(ours.map_or(0, |(_, l)| l.p50()), u.ping.p50())
+        },
+        handoff_x = ratio(e.handoff.p50(), e.watch_event.p50()),
+        requests = w.total_requests() as f64 / w.ticks(),
+        bytes = group(((w.wire.0 + w.wire.1) as f64 / w.ticks()).round() as u64),
     )
 }
 

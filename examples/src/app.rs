@@ -184,6 +184,32 @@ impl Shop {
         Ok(Shop::new(locker, store, config))
     }
 
+    /// A shop with its locks on the ZooKeeper ensemble of `hosts` (a connect string, feature
+    /// `zookeeper`), with state shared through Redis when `store` is a Redis store.
+    ///
+    /// # Errors
+    /// [`SetupError`] when no server grants a session or the connect string is bad.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_examples::SetupError> {
+    /// use lock_examples::{Shop, ShopConfig, Store};
+    /// let shop = Shop::zookeeper("127.0.0.1:2181", Store::memory("shop:"), "shop:", ShopConfig::default()).await?;
+    /// # drop(shop); Ok(()) }
+    /// ```
+    #[cfg(feature = "zookeeper")]
+    pub async fn zookeeper(
+        hosts: &str,
+        store: Store,
+        namespace: &str,
+        config: ShopConfig,
+    ) -> Result<Shop, SetupError> {
+        let backend = lock_core::ZooKeeperBackend::connect(hosts).await?;
+        let locker = Locker::builder(backend)
+            .prefix(format!("{namespace}lock:"))
+            .try_build()?;
+        Ok(Shop::new(locker, store, config))
+    }
+
     /// The locker.
     ///
     /// ```

@@ -73,6 +73,8 @@ pub struct ServerOptions {
     pub locking: bool,
     /// etcd members (comma-separated) for the locks, when they are not in Redis.
     pub etcd_urls: Option<String>,
+    /// A ZooKeeper connect string for the locks, when they are not in Redis.
+    pub zookeeper_hosts: Option<String>,
 }
 
 impl ServerOptions {
@@ -90,6 +92,7 @@ impl ServerOptions {
             work: crate::ShopConfig::default().work,
             locking: true,
             etcd_urls: None,
+            zookeeper_hosts: None,
         }
     }
 }
@@ -134,6 +137,9 @@ impl ServerProcess {
         }
         if let Some(urls) = &options.etcd_urls {
             command.args(["--etcd-url", urls]);
+        }
+        if let Some(hosts) = &options.zookeeper_hosts {
+            command.args(["--zookeeper-hosts", hosts]);
         }
         let mut child = command.spawn().map_err(|source| ClusterError::Spawn {
             exe: exe.clone(),

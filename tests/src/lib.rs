@@ -73,4 +73,12 @@ mod guide {
             Etcd = "docs/src/backends/etcd.md";
         }
     }
+
+    /// The ZooKeeper chapter's examples need the ZooKeeper backend (feature `zookeeper`).
+    #[cfg(feature = "zookeeper")]
+    mod zookeeper {
+        chapters! {
+            ZooKeeper = "docs/src/backends/zookeeper.md";
+        }
+    }
 }

@@ -390,7 +390,7 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
         #[cfg(feature = "etcd")]
         "etcd" => {
             let e = etcd(plan).await?;
-            let floors = "Range, Put, the watch event (its own etcd member)";
+            let floors = "Range, Put and the watch event, on that member";
             (report::etcd_rows(&e, None), floors)
         }
         other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),

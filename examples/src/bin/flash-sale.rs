@@ -42,8 +42,9 @@ struct Args {
     #[arg(long, env = "REDIS_URL", value_name = "URL")]
     redis_url: Option<String>,
 
-    /// Where the locks live: memory, redis (with --redis-url) or etcd (with --etcd-url)
-    /// [default: etcd when --etcd-url is given, else redis when --redis-url is, else memory].
+    /// Where the locks live: memory, redis (with --redis-url), etcd (with --etcd-url) or
+    /// zookeeper (with --zookeeper-hosts) [default: etcd when --etcd-url is given, else
+    /// zookeeper when --zookeeper-hosts is, else redis when --redis-url is, else memory].
     #[arg(long, value_enum, value_name = "BACKEND")]
     backend: Option<BackendArg>,
 
@@ -51,6 +52,11 @@ struct Args {
     /// in Redis with --redis-url, else in this process. Needs the `etcd` feature.
     #[arg(long, env = "ETCD_URL", value_name = "URLS")]
     etcd_url: Option<String>,
+
+    /// Keep the locks in this ZooKeeper ensemble (a connect string, host:port pairs separated
+    /// by commas); state as with --etcd-url. Needs the `zookeeper` feature.
+    #[arg(long, env = "ZOOKEEPER_HOSTS", value_name = "HOSTS")]
+    zookeeper_hosts: Option<String>,
 
     /// Run N copies of the service as separate processes sharing the Redis of REDIS_URL, and
     /// spread the buyers across them. With 1 the service runs inside this process.
@@ -89,6 +95,7 @@ enum BackendArg {
     Memory,
     Redis,
     Etcd,
+    Zookeeper,
 }
 
 impl Args {
@@ -96,20 +103,27 @@ impl Args {
     fn settle_backend(&mut self) -> Result<(), String> {
         let chosen = self.backend.unwrap_or(if self.etcd_url.is_some() {
             BackendArg::Etcd
+        } else if self.zookeeper_hosts.is_some() {
+            BackendArg::Zookeeper
         } else if self.redis_url.is_some() {
             BackendArg::Redis
         } else {
             BackendArg::Memory
         });
         match chosen {
-            BackendArg::Memory if self.redis_url.is_some() || self.etcd_url.is_some() => {
-                Err("--backend memory takes no --redis-url or --etcd-url".into())
+            BackendArg::Memory
+                if self.redis_url.is_some()
+                    || self.etcd_url.is_some()
+                    || self.zookeeper_hosts.is_some() =>
+            {
+                Err("--backend memory takes no --redis-url, --etcd-url or --zookeeper-hosts".into())
             }
             BackendArg::Redis if self.redis_url.is_none() => {
                 Err("--backend redis needs --redis-url (or REDIS_URL)".into())
             }
             BackendArg::Redis => {
                 self.etcd_url = None;
+                self.zookeeper_hosts = None;
                 Ok(())
             }
             BackendArg::Etcd if self.etcd_url.is_none() => {
@@ -118,7 +132,21 @@ impl Args {
             BackendArg::Etcd if !cfg!(feature = "etcd") => {
                 Err(lock_examples::demo::ETCD_MISSING.into())
             }
-            BackendArg::Memory | BackendArg::Etcd => Ok(()),
+            BackendArg::Etcd => {
+                self.zookeeper_hosts = None;
+                Ok(())
+            }
+            BackendArg::Zookeeper if self.zookeeper_hosts.is_none() => {
+                Err("--backend zookeeper needs --zookeeper-hosts (or ZOOKEEPER_HOSTS)".into())
+            }
+            BackendArg::Zookeeper if !cfg!(feature = "zookeeper") => {
+                Err(lock_examples::demo::ZOOKEEPER_MISSING.into())
+            }
+            BackendArg::Zookeeper => {
+                self.etcd_url = None;
+                Ok(())
+            }
+            BackendArg::Memory => Ok(()),
         }
     }
 }
@@ -151,6 +179,7 @@ async fn run_demo(args: &Args) -> ExitCode {
     let mut config = base
         .redis_url(args.redis_url.clone())
         .etcd_urls(args.etcd_url.clone())
+        .zookeeper_hosts(args.zookeeper_hosts.clone())
         .processes(args.processes)
         .locking(!args.no_lock)
         .progress(!args.no_progress);
@@ -180,24 +209,22 @@ async fn serve_only(args: &Args) -> ExitCode {
     if let Some(ms) = args.work_ms {
         config.work = Duration::from_millis(ms);
     }
-    let shop = match (&args.etcd_url, &args.redis_url) {
-        (Some(urls), redis) => {
-            match lock_examples::demo::etcd_shop(urls, redis.as_deref(), &args.namespace, config)
-                .await
-            {
-                Ok(shop) => shop,
-                Err(e) => return fail(&format!("flash-sale --serve-only: {e}")),
-            }
+    let (ns, redis) = (&args.namespace, args.redis_url.as_deref());
+    let shop = match (&args.etcd_url, &args.zookeeper_hosts, redis) {
+        (Some(urls), _, redis) => lock_examples::demo::etcd_shop(urls, redis, ns, config).await,
+        (None, Some(hosts), redis) => {
+            lock_examples::demo::zookeeper_shop(hosts, redis, ns, config).await
         }
-        (None, Some(url)) => match Shop::redis(url, &args.namespace, config).await {
-            Ok(shop) => shop,
-            Err(e) => return fail(&format!("flash-sale --serve-only: {e}")),
-        },
-        (None, None) => Shop::new(
+        (None, None, Some(url)) => Shop::redis(url, ns, config).await.map_err(Into::into),
+        (None, None, None) => Ok(Shop::new(
             lock_core::Locker::memory(),
-            Store::memory(&args.namespace),
+            Store::memory(ns),
             config,
-        ),
+        )),
+    };
+    let shop = match shop {
+        Ok(shop) => shop,
+        Err(e) => return fail(&format!("flash-sale --serve-only: {e}")),
     };
     let mut stdout = std::io::stdout();
     match lock_examples::cluster::serve(shop, args.port, args.exit_on_stdin_eof, &mut stdout).await

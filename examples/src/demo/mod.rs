@@ -87,6 +87,9 @@ pub struct DemoConfig {
     /// etcd members (comma-separated URLs) for the locks instead (feature `etcd`); state stays
     /// in Redis when [`redis_url`](Self::redis_url) is set, else in this process.
     pub etcd_urls: Option<String>,
+    /// A ZooKeeper connect string for the locks instead (feature `zookeeper`); state as with
+    /// etcd.
+    pub zookeeper_hosts: Option<String>,
     /// Server processes (more than one needs Redis); 1 serves in this process.
     pub processes: usize,
     /// The `flash-sale` binary to start server processes from (default: this executable).
@@ -116,6 +119,7 @@ impl DemoConfig {
         DemoConfig {
             redis_url: None,
             etcd_urls: None,
+            zookeeper_hosts: None,
             processes: 1,
             server_exe: None,
             locking: true,
@@ -161,6 +165,17 @@ impl DemoConfig {
     #[must_use]
     pub fn etcd_urls(mut self, urls: Option<String>) -> Self {
         self.etcd_urls = urls;
+        self
+    }
+
+    /// Sets [`zookeeper_hosts`](Self::zookeeper_hosts).
+    ///
+    /// ```
+    /// let c = lock_examples::demo::DemoConfig::fast().zookeeper_hosts(Some("127.0.0.1:2181".into()));
+    /// assert!(c.zookeeper_hosts.is_some());
+    /// ```
+    pub fn zookeeper_hosts(mut self, hosts: Option<String>) -> Self {
+        self.zookeeper_hosts = hosts;
         self
     }
 
@@ -269,10 +284,12 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let shop_config = ShopConfig::default()
         .work(config.work)
         .locking(config.locking);
-    let shop = match (&config.etcd_urls, &config.redis_url) {
-        (Some(urls), redis) => etcd_shop(urls, redis.as_deref(), &namespace, shop_config).await?,
-        (None, None) => Shop::new(Locker::memory(), Store::memory(&namespace), shop_config),
-        (None, Some(url)) => Shop::redis(url, &namespace, shop_config).await?,
+    let redis = config.redis_url.as_deref();
+    let shop = match (&config.etcd_urls, &config.zookeeper_hosts, redis) {
+        (Some(urls), _, redis) => etcd_shop(urls, redis, &namespace, shop_config).await?,
+        (None, Some(hosts), redis) => zookeeper_shop(hosts, redis, &namespace, shop_config).await?,
+        (None, None, None) => Shop::new(Locker::memory(), Store::memory(&namespace), shop_config),
+        (None, None, Some(url)) => Shop::redis(url, &namespace, shop_config).await?,
     };
     let servers = Servers::start(&shop, config, &namespace).await?;
     let report = scenario::drive(&shop, &servers.base_urls(), config, &namespace).await;
@@ -312,14 +329,68 @@ pub async fn etcd_shop(
     config: ShopConfig,
 ) -> Result<Shop, DemoError> {
     let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
-    let store = match redis {
+    let store = state_store(redis, namespace).await?;
+    Ok(Shop::etcd(&urls, store, namespace, config).await?)
+}
+
+/// The shop's state: in the Redis of `redis`, or in this process.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+async fn state_store(redis: Option<&str>, namespace: &str) -> Result<Store, DemoError> {
+    Ok(match redis {
         Some(url) => Store::redis(url, namespace)
             .await
             .map_err(SetupError::from)?,
         None => Store::memory(namespace),
-    };
-    Ok(Shop::etcd(&urls, store, namespace, config).await?)
+    })
 }
+
+/// A shop with its locks on the ZooKeeper ensemble of `hosts` (a connect string), state in
+/// the Redis of `redis` or in this process.
+///
+/// # Errors
+/// [`DemoError`] when ZooKeeper or Redis cannot be reached.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_examples::demo::DemoError> {
+/// let shop = lock_examples::demo::zookeeper_shop("127.0.0.1:2181", None, "shop:", Default::default()).await?;
+/// # drop(shop); Ok(()) }
+/// ```
+#[cfg(feature = "zookeeper")]
+pub async fn zookeeper_shop(
+    hosts: &str,
+    redis: Option<&str>,
+    namespace: &str,
+    config: ShopConfig,
+) -> Result<Shop, DemoError> {
+    let store = state_store(redis, namespace).await?;
+    Ok(Shop::zookeeper(hosts, store, namespace, config).await?)
+}
+
+/// Without the `zookeeper` feature: says how to get it ([`ZOOKEEPER_MISSING`]).
+///
+/// ```
+/// # async fn demo() {
+/// let refused = lock_examples::demo::zookeeper_shop("127.0.0.1:2181", None, "shop:", Default::default()).await;
+/// assert!(refused.is_err());
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(demo());
+/// ```
+#[cfg(not(feature = "zookeeper"))]
+pub async fn zookeeper_shop(
+    _hosts: &str,
+    _redis: Option<&str>,
+    _namespace: &str,
+    _config: ShopConfig,
+) -> Result<Shop, DemoError> {
+    Err(DemoError::Config(ZOOKEEPER_MISSING.into()))
+}
+
+/// What a build without the `zookeeper` feature says to `--zookeeper-hosts`.
+///
+/// ```
+/// assert!(lock_examples::demo::ZOOKEEPER_MISSING.contains("--features zookeeper"));
+/// ```
+pub const ZOOKEEPER_MISSING: &str = "this build has no ZooKeeper support: run it with `cargo run -p lock-examples --features zookeeper --bin flash-sale -- ...`";
 
 /// Without the `etcd` feature: says how to get it ([`ETCD_MISSING`]).
 ///
@@ -376,6 +447,7 @@ impl Servers {
         );
         options.work = config.work;
         options.etcd_urls = config.etcd_urls.clone();
+        options.zookeeper_hosts = config.zookeeper_hosts.clone();
         options.locking = config.locking;
         let mut processes = Vec::with_capacity(config.processes);
         for _ in 0..config.processes {

@@ -52,8 +52,12 @@ impl Default for ZooKeeperEnsembleBuilder {
             max_session_timeout: Duration::from_secs(60),
             heap_mb: 128,
             container_check_interval: Duration::from_secs(1),
-            // TTL nodes (the backend's idempotency records) need the extended types.
-            jvm_args: vec!["-Dzookeeper.extendedTypesEnabled=true".to_owned()],
+            // TTL nodes (the backend's idempotency records) need the extended types,
+            // and requests up to 4 MiB: an idempotency record of the product's largest size.
+            jvm_args: vec![
+                "-Dzookeeper.extendedTypesEnabled=true".to_owned(),
+                "-Djute.maxbuffer=4194304".to_owned(),
+            ],
             config: Vec::new(),
             java: None,
             classpath: None,

@@ -81,8 +81,8 @@ fn lock_dir(key: &str) -> String {
     format!("/lock-core/lock:{{{key}}}")
 }
 
-/// One contender node of a lock: its name (`q-<token>-<sequence>`, `f-` when fair), czxid
-/// and session.
+/// One contender node of a lock: its name (`<kind>-<token>-<sequence>`: `q` for a waiter, `f`
+/// for a fair one, `t` for a single attempt), czxid and session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Node {
     name: String,
@@ -110,7 +110,7 @@ async fn contenders(zk: &ZkClient, key: &str) -> Vec<Node> {
         .await
         .unwrap_or_default()
         .into_iter()
-        .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+        .filter(|c| ["q-", "f-", "t-"].iter().any(|kind| c.starts_with(kind)))
         .collect();
     names.sort_by_key(|n| n.rsplit_once('-').unwrap().1.parse::<i64>().unwrap());
     let mut nodes = Vec::new();

@@ -58,7 +58,7 @@ async fn a_queued_acquire_whose_reply_is_lost_finds_its_own_node_on_retry() {
     let lost = locker(&through).await;
     let held = holder.lock("queued-lost").fenced().await.expect("lock");
     // The fair waiter's create reaches ZooKeeper; its answer does not come back. Its node is
-    // `f-<token>-`: no single attempt (`q-`) nor any other request names that.
+    // `f-<token>-`: no single attempt (`t-`) nor any other request names that.
     proxy.freeze_after(b"lock:{queued-lost}/f-");
     let acquire = tokio::spawn({
         let lost = lost.clone();
@@ -99,9 +99,10 @@ async fn a_queued_acquire_whose_reply_is_lost_finds_its_own_node_on_retry() {
 async fn a_first_acquire_whose_reply_is_lost_leaves_no_orphan() {
     let (_, zk, proxy, through) = tree_and_proxy("first-reply-lost").await;
     let lost = locker(&through).await;
-    // The lock's parent exists already: the first create naming the lock makes the node.
+    // The lock's parent exists already: the first create naming the lock makes the node (the
+    // first attempt's, a single one: `t-<token>-`).
     zk.create(&lock_dir("first-lost"), b"").await;
-    proxy.freeze_after(b"lock:{first-lost}/q-");
+    proxy.freeze_after(b"lock:{first-lost}/t-");
     let acquire = tokio::spawn({
         let lost = lost.clone();
         async move {

@@ -18,7 +18,8 @@ use crate::token::Token;
 /// The most reads one renewal sends in one multi-read.
 const MAX_READS: usize = 1000;
 
-/// A contender node's name: `q-<token>-<sequence>` (`f-` for a fair waiter).
+/// A contender node's name: `<kind>-<token>-<sequence>`, the kind `q` for a waiter, `f` for a
+/// fair waiter, `t` for a single attempt (deleted before it answers, unless it holds).
 struct Node<'a> {
     name: &'a str,
     sequence: i64,
@@ -29,7 +30,7 @@ struct Node<'a> {
 fn queue(children: &[String]) -> Vec<Node<'_>> {
     let mut nodes: Vec<Node<'_>> = children
         .iter()
-        .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+        .filter(|c| is_contender(c))
         .filter_map(|name| {
             let (_, digits) = name.rsplit_once('-')?;
             Some(Node {
@@ -42,12 +43,17 @@ fn queue(children: &[String]) -> Vec<Node<'_>> {
     nodes
 }
 
+/// Whether child `name` of a lock's node is a contender (the record is not).
+pub(super) fn is_contender(name: &str) -> bool {
+    ["q-", "f-", "t-"].iter().any(|kind| name.starts_with(kind))
+}
+
 /// Whether contender node `name` is one of `token`'s.
 fn of_token(name: &str, token: &Token) -> bool {
     name.get(2..)
         .and_then(|rest| rest.strip_prefix(token.as_str()))
         .is_some_and(|rest| rest.starts_with('-'))
-        && (name.starts_with("q-") || name.starts_with("f-"))
+        && is_contender(name)
 }
 
 /// What one look at the queue found for our node.
@@ -163,10 +169,10 @@ impl ZooKeeperBackend {
         token: &Token,
         ticket: Option<&QueueTicket>,
     ) -> Result<(String, i64), LockError> {
-        let kind = if ticket.is_some_and(|t| t.strict) {
-            'f'
-        } else {
-            'q'
+        let kind = match ticket {
+            Some(t) if t.strict => 'f',
+            Some(_) => 'q',
+            None => 't',
         };
         let prefix = format!("{dir}/{kind}-{}-", token.as_str());
         let acls = self.inner.acls();
@@ -565,9 +571,6 @@ impl ZooKeeperBackend {
     /// One multi-read of every item's node: `Yes` only when it is still the node we created,
     /// of the live session.
     pub(super) async fn renew_locks(&self, items: &[Renewal]) -> Result<Vec<Renewed>, LockError> {
-        for item in items {
-            self.check_lease(item.lease)?;
-        }
         let Some(session) = self.inner.sessions.live() else {
             // The session ended, and every node of it.
             for item in items {
@@ -649,6 +652,13 @@ impl ZooKeeperBackend {
         }
         if let Some(e) = failure {
             return Err(e);
+        }
+        // A lease the session cannot vouch for is refused for a lock still ours (one that is
+        // not is lost, whatever it asks).
+        for (item, verdict) in items.iter().zip(&verdicts) {
+            if *verdict == Renewed::Yes {
+                self.check_lease(item.lease)?;
+            }
         }
         let mut unwatched = Vec::new();
         for (i, item) in items.iter().enumerate() {

@@ -4,8 +4,9 @@
 //! Under the backend's root `R` and a lock's name `K` ([`LockKey::name`], escaped into one
 //! node name):
 //! - `R/K`: a container node (ZooKeeper deletes it once its last child is gone), holding
-//! - `R/K/q-<token>-<sequence>` (`f-` for a fair waiter): one ephemeral sequential node per
-//!   contender, of this backend's session. The holder is the contender with the lowest
+//! - `R/K/q-<token>-<sequence>` (`f-` for a fair waiter, `t-` for a single attempt, deleted
+//!   before it answers unless it holds): one ephemeral sequential node per contender, of this
+//!   backend's session. The holder is the contender with the lowest
 //!   sequence; its czxid (the zxid that created it, epoch and counter) is the fence: strictly
 //!   increasing per lock across leader elections and restarts of the ensemble. The token is in
 //!   the name, so a create whose answer was lost is found on retry (Curator's "protected"
@@ -35,6 +36,7 @@ use crate::key::LockKey;
 use crate::sync::Mutex;
 use crate::token::Token;
 
+mod announce;
 mod lock;
 mod record;
 mod session;
@@ -45,6 +47,10 @@ const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(40);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_ROOT: &str = "/lock-core";
+/// ZooKeeper's default `jute.maxbuffer`: the largest request a server reads (1 MiB less a byte).
+const DEFAULT_MAX_REQUEST: usize = 0xf_ffff;
+/// What a record's request carries besides its value: paths, ACLs, the check, headers.
+const REQUEST_OVERHEAD: usize = 4096;
 
 /// Locks on a ZooKeeper ensemble: an ephemeral sequential node per contender under the lock's
 /// container node, the holder being the lowest; fences from the holder node's czxid; FIFO
@@ -93,9 +99,23 @@ struct Shared {
     /// authenticates, by anyone otherwise.
     creator_only: bool,
     request_timeout: Duration,
+    /// The largest request the servers read (`jute.maxbuffer`).
+    max_request: usize,
     listeners: Arc<Mutex<Listeners>>,
     /// Our contender nodes, by lock name and token.
     contenders: Mutex<HashMap<String, Contender>>,
+    /// The watch announcing fair waiters, per lock with listeners here (see `announce`).
+    announcers: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Fair waiters announced to this process's listeners.
+    fair_heard: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for (_, watch) in self.announcers.lock().drain() {
+            watch.abort();
+        }
+    }
 }
 
 impl Shared {
@@ -154,6 +174,7 @@ pub struct ZooKeeperBackendBuilder {
     request_timeout: Duration,
     root: String,
     auth: Option<(String, String)>,
+    max_request: usize,
 }
 
 /// Never the password.
@@ -235,6 +256,22 @@ impl ZooKeeperBackendBuilder {
         self
     }
 
+    /// The largest request the servers read: their `jute.maxbuffer` (default 1 MiB less a
+    /// byte, ZooKeeper's own default). An idempotency record is one node written in one
+    /// request: a result that would not fit is refused with [`LockError::InvalidConfig`]
+    /// rather than sent (a server drops the connection of a request too large). Raise both
+    /// the servers' `-Djute.maxbuffer` and this for results near
+    /// [`MAX_RESULT_LEN`](crate::MAX_RESULT_LEN).
+    ///
+    /// ```
+    /// let b = lock_core::ZooKeeperBackend::builder("127.0.0.1:2181").max_request(4 << 20);
+    /// # drop(b);
+    /// ```
+    pub fn max_request(mut self, bytes: usize) -> Self {
+        self.max_request = bytes;
+        self
+    }
+
     /// Connects (a session established within the connect timeout) and creates the root node
     /// if it is missing.
     ///
@@ -279,8 +316,11 @@ impl ZooKeeperBackendBuilder {
                 root: self.root,
                 creator_only,
                 request_timeout: self.request_timeout,
+                max_request: self.max_request,
                 listeners: Arc::default(),
                 contenders: Mutex::default(),
+                announcers: Mutex::default(),
+                fair_heard: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let session = backend.inner.sessions.current().await?;
@@ -323,6 +363,7 @@ impl ZooKeeperBackend {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             root: DEFAULT_ROOT.to_owned(),
             auth: None,
+            max_request: DEFAULT_MAX_REQUEST,
         }
     }
 
@@ -450,13 +491,16 @@ impl Backend for ZooKeeperBackend {
         Box::pin(self.renew_locks(items))
     }
 
+    /// Releases of this process reach its listeners directly, and releases of others through
+    /// each waiter's watch of the node ahead; fair waiters of other processes are heard by a
+    /// watch of the lock's container while it has listeners here.
     fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
-        self.inner.listeners.lock().add(key.name(), inbox);
+        self.hear_fair_waiters(key, inbox);
         Box::pin(std::future::ready(true))
     }
 
     fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
-        self.inner.listeners.lock().remove(key.name(), inbox);
+        self.stop_hearing(key, inbox);
     }
 
     fn store_result<'a>(

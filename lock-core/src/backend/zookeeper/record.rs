@@ -44,6 +44,22 @@ impl ZooKeeperBackend {
         Some((session, path))
     }
 
+    /// Refuses a record whose request the servers would not read.
+    fn fits(&self, value: &[u8]) -> Result<(), LockError> {
+        let most = self
+            .inner
+            .max_request
+            .saturating_sub(super::REQUEST_OVERHEAD);
+        if value.len() > most {
+            return Err(LockError::config(format!(
+                "an idempotency record of {} bytes does not fit in one ZooKeeper request: the servers read at most {} bytes (jute.maxbuffer); raise -Djute.maxbuffer on the servers and ZooKeeperBackendBuilder::max_request",
+                value.len(),
+                self.inner.max_request
+            )));
+        }
+        Ok(())
+    }
+
     fn record_options(&self, ttl: Duration) -> Result<zk::CreateOptions<'static>, LockError> {
         if ttl.is_zero() || ttl > crate::MAX_RESULT_TTL {
             return Err(LockError::config(format!(
@@ -100,6 +116,7 @@ impl ZooKeeperBackend {
         };
         let rk = self.record_path(key);
         let value = encode(RESULT, ttl, fingerprint, result);
+        self.fits(&value)?;
         // Replaces a mark (or an older record): only the lock's holder writes here. The TTL of
         // a node is set when it is made, so the old one goes and a new one comes.
         for _ in 0..3 {
@@ -145,6 +162,7 @@ impl ZooKeeperBackend {
         };
         let rk = self.record_path(key);
         let value = encode(MARK, ttl, fingerprint, mark.as_str().as_bytes());
+        self.fits(&value)?;
         let written = self
             .checked(&session, key, &ours, "mark started", |w| {
                 w.add_create(&rk, &value, &options)
@@ -243,7 +261,7 @@ impl ZooKeeperBackend {
         let contenders = match answer.next() {
             Some(zk::MultiReadResult::Children { children }) => children
                 .iter()
-                .filter(|c| c.starts_with("q-") || c.starts_with("f-"))
+                .filter(|c| super::lock::is_contender(c))
                 .count(),
             Some(zk::MultiReadResult::Error {
                 err: zk::Error::NoNode,
