@@ -36,7 +36,7 @@ use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
 
-use consensus::{FenceStore, attempts, woken};
+use consensus::{FenceStore, woken};
 
 /// Every lock here but the fair queue's ([`QUEUE_LEASE`]): etcd's shortest (its etcd lease
 /// runs one second longer).

@@ -306,3 +306,78 @@ pub async fn lock_through_faults(
         }
     }
 }
+
+/// Fair waiters on `waiters` (one each, on lock `key` with `lease`) queue behind `guard` one
+/// after the other (`queued(n)` waits until `n` contenders, the holder's included, are in the
+/// backend's queue); then the holder releases, and each waiter, once served, releases in
+/// turn. Checks that they are served in creation order, each with the fence of its own
+/// contender (`fences()`: every contender's, in queue order, the holder's first), and that
+/// each release wakes only the next waiter, with at most one acquire call.
+pub async fn fair_waiters_are_served_in_order(
+    guard: LockGuard,
+    waiters: &[Locker],
+    key: &str,
+    lease: Duration,
+    mut queued: impl AsyncFnMut(usize),
+    fences: impl AsyncFnOnce() -> Vec<u64>,
+) {
+    let (granted_tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    let mut release = Vec::new();
+    let mut tasks = Vec::new();
+    for (i, waiter) in waiters.iter().enumerate() {
+        let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+        release.push(Some(release_tx));
+        let (waiter, granted_tx, key) = (waiter.clone(), granted_tx.clone(), key.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiter
+                .lock(&key)
+                .lease(lease)
+                .fair()
+                .fenced()
+                .wait(Duration::from_secs(30))
+                .await
+                .expect("a fair waiter");
+            granted_tx
+                .send((i, guard.fence().expect("fenced")))
+                .unwrap();
+            release_rx.await.unwrap();
+            guard.release().await.expect("release");
+        }));
+        // Queued before the next one starts: creation order is the start order.
+        queued(i + 2).await;
+    }
+    let queue = fences().await;
+    assert_eq!(queue.len(), waiters.len() + 1, "the queue: {queue:?}");
+    let mut before: Vec<u64> = waiters.iter().map(attempts).collect();
+    guard.release().await.expect("release");
+    let (mut order, mut wakeups) = (Vec::new(), Vec::new());
+    for turn in 0..waiters.len() {
+        let (i, fence) = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+            .await
+            .expect("nobody served after a release")
+            .unwrap();
+        order.push(i);
+        assert_eq!(
+            fence,
+            queue[turn + 1],
+            "turn {turn} went to another contender"
+        );
+        let after: Vec<u64> = waiters.iter().map(attempts).collect();
+        wakeups.push(woken(&order, &before, &after));
+        before = after;
+        release[i].take().unwrap().send(()).unwrap();
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    println!("served in order {order:?}; acquire calls of each woken waiter: {wakeups:?}");
+    assert_eq!(
+        order,
+        (0..waiters.len()).collect::<Vec<_>>(),
+        "not served in creation order"
+    );
+    assert!(
+        wakeups.iter().all(|&w| w <= 1),
+        "more than one acquire call per wake-up: {wakeups:?}"
+    );
+}

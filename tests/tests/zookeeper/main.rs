@@ -33,7 +33,7 @@ use lock_core::{LockGuard, Locker, ZooKeeperBackend};
 use lock_testkit::eventually;
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
 
-use consensus::{FenceStore, attempts, woken};
+use consensus::FenceStore;
 
 /// The session timeout every backend here asks for (the kit's servers grant it).
 const SESSION: Duration = Duration::from_secs(4);
