@@ -5,11 +5,13 @@
 use std::time::{Duration, Instant};
 
 use lock_core::Locker;
+use lock_testkit::proxy::Proxy;
 use lock_testkit::zookeeper::{ZooKeeperEnsemble, proxied_connect_string};
 
 use super::consensus::held_while_others_try;
 use super::{
-    CONNECT_TIMEOUT, LEASE, REQUEST_TIMEOUT, SESSION, contenders, lock_through_faults, locker,
+    CONNECT_TIMEOUT, LEASE, REQUEST_TIMEOUT, SESSION, backend_with, contenders,
+    lock_through_faults, locker,
 };
 
 /// Takes `ledger` fenced on `locker`, checks the fence against ZooKeeper (the czxid of the
@@ -79,7 +81,13 @@ async fn a_lock_granted_before_the_leader_is_killed_stays_held_and_renewed() {
             p.cut();
         }
     }
-    let holder = locker(&proxied_connect_string(&proxies)).await;
+    // A lease well longer than an election and a reconnection take on a loaded machine: with
+    // 3 s leases, `lost()` fired in 2 runs of 20 (3.7 s and 30 ms into the fault), the
+    // holder unable to confirm its lease in time. This test is about the session surviving
+    // the leader, not about how fast it moves.
+    let session = Duration::from_secs(10);
+    let holder = backend_with(&proxied_connect_string(&proxies), session, REQUEST_TIMEOUT).await;
+    let holder = Locker::builder(holder).lease(session / 4 * 3).build();
     proxies.iter().for_each(|p| p.restore());
     let other = locker(&ensemble.connect_string()).await;
     let zk = ensemble.client().await;
@@ -88,26 +96,39 @@ async fn a_lock_granted_before_the_leader_is_killed_stays_held_and_renewed() {
     let node = contenders(&zk, "vault").await.remove(0);
     assert_eq!(node.fence(), fence);
     let renewals = holder.stats().renewal_calls;
-    let on_leader = proxies[leader].forwarded();
+    // Until the kill, the holder's traffic went to the leader alone.
+    let before: Vec<(u64, u64)> = proxies.iter().map(Proxy::forwarded).collect();
+    for (i, p) in proxies.iter().enumerate() {
+        assert!(
+            i == leader || p.forwarded() == (0, 0),
+            "traffic through member {i}"
+        );
+    }
 
     let killed = ensemble.kill_leader().await;
     assert_eq!(killed, leader);
     let start = Instant::now();
-    // Three leases after the kill: the holder keeps it, nobody else gets it.
+    // Three of the ensemble's leases (9 s) after the kill: the holder keeps it, nobody else
+    // gets it.
     let (busy, errors) = held_while_others_try(&guard, &other, "vault", LEASE * 3).await;
     let renewed = holder.stats().renewal_calls - renewals;
     // The same node, of the same session: the holder's client moved to another member.
     let now = contenders(&zk, "vault").await;
     assert_eq!(now, vec![node.clone()], "the holder's node changed");
+    // Its renewals were answered through another member since.
     let moved: Vec<usize> = (0..proxies.len())
-        .filter(|&i| i != leader && proxies[i].accepted() > 0)
+        .filter(|&i| i != leader && proxies[i].forwarded().1 > before[i].1)
         .collect();
     println!(
-        "held {:?} past the kill of leader {leader} (its proxy forwarded {on_leader:?}): \
-         {renewed} renewals, {busy} Busy, {errors} errors; the holder moved to {moved:?}",
+        "held {:?} past the kill of leader {leader}: {renewed} renewals, {busy} Busy, \
+         {errors} errors; the holder's session moved to member {moved:?}",
         start.elapsed()
     );
-    assert!(!moved.is_empty(), "the holder's client never moved");
+    assert_eq!(
+        moved.len(),
+        1,
+        "the holder's client did not move to one member"
+    );
     assert!(busy > 0, "no try_lock was answered");
     assert!(renewed >= 3, "{renewed} renewals in three leases");
     ensemble.restart(killed).await;

@@ -102,9 +102,12 @@ impl Node {
     }
 }
 
-/// The contender nodes of lock `key`, in queue order (by sequence).
+/// The contender nodes of lock `key`, in queue order (by sequence), as the leader has them
+/// (a member serving reads may lag behind: the read follows a `sync`).
 async fn contenders(zk: &ZkClient, key: &str) -> Vec<Node> {
     let dir = lock_dir(key);
+    let synced = tokio::time::timeout(Duration::from_secs(10), zk.inner().sync("/")).await;
+    assert!(matches!(synced, Ok(Ok(()))), "sync: {synced:?}");
     let mut names: Vec<String> = zk
         .children(&dir)
         .await
