@@ -39,10 +39,10 @@ async fn holder_cut_off_past_its_session(blackhole: bool) {
     let next = lost_before_taken(&guard, &other, "acct", bound, &store, what).await;
     let new = next.fence().expect("fenced");
     // Its node went with its session.
+    let old_path = format!("{}/{}", super::lock_dir("acct"), old_node.name);
     assert!(
-        zk.stat(&format!("{}/{}", super::lock_dir("acct"), old_node.name))
-            .await
-            .is_none()
+        !super::exists(&zk, &old_path).await,
+        "the old holder's node is still there"
     );
     // It reaches the ensemble again (the pause ends, the partition heals): its client finds
     // its session expired and the backend starts another.

@@ -102,12 +102,23 @@ impl Node {
     }
 }
 
-/// The contender nodes of lock `key`, in queue order (by sequence), as the leader has them
-/// (a member serving reads may lag behind: the read follows a `sync`).
-async fn contenders(zk: &ZkClient, key: &str) -> Vec<Node> {
-    let dir = lock_dir(key);
+/// Brings the member serving `zk` up to date with the leader (it may lag behind): reads
+/// after this see every write done before it.
+async fn sync(zk: &ZkClient) {
     let synced = tokio::time::timeout(Duration::from_secs(10), zk.inner().sync("/")).await;
     assert!(matches!(synced, Ok(Ok(()))), "sync: {synced:?}");
+}
+
+/// Whether node `path` exists, as the leader has it.
+async fn exists(zk: &ZkClient, path: &str) -> bool {
+    sync(zk).await;
+    zk.stat(path).await.is_some()
+}
+
+/// The contender nodes of lock `key`, in queue order (by sequence), as the leader has them.
+async fn contenders(zk: &ZkClient, key: &str) -> Vec<Node> {
+    let dir = lock_dir(key);
+    sync(zk).await;
     let mut names: Vec<String> = zk
         .children(&dir)
         .await

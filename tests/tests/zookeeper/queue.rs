@@ -9,7 +9,7 @@ use lock_core::{LockError, Locker};
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble, proxied_connect_string};
 
 use super::consensus::fair_waiters_are_served_in_order;
-use super::{LEASE, Node, SESSION, contenders, lock_dir, locker, tree, until_contenders};
+use super::{LEASE, Node, SESSION, contenders, exists, lock_dir, locker, tree, until_contenders};
 
 /// Takes the fair queue's lock `queue` on `holder` (fair, fenced).
 async fn hold_queue(holder: &Locker) -> lock_core::LockGuard {
@@ -91,7 +91,7 @@ async fn a_waiter_leaves(name: &str, leave: Leave, bound: Duration) {
             let guard = b.lock("line").fair().wait(Duration::from_secs(30)).await;
             let at = Instant::now();
             // Never served while the waiter ahead of it still has its node.
-            let a_left = zk.stat(&a_path).await.is_none();
+            let a_left = !exists(&zk, &a_path).await;
             (at, a_left, guard)
         }
     });
@@ -123,7 +123,7 @@ async fn a_waiter_leaves(name: &str, leave: Leave, bound: Duration) {
     let left = Instant::now();
     // The holder releases once a is gone from the queue or when `bound` has passed.
     let gone = tokio::time::timeout(bound, async {
-        while zk.stat(&a_path).await.is_some() {
+        while exists(&zk, &a_path).await {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
