@@ -3,7 +3,8 @@
 //! `#[distributed_lock]` serializes an annotated function called from many tasks of two
 //! lockers, and lock-tower's `LockLayer` and `IdempotencyLayer` serialize requests per key and
 //! answer a retried request with the first answer, across two apps on two lockers. With the
-//! `etcd` feature, the same on one etcd member.
+//! `etcd` feature, the same on one etcd member; with the `zookeeper` feature, on a standalone
+//! ZooKeeper server.
 
 #![allow(
     clippy::panic,
@@ -214,4 +215,22 @@ mod etcd {
     }
 
     on!(etcd);
+}
+
+/// The same checks on ZooKeeper (feature `zookeeper`): a standalone server of the test kit,
+/// each locker with its own session and the default options (a 40 s session, 30 s leases).
+#[cfg(feature = "zookeeper")]
+mod zookeeper {
+    use super::*;
+    use lock_testkit::zookeeper::ZooKeeperEnsemble;
+
+    async fn zookeeper() -> Deployment {
+        let ensemble = ZooKeeperEnsemble::start_single().await;
+        let hosts = ensemble.connect_string();
+        let a = Locker::zookeeper(&hosts).await.expect("connect");
+        let b = Locker::zookeeper(&hosts).await.expect("connect");
+        (Box::new(ensemble), a, b)
+    }
+
+    on!(zookeeper);
 }

@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker};
+use lock_core::Locker;
 use lock_testkit::etcd::EtcdCluster;
 
+use super::consensus::held_while_others_try;
 use super::{LEASE, REQUEST_TIMEOUT, contenders, lock_through_faults, locker};
 
 /// Takes `key` fenced on `locker`, checks the fence against etcd, releases it, and returns
@@ -81,25 +82,8 @@ async fn a_lock_granted_before_the_leader_is_killed_stays_held_and_renewed() {
 
     let killed = cluster.kill_leader().await;
     let start = Instant::now();
-    let (mut busy, mut errors) = (0, 0);
     // Three leases after the kill: the holder keeps it, nobody else gets it.
-    while start.elapsed() < LEASE * 3 {
-        tokio::select! {
-            () = guard.lost() => panic!("lost() fired {:?} after the leader was killed", start.elapsed()),
-            answer = other.try_lock("vault").fenced() => match answer {
-                Err(LockError::Busy { .. }) => busy += 1,
-                // An election in progress: no answer, and no lock.
-                Err(LockError::Backend { .. }) => errors += 1,
-                other => panic!("another locker's try_lock: {other:?}"),
-            },
-        }
-        assert!(
-            guard.is_held(),
-            "not held {:?} after the kill",
-            start.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (busy, errors) = held_while_others_try(&guard, &other, "vault", LEASE * 3).await;
     cluster.restart(killed).await;
     let renewed = holder.stats().renewal_calls - renewals;
     let now = contenders(&etcd, "held/").await;

@@ -3,11 +3,12 @@
 //! before anyone else gets the lock, its release says `LeaseLost`, the next holder's fence is
 //! higher, and the old holder's fenced write is refused.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::LockError;
 use lock_testkit::eventually;
 
+use super::consensus::lost_before_taken;
 use super::{FenceStore, LEASE, contenders, locker, shared, through};
 
 async fn holder_cut_off_past_its_lease(blackhole: bool) {
@@ -28,40 +29,10 @@ async fn holder_cut_off_past_its_lease(blackhole: bool) {
             p.cut();
         }
     }
-    let start = Instant::now();
-    let next = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let guard = other
-                .lock("acct")
-                .fenced()
-                .wait(Duration::from_secs(15))
-                .await;
-            (Instant::now(), guard)
-        }
-    });
-    tokio::time::timeout(LEASE + Duration::from_secs(1), guard.lost())
-        .await
-        .expect("lost() did not fire within the lease");
-    let lost = Instant::now();
-    assert!(!guard.is_held());
-    let (taken, next) = next.await.expect("task");
-    let next = next.expect("the other locker gets the lock");
-    println!(
-        "{}: lost() after {:?}, the other locker got it after {:?}",
-        if blackhole { "blackholed" } else { "cut" },
-        lost - start,
-        taken - start
-    );
-    assert!(
-        taken > lost,
-        "the lock was granted before its holder knew it lost it"
-    );
+    let what = if blackhole { "blackholed" } else { "cut" };
+    let bound = LEASE + Duration::from_secs(1);
+    let next = lost_before_taken(&guard, &other, "acct", bound, &store, what).await;
     let new = next.fence().expect("fenced");
-    assert!(new > old, "fence {new} after {old}");
-    assert!(store.write("acct", new));
-    // The old holder, unaware, writes with its fence: refused.
-    assert!(!store.write("acct", old), "a stale write was accepted");
     // It reaches the cluster again (the pause ends, the partition heals), its client back on
     // working connections (the first request on a connection dropped meanwhile fails: see
     // the report), and releases.

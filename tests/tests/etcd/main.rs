@@ -19,6 +19,8 @@
     reason = "test code: a failed expectation fails the test; figures are printed for the notes"
 )]
 
+#[path = "../support/consensus.rs"]
+mod consensus;
 mod failover;
 mod lease;
 mod load;
@@ -26,15 +28,15 @@ mod processes;
 mod queue;
 mod retry;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockError, LockGuard, Locker};
+use lock_core::{ETCD_MIN_LEASE, EtcdBackend, LockGuard, Locker};
 use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
+
+use consensus::{FenceStore, woken};
 
 /// Every lock here but the fair queue's ([`QUEUE_LEASE`]): etcd's shortest (its etcd lease
 /// runs one second longer).
@@ -84,26 +86,9 @@ async fn locker(urls: &[String], namespace: &str) -> Locker {
         .build()
 }
 
-/// Takes `key` fenced on `locker`, trying again while attempts fail with `Backend` (an
-/// election, a request sent to a member that was down) for up to 20 s. Returns the guard and
-/// how many attempts failed.
+/// [`consensus::lock_through_faults`] for up to 20 s.
 async fn lock_through_faults(locker: &Locker, key: &str) -> (LockGuard, usize) {
-    let start = Instant::now();
-    let mut failed = 0;
-    loop {
-        match locker
-            .lock(key)
-            .fenced()
-            .wait(Duration::from_secs(10))
-            .await
-        {
-            Ok(guard) => return (guard, failed),
-            Err(LockError::Backend { .. }) if start.elapsed() < Duration::from_secs(20) => {
-                failed += 1;
-            }
-            Err(e) => panic!("lock {key}: {e:?}"),
-        }
-    }
+    consensus::lock_through_faults(locker, key, Duration::from_secs(20)).await
 }
 
 /// Takes the fair queue's lock `queue` on `holder` (fair, fenced, [`QUEUE_LEASE`]).
@@ -147,19 +132,6 @@ async fn until_contenders(etcd: &EtcdClient, namespace: &str, n: usize) {
     .await;
 }
 
-/// The backend calls of the waiter just served (the last of `order`) between `before` and
-/// `after` (each waiter's [`attempts`]); fails the test if a waiter not yet served made any.
-fn woken(order: &[usize], before: &[u64], after: &[u64]) -> u64 {
-    let i = *order.last().expect("a waiter was served");
-    for j in (0..after.len()).filter(|j| !order.contains(j)) {
-        assert_eq!(
-            after[j], before[j],
-            "waiter {j}, still queued, called the backend when waiter {i} was served"
-        );
-    }
-    after[i] - before[i]
-}
-
 /// One fault round of the load tests: kills the leader and restarts it, pauses the new leader
 /// past the election timeout and resumes it, then waits for the cluster to serve again.
 async fn fault_round(cluster: &mut EtcdCluster) {
@@ -174,34 +146,4 @@ async fn fault_round(cluster: &mut EtcdCluster) {
     // plus an election (a lock whose holder's release was lost in a fault ends with its
     // lease); a request stuck in the paused member ends within its timeout.
     tokio::time::sleep(LEASE + cluster.election_timeout() + Duration::from_secs(1)).await;
-}
-
-/// Backend calls other than renewals: acquire attempts, releases, queue leaves.
-fn attempts(locker: &Locker) -> u64 {
-    let stats = locker.stats();
-    stats.backend_calls - stats.renewal_calls
-}
-
-/// The storage a lock protects, checking fences: a write carrying a lower fence than one
-/// already seen for its key is refused (and counted).
-#[derive(Debug, Default)]
-struct FenceStore {
-    highest: Mutex<HashMap<String, u64>>,
-    accepted: AtomicU64,
-    refused: AtomicU64,
-}
-
-impl FenceStore {
-    /// Writes `key` under `fence`: `false` when refused as stale.
-    fn write(&self, key: &str, fence: u64) -> bool {
-        let mut highest = self.highest.lock().unwrap();
-        let seen = highest.entry(key.to_owned()).or_insert(0);
-        if fence < *seen {
-            self.refused.fetch_add(1, SeqCst);
-            return false;
-        }
-        *seen = fence;
-        self.accepted.fetch_add(1, SeqCst);
-        true
-    }
 }

@@ -5,11 +5,10 @@
 use std::time::{Duration, Instant};
 
 use lock_core::LockError;
-use tokio::sync::{mpsc, oneshot};
 
+use super::consensus::fair_waiters_are_served_in_order;
 use super::{
-    LEASE, QUEUE_LEASE, attempts, contenders, hold_queue, locker, shared, through,
-    until_contenders, woken,
+    LEASE, QUEUE_LEASE, contenders, hold_queue, locker, shared, through, until_contenders,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,60 +21,21 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
         waiters.push(locker(&urls, ns).await);
     }
     let guard = hold_queue(&holder).await;
-    let (granted_tx, mut granted) = mpsc::unbounded_channel();
-    let mut release = Vec::new();
-    let mut tasks = Vec::new();
-    for (i, waiter) in waiters.iter().enumerate() {
-        let (release_tx, release_rx) = oneshot::channel::<()>();
-        release.push(Some(release_tx));
-        let (waiter, granted_tx) = (waiter.clone(), granted_tx.clone());
-        tasks.push(tokio::spawn(async move {
-            let guard = waiter
-                .lock("queue")
-                .lease(QUEUE_LEASE)
-                .fair()
-                .fenced()
-                .wait(Duration::from_secs(30))
-                .await
-                .expect("a fair waiter");
-            granted_tx
-                .send((i, guard.fence().expect("fenced")))
-                .unwrap();
-            release_rx.await.unwrap();
-            guard.release().await.expect("release");
-        }));
-        // Queued before the next one starts: creation order is the start order.
-        until_contenders(&etcd, ns, i + 2).await;
-    }
-    let queue = contenders(&etcd, ns).await;
-    let mut before: Vec<u64> = waiters.iter().map(attempts).collect();
-    guard.release().await.expect("release");
-    let (mut order, mut wakeups) = (Vec::new(), Vec::new());
-    for turn in 0..waiters.len() {
-        let (i, fence) = tokio::time::timeout(Duration::from_secs(10), granted.recv())
-            .await
-            .expect("nobody served after a release")
-            .unwrap();
-        order.push(i);
-        assert_eq!(
-            fence,
-            u64::try_from(queue[turn + 1].create_revision).unwrap(),
-            "turn {turn} went to another key"
-        );
-        let after: Vec<u64> = waiters.iter().map(attempts).collect();
-        wakeups.push(woken(&order, &before, &after));
-        before = after;
-        release[i].take().unwrap().send(()).unwrap();
-    }
-    for t in tasks {
-        t.await.expect("task");
-    }
-    println!("served in order {order:?}; acquire calls of each woken waiter: {wakeups:?}");
-    assert_eq!(order, [0, 1, 2, 3], "not served in creation order");
-    assert!(
-        wakeups.iter().all(|&w| w <= 1),
-        "more than one acquire call per wake-up: {wakeups:?}"
-    );
+    fair_waiters_are_served_in_order(
+        guard,
+        &waiters,
+        "queue",
+        QUEUE_LEASE,
+        async |n| until_contenders(&etcd, ns, n).await,
+        async || {
+            let queue = contenders(&etcd, ns).await;
+            queue
+                .iter()
+                .map(|kv| u64::try_from(kv.create_revision).unwrap())
+                .collect()
+        },
+    )
+    .await;
 }
 
 /// Queues `a` then `b` behind the holder of `key` on `holder`; `a` leaves by `leave`; then

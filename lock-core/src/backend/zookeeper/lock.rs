@@ -415,9 +415,15 @@ impl ZooKeeperBackend {
             Some(c) => c.path.clone(),
             None => {
                 let dir = self.lock_path(key);
-                match self.find_node(&session, key, &dir, token).await? {
-                    Some((path, _)) => path,
-                    None => return Ok(false),
+                match self.find_node(&session, key, &dir, token).await {
+                    Ok(Some((path, _))) => path,
+                    Ok(None) => return Ok(false),
+                    Err(e) => {
+                        // A create whose answer was lost may have made a node, which our
+                        // session would keep for good, at the head of the queue.
+                        self.find_and_delete_in_background(key, token);
+                        return Err(e);
+                    }
                 }
             }
         };
@@ -453,6 +459,45 @@ impl ZooKeeperBackend {
                 }
             }
         }
+    }
+
+    /// Looks for our node of `token` in the background until ZooKeeper answers (or the
+    /// session ends, and the node with it), and deletes it: a give-up whose look failed.
+    /// Requests of a session are served in order, so an answered look sees every create sent
+    /// before it.
+    fn find_and_delete_in_background(&self, key: &LockKey, token: &Token) {
+        let Some(session) = self.inner.sessions.live() else {
+            return;
+        };
+        let inner = Arc::downgrade(&self.inner);
+        let (key, token) = (key.clone(), token.clone());
+        crate::background::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                tokio::time::sleep(pause).await;
+                if session.client.state().is_terminated() {
+                    return;
+                }
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                let backend = ZooKeeperBackend { inner };
+                let id = Self::contender_id(&key, &token);
+                if backend.inner.contenders.lock().contains_key(&id) {
+                    // The token is in use again: its own release deletes its node.
+                    return;
+                }
+                let dir = backend.lock_path(&key);
+                match backend.find_node(&session, &key, &dir, &token).await {
+                    Ok(Some((path, _))) => {
+                        backend.delete_in_background(path, key.name());
+                        return;
+                    }
+                    Ok(None) => return,
+                    Err(_) => pause = (pause * 2).min(Duration::from_secs(5)),
+                }
+            }
+        });
     }
 
     /// Deletes node `path` of the current session in the background until ZooKeeper answers
