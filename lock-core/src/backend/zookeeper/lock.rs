@@ -217,7 +217,19 @@ impl ZooKeeperBackend {
         dir: &str,
         token: &Token,
     ) -> Result<Option<(String, i64)>, LockError> {
-        let Some(children) = self.children(session, key, dir).await? else {
+        // Looked for after an answer was lost: the session may be on another member now, which
+        // may not have applied a create the first one passed on. It catches up with the leader
+        // first (the sync goes out before the listing: a session's requests are served in
+        // order).
+        let synced = session.client.sync(dir);
+        let (synced, children) =
+            tokio::join!(self.within(synced), self.children(session, key, dir));
+        match synced {
+            Some(Ok(()) | Err(zk::Error::NoNode)) => {}
+            Some(Err(e)) => return Err(backend_error("acquire", Some(key.user()), e)),
+            None => return Err(timed_out("acquire", Some(key.user()))),
+        }
+        let Some(children) = children? else {
             return Ok(None);
         };
         let Some(name) = queue(&children)
@@ -524,7 +536,9 @@ impl ZooKeeperBackend {
                         }
                         return;
                     }
-                    Ok(Err(zk::Error::SessionExpired | zk::Error::SessionMoved)) => return,
+                    // Its node went with the session. (A session that moved to another member
+                    // is still alive: sent again.)
+                    Ok(Err(zk::Error::SessionExpired)) => return,
                     _ if session.client.state().is_terminated() => return,
                     _ => {}
                 }
