@@ -74,8 +74,25 @@ impl ZooKeeperBackend {
         lease: Duration,
         options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
-        self.check_lease(lease)?;
+        // The whole attempt within two request timeouts: a create looked for after a lost
+        // answer, a container made again, and the listing each have their own bound.
+        let bound = self.inner.request_timeout * 2;
+        match tokio::time::timeout(bound, self.attempt_lock(key, token, lease, options)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(timed_out("acquire", Some(key.user()))),
+        }
+    }
+
+    async fn attempt_lock(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+    ) -> Result<Attempt, LockError> {
         let session = self.inner.sessions.current().await?;
+        // Against the session the node will be made on (a new one may grant less).
+        self.check_lease(lease, session.timeout)?;
         let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
         let id = Self::contender_id(key, token);
         let dir = self.lock_path(key);
@@ -93,6 +110,15 @@ impl ZooKeeperBackend {
                 None => {
                     created_now = true;
                     let made = self.create_node(&session, key, &dir, token, ticket).await?;
+                    if made.1 <= 0 {
+                        // No fence to give from it: refused, never passed on as 0.
+                        self.delete_in_background(made.0, key.name());
+                        return Err(LockError::protocol(
+                            "acquire",
+                            key.user(),
+                            "ZooKeeper answered a create with no transaction id (czxid)",
+                        ));
+                    }
                     let mut contenders = self.inner.contenders.lock();
                     contenders.insert(
                         id.clone(),
@@ -619,9 +645,17 @@ impl ZooKeeperBackend {
                     return Err(backend_error("renew", Some(items[*i].key.user()), e));
                 }
             }
-            let read = self
-                .bounded("renew", Some(&items[chunk[0]].key), reader.commit())
-                .await;
+            // A member answers reads alone, even one cut off from the leader (until its sync
+            // limit runs out), while the leader may already have expired the session: the
+            // renewal counts only with a sync through the leader, sent before the read (a
+            // session's requests are served in order).
+            let synced = session.client.sync(&self.inner.root);
+            let key = &items[chunk[0]].key;
+            let (synced, read) = tokio::join!(
+                self.bounded("renew", Some(key), synced),
+                self.bounded("renew", Some(key), reader.commit())
+            );
+            let read = synced.and(read);
             let results = match read {
                 Ok(results) if results.len() == chunk.len() => results,
                 Ok(_) => {
@@ -671,7 +705,7 @@ impl ZooKeeperBackend {
         // not is lost, whatever it asks).
         for (item, verdict) in items.iter().zip(&verdicts) {
             if *verdict == Renewed::Yes {
-                self.check_lease(item.lease)?;
+                self.check_lease(item.lease, session.timeout)?;
             }
         }
         let mut unwatched = Vec::new();

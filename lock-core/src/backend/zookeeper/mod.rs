@@ -414,9 +414,9 @@ impl ZooKeeperBackend {
             .ok()
     }
 
-    /// Refuses a lease the session cannot vouch for.
-    fn check_lease(&self, lease: Duration) -> Result<(), LockError> {
-        let most = max_lease(self.inner.sessions.granted());
+    /// Refuses a lease the session granted `granted` cannot vouch for.
+    fn check_lease(&self, lease: Duration, granted: Duration) -> Result<(), LockError> {
+        let most = max_lease(granted);
         if lease.is_zero() || lease > most {
             return Err(LockError::config(format!(
                 "lease {lease:?} is out of range for this ZooKeeper session: above zero and at most {most:?}, three quarters of the session timeout the ensemble granted (ask for a longer session_timeout, within the servers' maxSessionTimeout)"
