@@ -11,6 +11,8 @@ use crate::designs::{Kind, LOCAL_HOLD, LOCAL_TURNS};
 use crate::machine::Machine;
 #[cfg(feature = "etcd")]
 use crate::scenarios::Etcd;
+#[cfg(feature = "zookeeper")]
+use crate::scenarios::ZooKeeper;
 use crate::scenarios::{
     CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory,
     PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
@@ -500,6 +502,56 @@ pub(crate) fn etcd_rows(e: &Etcd, redis: Option<&Watchdog>) -> String {
     )
 }
 
+/// The ZooKeeper table's rows: exists and set_data (the floors), uncontended lock + release,
+/// the handoff against a watch event, and the watchdog's packets per tick. Columns as the etcd
+/// table's.
+#[cfg(feature = "zookeeper")]
+pub(crate) fn zookeeper_rows(z: &ZooKeeper) -> String {
+    let (exists, write) = (z.exists.p50(), z.write.p50());
+    let e = fmt_ns(exists);
+    let cycle = z.cycle.p50();
+    let (handoff, event) = (z.handoff.p50(), z.watch_event.p50());
+    let w = &z.watchdog;
+    let ticks = w.ticks();
+    let per_tick = |n: u64| n as f64 / ticks;
+    // One multi-read per tick (one more when the window catches a tick at each end), plus
+    // the client's pings: at most one per third of the 10 s session timeout.
+    let pings = w.window.as_secs_f64() / (10.0 / 3.0) + 1.0;
+    let allowed = ticks.floor() + 1.0 + pings.floor();
+    format!(
+        "\
+| ZooKeeper: exists round trip (read) | zookeeper-client: {} | this is the floor | 1.00× | — | — |
+| ZooKeeper: set_data round trip (one write) | zookeeper-client: {} | exists p50 {e} | {:.2}× exists | — | — |
+| ZooKeeper: uncontended lock + release | {}; {:.2} requests per cycle | exists p50 {e}; set_data p50 {} | {:.2}× exists ({:.2}× set_data) | the ratio to ZooKeeper's own round trip | — |
+| ZooKeeper: contended handoff between two Lockers (latency) | {}; the waiter's requests per handoff {:.2} | watch event (a set_data → another session's one-shot watch fires): {} | {:.2}× the watch event ({:.2}× exists) | against the floor of a watch event | — |
+| ZooKeeper: watchdog, {} held locks on one Locker, traffic per tick | per tick ({}, lease {:?}): {:.2} packets received by the server (zk_packets_received), {} renewal calls in {:.1} ticks; on the wire {} B to ZooKeeper, {} B back | one multi-read per tick, plus the session's pings | {:.2} packets per tick | one request per tick for all held locks | {} |
+",
+        z.exists.summary(),
+        z.write.summary(),
+        ratio(write, exists),
+        z.cycle.summary(),
+        z.cycle_calls,
+        fmt_ns(write),
+        ratio(cycle, exists),
+        ratio(cycle, write),
+        z.handoff.summary(),
+        z.handoff_calls,
+        z.watch_event.summary(),
+        ratio(handoff, event),
+        ratio(handoff, exists),
+        group(w.locks as u64),
+        fmt_ns(w.tick().as_nanos() as u64),
+        w.lease,
+        per_tick(w.packets),
+        w.renewal_calls,
+        ticks,
+        group(per_tick(w.wire.0).round() as u64),
+        group(per_tick(w.wire.1).round() as u64),
+        per_tick(w.packets),
+        met(w.renewal_calls > 0 && w.packets as f64 <= allowed),
+    )
+}
+
 /// The report's etcd section: what is measured, the table, how to read it and rerun it.
 #[cfg(feature = "etcd")]
 fn etcd_section(r: &Results, rows: &str) -> String {
@@ -558,7 +610,7 @@ client lock-core uses, with its connection options), on the same member, in the 
         per_round = p.etcd_latency_n / p.rounds,
         h0 = p.hold.0,
         h1 = p.hold.1,
-        chunks = crate::scenarios::ETCD_CHUNKS,
+        chunks = crate::scenarios::CHUNKS,
         n = e.handoff.n(),
         locks = group(w.locks as u64),
         floor = 1 + w.locks.div_ceil(128),

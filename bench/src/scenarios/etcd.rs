@@ -23,7 +23,7 @@ use lock_testkit::proxy::Proxy;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
-use super::{Plan, random_between};
+use super::{CHUNKS, Plan, keep_since, random_between};
 use crate::Result;
 use crate::stats::Latencies;
 
@@ -32,8 +32,6 @@ const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(15);
 /// Keys cycled through by the uncontended loop.
 const KEYS: usize = 16;
-/// The handoff and its floor are measured in this many interleaved chunks.
-pub(crate) const CHUNKS: usize = 10;
 /// The lock of the handoff scenario.
 const HANDOFF_KEY: &str = "etcd-handoff";
 /// The key the watch-event floor puts and watches.
@@ -176,13 +174,6 @@ async fn uncontended(plan: &Plan, url: &str) -> Result<Etcd> {
         cycle_calls: calls as f64 / cycles,
         ..Etcd::default()
     })
-}
-
-/// Records the time since `start` into `into`, unless this is a warm-up (`keep` false).
-fn keep_since(keep: bool, into: &mut Latencies, start: Instant) {
-    if keep {
-        into.record_since(start);
-    }
 }
 
 /// The handoff between two lockers and the watch-event floor, in `CHUNKS` interleaved chunks.

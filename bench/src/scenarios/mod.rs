@@ -10,6 +10,8 @@ mod layer;
 mod scaleout;
 mod throughput;
 mod watchdog;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::future::Future as _;
 use std::task::Poll;
@@ -27,7 +29,7 @@ use crate::stats::CommandStats;
 use crate::{Options, Result, progress};
 
 #[cfg(feature = "etcd")]
-pub(crate) use etcd::{CHUNKS as ETCD_CHUNKS, Etcd};
+pub(crate) use etcd::Etcd;
 pub(crate) use handoff::{Handoff, HandoffFloors};
 pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
@@ -36,6 +38,8 @@ pub(crate) use layer::Layer;
 pub(crate) use scaleout::{CLUSTER_TASKS, Cluster, PRIMARIES, REDLOCK_SERVERS, Redlock};
 pub(crate) use throughput::Throughput;
 pub(crate) use watchdog::Watchdog;
+#[cfg(feature = "zookeeper")]
+pub(crate) use zookeeper::ZooKeeper;
 
 /// Sample counts and durations of one run.
 #[derive(Debug, Clone)]
@@ -74,6 +78,11 @@ pub(crate) struct Plan {
     pub(crate) etcd_latency_n: usize,
     #[cfg(feature = "etcd")]
     pub(crate) etcd_handoff_n: usize,
+    /// ZooKeeper: as `etcd_latency_n` and `etcd_handoff_n`.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zk_latency_n: usize,
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zk_handoff_n: usize,
 }
 
 impl Plan {
@@ -104,6 +113,10 @@ impl Plan {
             etcd_latency_n: 2_000,
             #[cfg(feature = "etcd")]
             etcd_handoff_n: 400,
+            #[cfg(feature = "zookeeper")]
+            zk_latency_n: 2_000,
+            #[cfg(feature = "zookeeper")]
+            zk_handoff_n: 400,
         };
         if !quick {
             return full;
@@ -128,6 +141,10 @@ impl Plan {
             etcd_latency_n: 40,
             #[cfg(feature = "etcd")]
             etcd_handoff_n: 10,
+            #[cfg(feature = "zookeeper")]
+            zk_latency_n: 40,
+            #[cfg(feature = "zookeeper")]
+            zk_handoff_n: 10,
             ..full
         }
     }
@@ -337,6 +354,24 @@ async fn etcd(plan: &Plan) -> Result<Etcd> {
     etcd::etcd(plan).await
 }
 
+#[cfg(feature = "zookeeper")]
+async fn zookeeper(plan: &Plan) -> Result<ZooKeeper> {
+    progress("ZooKeeper: one standalone server");
+    zookeeper::zookeeper(plan).await
+}
+
+/// The etcd and ZooKeeper sections' handoffs and floors are measured in this many interleaved
+/// chunks.
+pub(crate) const CHUNKS: usize = 10;
+
+/// Records the time since `start` into `into`, unless this is a warm-up (`keep` false).
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+fn keep_since(keep: bool, into: &mut crate::stats::Latencies, start: std::time::Instant) {
+    if keep {
+        into.record_since(start);
+    }
+}
+
 /// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a
 /// note saying where they come from (a partial run: the report is not written).
 async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine) -> Result<()> {
@@ -393,6 +428,12 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
             let floors = "Range, Put and the watch event, on that member";
             (report::etcd_rows(&e, None), floors)
         }
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" => {
+            let z = zookeeper(plan).await?;
+            let floors = "exists, set_data and the watch event, on that server";
+            (report::zookeeper_rows(&z), floors)
+        }
         other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
     };
     let n = rows.lines().count();
@@ -402,6 +443,7 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
     // section its own etcd member.
     let server = match (section, &target.started) {
         ("etcd", _) => "its own etcd member".to_owned(),
+        ("zookeeper", _) => "its own ZooKeeper server".to_owned(),
         ("cluster" | "redlock", _) | (_, Some(_)) => format!("its own redis-server {version}"),
         (_, None) => format!("the given redis-server {version}"),
     };
@@ -423,13 +465,24 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
     Ok(())
 }
 
-/// The sections `--only` can run.
-#[cfg(not(feature = "etcd"))]
-pub(crate) const SECTIONS: &str =
-    "latency throughput handoff hot watchdog layer idempotency cluster redlock";
-#[cfg(feature = "etcd")]
-pub(crate) const SECTIONS: &str =
-    "latency throughput handoff hot watchdog layer idempotency cluster redlock etcd";
+/// The sections `--only` can run: the Redis ones, then etcd and ZooKeeper when built with
+/// their features.
+#[cfg(all(not(feature = "etcd"), not(feature = "zookeeper")))]
+pub(crate) const SECTIONS: &str = REDIS_SECTIONS;
+#[cfg(all(feature = "etcd", not(feature = "zookeeper")))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " etcd");
+#[cfg(all(not(feature = "etcd"), feature = "zookeeper"))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " zookeeper");
+#[cfg(all(feature = "etcd", feature = "zookeeper"))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " etcd zookeeper");
+#[cfg(all(not(feature = "etcd"), not(feature = "zookeeper")))]
+const REDIS_SECTIONS: &str = redis_sections!();
+macro_rules! redis_sections {
+    () => {
+        "latency throughput handoff hot watchdog layer idempotency cluster redlock"
+    };
+}
+use redis_sections;
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {
