@@ -1,5 +1,7 @@
 //! The scenarios, the plan of a quick or full run, and the run itself.
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod handoff;
@@ -28,6 +30,8 @@ use crate::server::Target;
 use crate::stats::CommandStats;
 use crate::{Options, Result, progress};
 
+#[cfg(feature = "etcd")]
+pub(crate) use consensus::CHUNKS;
 #[cfg(feature = "etcd")]
 pub(crate) use etcd::Etcd;
 pub(crate) use handoff::{Handoff, HandoffFloors};
@@ -358,18 +362,6 @@ async fn etcd(plan: &Plan) -> Result<Etcd> {
 async fn zookeeper(plan: &Plan) -> Result<ZooKeeper> {
     progress("ZooKeeper: one standalone server");
     zookeeper::zookeeper(plan).await
-}
-
-/// The etcd and ZooKeeper sections' handoffs and floors are measured in this many interleaved
-/// chunks.
-pub(crate) const CHUNKS: usize = 10;
-
-/// Records the time since `start` into `into`, unless this is a warm-up (`keep` false).
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-fn keep_since(keep: bool, into: &mut crate::stats::Latencies, start: std::time::Instant) {
-    if keep {
-        into.record_since(start);
-    }
 }
 
 /// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a

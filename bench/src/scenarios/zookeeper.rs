@@ -20,7 +20,8 @@ use lock_testkit::zookeeper::{ZooKeeperEnsemble, find_classpath, find_java};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::{CHUNKS, Plan, keep_since, random_between};
+use super::consensus::{handoff_chunks, held_window, interleaved_rounds};
+use super::{Plan, random_between};
 use crate::Result;
 use crate::stats::Latencies;
 
@@ -130,41 +131,16 @@ async fn uncontended(plan: &Plan, hosts: &str) -> Result<ZooKeeper> {
     }
     let locker = locker(hosts, LEASE).await?;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("uc:{i}")).collect();
-    let [mut exists, mut write, mut cycle] = [(); 3].map(|()| Latencies::default());
-    let per_round = plan.zk_latency_n / plan.rounds;
-    let mut calls = 0;
-    for r in 0..=plan.rounds {
-        let (n, keep) = if r == 0 {
-            (plan.warmup, false)
-        } else {
-            (per_round, true)
-        };
-        for _ in 0..n {
-            let t = Instant::now();
-            raw.check_stat(READ_NODE).await?;
-            keep_since(keep, &mut exists, t);
-        }
-        for _ in 0..n {
-            let t = Instant::now();
-            raw.set_data(WRITE_NODE, b"x", None).await?;
-            keep_since(keep, &mut write, t);
-        }
-        let before = locker.stats().backend_calls;
-        for key in keys.iter().cycle().take(n) {
-            let t = Instant::now();
-            locker.lock(key).await?.release().await?;
-            keep_since(keep, &mut cycle, t);
-        }
-        if keep {
-            calls += locker.stats().backend_calls - before;
-        }
-    }
-    let cycles = (per_round * plan.rounds).max(1) as f64;
+    let read = async || Ok(raw.check_stat(READ_NODE).await?);
+    let write = async || Ok(raw.set_data(WRITE_NODE, b"x", None).await?);
+    let n = plan.zk_latency_n;
+    let ([exists, write, cycle], cycle_calls) =
+        interleaved_rounds(plan, n, &locker, &keys, read, write).await?;
     Ok(ZooKeeper {
         exists,
         write,
         cycle,
-        cycle_calls: calls as f64 / cycles,
+        cycle_calls,
         ..ZooKeeper::default()
     })
 }
@@ -182,43 +158,25 @@ async fn handoff(plan: &Plan, hosts: &str, figures: &mut ZooKeeper) -> Result<()
     // The lock's container node: the backend's default root, then the key's store name
     // (prefix and hash tag; none of its characters is escaped).
     let queue = format!("/lock-core/{}{{{HANDOFF_KEY}}}", lock_core::DEFAULT_PREFIX);
-    let per_chunk = (plan.zk_handoff_n / CHUNKS).max(1);
-    let mut calls = 0;
-    for chunk in 0..=CHUNKS {
-        let (n, keep) = match chunk {
-            0 => (plan.handoff_warm, false),
-            _ => (per_chunk, true),
-        };
-        let before = b.stats().backend_calls;
-        for _ in 0..n {
-            let took = handoff_once(plan, &a, &b, &observer, &queue).await?;
-            if keep {
-                figures.handoff.record_duration(took);
-            }
-        }
-        if keep {
-            calls += b.stats().backend_calls - before;
-        }
-        for _ in 0..n {
-            let (_, watch) = watcher.check_and_watch_stat(FLOOR_NODE).await?;
-            let fired = tokio::spawn(async move {
-                watch.changed().await;
-                Instant::now()
-            });
-            tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
-            let t = Instant::now();
-            writer.set_data(FLOOR_NODE, b"x", None).await?;
-            let heard = tokio::time::timeout(WAIT, fired)
-                .await
-                .map_err(|_| "ZooKeeper: the floor's watch did not fire within 15 s")??;
-            if keep {
-                figures
-                    .watch_event
-                    .record_duration(heard.saturating_duration_since(t));
-            }
-        }
-    }
-    figures.handoff_calls = calls as f64 / (per_chunk * CHUNKS) as f64;
+    let handoff = async || handoff_once(plan, &a, &b, &observer, &queue).await;
+    let event = async || {
+        let (_, watch) = watcher.check_and_watch_stat(FLOOR_NODE).await?;
+        let fired = tokio::spawn(async move {
+            watch.changed().await;
+            Instant::now()
+        });
+        tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
+        let t = Instant::now();
+        writer.set_data(FLOOR_NODE, b"x", None).await?;
+        let heard = tokio::time::timeout(WAIT, fired)
+            .await
+            .map_err(|_| "ZooKeeper: the floor's watch did not fire within 15 s")??;
+        Ok(heard.saturating_duration_since(t))
+    };
+    let n = plan.zk_handoff_n;
+    let (handoffs, events, calls) = handoff_chunks(plan, n, &b, handoff, event).await?;
+    (figures.handoff, figures.watch_event) = (handoffs, events);
+    figures.handoff_calls = calls;
     Ok(())
 }
 
@@ -268,23 +226,17 @@ async fn watchdog(plan: &Plan, addr: SocketAddr) -> Result<ZkWatchdog> {
     crate::progress(&format!("  watchdog: {n} locks, lease {lease:?}"));
     let proxy = Proxy::start(addr).await;
     let locker = locker(&proxy.addr().to_string(), lease).await?;
-    let guards = super::watchdog::hold(&locker, n).await?;
-    let (calls, wire) = (locker.stats().renewal_calls, proxy.forwarded());
-    let before = packets(addr).await?;
-    tokio::time::sleep(plan.watchdog_window).await;
-    let after = packets(addr).await?;
-    let (calls, wire) = (
-        locker.stats().renewal_calls - calls,
-        (proxy.forwarded().0 - wire.0, proxy.forwarded().1 - wire.1),
-    );
-    super::watchdog::release_all(guards, "ZooKeeper watchdog").await?;
+    let window = held_window(plan, &locker, &proxy, "ZooKeeper watchdog", async || {
+        packets(addr).await
+    })
+    .await?;
     Ok(ZkWatchdog {
         locks: n,
         lease,
         window: plan.watchdog_window,
-        renewal_calls: calls,
-        packets: after.saturating_sub(before),
-        wire,
+        renewal_calls: window.renewal_calls,
+        packets: window.after.saturating_sub(window.before),
+        wire: window.wire,
     })
 }
 
