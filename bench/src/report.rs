@@ -57,6 +57,8 @@ pub(crate) struct Results {
     pub(crate) redlock: Redlock,
     #[cfg(feature = "etcd")]
     pub(crate) etcd: Etcd,
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zookeeper: ZooKeeper,
     pub(crate) elapsed: Duration,
 }
 
@@ -552,6 +554,115 @@ pub(crate) fn zookeeper_rows(z: &ZooKeeper) -> String {
     )
 }
 
+/// The report's ZooKeeper section: what is measured, the table, how to read it and rerun it,
+/// and (with etcd measured too) the three backends side by side.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_section(r: &Results, rows: &str) -> String {
+    let z = &r.zookeeper;
+    let w = &z.watchdog;
+    let p = &r.plan;
+    let per_tick = |n: u64| n as f64 / w.ticks();
+    format!(
+        "\
+One ZooKeeper {} standalone server started by the bench (the test kit's
+`ZooKeeperEnsemble::start_single`: loopback port, data in a temporary directory), on the same
+{} cores as the bench and every other server of the run. Ours is
+`Locker::builder(ZooKeeperBackend::builder(..).session_timeout(10 s).connect())` with a 7 s
+lease (at most three quarters of the session timeout); its floors are measured in this process
+with sessions of `zookeeper-client` (the client lock-core uses), on the same server, in the
+same run.
+
+| Scenario | ours (lock-core) | ZooKeeper's floor, same run | ratio | goal | met? |
+|---|---|---|---|---|---|
+{rows}
+- **Uncontended**: as etcd's, over 16 keys in {rounds} interleaved rounds of {per_round}: an
+  `exists` of one node (the read floor), a `set_data` of one node (one write), then lock +
+  release: the contender node created, then deleted (two writes).
+- **Handoff**: as etcd's: B's contender node is seen in the lock's container by a children
+  watch before the random {h0:?}-{h1:?} hold and A's release. The floor: a `set_data` by one
+  session → another session's one-shot `exists` watch has fired, after the same random idle.
+  Both in {chunks} interleaved chunks, {n} samples each. B is woken by its watch on the node
+  just ahead of it (Curator's recipe).
+- **Watchdog**: {locks} locks held on one `Locker` with a {lease:?} lease for {window:?}, as
+  etcd's. The packets are the difference of the server's own `zk_packets_received` (four-letter
+  `mntr`) before and after: every request and ping of every session, and only the `Locker`'s
+  session is open then. The backend renews all held locks with one multi-read per tick
+  (`getData` of each contender node, up to 1,000 per request), and the client pings when the
+  session has been idle for a third of its timeout.
+- **Reading them**: an uncontended lock + release costs {cycle_x:.1} `exists` round trips
+  ({cycle_w:.1} `set_data`s): its contender node is created and deleted, two writes. A waiter is woken by the delete of the
+  node ahead of it, so its handoff is {handoff_x:.2}× the watch event. The watchdog sends
+  {packets:.2} packets per tick for {locks} locks ({bytes} bytes on the wire): one request
+  whatever the number of locks, as on Redis, where etcd needs one per 128 locks.
+- Rerun: `cargo run --release -p lock-bench --features zookeeper -- --only zookeeper` prints
+  these rows (a partial run), or the full run with `--features zookeeper` writes this file;
+  Java and ZooKeeper's jars must be where the test kit finds them.
+{summary}",
+        z.version.split(',').next().unwrap_or_default(),
+        r.machine.nproc,
+        rounds = p.rounds,
+        per_round = p.zk_latency_n / p.rounds,
+        h0 = p.hold.0,
+        h1 = p.hold.1,
+        chunks = crate::scenarios::CHUNKS,
+        n = z.handoff.n(),
+        locks = group(w.locks as u64),
+        lease = w.lease,
+        window = w.window,
+        cycle_x = ratio(z.cycle.p50(), z.exists.p50()),
+        cycle_w = ratio(z.cycle.p50(), z.write.p50()),
+        handoff_x = ratio(z.handoff.p50(), z.watch_event.p50()),
+        packets = per_tick(w.packets),
+        bytes = group(per_tick(w.wire.0 + w.wire.1).round() as u64),
+        summary = backends_side_by_side(r),
+    )
+}
+
+/// Redis, etcd and ZooKeeper side by side, from this run's figures (p50s).
+#[cfg(all(feature = "zookeeper", feature = "etcd"))]
+fn backends_side_by_side(r: &Results) -> String {
+    let (u, e, z) = (&r.uncontended.0, &r.etcd, &r.zookeeper);
+    let ours = u.lock_release.iter().find(|(k, _)| *k == Kind::Ours);
+    let redis_cycle = ours.map_or(0, |(_, l)| l.p50());
+    let (redis_handoff, redis_floor) =
+        (r.handoffs[0].latencies.p50(), r.handoff_floors.woken.p50());
+    let rw = &r.watchdog;
+    let redis_calls = rw.ours.evalsha_per_s * rw.lease.as_secs_f64() / 3.0;
+    let (ew, zw) = (&e.watchdog, &z.watchdog);
+    let etcd_requests = ew.total_requests() as f64 / ew.ticks();
+    let zk_packets = zw.packets as f64 / zw.ticks();
+    let cell = |ns: u64, floor: u64| format!("{} ({:.2}×)", fmt_ns(ns), ratio(ns, floor));
+    format!(
+        "
+### Redis, etcd and ZooKeeper side by side (this run, p50)
+
+| | Redis | etcd | ZooKeeper |
+|---|---|---|---|
+| read round trip (the floor) | PING {} | linearizable Range {} | exists {} |
+| uncontended lock + release (× that floor) | {} | {} | {} |
+| contended handoff (× the store's notification floor) | {} | {} | {} |
+| watchdog requests per tick, 1,000 held locks | {redis_calls:.2} | {etcd_requests:.2} | {zk_packets:.2} (pings included) |
+
+The Redis handoff is across two processes against a notification reaching the waiting task;
+etcd's and ZooKeeper's are between two `Locker`s of one process against a watch event.
+",
+        fmt_ns(u.ping.p50()),
+        fmt_ns(e.range.p50()),
+        fmt_ns(z.exists.p50()),
+        cell(redis_cycle, u.ping.p50()),
+        cell(e.cycle.p50(), e.range.p50()),
+        cell(z.cycle.p50(), z.exists.p50()),
+        cell(redis_handoff, redis_floor),
+        cell(e.handoff.p50(), e.watch_event.p50()),
+        cell(z.handoff.p50(), z.watch_event.p50()),
+    )
+}
+
+#[cfg(all(feature = "zookeeper", not(feature = "etcd")))]
+fn backends_side_by_side(_: &Results) -> String {
+    String::new()
+}
+
 /// The report's etcd section: what is measured, the table, how to read it and rerun it.
 #[cfg(feature = "etcd")]
 fn etcd_section(r: &Results, rows: &str) -> String {
@@ -801,10 +912,23 @@ pub(crate) fn render(r: &Results, svg_name: &str) -> String {
             .to_owned(),
         String::new(),
     );
-    let features = if cfg!(feature = "etcd") {
-        " --features etcd"
-    } else {
-        ""
+    #[cfg(feature = "zookeeper")]
+    let (zookeeper, zk_headline) = {
+        let rows = zookeeper_rows(&r.zookeeper);
+        (zookeeper_section(r, &rows), headline(&rows))
+    };
+    #[cfg(not(feature = "zookeeper"))]
+    let (zookeeper, zk_headline) = (
+        "Not measured: this binary was built without the `zookeeper` feature \
+         (`--features zookeeper`).\n"
+            .to_owned(),
+        String::new(),
+    );
+    let features = match (cfg!(feature = "etcd"), cfg!(feature = "zookeeper")) {
+        (true, true) => " --features etcd,zookeeper",
+        (true, false) => " --features etcd",
+        (false, true) => " --features zookeeper",
+        (false, false) => "",
     };
     let mode = match r.plan.quick {
         true => "quick (CI smoke run: figures NOT meaningful)",
@@ -838,7 +962,7 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 
 | Scenario | ratio | goal | verdict |
 |---|---|---|---|
-{}{etcd_headline}
+{}{etcd_headline}{zk_headline}
 ## Handoff latency distributions
 
 ![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})
@@ -851,6 +975,9 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 ## etcd
 
 {etcd}
+## ZooKeeper
+
+{zookeeper}
 ## Diagnostics (where the time goes)
 
 {}

@@ -30,7 +30,7 @@ use crate::server::Target;
 use crate::stats::CommandStats;
 use crate::{Options, Result, progress};
 
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) use consensus::CHUNKS;
 #[cfg(feature = "etcd")]
 pub(crate) use etcd::Etcd;
@@ -277,6 +277,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let redlock = redlock(&plan).await?;
     #[cfg(feature = "etcd")]
     let etcd = etcd(&plan).await?;
+    #[cfg(feature = "zookeeper")]
+    let zookeeper = zookeeper(&plan).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -295,6 +297,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         redlock,
         #[cfg(feature = "etcd")]
         etcd,
+        #[cfg(feature = "zookeeper")]
+        zookeeper,
         elapsed,
     };
     report::write(&results, &options.out)
