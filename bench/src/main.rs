@@ -3,11 +3,13 @@
 //! the same run, and writes a Markdown report plus an SVG of handoff latencies.
 //!
 //! ```text
-//! cargo run --release -p lock-bench --bin lock-bench [--features etcd] -- [--quick] [--out BENCHMARKS.md] [--redis-url URL] [--only SECTION]
+//! cargo run --release -p lock-bench --bin lock-bench [--features etcd,zookeeper] -- [--quick] [--out BENCHMARKS.md] [--redis-url URL] [--only SECTION]
 //! ```
 //!
 //! With `--features etcd` it also measures lock-core's etcd backend on an etcd member it starts
-//! (the report's etcd section; `etcd` from Debian's `etcd-server`, and protoc for the build).
+//! (the report's etcd section; `etcd` from Debian's `etcd-server`, and protoc for the build),
+//! and with `--features zookeeper` its ZooKeeper backend on a standalone server it starts (the
+//! report's ZooKeeper section; Java and ZooKeeper's jars, as the test kit finds them).
 //!
 //! Without `--redis-url` (or `REDIS_URL`) it starts its own `redis-server` on a free loopback
 //! port (no persistence, temporary directory, killed at exit). Speed claims live in the report,
@@ -43,7 +45,8 @@ usage: lock-bench [--quick] [--out PATH] [--redis-url URL] [--only SECTION]
   --only SECTION   run one section and print its table rows and a note naming the run on
                    stdout, no report written (a partial run); sections: latency throughput
                    handoff hot watchdog layer idempotency cluster redlock, and etcd when
-                   built with `--features etcd` (its own etcd member, started by the bench)
+                   built with `--features etcd` (its own etcd member, started by the bench),
+                   zookeeper when built with `--features zookeeper` (its own server)
 ";
 
 /// Command-line options of the report binary.

@@ -11,6 +11,8 @@ use crate::designs::{Kind, LOCAL_HOLD, LOCAL_TURNS};
 use crate::machine::Machine;
 #[cfg(feature = "etcd")]
 use crate::scenarios::Etcd;
+#[cfg(feature = "zookeeper")]
+use crate::scenarios::ZooKeeper;
 use crate::scenarios::{
     CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory,
     PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
@@ -55,6 +57,8 @@ pub(crate) struct Results {
     pub(crate) redlock: Redlock,
     #[cfg(feature = "etcd")]
     pub(crate) etcd: Etcd,
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zookeeper: ZooKeeper,
     pub(crate) elapsed: Duration,
 }
 
@@ -500,6 +504,165 @@ pub(crate) fn etcd_rows(e: &Etcd, redis: Option<&Watchdog>) -> String {
     )
 }
 
+/// The ZooKeeper table's rows: exists and set_data (the floors), uncontended lock + release,
+/// the handoff against a watch event, and the watchdog's packets per tick. Columns as the etcd
+/// table's.
+#[cfg(feature = "zookeeper")]
+pub(crate) fn zookeeper_rows(z: &ZooKeeper) -> String {
+    let (exists, write) = (z.exists.p50(), z.write.p50());
+    let e = fmt_ns(exists);
+    let cycle = z.cycle.p50();
+    let (handoff, event) = (z.handoff.p50(), z.watch_event.p50());
+    let w = &z.watchdog;
+    let ticks = w.ticks();
+    let per_tick = |n: u64| n as f64 / ticks;
+    // One multi-read per tick (one more when the window catches a tick at each end), plus
+    // the client's pings: at most one per third of the 10 s session timeout.
+    let pings = w.window.as_secs_f64() / (10.0 / 3.0) + 1.0;
+    let allowed = ticks.floor() + 1.0 + pings.floor();
+    format!(
+        "\
+| ZooKeeper: exists round trip (read) | zookeeper-client: {} | this is the floor | 1.00× | — | — |
+| ZooKeeper: set_data round trip (one write) | zookeeper-client: {} | exists p50 {e} | {:.2}× exists | — | — |
+| ZooKeeper: uncontended lock + release | {}; {:.2} requests per cycle | exists p50 {e}; set_data p50 {} | {:.2}× exists ({:.2}× set_data) | the ratio to ZooKeeper's own round trip | — |
+| ZooKeeper: contended handoff between two Lockers (latency) | {}; the waiter's requests per handoff {:.2} | watch event (a set_data → another session's one-shot watch fires): {} | {:.2}× the watch event ({:.2}× exists) | against the floor of a watch event | — |
+| ZooKeeper: watchdog, {} held locks on one Locker, traffic per tick | per tick ({}, lease {:?}): {:.2} packets received by the server (zk_packets_received), {} renewal calls in {:.1} ticks; on the wire {} B to ZooKeeper, {} B back | one multi-read per tick, plus the session's pings | {:.2} packets per tick | one request per tick for all held locks | {} |
+",
+        z.exists.summary(),
+        z.write.summary(),
+        ratio(write, exists),
+        z.cycle.summary(),
+        z.cycle_calls,
+        fmt_ns(write),
+        ratio(cycle, exists),
+        ratio(cycle, write),
+        z.handoff.summary(),
+        z.handoff_calls,
+        z.watch_event.summary(),
+        ratio(handoff, event),
+        ratio(handoff, exists),
+        group(w.locks as u64),
+        fmt_ns(w.tick().as_nanos() as u64),
+        w.lease,
+        per_tick(w.packets),
+        w.renewal_calls,
+        ticks,
+        group(per_tick(w.wire.0).round() as u64),
+        group(per_tick(w.wire.1).round() as u64),
+        per_tick(w.packets),
+        met(w.renewal_calls > 0 && w.packets as f64 <= allowed),
+    )
+}
+
+/// The report's ZooKeeper section: what is measured, the table, how to read it and rerun it,
+/// and (with etcd measured too) the three backends side by side.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_section(r: &Results, rows: &str) -> String {
+    let z = &r.zookeeper;
+    let w = &z.watchdog;
+    let p = &r.plan;
+    let per_tick = |n: u64| n as f64 / w.ticks();
+    format!(
+        "\
+One ZooKeeper {} standalone server started by the bench (the test kit's
+`ZooKeeperEnsemble::start_single`: loopback port, data in a temporary directory), on the same
+{} cores as the bench and every other server of the run. Ours is
+`Locker::builder(ZooKeeperBackend::builder(..).session_timeout(10 s).connect())` with a 7 s
+lease (at most three quarters of the session timeout); its floors are measured in this process
+with sessions of `zookeeper-client` (the client lock-core uses), on the same server, in the
+same run.
+
+| Scenario | ours (lock-core) | ZooKeeper's floor, same run | ratio | goal | met? |
+|---|---|---|---|---|---|
+{rows}
+- **Uncontended**: as etcd's, over 16 keys in {rounds} interleaved rounds of {per_round}: an
+  `exists` of one node (the read floor), a `set_data` of one node (one write), then lock +
+  release: the contender node created, then deleted (two writes).
+- **Handoff**: as etcd's: B's contender node is seen in the lock's container by a children
+  watch before the random {h0:?}-{h1:?} hold and A's release. The floor: a `set_data` by one
+  session → another session's one-shot `exists` watch has fired, after the same random idle.
+  Both in {chunks} interleaved chunks, {n} samples each. B is woken by its watch on the node
+  just ahead of it (Curator's recipe).
+- **Watchdog**: {locks} locks held on one `Locker` with a {lease:?} lease for {window:?}, as
+  etcd's. The packets are the difference of the server's own `zk_packets_received` (four-letter
+  `mntr`) before and after: every request and ping of every session, and only the `Locker`'s
+  session is open then. The backend renews all held locks with one multi-read per tick
+  (`getData` of each contender node, up to 1,000 per request), and the client pings when the
+  session has been idle for a third of its timeout.
+- **Reading them**: an uncontended lock + release costs {cycle_x:.1} `exists` round trips
+  ({cycle_w:.1} `set_data`s): its contender node is created and deleted, two writes. A waiter is woken by the delete of the
+  node ahead of it, so its handoff is {handoff_x:.2}× the watch event. The watchdog sends
+  {packets:.2} packets per tick for {locks} locks ({bytes} bytes on the wire): one request
+  whatever the number of locks, as on Redis, where etcd needs one per 128 locks.
+- Rerun: `cargo run --release -p lock-bench --features zookeeper -- --only zookeeper` prints
+  these rows (a partial run), or the full run with `--features zookeeper` writes this file;
+  Java and ZooKeeper's jars must be where the test kit finds them.
+{summary}",
+        z.version.split(',').next().unwrap_or_default(),
+        r.machine.nproc,
+        rounds = p.rounds,
+        per_round = p.zk_latency_n / p.rounds,
+        h0 = p.hold.0,
+        h1 = p.hold.1,
+        chunks = crate::scenarios::CHUNKS,
+        n = z.handoff.n(),
+        locks = group(w.locks as u64),
+        lease = w.lease,
+        window = w.window,
+        cycle_x = ratio(z.cycle.p50(), z.exists.p50()),
+        cycle_w = ratio(z.cycle.p50(), z.write.p50()),
+        handoff_x = ratio(z.handoff.p50(), z.watch_event.p50()),
+        packets = per_tick(w.packets),
+        bytes = group(per_tick(w.wire.0 + w.wire.1).round() as u64),
+        summary = backends_side_by_side(r),
+    )
+}
+
+/// Redis, etcd and ZooKeeper side by side, from this run's figures (p50s).
+#[cfg(all(feature = "zookeeper", feature = "etcd"))]
+fn backends_side_by_side(r: &Results) -> String {
+    let (u, e, z) = (&r.uncontended.0, &r.etcd, &r.zookeeper);
+    let ours = u.lock_release.iter().find(|(k, _)| *k == Kind::Ours);
+    let redis_cycle = ours.map_or(0, |(_, l)| l.p50());
+    let (redis_handoff, redis_floor) =
+        (r.handoffs[0].latencies.p50(), r.handoff_floors.woken.p50());
+    let rw = &r.watchdog;
+    let redis_calls = rw.ours.evalsha_per_s * rw.lease.as_secs_f64() / 3.0;
+    let (ew, zw) = (&e.watchdog, &z.watchdog);
+    let etcd_requests = ew.total_requests() as f64 / ew.ticks();
+    let zk_packets = zw.packets as f64 / zw.ticks();
+    let cell = |ns: u64, floor: u64| format!("{} ({:.2}×)", fmt_ns(ns), ratio(ns, floor));
+    format!(
+        "
+### Redis, etcd and ZooKeeper side by side (this run, p50)
+
+| | Redis | etcd | ZooKeeper |
+|---|---|---|---|
+| read round trip (the floor) | PING {} | linearizable Range {} | exists {} |
+| uncontended lock + release (× that floor) | {} | {} | {} |
+| contended handoff (× the store's notification floor) | {} | {} | {} |
+| watchdog requests per tick, 1,000 held locks | {redis_calls:.2} | {etcd_requests:.2} | {zk_packets:.2} (pings included) |
+
+The Redis handoff is across two processes against a notification reaching the waiting task;
+etcd's and ZooKeeper's are between two `Locker`s of one process against a watch event.
+",
+        fmt_ns(u.ping.p50()),
+        fmt_ns(e.range.p50()),
+        fmt_ns(z.exists.p50()),
+        cell(redis_cycle, u.ping.p50()),
+        cell(e.cycle.p50(), e.range.p50()),
+        cell(z.cycle.p50(), z.exists.p50()),
+        cell(redis_handoff, redis_floor),
+        cell(e.handoff.p50(), e.watch_event.p50()),
+        cell(z.handoff.p50(), z.watch_event.p50()),
+    )
+}
+
+#[cfg(all(feature = "zookeeper", not(feature = "etcd")))]
+fn backends_side_by_side(_: &Results) -> String {
+    String::new()
+}
+
 /// The report's etcd section: what is measured, the table, how to read it and rerun it.
 #[cfg(feature = "etcd")]
 fn etcd_section(r: &Results, rows: &str) -> String {
@@ -558,7 +721,7 @@ client lock-core uses, with its connection options), on the same member, in the 
         per_round = p.etcd_latency_n / p.rounds,
         h0 = p.hold.0,
         h1 = p.hold.1,
-        chunks = crate::scenarios::ETCD_CHUNKS,
+        chunks = crate::scenarios::CHUNKS,
         n = e.handoff.n(),
         locks = group(w.locks as u64),
         floor = 1 + w.locks.div_ceil(128),
@@ -749,10 +912,23 @@ pub(crate) fn render(r: &Results, svg_name: &str) -> String {
             .to_owned(),
         String::new(),
     );
-    let features = if cfg!(feature = "etcd") {
-        " --features etcd"
-    } else {
-        ""
+    #[cfg(feature = "zookeeper")]
+    let (zookeeper, zk_headline) = {
+        let rows = zookeeper_rows(&r.zookeeper);
+        (zookeeper_section(r, &rows), headline(&rows))
+    };
+    #[cfg(not(feature = "zookeeper"))]
+    let (zookeeper, zk_headline) = (
+        "Not measured: this binary was built without the `zookeeper` feature \
+         (`--features zookeeper`).\n"
+            .to_owned(),
+        String::new(),
+    );
+    let features = match (cfg!(feature = "etcd"), cfg!(feature = "zookeeper")) {
+        (true, true) => " --features etcd,zookeeper",
+        (true, false) => " --features etcd",
+        (false, true) => " --features zookeeper",
+        (false, false) => "",
     };
     let mode = match r.plan.quick {
         true => "quick (CI smoke run: figures NOT meaningful)",
@@ -786,7 +962,7 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 
 | Scenario | ratio | goal | verdict |
 |---|---|---|---|
-{}{etcd_headline}
+{}{etcd_headline}{zk_headline}
 ## Handoff latency distributions
 
 ![handoff latency CDFs: ours vs seed polling vs rslock]({svg_name})
@@ -799,6 +975,9 @@ row are in All figures below; analyses of where the time goes, run by run, are i
 ## etcd
 
 {etcd}
+## ZooKeeper
+
+{zookeeper}
 ## Diagnostics (where the time goes)
 
 {}

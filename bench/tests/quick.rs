@@ -50,6 +50,17 @@ const ETCD_ROWS: &[&str] = &[
     "etcd: watchdog, 1,000 held locks on one Locker, traffic per tick",
 ];
 
+/// The ZooKeeper section's rows (columns as etcd's), when the bench is built with its
+/// `zookeeper` feature.
+#[cfg(feature = "zookeeper")]
+const ZOOKEEPER_ROWS: &[&str] = &[
+    "ZooKeeper: exists round trip (read)",
+    "ZooKeeper: set_data round trip (one write)",
+    "ZooKeeper: uncontended lock + release",
+    "ZooKeeper: contended handoff between two Lockers (latency)",
+    "ZooKeeper: watchdog, 1,000 held locks on one Locker, traffic per tick",
+];
+
 fn scratch_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("lock-bench-{name}-{}", std::process::id()))
 }
@@ -189,20 +200,32 @@ fn a_partial_run_prints_its_rows_and_the_note() {
     );
 }
 
+/// A consensus section alone (`--only section`): exactly its `rows`, in order, and the note
+/// naming the server the bench started for it (`server`).
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+fn assert_partial_section(section: &str, rows: &[&str], server: &str) {
+    let stdout = partial_run(section);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(lines.len(), rows.len(), "{stdout}");
+    for (line, row) in lines.iter().zip(rows) {
+        assert!(line.starts_with(&format!("| {row} |")), "{line}");
+    }
+    let note = format!("(`lock-bench --only {section}`, quick-mode sample counts, {server}");
+    assert!(stdout.contains(&note), "{stdout}");
+}
+
 /// The etcd section alone: its rows, from an etcd member the bench started.
 #[cfg(feature = "etcd")]
 #[test]
 fn a_partial_etcd_run_prints_its_rows_and_names_its_member() {
-    let stdout = partial_run("etcd");
-    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
-    assert_eq!(rows.len(), ETCD_ROWS.len(), "{stdout}");
-    for (line, row) in rows.iter().zip(ETCD_ROWS) {
-        assert!(line.starts_with(&format!("| {row} |")), "{line}");
-    }
-    assert!(
-        stdout.contains("(`lock-bench --only etcd`, quick-mode sample counts, its own etcd member"),
-        "{stdout}"
-    );
+    assert_partial_section("etcd", ETCD_ROWS, "its own etcd member");
+}
+
+/// The ZooKeeper section alone: its rows, from a ZooKeeper server the bench started.
+#[cfg(feature = "zookeeper")]
+#[test]
+fn a_partial_zookeeper_run_prints_its_rows_and_names_its_server() {
+    assert_partial_section("zookeeper", ZOOKEEPER_ROWS, "its own ZooKeeper server");
 }
 
 #[test]

@@ -23,6 +23,7 @@ use lock_testkit::proxy::Proxy;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
+use super::consensus::{handoff_chunks, held_window, interleaved_rounds};
 use super::{Plan, random_between};
 use crate::Result;
 use crate::stats::Latencies;
@@ -32,8 +33,6 @@ const LEASE: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(15);
 /// Keys cycled through by the uncontended loop.
 const KEYS: usize = 16;
-/// The handoff and its floor are measured in this many interleaved chunks.
-pub(crate) const CHUNKS: usize = 10;
 /// The lock of the handoff scenario.
 const HANDOFF_KEY: &str = "etcd-handoff";
 /// The key the watch-event floor puts and watches.
@@ -139,50 +138,20 @@ async fn uncontended(plan: &Plan, url: &str) -> Result<Etcd> {
     raw.put("bench:range", "x", None).await?;
     let locker = locker(url, LEASE).await?;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("uc:{i}")).collect();
-    let [mut range, mut put, mut cycle] = [(); 3].map(|()| Latencies::default());
-    let per_round = plan.etcd_latency_n / plan.rounds;
-    let mut calls = 0;
-    for r in 0..=plan.rounds {
-        let (n, keep) = if r == 0 {
-            (plan.warmup, false)
-        } else {
-            (per_round, true)
-        };
-        for _ in 0..n {
-            let t = Instant::now();
-            raw.get("bench:range", None).await?;
-            keep_since(keep, &mut range, t);
-        }
-        for _ in 0..n {
-            let t = Instant::now();
-            raw.put("bench:put", "x", None).await?;
-            keep_since(keep, &mut put, t);
-        }
-        let before = locker.stats().backend_calls;
-        for key in keys.iter().cycle().take(n) {
-            let t = Instant::now();
-            locker.lock(key).await?.release().await?;
-            keep_since(keep, &mut cycle, t);
-        }
-        if keep {
-            calls += locker.stats().backend_calls - before;
-        }
-    }
-    let cycles = (per_round * plan.rounds).max(1) as f64;
+    // A clone shares the client's connection: both floors go over it, as before.
+    let mut writer = raw.clone();
+    let read = async || Ok(raw.get("bench:range", None).await?);
+    let write = async || Ok(writer.put("bench:put", "x", None).await?);
+    let n = plan.etcd_latency_n;
+    let ([range, put, cycle], cycle_calls) =
+        interleaved_rounds(plan, n, &locker, &keys, read, write).await?;
     Ok(Etcd {
         range,
         put,
         cycle,
-        cycle_calls: calls as f64 / cycles,
+        cycle_calls,
         ..Etcd::default()
     })
-}
-
-/// Records the time since `start` into `into`, unless this is a warm-up (`keep` false).
-fn keep_since(keep: bool, into: &mut Latencies, start: Instant) {
-    if keep {
-        into.record_since(start);
-    }
 }
 
 /// The handoff between two lockers and the watch-event floor, in `CHUNKS` interleaved chunks.
@@ -194,39 +163,20 @@ async fn handoff(plan: &Plan, url: &str, figures: &mut Etcd) -> Result<()> {
     let prefix = format!("{}{{{HANDOFF_KEY}}}/q/", lock_core::DEFAULT_PREFIX);
     let mut queue = created(&mut raw_client(url).await?, prefix, true).await?;
     // The floor's watcher, on a client of its own (as the waiter's locker has its own).
-    let floor_events = floor_watcher(url).await?;
-    let mut floor_events = floor_events;
-    let per_chunk = (plan.etcd_handoff_n / CHUNKS).max(1);
-    let mut calls = 0;
-    for chunk in 0..=CHUNKS {
-        let (n, keep) = match chunk {
-            0 => (plan.handoff_warm, false),
-            _ => (per_chunk, true),
-        };
-        let before = b.stats().backend_calls;
-        for _ in 0..n {
-            let took = handoff_once(plan, &a, &b, &mut queue).await?;
-            if keep {
-                figures.handoff.record_duration(took);
-            }
-        }
-        if keep {
-            calls += b.stats().backend_calls - before;
-        }
-        for _ in 0..n {
-            tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
-            let t = Instant::now();
-            raw.put(FLOOR_KEY, "x", None).await?;
-            let heard = floor_events.recv().await;
-            let heard = heard.ok_or("etcd: the floor's watch stream ended")?;
-            if keep {
-                figures
-                    .watch_event
-                    .record_duration(heard.saturating_duration_since(t));
-            }
-        }
-    }
-    figures.handoff_calls = calls as f64 / (per_chunk * CHUNKS) as f64;
+    let mut floor_events = floor_watcher(url).await?;
+    let handoff = async || handoff_once(plan, &a, &b, &mut queue).await;
+    let event = async || {
+        tokio::time::sleep(random_between(plan.hold.0, plan.hold.1)).await;
+        let t = Instant::now();
+        raw.put(FLOOR_KEY, "x", None).await?;
+        let heard = floor_events.recv().await;
+        let heard = heard.ok_or("etcd: the floor's watch stream ended")?;
+        Ok(heard.saturating_duration_since(t))
+    };
+    let n = plan.etcd_handoff_n;
+    let (handoffs, events, calls) = handoff_chunks(plan, n, &b, handoff, event).await?;
+    (figures.handoff, figures.watch_event) = (handoffs, events);
+    figures.handoff_calls = calls;
     Ok(())
 }
 
@@ -310,16 +260,11 @@ async fn watchdog(plan: &Plan, addr: SocketAddr) -> Result<EtcdWatchdog> {
     crate::progress(&format!("  watchdog: {n} locks, lease {lease:?}"));
     let proxy = Proxy::start(addr).await;
     let locker = locker(&format!("http://{}", proxy.addr()), lease).await?;
-    let guards = super::watchdog::hold(&locker, n).await?;
-    let (calls, wire) = (locker.stats().renewal_calls, proxy.forwarded());
-    let before = Metrics::fetch(addr).await?;
-    tokio::time::sleep(plan.watchdog_window).await;
-    let after = Metrics::fetch(addr).await?;
-    let (calls, wire) = (
-        locker.stats().renewal_calls - calls,
-        (proxy.forwarded().0 - wire.0, proxy.forwarded().1 - wire.1),
-    );
-    super::watchdog::release_all(guards, "etcd watchdog").await?;
+    let window = held_window(plan, &locker, &proxy, "etcd watchdog", async || {
+        Metrics::fetch(addr).await
+    })
+    .await?;
+    let (before, after) = (&window.before, &window.after);
     let requests = after
         .received
         .iter()
@@ -333,13 +278,13 @@ async fn watchdog(plan: &Plan, addr: SocketAddr) -> Result<EtcdWatchdog> {
         locks: n,
         lease,
         window: plan.watchdog_window,
-        renewal_calls: calls,
+        renewal_calls: window.renewal_calls,
         requests,
         payload: (
             after.payload.0.saturating_sub(before.payload.0),
             after.payload.1.saturating_sub(before.payload.1),
         ),
-        wire,
+        wire: window.wire,
     })
 }
 

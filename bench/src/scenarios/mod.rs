@@ -1,5 +1,7 @@
 //! The scenarios, the plan of a quick or full run, and the run itself.
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod handoff;
@@ -10,6 +12,8 @@ mod layer;
 mod scaleout;
 mod throughput;
 mod watchdog;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::future::Future as _;
 use std::task::Poll;
@@ -26,8 +30,10 @@ use crate::server::Target;
 use crate::stats::CommandStats;
 use crate::{Options, Result, progress};
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) use consensus::CHUNKS;
 #[cfg(feature = "etcd")]
-pub(crate) use etcd::{CHUNKS as ETCD_CHUNKS, Etcd};
+pub(crate) use etcd::Etcd;
 pub(crate) use handoff::{Handoff, HandoffFloors};
 pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
@@ -36,6 +42,8 @@ pub(crate) use layer::Layer;
 pub(crate) use scaleout::{CLUSTER_TASKS, Cluster, PRIMARIES, REDLOCK_SERVERS, Redlock};
 pub(crate) use throughput::Throughput;
 pub(crate) use watchdog::Watchdog;
+#[cfg(feature = "zookeeper")]
+pub(crate) use zookeeper::ZooKeeper;
 
 /// Sample counts and durations of one run.
 #[derive(Debug, Clone)]
@@ -74,6 +82,11 @@ pub(crate) struct Plan {
     pub(crate) etcd_latency_n: usize,
     #[cfg(feature = "etcd")]
     pub(crate) etcd_handoff_n: usize,
+    /// ZooKeeper: as `etcd_latency_n` and `etcd_handoff_n`.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zk_latency_n: usize,
+    #[cfg(feature = "zookeeper")]
+    pub(crate) zk_handoff_n: usize,
 }
 
 impl Plan {
@@ -104,6 +117,10 @@ impl Plan {
             etcd_latency_n: 2_000,
             #[cfg(feature = "etcd")]
             etcd_handoff_n: 400,
+            #[cfg(feature = "zookeeper")]
+            zk_latency_n: 2_000,
+            #[cfg(feature = "zookeeper")]
+            zk_handoff_n: 400,
         };
         if !quick {
             return full;
@@ -128,6 +145,10 @@ impl Plan {
             etcd_latency_n: 40,
             #[cfg(feature = "etcd")]
             etcd_handoff_n: 10,
+            #[cfg(feature = "zookeeper")]
+            zk_latency_n: 40,
+            #[cfg(feature = "zookeeper")]
+            zk_handoff_n: 10,
             ..full
         }
     }
@@ -256,6 +277,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     let redlock = redlock(&plan).await?;
     #[cfg(feature = "etcd")]
     let etcd = etcd(&plan).await?;
+    #[cfg(feature = "zookeeper")]
+    let zookeeper = zookeeper(&plan).await?;
 
     machine.load_end = crate::machine::load_average();
     let elapsed = started.elapsed();
@@ -274,6 +297,8 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         redlock,
         #[cfg(feature = "etcd")]
         etcd,
+        #[cfg(feature = "zookeeper")]
+        zookeeper,
         elapsed,
     };
     report::write(&results, &options.out)
@@ -337,6 +362,12 @@ async fn etcd(plan: &Plan) -> Result<Etcd> {
     etcd::etcd(plan).await
 }
 
+#[cfg(feature = "zookeeper")]
+async fn zookeeper(plan: &Plan) -> Result<ZooKeeper> {
+    progress("ZooKeeper: one standalone server");
+    zookeeper::zookeeper(plan).await
+}
+
 /// `--only SECTION`: measures that section alone and prints its table rows on stdout, then a
 /// note saying where they come from (a partial run: the report is not written).
 async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine) -> Result<()> {
@@ -393,6 +424,12 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
             let floors = "Range, Put and the watch event, on that member";
             (report::etcd_rows(&e, None), floors)
         }
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" => {
+            let z = zookeeper(plan).await?;
+            let floors = "exists, set_data and the watch event, on that server";
+            (report::zookeeper_rows(&z), floors)
+        }
         other => return Err(format!("unknown section `{other}` (known: {SECTIONS})").into()),
     };
     let n = rows.lines().count();
@@ -402,6 +439,7 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
     // section its own etcd member.
     let server = match (section, &target.started) {
         ("etcd", _) => "its own etcd member".to_owned(),
+        ("zookeeper", _) => "its own ZooKeeper server".to_owned(),
         ("cluster" | "redlock", _) | (_, Some(_)) => format!("its own redis-server {version}"),
         (_, None) => format!("the given redis-server {version}"),
     };
@@ -423,13 +461,24 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
     Ok(())
 }
 
-/// The sections `--only` can run.
-#[cfg(not(feature = "etcd"))]
-pub(crate) const SECTIONS: &str =
-    "latency throughput handoff hot watchdog layer idempotency cluster redlock";
-#[cfg(feature = "etcd")]
-pub(crate) const SECTIONS: &str =
-    "latency throughput handoff hot watchdog layer idempotency cluster redlock etcd";
+/// The sections `--only` can run: the Redis ones, then etcd and ZooKeeper when built with
+/// their features.
+#[cfg(all(not(feature = "etcd"), not(feature = "zookeeper")))]
+pub(crate) const SECTIONS: &str = REDIS_SECTIONS;
+#[cfg(all(feature = "etcd", not(feature = "zookeeper")))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " etcd");
+#[cfg(all(not(feature = "etcd"), feature = "zookeeper"))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " zookeeper");
+#[cfg(all(feature = "etcd", feature = "zookeeper"))]
+pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " etcd zookeeper");
+#[cfg(all(not(feature = "etcd"), not(feature = "zookeeper")))]
+const REDIS_SECTIONS: &str = redis_sections!();
+macro_rules! redis_sections {
+    () => {
+        "latency throughput handoff hot watchdog layer idempotency cluster redlock"
+    };
+}
+use redis_sections;
 
 /// A uniformly random duration in `[lo, hi]`.
 pub(crate) fn random_between(lo: Duration, hi: Duration) -> Duration {
