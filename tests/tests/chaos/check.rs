@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use lock_tests::chaos::{Answer, Section};
+use lock_tests::chaos::{Answer, MAX_LEASE_MS, Section};
 
 use crate::faults::{Fault, Kind};
 
@@ -56,8 +56,9 @@ pub(crate) struct Input<'a> {
     /// Per lock key, the store's log of accepted writes (`"<id> <fence>"`), in order.
     pub(crate) logs: &'a HashMap<String, Vec<String>>,
     pub(crate) tolerance_us: u64,
-    /// When the faults stopped (for the liveness check); `None` to skip it.
-    pub(crate) quiet_start: Option<u64>,
+    /// When the faults stopped and when the workers were told to stop (for the liveness
+    /// check); `None` to skip it.
+    pub(crate) quiet: Option<(u64, u64)>,
     pub(crate) keys: &'a [String],
 }
 
@@ -450,19 +451,40 @@ pub(crate) fn check(input: &Input<'_>) -> Report {
     }
     r.worst_wait_over_us = worst;
 
-    // liveness: every key is locked again once the faults stopped.
-    if let Some(quiet) = input.quiet_start {
+    // liveness: every key is locked again once the faults stopped, unless a holder from before
+    // kept it (renewing) until too late in the quiet period for the next one to be due: a
+    // lock whose holder is gone ends within its lease, so the next acquire is due one
+    // `MAX_LEASE_MS` after that holder's body ended, or was told of a loss.
+    if let Some((quiet, stop)) = input.quiet {
         for key in input.keys {
-            let again = input
-                .sections
-                .iter()
-                .any(|s| s.key == *key && s.acq.is_some_and(|a| a >= quiet));
-            if !again {
-                r.violation(
+            let of_key = || input.sections.iter().filter(|s| s.key == *key);
+            if of_key().any(|s| s.acq.is_some_and(|a| a >= quiet)) {
+                continue;
+            }
+            let held_until = |s: &Section| {
+                let end = s.end.unwrap_or(s.ret);
+                s.told.map_or(end, |t| t.min(end))
+            };
+            let kept = of_key()
+                .filter(|s| s.acq.is_some())
+                .max_by_key(|s| held_until(s));
+            match kept {
+                Some(s) if held_until(s) + MAX_LEASE_MS * 1000 > stop => {
+                    r.count("keys held through the quiet period by an earlier holder");
+                }
+                last => r.violation(
                     "liveness",
-                    format!("{key}: not locked by anyone after the faults stopped"),
-                    &[],
-                );
+                    format!(
+                        "{key}: not locked by anyone in the {} ms after the faults stopped{}",
+                        (stop - quiet) / 1000,
+                        last.map_or_else(String::new, |s| format!(
+                            "; its last holder {} held it until {:+} ms from then",
+                            s.name(),
+                            (i128::from(held_until(s)) - i128::from(quiet)) / 1000
+                        ))
+                    ),
+                    &last.into_iter().collect::<Vec<_>>(),
+                ),
             }
         }
     }
@@ -550,7 +572,7 @@ mod tests {
             lags: &[],
             logs: &logs,
             tolerance_us: 150 * MS,
-            quiet_start: None,
+            quiet: None,
             keys: &[],
         })
     }
@@ -686,5 +708,45 @@ mod tests {
             loss: false,
         };
         assert!(run(&[s], &[stop]).violations.is_empty());
+    }
+
+    fn liveness(sections: &[Section], quiet: (u64, u64)) -> Report {
+        check(&Input {
+            sections,
+            faults: &[],
+            lags: &[],
+            logs: &HashMap::new(),
+            tolerance_us: 150 * MS,
+            quiet: Some(quiet),
+            keys: &["chaos:k0".to_owned()],
+        })
+    }
+
+    #[test]
+    fn a_key_nobody_locks_after_the_faults_is_caught_unless_its_holder_kept_it() {
+        let quiet = (10_000 * MS, 13_000 * MS);
+        // Locked again in the quiet period.
+        let again = held(1, 2, Mode::Plain, 10_500 * MS, 10_600 * MS, None);
+        let before = held(0, 1, Mode::Plain, 9_000 * MS, 9_500 * MS, None);
+        assert!(
+            liveness(&[before.clone(), again], quiet)
+                .violations
+                .is_empty()
+        );
+        // Released before the quiet period, and nobody took it since.
+        assert_eq!(rules(&liveness(&[before], quiet)), ["liveness"]);
+        // Kept (renewed) by a lingering holder until 1.5 s before the stop: not yet due.
+        let lingering = held(0, 1, Mode::Plain, 9_000 * MS, 11_500 * MS, None);
+        assert!(
+            liveness(std::slice::from_ref(&lingering), quiet)
+                .violations
+                .is_empty()
+        );
+        // The same holder told of a loss early in the quiet period: the key was free since.
+        let mut lost = lingering;
+        lost.tell(10_100 * MS, "lost");
+        assert_eq!(rules(&liveness(&[lost], quiet)), ["liveness"]);
+        // Never locked at all.
+        assert_eq!(rules(&liveness(&[], quiet)), ["liveness"]);
     }
 }

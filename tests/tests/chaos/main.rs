@@ -37,7 +37,8 @@
 //!   ones ([`DOCUMENTED_WITHOUT_TTL`]).
 //! - `process`: every worker ends with exit code 0 after `STOP`, within a bound, no panic; no
 //!   attempt hangs (15 s bound inside the worker).
-//! - `liveness`: once the faults stop, every key is locked again.
+//! - `liveness`: once the faults stop, every key is locked again, unless its holder from
+//!   before kept it (renewed) until less than a lease before the workers were stopped.
 //! - `records`: what the workers saw agrees with the store's log.
 //!
 //! Short runs: `cargo test -p lock-tests --test chaos` (30 s of faults on one server, 20 s on
@@ -234,6 +235,7 @@ async fn run(cfg: Config) {
     .await;
     let quiet_start = now_us();
     tokio::time::sleep(QUIET).await;
+    let quiet_end = now_us();
     let stopping: Vec<_> = workers.into_iter().map(Worker::stop).collect();
     let mut finished = Vec::new();
     for (proc, run) in stopping {
@@ -313,7 +315,7 @@ async fn run(cfg: Config) {
         lags: &lags,
         logs: &logs,
         tolerance_us: cfg.tolerance_ms * 1000,
-        quiet_start: Some(quiet_start),
+        quiet: Some((quiet_start, quiet_end)),
         keys: &keys,
     };
     let report = check(&input);
