@@ -69,21 +69,32 @@ async fn fences_increase_across_leader_kill_leader_pause_and_full_restart() {
     );
 }
 
+/// The lease of the lock held through a leader kill: a renewal that meets the kill waits for
+/// an election and a member to answer, which on a loaded two-core machine (six etcd members of
+/// two tests) takes more than the shortest lease's margin. The guarantee is for a lease longer
+/// than the failover, which this one is.
+const HELD_LEASE: Duration = Duration::from_secs(4);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_granted_before_the_leader_is_killed_stays_held_and_renewed() {
     let mut cluster = EtcdCluster::start().await;
     let urls = cluster.urls();
     let (holder, other) = (locker(&urls, "held/").await, locker(&urls, "held/").await);
     let etcd = cluster.client();
-    let guard = holder.lock("vault").fenced().await.expect("lock");
+    let guard = holder
+        .lock("vault")
+        .lease(HELD_LEASE)
+        .fenced()
+        .await
+        .expect("lock");
     let fence = guard.fence().expect("fenced");
     let entry = contenders(&etcd, "held/").await.remove(0);
     let renewals = holder.stats().renewal_calls;
 
     let killed = cluster.kill_leader().await;
     let start = Instant::now();
-    // Three leases after the kill: the holder keeps it, nobody else gets it.
-    let (busy, errors) = held_while_others_try(&guard, &other, "vault", LEASE * 3).await;
+    // Two leases after the kill: the holder keeps it, nobody else gets it.
+    let (busy, errors) = held_while_others_try(&guard, &other, "vault", HELD_LEASE * 2).await;
     cluster.restart(killed).await;
     let renewed = holder.stats().renewal_calls - renewals;
     let now = contenders(&etcd, "held/").await;
@@ -97,15 +108,37 @@ async fn a_lock_granted_before_the_leader_is_killed_stays_held_and_renewed() {
         start.elapsed()
     );
     assert!(busy > 0, "no try_lock was answered");
-    assert!(renewed >= 3, "{renewed} renewals in three leases");
-    // A release can fail here: see the report (a member's channel that failed once).
-    if let Err(e) = guard.release().await {
-        println!("release after the kill and restart failed (deleted in the background): {e}");
-    }
+    assert!(renewed >= 4, "{renewed} renewals in two leases");
+    release_or_deleted(
+        &etcd,
+        guard,
+        "the holder's release after the kill and restart",
+    )
+    .await;
     let (next, failed) = lock_through_faults(&other, "vault").await;
     println!("the next holder after {failed} failed attempts");
     assert!(next.fence().unwrap() > fence);
-    next.release().await.expect("release");
+    release_or_deleted(&etcd, next, "the next holder's release").await;
+}
+
+/// Releases `guard`. Just after a member's restart a release may fail (the client's channel to
+/// that member can fail a request or two, and the backend sends it again at most twice); the
+/// backend then goes on deleting the key in the background, which this checks: no contender
+/// key is left under `held/` within a bound.
+async fn release_or_deleted(
+    etcd: &lock_testkit::etcd::EtcdClient,
+    guard: lock_core::LockGuard,
+    what: &str,
+) {
+    if let Err(e) = guard.release().await {
+        println!("{what} failed (the key is deleted in the background): {e}");
+        lock_testkit::eventually(
+            "the key deleted in the background",
+            Duration::from_secs(10),
+            async || contenders(etcd, "held/").await.is_empty(),
+        )
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
