@@ -58,6 +58,24 @@ impl Tree {
         nodes
     }
 
+    /// Ends `session` (as an expiry would): another client takes it over and closes it.
+    /// Returns once the backend's client knows.
+    async fn end(&self, session: &super::session::Session) {
+        let taken = zk::Client::connector()
+            .with_session(session.client.session().clone())
+            .connect(&self.hosts)
+            .await
+            .unwrap();
+        drop(taken);
+        let mut states = session.client.state_watcher();
+        within(async {
+            while !session.client.state().is_terminated() {
+                states.changed().await;
+            }
+        })
+        .await;
+    }
+
     async fn until_contenders(&self, key: &str, n: usize) {
         within(async {
             while self.contenders(key).await.len() != n {
@@ -371,4 +389,83 @@ async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
     let rest = [served.recv().await, served.recv().await];
     assert_eq!(rest, [Some("b"), Some("a4")], "a4 overtook the fair waiter");
     assert!(tree.contenders("hot").await.is_empty());
+}
+
+/// A node deleted in the background after a failed delete is deleted on the session that made
+/// it, or not at all: a node of the same path made by a later session (a token queued again
+/// after its session expired, in a container made again whose sequence started over) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_delete_stays_on_the_session_that_made_the_node() {
+    let tree = Tree::new("zk-bg-session").await;
+    let backend = tree.backend().await;
+    tree.client.create(&format!("{DEFAULT_ROOT}/bg"), &[]).await;
+    let path = format!("{DEFAULT_ROOT}/bg/t-node-0000000000");
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let first = backend.inner.sessions.current().await.unwrap();
+    first.client.create(&path, &[], &ephemeral).await.unwrap();
+
+    // The session ends, its node with it, and the backend makes a new session, which makes a
+    // node of the same path.
+    tree.end(&first).await;
+    let second = backend.inner.sessions.current().await.unwrap();
+    assert_ne!(second.id, first.id);
+    second.client.create(&path, &[], &ephemeral).await.unwrap();
+
+    // The first session's background delete ends without touching the second's node.
+    let task = backend.delete_in_background(&first, path.clone(), "bg");
+    within(task.expect("a runtime")).await.unwrap();
+    let stat = tree
+        .client
+        .stat(&path)
+        .await
+        .expect("the second session's node");
+    assert_eq!(stat.ephemeral_owner, second.id);
+}
+
+/// A waiter's watch on the node ahead is set on the session its node was made on: when that
+/// session ended between the place and the watch, the watch fails (and the attempt with it)
+/// rather than being set on a later session, whose view of a deletion ahead would hand the
+/// lock to a node that went with the first session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_never_watches_on_a_session_its_node_was_not_made_on() {
+    use crate::backend::AttemptOptions;
+    use crate::key::LockKey;
+    use crate::test_support::{fair_ticket, queued};
+    use crate::token::Token;
+
+    let tree = Tree::new("zk-watch-session").await;
+    let (holder, waiter) = (tree.backend().await, tree.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let ticket = fair_ticket("t0123456789abcdef");
+    let options = queued(&ticket, true);
+    let first = waiter.inner.sessions.current().await.unwrap();
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, options)
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+    let id = ZooKeeperBackend::contender_id(&key, &t2);
+    assert!(waiter.inner.contenders.lock().contains_key(&id));
+    let ahead = format!(
+        "{}/{}",
+        waiter.lock_path(&key),
+        tree.contenders("job").await[0]
+    );
+
+    // The waiter's session ends; the backend makes a new one.
+    tree.end(&first).await;
+    let second = waiter.inner.sessions.current().await.unwrap();
+    assert_ne!(second.id, first.id);
+
+    // The watch of the attempt placed on the first session: refused.
+    let watched = waiter
+        .wait_behind(&first, &key, &id, &ticket, true, ahead, true)
+        .await;
+    assert!(watched.is_err(), "{watched:?}");
 }

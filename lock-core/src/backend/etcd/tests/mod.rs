@@ -7,8 +7,8 @@ use std::time::Duration;
 use etcd_client::{GetOptions, WatchFilterType};
 
 use super::*;
-use crate::backend::{AttemptOptions, QueueTicket};
-use crate::test_support::within;
+use crate::backend::AttemptOptions;
+use crate::test_support::{fair_ticket, queued, within};
 use crate::{IdempotencyState, LockError, Locker};
 
 /// One etcd member on free loopback ports with a temporary data dir; killed (and its dir
@@ -198,19 +198,8 @@ async fn a_release_wakes_the_waiter_through_its_watch() {
     assert!(matches!(got, Attempt::Acquired { .. }));
     let inbox = Arc::new(Inbox::default());
     assert!(waiter.subscribe(&key, &inbox).await);
-    let ticket = QueueTicket {
-        id: "t0123456789abcdef".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let options = AttemptOptions {
-        fenced: true,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("t0123456789abcdef");
+    let options = queued(&ticket, true);
     inbox.expect(Some(&ticket.id));
     let busy = waiter.acquire(&key, &t2, lease, options).await.unwrap();
     assert!(matches!(busy, Attempt::Busy { .. }));
@@ -519,19 +508,8 @@ async fn an_attempt_sent_again_finds_its_own_key() {
         ..AttemptOptions::default()
     };
     let first = holder.acquire(&key, &t1, lease, single).await.unwrap();
-    let ticket = QueueTicket {
-        id: "tfedcba9876543210".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let queued = AttemptOptions {
-        fenced: true,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("tfedcba9876543210");
+    let queued = queued(&ticket, true);
     for _ in 0..3 {
         let busy = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
         assert!(matches!(busy, Attempt::Busy { .. }));
@@ -743,19 +721,8 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
     let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
     let holder = etcd.locker().await;
     let held = holder.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
-    let ticket = QueueTicket {
-        id: "t00112233445566aa".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let queued = AttemptOptions {
-        fenced: false,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("t00112233445566aa");
+    let queued = queued(&ticket, false);
     let (dead, dropped) = (etcd.backend().await, etcd.backend().await);
     for w in [&dead, &dropped] {
         let busy = w
