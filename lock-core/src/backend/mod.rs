@@ -24,6 +24,9 @@ pub use crate::token::Token;
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+#[cfg(test)]
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus_tests;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;

@@ -7,6 +7,7 @@ use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
 use tokio::time::Instant;
 
 use super::*;
+use crate::backend::consensus_tests::{self, Store, waiters_are_served_in_creation_order};
 use crate::test_support::within;
 use crate::{IdempotencyState, LockError, Locker};
 
@@ -77,12 +78,30 @@ impl Tree {
     }
 
     async fn until_contenders(&self, key: &str, n: usize) {
-        within(async {
-            while self.contenders(key).await.len() != n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        consensus_tests::until_contenders(self, key, n).await;
+    }
+}
+
+impl Store for Tree {
+    type Backend = ZooKeeperBackend;
+
+    async fn backend(&self) -> ZooKeeperBackend {
+        Tree::backend(self).await
+    }
+
+    fn builder(&self, backend: ZooKeeperBackend) -> crate::LockerBuilder {
+        Locker::builder(backend).lease(LEASE)
+    }
+
+    async fn contenders(&self, key: &str) -> usize {
+        Tree::contenders(self, key).await.len()
+    }
+
+    fn fair_heard(backend: &ZooKeeperBackend) -> u64 {
+        backend
+            .inner
+            .fair_heard
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -118,43 +137,6 @@ async fn a_busy_try_lock_leaves_no_node_behind_and_fences_increase() {
         last = other.fence().unwrap();
         other.release().await.unwrap();
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_are_handed_the_lock_in_creation_order() {
-    let tree = Tree::new("zk-order").await;
-    let holder = tree.locker().await;
-    let held = holder.lock("job").await.unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let locker = tree.locker().await;
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("job")
-                .fair()
-                .fenced()
-                .wait(Duration::from_secs(15))
-                .await
-                .unwrap();
-            order.send((i, guard.fence().unwrap())).unwrap();
-            guard.release().await.unwrap();
-        }));
-        tree.until_contenders("job", i + 2).await;
-    }
-    held.release().await.unwrap();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let mut served = Vec::new();
-    while let Ok(x) = order_rx.try_recv() {
-        served.push(x);
-    }
-    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, [0, 1, 2]);
-    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
-    assert!(tree.contenders("job").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,84 +293,17 @@ async fn a_lock_past_its_max_hold_ends_at_its_lease() {
     kept.release().await.unwrap();
 }
 
-/// Polls `done` every 10 ms until it holds (within the test bound).
-async fn until(mut done: impl FnMut() -> bool) {
-    within(async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_handed_the_lock_in_creation_order() {
+    waiters_are_served_in_creation_order(&Tree::new("zk-order").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
-    use std::sync::atomic::Ordering;
-    use tokio::sync::{Notify, mpsc};
-
-    let tree = Tree::new("zk-fair-local").await;
-    let backend = tree.backend().await;
-    let a = Locker::builder(backend.clone())
-        .lease(LEASE)
-        .local_turns(100)
-        .local_hold(Duration::from_secs(30))
-        .build();
-    let b = tree.locker().await;
-    let first = a.lock("hot").await.unwrap();
-    let (order, mut served) = mpsc::unbounded_channel();
-    let go: Vec<std::sync::Arc<Notify>> =
-        (0..2).map(|_| std::sync::Arc::new(Notify::new())).collect();
-    // Three tasks of `a` queue behind the holder, in this order; a2 and a3 wait for their
-    // `go` before they release.
-    let mut tasks = Vec::new();
-    for (i, name) in ["a2", "a3", "a4"].into_iter().enumerate() {
-        let (locker, order, go) = (a.clone(), order.clone(), go.get(i).cloned());
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("hot")
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            order.send(name).unwrap();
-            if let Some(go) = go {
-                go.notified().await;
-            }
-            guard.release().await.unwrap();
-        }));
-        until(|| a.stats().waiters == i + 1).await;
-    }
-    // The holder from before the queue formed releases in ZooKeeper; a2 takes it there. Its
-    // release, the first local turn, asks ZooKeeper (nobody else queues) and passes it to a3.
-    first.release().await.unwrap();
-    assert_eq!(within(served.recv()).await, Some("a2"));
-    go[0].notify_one();
-    assert_eq!(within(served.recv()).await, Some("a3"));
-    assert_eq!(a.stats().local_handoffs, 1);
-    // A fair waiter of another locker queues; `a` hears of it.
-    let heard = backend.inner.fair_heard.load(Ordering::Relaxed);
-    tasks.push(tokio::spawn({
-        let order = order.clone();
-        async move {
-            let guard = b
-                .lock("hot")
-                .fair()
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            order.send("b").unwrap();
-            guard.release().await.unwrap();
-        }
-    }));
-    tree.until_contenders("hot", 2).await;
-    until(|| backend.inner.fair_heard.load(Ordering::Relaxed) > heard).await;
-    // a3's release gives the lock back to ZooKeeper, whose queue serves b before a4.
-    go[1].notify_one();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let rest = [served.recv().await, served.recv().await];
-    assert_eq!(rest, [Some("b"), Some("a4")], "a4 overtook the fair waiter");
-    assert!(tree.contenders("hot").await.is_empty());
+    consensus_tests::a_fair_waiter_of_another_locker_ends_the_local_turns(
+        &Tree::new("zk-fair-local").await,
+    )
+    .await;
 }
 
 /// A node deleted in the background after a failed delete is deleted on the session that made

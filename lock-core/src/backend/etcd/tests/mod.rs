@@ -8,6 +8,9 @@ use etcd_client::{GetOptions, WatchFilterType};
 
 use super::*;
 use crate::backend::AttemptOptions;
+use crate::backend::consensus_tests::{
+    Store, until_contenders, waiters_are_served_in_creation_order,
+};
 use crate::test_support::{fair_ticket, queued, within};
 use crate::{IdempotencyState, LockError, Locker};
 
@@ -72,10 +75,6 @@ impl Etcd {
         etcd
     }
 
-    async fn backend(&self) -> EtcdBackend {
-        EtcdBackend::connect(&[&self.url]).await.unwrap()
-    }
-
     async fn locker(&self) -> Locker {
         Locker::builder(self.backend().await).build()
     }
@@ -87,25 +86,41 @@ impl Etcd {
     }
 
     /// How many contender keys `key` (default prefix) has in etcd.
-    async fn contenders(&self, key: &str) -> i64 {
+    /// Waits until `key` has `n` contenders.
+    async fn until_contenders(&self, key: &str, n: usize) {
+        until_contenders(self, key, n).await;
+    }
+}
+
+impl Store for Etcd {
+    type Backend = EtcdBackend;
+
+    async fn backend(&self) -> EtcdBackend {
+        EtcdBackend::connect(&[&self.url]).await.unwrap()
+    }
+
+    fn builder(&self, backend: EtcdBackend) -> crate::LockerBuilder {
+        Locker::builder(backend)
+    }
+
+    async fn contenders(&self, key: &str) -> usize {
         let prefix = format!("{}{{{key}}}/q/", crate::DEFAULT_PREFIX);
         let options = GetOptions::new().with_prefix().with_count_only();
-        self.raw()
+        let count = self
+            .raw()
             .await
             .get(prefix, Some(options))
             .await
             .unwrap()
-            .count()
+            .count();
+        usize::try_from(count).unwrap()
     }
 
-    /// Waits until `key` has `n` contenders.
-    async fn until_contenders(&self, key: &str, n: i64) {
-        within(async {
-            while self.contenders(key).await != n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+    fn fair_heard(backend: &EtcdBackend) -> u64 {
+        backend
+            .inner
+            .fair_heard
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -242,39 +257,7 @@ async fn a_waiter_gets_the_lock_at_the_release_with_few_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_fair_waiters_are_served_in_creation_order() {
-    let etcd = Etcd::start().await;
-    let holder = etcd.locker().await;
-    let held = holder.lock("job").await.unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let locker = etcd.locker().await;
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("job")
-                .fair()
-                .fenced()
-                .wait(Duration::from_secs(15))
-                .await
-                .unwrap();
-            order.send((i, guard.fence().unwrap())).unwrap();
-            guard.release().await.unwrap();
-        }));
-        etcd.until_contenders("job", i + 2).await;
-    }
-    held.release().await.unwrap();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let mut served = Vec::new();
-    while let Ok(x) = order_rx.try_recv() {
-        served.push(x);
-    }
-    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, [0, 1, 2]);
-    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
-    assert_eq!(etcd.contenders("job").await, 0);
+    waiters_are_served_in_creation_order(&Etcd::start().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
