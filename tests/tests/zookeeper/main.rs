@@ -3,9 +3,11 @@
 //! session, the fair queue (order, one wake-up per release, waiters that leave or die), lost
 //! replies to an acquire and to a release, and a client left on a minority.
 //!
-//! "Processes" here are lockers in this test process, each on its own `ZooKeeperBackend` (its
-//! own ZooKeeper session, hence its own ephemeral contender nodes): to ZooKeeper they are
-//! separate clients, as separate processes would be. Tests that inject no ensemble fault share
+//! "Processes" here are mostly lockers in this test process, each on its own
+//! `ZooKeeperBackend` (its own ZooKeeper session, hence its own ephemeral contender nodes): to
+//! ZooKeeper they are separate clients, as separate processes would be. `processes.rs` runs the
+//! load and the fair queue again with real OS processes (`lock-worker` on ZooKeeper) and a
+//! fence-checking store in Redis. Tests that inject no ensemble fault share
 //! one 3-member ensemble (each under its own chroot, cutting only its own proxies); the others
 //! start their own. Sessions last [`SESSION`] so that waiting for one to expire stays short.
 //! Bounds asserted are correctness bounds (served within a session, an error within a wait),
@@ -24,6 +26,7 @@ mod consensus;
 mod failover;
 mod lease;
 mod load;
+mod processes;
 mod queue;
 mod retry;
 
@@ -141,6 +144,17 @@ async fn contenders(zk: &ZkClient, key: &str) -> Vec<Node> {
     nodes
 }
 
+/// The fences of the fair queue's lock `queue`, in queue order (the holder's first), checking
+/// that every contender node is a fair one's (`f-`).
+async fn queue_fences(zk: &ZkClient) -> Vec<u64> {
+    let queue = contenders(zk, "queue").await;
+    assert!(
+        queue.iter().all(|n| n.name.starts_with("f-")),
+        "fair waiters' nodes say so: {queue:?}"
+    );
+    queue.iter().map(Node::fence).collect()
+}
+
 /// Waits (bounded) until `n` contender nodes are under lock `key`: the last waiter queued.
 async fn until_contenders(zk: &ZkClient, key: &str, n: usize) {
     eventually(
@@ -149,6 +163,11 @@ async fn until_contenders(zk: &ZkClient, key: &str, n: usize) {
         async || contenders(zk, key).await.len() == n,
     )
     .await;
+}
+
+/// Takes the fair queue's lock `queue` on `holder` (fair, fenced).
+async fn hold_queue(holder: &Locker) -> LockGuard {
+    holder.lock("queue").fair().fenced().await.expect("lock")
 }
 
 /// [`consensus::lock_through_faults`] for up to 30 s.
