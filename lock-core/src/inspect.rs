@@ -439,6 +439,16 @@ impl HeldLocks {
         std::future::poll_fn(|cx| self.poll_item(cx)).await
     }
 
+    /// How many states were read from the backend and not yet yielded: at most one page (the
+    /// memory a listing holds, whatever the number of keys).
+    ///
+    /// ```
+    /// assert_eq!(lock_core::Locker::memory().list("*").buffered(), 0);
+    /// ```
+    pub fn buffered(&self) -> usize {
+        self.ready.len()
+    }
+
     fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<LockState, LockError>>> {
         loop {
             if let Some(state) = self.ready.pop_front() {

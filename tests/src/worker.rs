@@ -46,7 +46,7 @@
 //! locker's counters: `attempts` are its backend calls other than renewals (acquire attempts,
 //! releases, queue leaves), so a waiter's wake-ups show there.
 //!
-//! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
+//! Options: `--prefix P`, `--holder H` (the locker's holder identity), `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
 //! `--work-us` (count, sections: sleep inside the critical section), `--no-lock` (count: no
 //! lock at all, the control case), `--wait-go` (count: print `ready` once connected, then wait
 //! for a line `go` on stdin, so several processes start together), `--cluster` (`--url` is a
@@ -135,6 +135,8 @@ pub struct WorkerArgs {
     pub key: String,
     /// The locker's prefix (default `lock:`).
     pub prefix: Option<String>,
+    /// The locker's holder identity (default: the locker's own).
+    pub holder: Option<String>,
     /// The lease in milliseconds (default: the locker's).
     pub lease_ms: Option<u64>,
     /// The wait in milliseconds.
@@ -181,6 +183,7 @@ impl WorkerArgs {
             url: url.to_owned(),
             key: key.to_owned(),
             prefix: None,
+            holder: None,
             lease_ms: None,
             wait_ms: 30_000,
             iterations: 0,
@@ -248,6 +251,19 @@ impl WorkerArgs {
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// Sets the locker's holder identity (what `inspect` shows of its locks).
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").holder("agent 7");
+    /// let back = lock_tests::worker::WorkerArgs::parse(a.to_args().into_iter()).unwrap();
+    /// assert_eq!(back.holder.as_deref(), Some("agent 7"));
+    /// ```
+    #[must_use]
+    pub fn holder(mut self, holder: &str) -> Self {
+        self.holder = Some(holder.to_owned());
         self
     }
 
@@ -490,6 +506,9 @@ impl WorkerArgs {
         if let Some(p) = &self.prefix {
             opt("--prefix", p.clone());
         }
+        if let Some(h) = &self.holder {
+            opt("--holder", h.clone());
+        }
         if let Some(l) = self.lease_ms {
             opt("--lease-ms", l.to_string());
         }
@@ -573,6 +592,7 @@ impl WorkerArgs {
                 "--url" => a.url = value()?,
                 "--key" => a.key = value()?,
                 "--prefix" => a.prefix = Some(value()?),
+                "--holder" => a.holder = Some(value()?),
                 "--lease-ms" => a.lease_ms = Some(number(value()?)?),
                 "--wait-ms" => a.wait_ms = number(value()?)?,
                 "--iterations" => a.iterations = number(value()?)?,

@@ -131,6 +131,9 @@ async fn run(args: WorkerArgs) -> Result<(), Failure> {
     if let Some(p) = &args.prefix {
         builder = builder.prefix(p.clone());
     }
+    if let Some(h) = &args.holder {
+        builder = builder.holder(h.clone());
+    }
     if let Some(ms) = args.lease_ms {
         builder = builder.lease(Duration::from_millis(ms));
     }

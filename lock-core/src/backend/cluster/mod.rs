@@ -432,7 +432,7 @@ impl Topology {
     }
 
     /// The primaries of the map, each once.
-    fn primaries(&self) -> Vec<Arc<str>> {
+    pub(crate) fn primaries(&self) -> Vec<Arc<str>> {
         let mut primaries: Vec<Arc<str>> = self
             .ranges
             .lock()
