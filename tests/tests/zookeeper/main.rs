@@ -1,7 +1,8 @@
 //! The ZooKeeper backend against real ZooKeeper processes (issue 32): safety and fences
 //! through leader kills, pauses and a whole-ensemble restart, a holder cut off past its
 //! session, the fair queue (order, one wake-up per release, waiters that leave or die), lost
-//! replies to an acquire and to a release, and a client left on a minority.
+//! replies to an acquire and to a release, a client left on a minority, and a follower cut
+//! off from the quorum while its clients still reach it.
 //!
 //! "Processes" here are lockers in this test process, each on its own `ZooKeeperBackend` (its
 //! own ZooKeeper session, hence its own ephemeral contender nodes): to ZooKeeper they are
@@ -24,6 +25,7 @@ mod consensus;
 mod failover;
 mod lease;
 mod load;
+mod partition;
 mod queue;
 mod retry;
 
