@@ -8,11 +8,12 @@
 //! and, on every other member `j`'s line, the proxies of the link `i → j`: 2 proxies per
 //! ordered pair of members (12 for 3 members).
 //!
-//! ZooKeeper's election connections need one more step. A member that receives an election
-//! connection from a member of a lower id drops it and connects back, to the election
-//! address the other sent in its first message (its own, real one), not through its
-//! configuration: such a connection would bypass the proxies and survive a cut. Behind each
-//! election proxy a relay rewrites that first message (`protocol version, id, address
+//! Behind each proxy a relay reaches the member (retrying for a moment a port that is not
+//! listening yet, see [`relay`]). ZooKeeper's election connections need one more step. A
+//! member that receives an election connection from a member of a lower id drops it and
+//! connects back, to the election address the other sent in its first message (its own,
+//! real one), not through its configuration: such a connection would bypass the proxies and
+//! survive a cut. The relay behind each election proxy rewrites that first message (`protocol version, id, address
 //! length, address`; versions -65536 and -65535) to name the proxy of the link back instead.
 //!
 //! [`ZooKeeperEnsembleBuilder::quorum_links`]: super::ZooKeeperEnsembleBuilder::quorum_links
@@ -23,6 +24,7 @@
 )]
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,18 +42,21 @@ const ADDRESSED_VERSIONS: [i64; 2] = [-65536, -65535];
 /// are `127.0.0.1:<port>`). A longer one is passed on unchanged.
 const MAX_ADDRESS: usize = 4096;
 
+/// How long a relay retries to reach a member's port that refuses connections.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(1);
+
 /// One member's way to another: its quorum port and its election port, each through a proxy.
 #[derive(Debug)]
 struct Link {
     quorum: Proxy,
     election: Proxy,
-    /// Between `election` and the member: rewrites the sender's address.
-    relay: JoinHandle<()>,
+    /// Between each proxy and the member (see [`relay`]).
+    relays: [JoinHandle<()>; 2],
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        self.relay.abort();
+        self.relays.iter().for_each(JoinHandle::abort);
     }
 }
 
@@ -67,9 +72,9 @@ impl QuorumLinks {
     /// The links between `members` (on their current ports), all open.
     pub(super) async fn start(members: &[Member]) -> Self {
         let n = members.len();
-        // Relays listen first: a proxy forwards to one, and a relay names the proxy of the
-        // link back, so both ends' addresses are known before anything is spawned.
-        let mut relays = Vec::with_capacity(n);
+        // Each proxy forwards to a relay, and an election relay names the proxy of the link
+        // back: every listener is bound before any relay is spawned.
+        let mut pending = Vec::with_capacity(n);
         for from in 0..n {
             let mut row = Vec::with_capacity(n);
             for to in 0..n {
@@ -77,59 +82,43 @@ impl QuorumLinks {
                     row.push(None);
                     continue;
                 }
-                let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                    .await
-                    .unwrap_or_else(|e| panic!("cannot bind a loopback port for a relay: {e}"));
-                row.push(Some(listener));
+                let (quorum_relay, election_relay) = (bind().await, bind().await);
+                let quorum = Proxy::start(local_addr(&quorum_relay)).await;
+                let election = Proxy::start(local_addr(&election_relay)).await;
+                row.push(Some((quorum, election, quorum_relay, election_relay)));
             }
-            relays.push(row);
-        }
-        let mut proxies = Vec::with_capacity(n);
-        for (from, row) in relays.iter().enumerate() {
-            let mut out = Vec::with_capacity(n);
-            for (to, member) in members.iter().enumerate() {
-                if from == to {
-                    out.push(None);
-                    continue;
-                }
-                let relay = row[to].as_ref().map(local_addr).unwrap_or_else(|| {
-                    panic!("the relay of m{from} → m{to} is missing");
-                });
-                let quorum = Proxy::start(member.quorum_addr()).await;
-                let election = Proxy::start(relay).await;
-                out.push(Some((quorum, election)));
-            }
-            proxies.push(out);
+            pending.push(row);
         }
         // The election proxy of each link, by (from, to): a relay names the one of the way back.
-        let elections: Vec<Vec<Option<SocketAddr>>> = proxies
+        let elections: Vec<Vec<Option<SocketAddr>>> = pending
             .iter()
             .map(|row| {
                 row.iter()
-                    .map(|p| p.as_ref().map(|(_, e)| e.addr()))
+                    .map(|p| p.as_ref().map(|(_, election, ..)| election.addr()))
                     .collect()
             })
             .collect();
         let mut links = Vec::with_capacity(n);
-        for from in 0..n {
-            let mut row = Vec::with_capacity(n);
-            for (to, member) in members.iter().enumerate() {
-                let (Some(listener), Some((quorum, election)), Some(back)) = (
-                    relays[from][to].take(),
-                    proxies[from][to].take(),
-                    elections[to][from],
-                ) else {
-                    row.push(None);
+        for (from, row) in pending.into_iter().enumerate() {
+            let mut out = Vec::with_capacity(n);
+            for ((to, member), pending) in members.iter().enumerate().zip(row) {
+                let (Some((quorum, election, quorum_relay, election_relay)), Some(back)) =
+                    (pending, elections[to][from])
+                else {
+                    out.push(None);
                     continue;
                 };
-                let relay = tokio::spawn(relay(listener, member.election_addr(), back));
-                row.push(Some(Link {
+                let relays = [
+                    tokio::spawn(relay(quorum_relay, member.quorum_addr(), None)),
+                    tokio::spawn(relay(election_relay, member.election_addr(), Some(back))),
+                ];
+                out.push(Some(Link {
                     quorum,
                     election,
-                    relay,
+                    relays,
                 }));
             }
-            links.push(row);
+            links.push(out);
         }
         Self {
             links,
@@ -193,30 +182,60 @@ impl QuorumLinks {
     }
 }
 
+/// A listener on a free loopback port, for a relay.
+async fn bind() -> TcpListener {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap_or_else(|e| panic!("cannot bind a loopback port for a relay: {e}"))
+}
+
 fn local_addr(listener: &TcpListener) -> SocketAddr {
     listener
         .local_addr()
         .unwrap_or_else(|e| panic!("cannot read a relay's port: {e}"))
 }
 
-/// Forwards each connection to `upstream` (a member's election port), its first message's
-/// address replaced by `back`.
-async fn relay(listener: TcpListener, upstream: SocketAddr, back: SocketAddr) {
+/// Forwards each connection to `upstream` (a member's quorum or election port); with `back`,
+/// an election connection's first message names `back` as the sender's address.
+///
+/// The proxy in front has accepted the connection before the relay reaches the member: a
+/// port not listening yet (a leader just elected opens its quorum port a moment later) would
+/// look to the connecting member like a connection closed at once, where it would have
+/// retried a refused one; so the relay retries for up to [`CONNECT_PATIENCE`].
+async fn relay(listener: TcpListener, upstream: SocketAddr, back: Option<SocketAddr>) {
     loop {
-        let Ok((conn, _)) = listener.accept().await else {
+        let Ok((mut from, _)) = listener.accept().await else {
             continue;
         };
         tokio::spawn(async move {
-            let Ok(mut to) = TcpStream::connect(upstream).await else {
+            let Some(mut to) = connect_patiently(upstream).await else {
                 return;
             };
-            let mut from = conn;
-            if let Ok(first) = first_message(&mut from, back).await
-                && to.write_all(&first).await.is_ok()
-            {
+            let first = match back {
+                Some(back) => match first_message(&mut from, back).await {
+                    Ok(first) => first,
+                    Err(_) => return,
+                },
+                None => Vec::new(),
+            };
+            if to.write_all(&first).await.is_ok() {
                 let _ = tokio::io::copy_bidirectional(&mut from, &mut to).await;
             }
         });
+    }
+}
+
+/// Connects to `upstream`, retrying a refused connection for up to [`CONNECT_PATIENCE`].
+async fn connect_patiently(upstream: SocketAddr) -> Option<TcpStream> {
+    let deadline = tokio::time::Instant::now() + CONNECT_PATIENCE;
+    loop {
+        match TcpStream::connect(upstream).await {
+            Ok(stream) => return Some(stream),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(_) => return None,
+        }
     }
 }
 
