@@ -14,7 +14,7 @@ use super::{FenceStore, REQUEST_TIMEOUT, backend_with, contenders, locker};
 
 /// The holder's session: short, so that the leader expires it well within the cut follower's
 /// sync limit.
-const SHORT_SESSION: Duration = Duration::from_millis(1200);
+const SHORT_SESSION: Duration = Duration::from_secs(2);
 
 /// The followers' sync limit in ticks (200 ms): a cut follower answers reads for this long
 /// (5 s), well past [`SHORT_SESSION`] and its lease, which a renewal read alone would extend.
