@@ -165,6 +165,28 @@ impl LockKey {
         &self.0.buf[..self.0.name_len]
     }
 
+    /// The lock whose backend name is `name` under `prefix`, or `None` when `name` is not a
+    /// lock's name (another name of a lock: its fence counter, its queue; or a name this crate
+    /// did not make): the inverse of [`name`](Self::name), for listings.
+    ///
+    /// ```
+    /// use lock_core::backend::LockKey;
+    /// let key = LockKey::new("lock:", "a{b}").unwrap();
+    /// assert_eq!(LockKey::from_name("lock:", key.name()).unwrap().user(), "a{b}");
+    /// assert_eq!(LockKey::from_name("lock:", "lock:{job}").unwrap().user(), "job");
+    /// assert!(LockKey::from_name("lock:", "lock:{job}:fence").is_none());
+    /// ```
+    pub fn from_name(prefix: &str, name: &str) -> Option<LockKey> {
+        let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
+        let user = match rest.strip_prefix('#') {
+            // A hashed key: `#` and 16 hex digits, then the key itself.
+            Some(hashed) => hashed.get(17..)?,
+            None => rest.strip_suffix('}')?,
+        };
+        let key = LockKey::new(prefix, user).ok()?;
+        (key.name() == name).then_some(key)
+    }
+
     /// Where `NAME:fence` starts in `buf` (after `NAME:queue` and `NAME:released`).
     fn fence_start(&self) -> usize {
         2 * self.0.name_len + QUEUE_SUFFIX.len() + CHANNEL_SUFFIX.len()

@@ -87,3 +87,31 @@ pub(crate) async fn passing_locally(locker: &Locker, key: &'static str, waiters:
     assert!(left > 0, "a waiter is left to pass the lock to");
     (holder, handed)
 }
+
+/// A fair waiter's queue ticket named `id`, at its first attempt (3 s ticket and handover
+/// lease), for tests that drive a backend's acquire by hand.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn fair_ticket(id: &str) -> crate::backend::QueueTicket {
+    crate::backend::QueueTicket {
+        id: id.to_owned(),
+        ttl: Duration::from_secs(3),
+        strict: true,
+        generation: 1,
+        handover_lease: Duration::from_secs(3),
+    }
+}
+
+/// A waiter's attempt with `ticket` (asking the holder's remaining lease), fenced or not.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn queued(
+    ticket: &crate::backend::QueueTicket,
+    fenced: bool,
+) -> crate::backend::AttemptOptions<'_> {
+    crate::backend::AttemptOptions {
+        fenced,
+        ticket: Some(ticket),
+        remaining: true,
+        unrenewed: false,
+        holder: "",
+    }
+}

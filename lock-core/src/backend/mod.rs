@@ -19,11 +19,15 @@ use std::time::Duration;
 use crate::LockError;
 use crate::idempotency::IdempotencyState;
 pub use crate::idempotency::Marked;
+use crate::inspect::LockState;
 pub use crate::key::LockKey;
 pub use crate::token::Token;
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+#[cfg(test)]
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus_tests;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
@@ -40,6 +44,7 @@ mod types;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
+pub use crate::inspect::{KeyPattern, ListPage};
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "etcd")]
@@ -348,6 +353,46 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     fn reconnects(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+
+    /// The state of `key`'s lock, read in one atomic step without taking it: held, the lease
+    /// left, the last fence, the holder recorded at acquire ([`AttemptOptions::holder`]) and
+    /// for how long, the waiters queued. Never the token. The default cannot inspect.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockState, LockError>> {
+        let _ = key;
+        Box::pin(async { Err(cannot("inspect locks")) })
+    }
+
+    /// Removes `key`'s lock whoever holds it, in one atomic step, as a release by its holder
+    /// would (the oldest live waiter is handed the lock, or the listeners are told it is
+    /// free), and returns its state just before; `None`, nothing touched, when nobody held
+    /// it. The fence counter is kept: the next fence is larger than every one before. The
+    /// default cannot.
+    fn force_unlock<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LockState>, LockError>> {
+        let _ = key;
+        Box::pin(async { Err(cannot("force an unlock")) })
+    }
+
+    /// One page of the held locks under `prefix` whose keys match `pattern`, from `cursor`
+    /// (`None`: the first page; else a [`ListPage::next`] this backend returned). A page is
+    /// bounded (a `SCAN` step on Redis): a listing holds one page in memory at a time. The
+    /// default cannot list.
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a KeyPattern,
+        cursor: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ListPage, LockError>> {
+        let _ = (prefix, pattern, cursor);
+        Box::pin(async { Err(cannot("list locks")) })
+    }
+}
+
+/// What a backend without the operation answers.
+fn cannot(what: &str) -> LockError {
+    LockError::config(format!("this backend cannot {what}"))
 }
 
 /// The trait methods of a Redis-family backend that forward to its inherent methods of the
@@ -461,6 +506,141 @@ macro_rules! forward_to_inherent {
 }
 #[cfg(feature = "redis")]
 pub(crate) use forward_to_inherent;
+
+/// The trait of a consensus backend (etcd, ZooKeeper): both keep one contender entry per
+/// token under the lock (the token in its name), so their vocabulary is the same and each
+/// method forwards to the inherent method that does it. `$reconnects` is the backend's signal
+/// of a lost or renewed session.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+macro_rules! consensus_backend {
+    ($ty:ty, |$this:ident| $reconnects:expr) => {
+        impl Backend for $ty {
+            fn acquire<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+                lease: Duration,
+                options: AttemptOptions<'a>,
+            ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+                Box::pin(self.acquire_lock(key, token, lease, options))
+            }
+
+            fn release<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+            ) -> BoxFuture<'a, Result<bool, LockError>> {
+                Box::pin(self.release_lock(key, token))
+            }
+
+            fn renew<'a>(
+                &'a self,
+                items: &'a [Renewal],
+            ) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
+                Box::pin(self.renew_locks(items))
+            }
+
+            /// Releases of this process reach its listeners directly, and releases of others
+            /// through each waiter's watch of the entry ahead; fair waiters of other processes
+            /// are heard by a watch of the lock's contenders while it has listeners here.
+            fn subscribe<'a>(
+                &'a self,
+                key: &'a LockKey,
+                inbox: &'a Arc<Inbox>,
+            ) -> BoxFuture<'a, bool> {
+                self.hear_fair_waiters(key, inbox);
+                Box::pin(std::future::ready(true))
+            }
+
+            fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+                self.stop_hearing(key, inbox);
+            }
+
+            fn store_result<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+                fingerprint: &'a str,
+                result: &'a [u8],
+                ttl: Duration,
+            ) -> BoxFuture<'a, Result<bool, LockError>> {
+                Box::pin(self.store_record(key, token, fingerprint, result, ttl))
+            }
+
+            fn mark_started<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+                mark: &'a Token,
+                fingerprint: &'a str,
+                ttl: Duration,
+            ) -> BoxFuture<'a, Result<Marked, LockError>> {
+                Box::pin(self.write_mark(key, token, mark, fingerprint, ttl))
+            }
+
+            fn clear_started<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+                mark: &'a Token,
+            ) -> BoxFuture<'a, Result<bool, LockError>> {
+                Box::pin(self.clear_mark(key, token, mark))
+            }
+
+            fn idempotency_state<'a>(
+                &'a self,
+                key: &'a LockKey,
+            ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+                Box::pin(self.read_state(key))
+            }
+
+            /// Every lock has a fence (its entry's creation in the store's history), and
+            /// waiting is FIFO.
+            fn refuses(&self, _fenced: bool, _fair: bool) -> Option<&'static str> {
+                None
+            }
+
+            fn leave_queue<'a>(
+                &'a self,
+                key: &'a LockKey,
+                _ticket: &'a str,
+                token: &'a Token,
+            ) -> BoxFuture<'a, Result<(), LockError>> {
+                Box::pin(self.leave(key, token))
+            }
+
+            /// Leaving deletes an entry in the store.
+            fn leave_queue_at_once(&self, _key: &LockKey, _ticket: &str, _token: &Token) -> bool {
+                false
+            }
+
+            /// An attempt sent again finds its own entry (the token is in its name); leaving
+            /// deletes the entry, held or waiting.
+            fn keeps_token_after_failed_attempt(&self) -> bool {
+                true
+            }
+
+            fn keep_if_alone<'a>(
+                &'a self,
+                key: &'a LockKey,
+                token: &'a Token,
+            ) -> BoxFuture<'a, Result<Kept, LockError>> {
+                Box::pin(self.keep_alone(key, token))
+            }
+
+            fn eviction_risk(&self) -> Option<bool> {
+                Some(false)
+            }
+
+            fn reconnects(&self) -> Option<watch::Receiver<u64>> {
+                let $this = self;
+                Some($reconnects)
+            }
+        }
+    };
+}
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) use consensus_backend;
 
 /// Why a backend without fencing refuses `fenced()` (the default of [`Backend::refuses`]).
 pub const NO_FENCING: &str = "this backend offers no fencing tokens";

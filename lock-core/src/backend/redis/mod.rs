@@ -264,6 +264,7 @@ impl RedisBackend {
             ticket,
             remaining,
             unrenewed: _,
+            holder: _,
         } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.

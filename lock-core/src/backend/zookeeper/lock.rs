@@ -22,7 +22,24 @@ const MAX_READS: usize = 1000;
 /// fair waiter, `t` for a single attempt (deleted before it answers, unless it holds).
 struct Node<'a> {
     name: &'a str,
+    /// The sequence ZooKeeper appended, as an unsigned 32-bit count (see [`sequence_of`]).
     sequence: i64,
+}
+
+/// The creation order of contender `name`: its sequence, a signed 32-bit counter of the
+/// parent's child changes that ZooKeeper writes with its sign (`-2147483648` after
+/// `2147483647`), read as the unsigned count it is, so the nodes made after the counter passed
+/// 2^31 still sort after those made before it. (Read as signed, they would sort first: a node
+/// behind the holder would take itself for the holder.) The unsigned count wraps at 2^32 child
+/// changes of one parent, which no contender outlives.
+fn sequence_of(name: &str) -> Option<i64> {
+    let rest = name.get(2..)?;
+    let (token, digits) = rest.split_once('-')?;
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let signed: i64 = digits.parse().ok()?;
+    Some(signed.rem_euclid(1 << 32))
 }
 
 /// The contender nodes among `children`, in queue order (other children, the record, are
@@ -32,10 +49,9 @@ fn queue(children: &[String]) -> Vec<Node<'_>> {
         .iter()
         .filter(|c| is_contender(c))
         .filter_map(|name| {
-            let (_, digits) = name.rsplit_once('-')?;
             Some(Node {
                 name,
-                sequence: digits.parse().ok()?,
+                sequence: sequence_of(name)?,
             })
         })
         .collect();
@@ -112,7 +128,7 @@ impl ZooKeeperBackend {
                     let made = self.create_node(&session, key, &dir, token, ticket).await?;
                     if made.1 <= 0 {
                         // No fence to give from it: refused, never passed on as 0.
-                        self.delete_in_background(made.0, key.name());
+                        self.delete_in_background(&session, made.0, key.name());
                         return Err(LockError::protocol(
                             "acquire",
                             key.user(),
@@ -141,7 +157,7 @@ impl ZooKeeperBackend {
                     if ticket.is_none() && created_now {
                         // A single attempt that cannot tell: its node goes (or the engine's
                         // in-flight release finds it).
-                        self.forget_and_delete(&id, key);
+                        self.forget_and_delete(&session, &id, key);
                     }
                     return Err(e);
                 }
@@ -162,12 +178,12 @@ impl ZooKeeperBackend {
                             let path = c.path.clone();
                             let deleted = self.within(session.client.delete(&path, None)).await;
                             if !matches!(deleted, Some(Ok(()) | Err(zk::Error::NoNode))) {
-                                self.delete_in_background(path, key.name());
+                                self.delete_in_background(&session, path, key.name());
                             }
                         }
                         return Ok(Attempt::Busy { remaining: None });
                     };
-                    self.wait_behind(key, &id, ticket, options.fenced, ahead, holder)
+                    self.wait_behind(&session, key, &id, ticket, options.fenced, ahead, holder)
                         .await?;
                     return Ok(Attempt::Busy { remaining: None });
                 }
@@ -276,7 +292,7 @@ impl ZooKeeperBackend {
     /// whose answer was lost, sent again) is deleted: only one may queue.
     async fn place(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         key: &LockKey,
         dir: &str,
         path: &str,
@@ -291,7 +307,7 @@ impl ZooKeeperBackend {
             .iter()
             .filter(|n| n.name != ours && of_token(n.name, token))
         {
-            self.delete_in_background(format!("{dir}/{}", stray.name), key.name());
+            self.delete_in_background(session, format!("{dir}/{}", stray.name), key.name());
         }
         let nodes: Vec<&Node<'_>> = nodes
             .iter()
@@ -331,10 +347,10 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// A single attempt's node goes: forgotten, and deleted.
-    fn forget_and_delete(&self, id: &str, key: &LockKey) {
+    /// A single attempt's node (made on `session`) goes: forgotten, and deleted.
+    fn forget_and_delete(&self, session: &Arc<Session>, id: &str, key: &LockKey) {
         if let Some(c) = self.inner.contenders.lock().remove(id) {
-            self.delete_in_background(c.path.clone(), key.name());
+            self.delete_in_background(session, c.path.clone(), key.name());
         }
     }
 
@@ -342,8 +358,18 @@ impl ZooKeeperBackend {
     /// holder, its deletion makes ours the holder: the lock is handed to the waiter, naming
     /// its latest answered attempt (`turn`), with our czxid as the fence. Otherwise, and on
     /// any other end of the watch, the waiter is woken to try again.
-    async fn wait_behind(
+    ///
+    /// The watch is set on `session`, the one our node was made on and placed with: a
+    /// deletion seen by a later session would say nothing of our node, gone with its session
+    /// (and handing the lock on would make a second holder). On an ended session the watch
+    /// fails, and so does the attempt.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one attempt's parts, passed on once"
+    )]
+    pub(super) async fn wait_behind(
         &self,
+        session: &Session,
         key: &LockKey,
         id: &str,
         ticket: &QueueTicket,
@@ -351,9 +377,6 @@ impl ZooKeeperBackend {
         ahead: String,
         holder: bool,
     ) -> Result<(), LockError> {
-        let Some(session) = self.inner.sessions.live() else {
-            return Ok(());
-        };
         let (czxid, turn) = {
             let contenders = self.inner.contenders.lock();
             let Some(c) = contenders.get(id) else {
@@ -370,7 +393,9 @@ impl ZooKeeperBackend {
             )
             .await?;
         let (stat, watcher) = watched;
-        let listeners = Arc::downgrade(&self.inner.listeners);
+        let shared = Arc::downgrade(&self.inner);
+        let (owned_key, owned_id) = (key.clone(), id.to_owned());
+        let handover_lease = ticket.handover_lease;
         let name = key.name().to_owned();
         let fence = if fenced {
             u64::try_from(czxid).unwrap_or(0)
@@ -385,17 +410,28 @@ impl ZooKeeperBackend {
             } else {
                 Some(watcher.changed().await)
             };
-            let Some(listeners) = listeners.upgrade() else {
+            let Some(inner) = shared.upgrade() else {
                 return;
             };
             let deleted =
                 gone_already || event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted);
             let generation = turn.load(Ordering::Acquire);
             if deleted && holder && generation > 0 {
+                // Ours holds now: it ends at the hand-over's lease unless renewed, as an
+                // acquired lock does (the waiter may never take it, or stop renewing it before
+                // its first renewal; the session would keep its node). This task's handle is
+                // let go, not aborted: the end's task takes its place.
+                if let Some(c) = inner.contenders.lock().get_mut(&owned_id) {
+                    drop(c.watch.take());
+                }
+                let backend = ZooKeeperBackend {
+                    inner: inner.clone(),
+                };
+                backend.end_at_lease(&owned_key, &owned_id, handover_lease);
                 let grant = format!("{ticket_id}:{generation}:{fence}");
-                listeners.lock().wake(&name, grant.as_bytes());
+                inner.listeners.lock().wake(&name, grant.as_bytes());
             } else {
-                listeners.lock().wake(&name, ticket_id.as_bytes());
+                inner.listeners.lock().wake(&name, ticket_id.as_bytes());
             }
         });
         if let Some(c) = self.inner.contenders.lock().get_mut(id) {
@@ -449,9 +485,10 @@ impl ZooKeeperBackend {
             return Ok(false);
         };
         let path = match known {
-            Some(c) if c.session != session.id => return Ok(false),
-            Some(c) => c.path.clone(),
-            None => {
+            Some(c) if c.session == session.id => c.path.clone(),
+            // Not known, or known on a session that ended (its node went with it): an attempt
+            // on the live session may have made a node whose answer was lost.
+            _ => {
                 let dir = self.lock_path(key);
                 match self.find_node(&session, key, &dir, token).await {
                     Ok(Some((path, _))) => path,
@@ -459,7 +496,7 @@ impl ZooKeeperBackend {
                     Err(e) => {
                         // A create whose answer was lost may have made a node, which our
                         // session would keep for good, at the head of the queue.
-                        self.find_and_delete_in_background(key, token);
+                        self.find_and_delete_in_background(&session, key, token);
                         return Err(e);
                     }
                 }
@@ -488,25 +525,23 @@ impl ZooKeeperBackend {
                 Ok(Err(zk::Error::ConnectionLoss)) if !resent => resent = true,
                 Ok(Err(zk::Error::SessionExpired)) => return Ok(false),
                 Ok(Err(e)) => {
-                    self.delete_in_background(path, key.name());
+                    self.delete_in_background(&session, path, key.name());
                     return Err(backend_error(operation, Some(key.user()), e));
                 }
                 Err(_) => {
-                    self.delete_in_background(path, key.name());
+                    self.delete_in_background(&session, path, key.name());
                     return Err(timed_out(operation, Some(key.user())));
                 }
             }
         }
     }
 
-    /// Looks for our node of `token` in the background until ZooKeeper answers (or the
-    /// session ends, and the node with it), and deletes it: a give-up whose look failed.
-    /// Requests of a session are served in order, so an answered look sees every create sent
-    /// before it.
-    fn find_and_delete_in_background(&self, key: &LockKey, token: &Token) {
-        let Some(session) = self.inner.sessions.live() else {
-            return;
-        };
+    /// Looks for our node of `token` on `session` in the background until ZooKeeper answers
+    /// (or the session ends, and the node with it), and deletes it: a give-up whose look
+    /// failed. Requests of a session are served in order, so an answered look sees every
+    /// create sent before it.
+    fn find_and_delete_in_background(&self, session: &Arc<Session>, key: &LockKey, token: &Token) {
+        let session = session.clone();
         let inner = Arc::downgrade(&self.inner);
         let (key, token) = (key.clone(), token.clone());
         crate::background::spawn(async move {
@@ -528,7 +563,7 @@ impl ZooKeeperBackend {
                 let dir = backend.lock_path(&key);
                 match backend.find_node(&session, &key, &dir, &token).await {
                     Ok(Some((path, _))) => {
-                        backend.delete_in_background(path, key.name());
+                        backend.delete_in_background(&session, path, key.name());
                         return;
                     }
                     Ok(None) => return,
@@ -538,12 +573,18 @@ impl ZooKeeperBackend {
         });
     }
 
-    /// Deletes node `path` of the current session in the background until ZooKeeper answers
-    /// (or the session ends, and the node with it), then wakes `name`'s listeners.
-    pub(super) fn delete_in_background(&self, path: String, name: &str) {
-        let Some(session) = self.inner.sessions.live() else {
-            return;
-        };
+    /// Deletes node `path`, made on `session`, in the background until ZooKeeper answers (or
+    /// the session ends, and the node with it), then wakes `name`'s listeners. Only on that
+    /// session: a node of the same path made by a later one (a token queued again after its
+    /// session expired, in a container made again, whose sequence started over) is not this
+    /// one. The task, for a test to wait on.
+    pub(super) fn delete_in_background(
+        &self,
+        session: &Arc<Session>,
+        path: String,
+        name: &str,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let session = session.clone();
         let inner = Arc::downgrade(&self.inner);
         let name = name.to_owned();
         crate::background::spawn(async move {
@@ -571,7 +612,7 @@ impl ZooKeeperBackend {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
-        });
+        })
     }
 
     pub(super) async fn keep_alone(&self, key: &LockKey, token: &Token) -> Result<Kept, LockError> {
@@ -601,7 +642,7 @@ impl ZooKeeperBackend {
             // Gone, or (impossible while our node lives) behind another: not ours.
             (Place::Gone | Place::Behind(..), _) => {
                 if let Some(c) = self.inner.contenders.lock().remove(&id) {
-                    self.delete_in_background(c.path.clone(), key.name());
+                    self.delete_in_background(&session, c.path.clone(), key.name());
                 }
                 Ok(Kept::NotOurs)
             }
@@ -765,7 +806,7 @@ impl ZooKeeperBackend {
                 let Some(inner) = shared.upgrade() else {
                     return;
                 };
-                let path = {
+                let (path, made_on) = {
                     let mut contenders = inner.contenders.lock();
                     let Some(c) = contenders.get_mut(&id).filter(|c| c.czxid == czxid) else {
                         return;
@@ -780,12 +821,15 @@ impl ZooKeeperBackend {
                     }
                     // Out of the entry before it goes: dropping the entry would abort this.
                     drop(c.watch.take());
-                    let path = c.path.clone();
+                    let (path, made_on) = (c.path.clone(), c.session);
                     contenders.remove(&id);
-                    path
+                    (path, made_on)
                 };
                 tracing::debug!(key = %key.display(), "an unrenewed ZooKeeper lock reached the end of its lease");
-                ZooKeeperBackend { inner }.delete_in_background(path, key.name());
+                // A node of a session that ended went with it.
+                if let Some(session) = inner.sessions.live().filter(|s| s.id == made_on) {
+                    ZooKeeperBackend { inner }.delete_in_background(&session, path, key.name());
+                }
                 return;
             }
         });
@@ -795,5 +839,35 @@ impl ZooKeeperBackend {
 fn acquired(czxid: i64, fenced: bool) -> Attempt {
     Attempt::Acquired {
         fence: fenced.then(|| u64::try_from(czxid).unwrap_or(0)),
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::queue;
+
+    fn order(children: &[&str]) -> Vec<String> {
+        let children: Vec<String> = children.iter().map(|c| (*c).to_owned()).collect();
+        queue(&children).iter().map(|n| n.name.to_owned()).collect()
+    }
+
+    #[test]
+    fn nodes_keep_creation_order_across_the_sequence_counters_sign() {
+        // ZooKeeper's counter after 2147483647 is written -2147483648, then counts up.
+        let made = [
+            "q-aa-2147483646",
+            "f-bb-2147483647",
+            "q-cc--2147483648",
+            "t-dd--2147483000",
+        ];
+        let mut shuffled = made;
+        shuffled.reverse();
+        assert_eq!(order(&shuffled), made);
+        assert_eq!(
+            order(&["q-aa-0000000010", "q-bb-0000000002", "record"]),
+            ["q-bb-0000000002", "q-aa-0000000010"]
+        );
+        // Not a contender's name: left out rather than misplaced.
+        assert!(order(&["q-zz-0000000001", "q--0000000001", "q-aa-x"]).is_empty());
     }
 }

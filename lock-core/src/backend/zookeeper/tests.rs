@@ -7,6 +7,7 @@ use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
 use tokio::time::Instant;
 
 use super::*;
+use crate::backend::consensus_tests::{self, Store, waiters_are_served_in_creation_order};
 use crate::test_support::within;
 use crate::{IdempotencyState, LockError, Locker};
 
@@ -58,13 +59,49 @@ impl Tree {
         nodes
     }
 
-    async fn until_contenders(&self, key: &str, n: usize) {
+    /// Ends `session` (as an expiry would): another client takes it over and closes it.
+    /// Returns once the backend's client knows.
+    async fn end(&self, session: &super::session::Session) {
+        let taken = zk::Client::connector()
+            .with_session(session.client.session().clone())
+            .connect(&self.hosts)
+            .await
+            .unwrap();
+        drop(taken);
+        let mut states = session.client.state_watcher();
         within(async {
-            while self.contenders(key).await.len() != n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            while !session.client.state().is_terminated() {
+                states.changed().await;
             }
         })
         .await;
+    }
+
+    async fn until_contenders(&self, key: &str, n: usize) {
+        consensus_tests::until_contenders(self, key, n).await;
+    }
+}
+
+impl Store for Tree {
+    type Backend = ZooKeeperBackend;
+
+    async fn backend(&self) -> ZooKeeperBackend {
+        Tree::backend(self).await
+    }
+
+    fn builder(&self, backend: ZooKeeperBackend) -> crate::LockerBuilder {
+        Locker::builder(backend).lease(LEASE)
+    }
+
+    async fn contenders(&self, key: &str) -> usize {
+        Tree::contenders(self, key).await.len()
+    }
+
+    fn fair_heard(backend: &ZooKeeperBackend) -> u64 {
+        backend
+            .inner
+            .fair_heard
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -100,43 +137,6 @@ async fn a_busy_try_lock_leaves_no_node_behind_and_fences_increase() {
         last = other.fence().unwrap();
         other.release().await.unwrap();
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_are_handed_the_lock_in_creation_order() {
-    let tree = Tree::new("zk-order").await;
-    let holder = tree.locker().await;
-    let held = holder.lock("job").await.unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let locker = tree.locker().await;
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("job")
-                .fair()
-                .fenced()
-                .wait(Duration::from_secs(15))
-                .await
-                .unwrap();
-            order.send((i, guard.fence().unwrap())).unwrap();
-            guard.release().await.unwrap();
-        }));
-        tree.until_contenders("job", i + 2).await;
-    }
-    held.release().await.unwrap();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let mut served = Vec::new();
-    while let Ok(x) = order_rx.try_recv() {
-        served.push(x);
-    }
-    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, [0, 1, 2]);
-    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
-    assert!(tree.contenders("job").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,82 +293,174 @@ async fn a_lock_past_its_max_hold_ends_at_its_lease() {
     kept.release().await.unwrap();
 }
 
-/// Polls `done` every 10 ms until it holds (within the test bound).
-async fn until(mut done: impl FnMut() -> bool) {
-    within(async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_handed_the_lock_in_creation_order() {
+    waiters_are_served_in_creation_order(&Tree::new("zk-order").await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
-    use std::sync::atomic::Ordering;
-    use tokio::sync::{Notify, mpsc};
+    consensus_tests::a_fair_waiter_of_another_locker_ends_the_local_turns(
+        &Tree::new("zk-fair-local").await,
+    )
+    .await;
+}
 
-    let tree = Tree::new("zk-fair-local").await;
+/// A node deleted in the background after a failed delete is deleted on the session that made
+/// it, or not at all: a node of the same path made by a later session (a token queued again
+/// after its session expired, in a container made again whose sequence started over) stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_delete_stays_on_the_session_that_made_the_node() {
+    let tree = Tree::new("zk-bg-session").await;
     let backend = tree.backend().await;
-    let a = Locker::builder(backend.clone())
-        .lease(LEASE)
-        .local_turns(100)
-        .local_hold(Duration::from_secs(30))
-        .build();
-    let b = tree.locker().await;
-    let first = a.lock("hot").await.unwrap();
-    let (order, mut served) = mpsc::unbounded_channel();
-    let go: Vec<std::sync::Arc<Notify>> =
-        (0..2).map(|_| std::sync::Arc::new(Notify::new())).collect();
-    // Three tasks of `a` queue behind the holder, in this order; a2 and a3 wait for their
-    // `go` before they release.
-    let mut tasks = Vec::new();
-    for (i, name) in ["a2", "a3", "a4"].into_iter().enumerate() {
-        let (locker, order, go) = (a.clone(), order.clone(), go.get(i).cloned());
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("hot")
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            order.send(name).unwrap();
-            if let Some(go) = go {
-                go.notified().await;
-            }
-            guard.release().await.unwrap();
-        }));
-        until(|| a.stats().waiters == i + 1).await;
-    }
-    // The holder from before the queue formed releases in ZooKeeper; a2 takes it there. Its
-    // release, the first local turn, asks ZooKeeper (nobody else queues) and passes it to a3.
-    first.release().await.unwrap();
-    assert_eq!(within(served.recv()).await, Some("a2"));
-    go[0].notify_one();
-    assert_eq!(within(served.recv()).await, Some("a3"));
-    assert_eq!(a.stats().local_handoffs, 1);
-    // A fair waiter of another locker queues; `a` hears of it.
-    let heard = backend.inner.fair_heard.load(Ordering::Relaxed);
-    tasks.push(tokio::spawn({
-        let order = order.clone();
+    tree.client.create(&format!("{DEFAULT_ROOT}/bg"), &[]).await;
+    let path = format!("{DEFAULT_ROOT}/bg/t-node-0000000000");
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let first = backend.inner.sessions.current().await.unwrap();
+    first.client.create(&path, &[], &ephemeral).await.unwrap();
+
+    // The session ends, its node with it, and the backend makes a new session, which makes a
+    // node of the same path.
+    tree.end(&first).await;
+    let second = backend.inner.sessions.current().await.unwrap();
+    assert_ne!(second.id, first.id);
+    second.client.create(&path, &[], &ephemeral).await.unwrap();
+
+    // The first session's background delete ends without touching the second's node.
+    let task = backend.delete_in_background(&first, path.clone(), "bg");
+    within(task.expect("a runtime")).await.unwrap();
+    let stat = tree
+        .client
+        .stat(&path)
+        .await
+        .expect("the second session's node");
+    assert_eq!(stat.ephemeral_owner, second.id);
+}
+
+/// A waiter's watch on the node ahead is set on the session its node was made on: when that
+/// session ended between the place and the watch, the watch fails (and the attempt with it)
+/// rather than being set on a later session, whose view of a deletion ahead would hand the
+/// lock to a node that went with the first session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_never_watches_on_a_session_its_node_was_not_made_on() {
+    use crate::backend::AttemptOptions;
+    use crate::key::LockKey;
+    use crate::test_support::{fair_ticket, queued};
+    use crate::token::Token;
+
+    let tree = Tree::new("zk-watch-session").await;
+    let (holder, waiter) = (tree.backend().await, tree.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let ticket = fair_ticket("t0123456789abcdef");
+    let options = queued(&ticket, true);
+    let first = waiter.inner.sessions.current().await.unwrap();
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, options)
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+    let id = ZooKeeperBackend::contender_id(&key, &t2);
+    assert!(waiter.inner.contenders.lock().contains_key(&id));
+    let ahead = format!(
+        "{}/{}",
+        waiter.lock_path(&key),
+        tree.contenders("job").await[0]
+    );
+
+    // The waiter's session ends; the backend makes a new one.
+    tree.end(&first).await;
+    let second = waiter.inner.sessions.current().await.unwrap();
+    assert_ne!(second.id, first.id);
+
+    // The watch of the attempt placed on the first session: refused.
+    let watched = waiter
+        .wait_behind(&first, &key, &id, &ticket, true, ahead, true)
+        .await;
+    assert!(watched.is_err(), "{watched:?}");
+}
+
+/// A waiter whose known node is of a session that ended, and whose attempt on the new session
+/// made a node whose answer was lost, gives up: its leave finds and deletes the new node (the
+/// session would keep it at the queue, blocking the lock for as long as the process lives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_after_a_new_session_deletes_its_node_there() {
+    use crate::backend::AttemptOptions;
+    use crate::key::LockKey;
+    use crate::test_support::{fair_ticket, queued};
+    use crate::token::Token;
+
+    let tree = Tree::new("zk-leave-new-session").await;
+    let (holder, waiter) = (tree.backend().await, tree.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let ticket = fair_ticket("t0123456789abcdef");
+    let first = waiter.inner.sessions.current().await.unwrap();
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+
+    // The session ends; the next attempt's create on the new session is applied, its answer
+    // lost (made here by hand: the backend still knows the first session's node only).
+    tree.end(&first).await;
+    let second = waiter.inner.sessions.current().await.unwrap();
+    let prefix = format!("{}/f-{}-", waiter.lock_path(&key), t2.as_str());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (_, sequence) = second.client.create(&prefix, &[], &options).await.unwrap();
+    let made = format!("{prefix}{sequence}");
+
+    waiter.leave(&key, &t2).await.unwrap();
+    assert_eq!(
+        tree.client.stat(&made).await,
+        None,
+        "the new session's node stayed"
+    );
+    assert!(holder.release_lock(&key, &t1).await.unwrap());
+}
+
+/// A lock handed to a waiter by the deletion of the holder's node ends at the hand-over's
+/// lease when it is never renewed (here its task hangs past a `max_hold` shorter than the
+/// first renewal): its node does not stay for the session's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_and_never_renewed_ends_at_its_lease() {
+    let tree = Tree::new("zk-handover-end").await;
+    let (a, b, c) = (
+        tree.locker().await,
+        tree.locker().await,
+        tree.locker().await,
+    );
+    let held = a.lock("job").await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
         async move {
-            let guard = b
-                .lock("hot")
-                .fair()
-                .wait(Duration::from_secs(20))
+            b.lock("job")
+                .max_hold(Duration::from_millis(300))
+                .wait(Duration::from_secs(10))
                 .await
-                .unwrap();
-            order.send("b").unwrap();
-            guard.release().await.unwrap();
         }
-    }));
-    tree.until_contenders("hot", 2).await;
-    until(|| backend.inner.fair_heard.load(Ordering::Relaxed) > heard).await;
-    // a3's release gives the lock back to ZooKeeper, whose queue serves b before a4.
-    go[1].notify_one();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let rest = [served.recv().await, served.recv().await];
-    assert_eq!(rest, [Some("b"), Some("a4")], "a4 overtook the fair waiter");
-    assert!(tree.contenders("hot").await.is_empty());
+    });
+    tree.until_contenders("job", 2).await;
+    held.release().await.unwrap();
+    let hung = within(waiting).await.unwrap().unwrap();
+    assert_eq!(b.stats().handovers, 1, "served by the hand-over");
+    // Its task never lets go: the next locker is served once its lease (3 s) ends.
+    let next = c.lock("job").wait(Duration::from_secs(10)).await;
+    assert!(
+        next.is_ok(),
+        "{next:?}; contenders {:?}",
+        tree.contenders("job").await
+    );
+    drop(hung);
 }

@@ -2,86 +2,15 @@
 //! processes heard by a holder passing the lock between its tasks, and locks the watchdog does
 //! not renew ending at their lease though the etcd lease they share lives on.
 
-use std::sync::atomic::Ordering;
-
-use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use super::*;
-
-/// Polls `done` every 10 ms until it holds (within the test bound).
-async fn until(mut done: impl FnMut() -> bool) {
-    within(async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-}
+use crate::backend::consensus_tests;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_of_another_locker_ends_the_local_turns() {
-    let etcd = Etcd::start().await;
-    let backend = etcd.backend().await;
-    let a = Locker::builder(backend.clone())
-        .local_turns(100)
-        .local_hold(Duration::from_secs(30))
-        .build();
-    let b = etcd.locker().await;
-    let first = a.lock("hot").await.unwrap();
-    let (order, mut served) = mpsc::unbounded_channel();
-    let go: Vec<Arc<Notify>> = (0..2).map(|_| Arc::new(Notify::new())).collect();
-    // Three tasks of `a` queue behind the holder, in this order; a2 and a3 wait for their
-    // `go` before they release.
-    let mut tasks = Vec::new();
-    for (i, name) in ["a2", "a3", "a4"].into_iter().enumerate() {
-        let (locker, order, go) = (a.clone(), order.clone(), go.get(i).cloned());
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("hot")
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            order.send(name).unwrap();
-            if let Some(go) = go {
-                go.notified().await;
-            }
-            guard.release().await.unwrap();
-        }));
-        until(|| a.stats().waiters == i + 1).await;
-    }
-    // The holder from before the queue formed releases in etcd; a2 takes it there. Its
-    // release, the first local turn, asks etcd (nobody else queues) and passes it to a3.
-    first.release().await.unwrap();
-    assert_eq!(within(served.recv()).await, Some("a2"));
-    go[0].notify_one();
-    assert_eq!(within(served.recv()).await, Some("a3"));
-    assert_eq!(a.stats().local_handoffs, 1);
-    // A fair waiter of another locker queues; `a` hears of it.
-    let heard = backend.inner.fair_heard.load(Ordering::Relaxed);
-    tasks.push(tokio::spawn({
-        let order = order.clone();
-        async move {
-            let guard = b
-                .lock("hot")
-                .fair()
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            order.send("b").unwrap();
-            guard.release().await.unwrap();
-        }
-    }));
-    etcd.until_contenders("hot", 2).await;
-    until(|| backend.inner.fair_heard.load(Ordering::Relaxed) > heard).await;
-    // a3's release gives the lock back to etcd, whose queue serves b before a4.
-    go[1].notify_one();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let rest = [served.recv().await, served.recv().await];
-    assert_eq!(rest, [Some("b"), Some("a4")], "a4 overtook the fair waiter");
-    assert_eq!(etcd.contenders("hot").await, 0);
+    consensus_tests::a_fair_waiter_of_another_locker_ends_the_local_turns(&Etcd::start().await)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,11 @@ use std::time::Duration;
 use etcd_client::{GetOptions, WatchFilterType};
 
 use super::*;
-use crate::backend::{AttemptOptions, QueueTicket};
-use crate::test_support::within;
+use crate::backend::AttemptOptions;
+use crate::backend::consensus_tests::{
+    Store, until_contenders, waiters_are_served_in_creation_order,
+};
+use crate::test_support::{fair_ticket, queued, within};
 use crate::{IdempotencyState, LockError, Locker};
 
 /// One etcd member on free loopback ports with a temporary data dir; killed (and its dir
@@ -72,10 +75,6 @@ impl Etcd {
         etcd
     }
 
-    async fn backend(&self) -> EtcdBackend {
-        EtcdBackend::connect(&[&self.url]).await.unwrap()
-    }
-
     async fn locker(&self) -> Locker {
         Locker::builder(self.backend().await).build()
     }
@@ -87,25 +86,41 @@ impl Etcd {
     }
 
     /// How many contender keys `key` (default prefix) has in etcd.
-    async fn contenders(&self, key: &str) -> i64 {
+    /// Waits until `key` has `n` contenders.
+    async fn until_contenders(&self, key: &str, n: usize) {
+        until_contenders(self, key, n).await;
+    }
+}
+
+impl Store for Etcd {
+    type Backend = EtcdBackend;
+
+    async fn backend(&self) -> EtcdBackend {
+        EtcdBackend::connect(&[&self.url]).await.unwrap()
+    }
+
+    fn builder(&self, backend: EtcdBackend) -> crate::LockerBuilder {
+        Locker::builder(backend)
+    }
+
+    async fn contenders(&self, key: &str) -> usize {
         let prefix = format!("{}{{{key}}}/q/", crate::DEFAULT_PREFIX);
         let options = GetOptions::new().with_prefix().with_count_only();
-        self.raw()
+        let count = self
+            .raw()
             .await
             .get(prefix, Some(options))
             .await
             .unwrap()
-            .count()
+            .count();
+        usize::try_from(count).unwrap()
     }
 
-    /// Waits until `key` has `n` contenders.
-    async fn until_contenders(&self, key: &str, n: i64) {
-        within(async {
-            while self.contenders(key).await != n {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+    fn fair_heard(backend: &EtcdBackend) -> u64 {
+        backend
+            .inner
+            .fair_heard
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -116,6 +131,7 @@ fn single_attempt() -> AttemptOptions<'static> {
         ticket: None,
         remaining: true,
         unrenewed: false,
+        holder: "",
     }
 }
 
@@ -198,19 +214,8 @@ async fn a_release_wakes_the_waiter_through_its_watch() {
     assert!(matches!(got, Attempt::Acquired { .. }));
     let inbox = Arc::new(Inbox::default());
     assert!(waiter.subscribe(&key, &inbox).await);
-    let ticket = QueueTicket {
-        id: "t0123456789abcdef".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let options = AttemptOptions {
-        fenced: true,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("t0123456789abcdef");
+    let options = queued(&ticket, true);
     inbox.expect(Some(&ticket.id));
     let busy = waiter.acquire(&key, &t2, lease, options).await.unwrap();
     assert!(matches!(busy, Attempt::Busy { .. }));
@@ -253,39 +258,7 @@ async fn a_waiter_gets_the_lock_at_the_release_with_few_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_fair_waiters_are_served_in_creation_order() {
-    let etcd = Etcd::start().await;
-    let holder = etcd.locker().await;
-    let held = holder.lock("job").await.unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        let locker = etcd.locker().await;
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = locker
-                .lock("job")
-                .fair()
-                .fenced()
-                .wait(Duration::from_secs(15))
-                .await
-                .unwrap();
-            order.send((i, guard.fence().unwrap())).unwrap();
-            guard.release().await.unwrap();
-        }));
-        etcd.until_contenders("job", i + 2).await;
-    }
-    held.release().await.unwrap();
-    for t in tasks {
-        within(t).await.unwrap();
-    }
-    let mut served = Vec::new();
-    while let Ok(x) = order_rx.try_recv() {
-        served.push(x);
-    }
-    let order: Vec<_> = served.iter().map(|(i, _)| *i).collect();
-    assert_eq!(order, [0, 1, 2]);
-    assert!(served.windows(2).all(|w| w[0].1 < w[1].1), "{served:?}");
-    assert_eq!(etcd.contenders("job").await, 0);
+    waiters_are_served_in_creation_order(&Etcd::start().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,19 +492,8 @@ async fn an_attempt_sent_again_finds_its_own_key() {
         ..AttemptOptions::default()
     };
     let first = holder.acquire(&key, &t1, lease, single).await.unwrap();
-    let ticket = QueueTicket {
-        id: "tfedcba9876543210".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let queued = AttemptOptions {
-        fenced: true,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("tfedcba9876543210");
+    let queued = queued(&ticket, true);
     for _ in 0..3 {
         let busy = waiter.acquire(&key, &t2, lease, queued).await.unwrap();
         assert!(matches!(busy, Attempt::Busy { .. }));
@@ -743,19 +705,8 @@ async fn a_dead_waiter_stops_blocking_at_its_lease_end() {
     let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
     let holder = etcd.locker().await;
     let held = holder.lock("job").lease(ETCD_MIN_LEASE).await.unwrap();
-    let ticket = QueueTicket {
-        id: "t00112233445566aa".into(),
-        ttl: Duration::from_secs(3),
-        strict: true,
-        generation: 1,
-        handover_lease: Duration::from_secs(3),
-    };
-    let queued = AttemptOptions {
-        fenced: false,
-        ticket: Some(&ticket),
-        remaining: true,
-        unrenewed: false,
-    };
+    let ticket = fair_ticket("t00112233445566aa");
+    let queued = queued(&ticket, false);
     let (dead, dropped) = (etcd.backend().await, etcd.backend().await);
     for w in [&dead, &dropped] {
         let busy = w
