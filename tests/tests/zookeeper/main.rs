@@ -1,7 +1,10 @@
 //! The ZooKeeper backend against real ZooKeeper processes (issue 32): safety and fences
 //! through leader kills, pauses and a whole-ensemble restart, a holder cut off past its
 //! session, the fair queue (order, one wake-up per release, waiters that leave or die), lost
-//! replies to an acquire and to a release, and a client left on a minority.
+//! replies to an acquire and to a release, a client left on a minority, a follower cut off
+//! from the quorum while its clients still reach it, and the bounds a session and a request
+//! timeout set (a lease within the session granted, a single attempt within two request
+//! timeouts).
 //!
 //! "Processes" here are mostly lockers in this test process, each on its own
 //! `ZooKeeperBackend` (its own ZooKeeper session, hence its own ephemeral contender nodes): to
@@ -21,11 +24,13 @@
     reason = "test code: a failed expectation fails the test; figures are printed for the notes"
 )]
 
+mod bounds;
 #[path = "../support/consensus.rs"]
 mod consensus;
 mod failover;
 mod lease;
 mod load;
+mod partition;
 mod processes;
 mod queue;
 mod retry;
