@@ -431,36 +431,54 @@ async fn a_waiter_that_leaves_after_a_new_session_deletes_its_node_there() {
 }
 
 /// A lock handed to a waiter by the deletion of the holder's node ends at the hand-over's
-/// lease when it is never renewed (here its task hangs past a `max_hold` shorter than the
-/// first renewal): its node does not stay for the session's life.
+/// lease when nobody renews it (the waiter never takes the grant, or stops before its first
+/// renewal): its node does not stay for the session's life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_handed_over_and_never_renewed_ends_at_its_lease() {
+    use crate::backend::{AttemptOptions, Inbox};
+    use crate::key::LockKey;
+    use crate::test_support::queued;
+    use crate::token::Token;
+
     let tree = Tree::new("zk-handover-end").await;
-    let (a, b, c) = (
-        tree.locker().await,
-        tree.locker().await,
-        tree.locker().await,
+    let (holder, waiter, third) = (
+        tree.backend().await,
+        tree.backend().await,
+        tree.backend().await,
     );
-    let held = a.lock("job").await.unwrap();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        async move {
-            b.lock("job")
-                .max_hold(Duration::from_millis(300))
-                .wait(Duration::from_secs(10))
-                .await
-        }
-    });
-    tree.until_contenders("job", 2).await;
-    held.release().await.unwrap();
-    let hung = within(waiting).await.unwrap().unwrap();
-    assert_eq!(b.stats().handovers, 1, "served by the hand-over");
-    // Its task never lets go: the next locker is served once its lease (3 s) ends.
-    let next = c.lock("job").wait(Duration::from_secs(10)).await;
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let inbox = std::sync::Arc::new(Inbox::default());
+    assert!(crate::backend::Backend::subscribe(&waiter, &key, &inbox).await);
+    let mut ticket = crate::test_support::fair_ticket("t0123456789abcdef");
+    ticket.handover_lease = Duration::from_secs(1);
+    inbox.expect(Some(&ticket.id));
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+    let released = Instant::now();
+    assert!(holder.release_lock(&key, &t1).await.unwrap());
+    within(inbox.notified()).await;
+    inbox
+        .take_grant()
+        .expect("handed over by the holder's deletion");
+    // Nobody takes the grant nor renews the lock: it ends at the hand-over's 1 s lease.
+    tree.until_contenders("job", 0).await;
     assert!(
-        next.is_ok(),
-        "{next:?}; contenders {:?}",
-        tree.contenders("job").await
+        released.elapsed() >= Duration::from_secs(1),
+        "ended {:?} after the release, within the hand-over's 1 s lease",
+        released.elapsed()
     );
-    drop(hung);
+    let next = third
+        .acquire_lock(&key, &Token::generate(), LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(next, Attempt::Acquired { .. }), "{next:?}");
 }
