@@ -53,8 +53,10 @@ pub struct LockState {
     /// when held and recorded (a lock taken by an older version of this crate has none).
     pub holder: Option<String>,
     /// How long the current holder has held it (since its acquire, or the hand-over that gave
-    /// it the lock; renewals do not restart it), when held and recorded. Measured by the
-    /// backend's clock where it has one (Redis's `TIME`), else by the holder's.
+    /// it the lock; renewals do not restart it), when held and recorded. On Redis: the
+    /// server's `TIME` now, less the time the taker's clock read at the acquire (Redis's own
+    /// for a hand-over): a skew between the holder's host clock and the server's shifts it
+    /// (keep clocks in sync, as fencing already asks).
     pub held_for: Option<Duration>,
     /// How many wait for it in the backend: one per waiting locker (the first of its local
     /// waiters) in the default mode, one per waiter in fair mode. Waiters of a backend
@@ -222,8 +224,8 @@ fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
-/// Checks a holder identity: 1 to [`MAX_HOLDER_LEN`] bytes, no control characters (it is
-/// written to logs and terminals).
+/// Checks a holder identity: 1 to [`MAX_HOLDER_LEN`] bytes, nothing that changes how a log or
+/// a terminal shows it ([`unsafe_to_show`]).
 pub(crate) fn validate_holder(holder: &str) -> Result<(), LockError> {
     if holder.is_empty() || holder.len() > MAX_HOLDER_LEN {
         return Err(LockError::config(format!(
@@ -231,12 +233,37 @@ pub(crate) fn validate_holder(holder: &str) -> Result<(), LockError> {
             holder.len()
         )));
     }
-    if holder.chars().any(char::is_control) {
+    if holder.chars().any(unsafe_to_show) {
         return Err(LockError::config(
-            "holder identity holds a control character (it is shown in logs and terminals)",
+            "holder identity holds a control, line-separator or bidirectional-text character (it is shown in logs and terminals)",
         ));
     }
     Ok(())
+}
+
+/// A control character, a line or paragraph separator, or a bidirectional-text control: each
+/// would change what a log line or a terminal shows around it.
+fn unsafe_to_show(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{2028}' | '\u{2029}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// A holder read back from a store (another process, or anyone with write access, wrote it),
+/// made safe to show: cut to [`MAX_HOLDER_LEN`] bytes, each character [`unsafe_to_show`]
+/// replaced by `?`.
+pub(crate) fn shown_holder(holder: &str) -> String {
+    let mut shown = String::with_capacity(holder.len().min(MAX_HOLDER_LEN));
+    for c in holder.chars() {
+        let c = if unsafe_to_show(c) { '?' } else { c };
+        if shown.len() + c.len_utf8() > MAX_HOLDER_LEN {
+            break;
+        }
+        shown.push(c);
+    }
+    shown
 }
 
 /// The default holder identity of locker number `id`: `host/pid N/locker M`.
@@ -345,7 +372,8 @@ impl Locker {
     /// locker's prefix, as a stream, page by page: the backend is read one page at a time
     /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`), so memory stays
     /// bounded whatever the number of keys. A lock taken or released while the listing runs
-    /// may or may not be in it. An invalid pattern is the stream's only item, an error.
+    /// may or may not be in it; a failover or a resharding while it runs may leave locks out
+    /// (list again). An invalid pattern is the stream's only item, an error.
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -559,6 +587,10 @@ mod tests {
         assert!(validate_holder("").is_err());
         assert!(validate_holder(&"h".repeat(MAX_HOLDER_LEN + 1)).is_err());
         assert!(validate_holder("web-1\r\nforged log line").is_err());
+        assert!(validate_holder("web-1\u{202E}gnp.exe").is_err());
+        assert!(validate_holder("web-1\u{2028}next").is_err());
+        assert_eq!(shown_holder("a\u{202E}b\nc"), "a?b?c");
+        assert_eq!(shown_holder(&"é".repeat(200)).len(), MAX_HOLDER_LEN);
         assert!(validate_holder("checkout-7f9c/pid 4211").is_ok());
         let default = default_holder(3);
         assert!(validate_holder(&default).is_ok(), "{default}");

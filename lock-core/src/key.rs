@@ -177,13 +177,7 @@ impl LockKey {
     /// assert!(LockKey::from_name("lock:", "lock:{job}:fence").is_none());
     /// ```
     pub fn from_name(prefix: &str, name: &str) -> Option<LockKey> {
-        let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
-        let user = match rest.strip_prefix('#') {
-            // A hashed key: `#` and 16 hex digits, then the key itself.
-            Some(hashed) => hashed.get(17..)?,
-            None => rest.strip_suffix('}')?,
-        };
-        let key = LockKey::new(prefix, user).ok()?;
+        let key = LockKey::new(prefix, user_of_name(prefix, name)?).ok()?;
         (key.name() == name).then_some(key)
     }
 
@@ -235,6 +229,17 @@ impl LockKey {
     /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
     pub(crate) fn waiters(&self) -> &str {
         &self.0.buf[self.waiters_start()..]
+    }
+}
+
+/// The user's key a lock name `name` under `prefix` would have, read off the name without
+/// checking it (no hashing: [`LockKey::from_name`] checks); `None` when it has not the shape.
+pub(crate) fn user_of_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
+    match rest.strip_prefix('#') {
+        // A hashed key: `#` and 16 hex digits, `}`, then the key itself.
+        Some(hashed) => hashed.get(17..),
+        None => rest.strip_suffix('}'),
     }
 }
 

@@ -20,7 +20,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lock_core::Locker;
+use lock_core::{Locker, RedisBackend};
+use lock_testkit::proxy::Proxy;
 use lock_testkit::{ChildProcess, RedisServer};
 use lock_tests::worker::WorkerArgs;
 
@@ -181,12 +182,7 @@ async fn listing_100_000_locks_holds_one_page_at_a_time() {
         }
         let () = pipe.query_async(&mut conn).await.unwrap();
     }
-    let locker = Locker::builder(
-        lock_core::RedisBackend::connect(&server.url())
-            .await
-            .unwrap(),
-    )
-    .build();
+    let locker = Locker::builder(RedisBackend::connect(&server.url()).await.unwrap()).build();
     let start = Instant::now();
     let mut held = locker.list("job:*");
     let (mut count, mut most) = (0, 0);
@@ -215,4 +211,72 @@ async fn listing_100_000_locks_holds_one_page_at_a_time() {
         .collect();
     assert_eq!(keys, expected);
     assert!(locker.list("nothing:*").next().await.is_none());
+}
+
+/// A force unlock whose answer is lost with its connection is not sent again (a second run,
+/// with no token to check, would remove the waiter the first one handed the lock to): the
+/// caller gets an error that says to inspect, and the waiter keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_whose_answer_is_lost_is_not_sent_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap()).await;
+    let named = async |url: &str, holder: &str| {
+        let backend = RedisBackend::builder(url)
+            .response_timeout(Duration::from_secs(10))
+            .connect_timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap();
+        Locker::builder(backend).holder(holder).build()
+    };
+    let stuck = named(&server.url(), "stuck").await;
+    let (w1, w2) = (
+        named(&server.url(), "waiter-1").await,
+        named(&server.url(), "waiter-2").await,
+    );
+    let operator = named(&format!("redis://{}/", proxy.addr()), "operator").await;
+    // Its script is loaded, so the call below is one EVALSHA.
+    assert_eq!(operator.force_unlock("warm").await.unwrap(), None);
+    let _stuck = stuck.lock("vault").await.unwrap();
+    let first = tokio::spawn(async move { w1.lock("vault").wait(Duration::from_secs(20)).await });
+    until_queued(&server, "vault", 1).await;
+    let second = tokio::spawn(async move { w2.lock("vault").wait(Duration::from_secs(20)).await });
+    until_queued(&server, "vault", 2).await;
+
+    // The call reaches Redis; its answer is held back, then the connection cut.
+    proxy.freeze_after(b"lock:{vault}");
+    let call = tokio::spawn({
+        let operator = operator.clone();
+        async move { operator.force_unlock("vault").await }
+    });
+    proxy.wait_frozen().await;
+    proxy.cut();
+    proxy.restore();
+    let answer = call.await.unwrap();
+    let err = answer.expect_err("no answer came back");
+    assert!(err.to_string().contains("inspect it"), "{err}");
+    // It ran once: the first waiter was handed the lock and keeps it.
+    let g1 = first.await.unwrap().expect("the first waiter served");
+    let now = operator.inspect("vault").await.unwrap();
+    assert_eq!(now.holder.as_deref(), Some("waiter-1"), "{now:?}");
+    assert!(g1.is_held());
+    g1.release().await.unwrap();
+    second.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// A key under the prefix that is not UTF-8 (no lock of ours) is skipped by a listing, which
+/// still lists the locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_not_utf8_is_skipped_by_a_listing() {
+    let server = RedisServer::start();
+    let locker = locker(&server, Duration::from_secs(5)).await;
+    let held = locker.lock("order:1").await.unwrap();
+    let () = server
+        .query(redis::cmd("SET").arg(&b"lock:{\xff}"[..]).arg("x").clone())
+        .await;
+    let mut listing = locker.list("*");
+    let first = listing.next().await.expect("one lock").unwrap();
+    assert_eq!(first.key, "order:1");
+    assert!(listing.next().await.is_none());
+    held.release().await.unwrap();
 }

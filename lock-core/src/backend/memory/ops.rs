@@ -7,7 +7,7 @@ use super::MemoryBackend;
 use super::table::Table;
 use crate::backend::{KeyPattern, ListPage};
 use crate::inspect::LockState;
-use crate::key::LockKey;
+use crate::key::{LockKey, user_of_name};
 
 /// Locks a listing page holds at most.
 const PAGE: usize = 1000;
@@ -24,7 +24,7 @@ impl Table {
         if let Some(e) = self.locks.get(key.name()).filter(|e| e.expires > now) {
             state.held = true;
             state.remaining = Some(e.expires - now);
-            state.holder = (!e.holder.is_empty()).then(|| e.holder.to_string());
+            state.holder = (!e.holder.is_empty()).then(|| crate::inspect::shown_holder(&e.holder));
             state.held_for = Some(now - e.since);
         }
         state
@@ -48,7 +48,9 @@ impl MemoryBackend {
         Some(state)
     }
 
-    /// The held locks after `cursor` (a lock name) in name order, a page at a time.
+    /// The held locks after `cursor` (a lock name) in name order, a page at a time: the
+    /// page's names are picked in one pass over the table (no sort of all of them, no key
+    /// built but the page's), under the table's lock, which is let go between pages.
     pub(super) fn list_now(
         &self,
         prefix: &str,
@@ -57,21 +59,29 @@ impl MemoryBackend {
     ) -> ListPage {
         let now = Instant::now();
         let t = self.table();
-        let mut found: Vec<(&str, LockKey)> = t
+        let mut names: Vec<&str> = t
             .locks
             .iter()
             .filter(|(name, e)| e.expires > now && cursor.is_none_or(|c| name.as_str() > c))
-            .filter_map(|(name, _)| {
-                let key = LockKey::from_name(prefix, name)?;
-                pattern.matches(key.user()).then_some((name.as_str(), key))
-            })
+            .map(|(name, _)| name.as_str())
+            .filter(|name| user_of_name(prefix, name).is_some_and(|user| pattern.matches(user)))
             .collect();
-        found.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let next = (found.len() > PAGE).then(|| found[PAGE - 1].0.to_owned());
-        found.truncate(PAGE);
-        ListPage::new(
-            found.iter().map(|(_, key)| t.state(key, now)).collect(),
-            next,
-        )
+        let more = names.len() > PAGE;
+        if more {
+            names.select_nth_unstable(PAGE - 1);
+            names.truncate(PAGE);
+        }
+        names.sort_unstable();
+        let next = if more {
+            names.last().map(|name| (*name).to_owned())
+        } else {
+            None
+        };
+        let locks = names
+            .iter()
+            .filter_map(|name| LockKey::from_name(prefix, name))
+            .map(|key| t.state(&key, now))
+            .collect();
+        ListPage::new(locks, next)
     }
 }

@@ -76,26 +76,41 @@ impl RedisBackend {
             .arg(key.queue_name())
             .arg(key.fence())
             .arg(key.waiters());
-        let reply = self
-            .evalsha(script, &cmd, "force_unlock", Some(key.user()))
-            .await?;
-        let protocol = || {
-            LockError::protocol(
-                "force_unlock",
-                key.user(),
-                format!("the force_unlock script answered {reply:?}"),
-            )
-        };
+        // Sent once, never again after a dropped connection (as other calls are): without a
+        // token to check, a second run would remove whoever holds the lock by then (the
+        // waiter the first run handed it to).
+        let mut conn = self.inner.conn.clone();
+        let reply = super::evalsha_once(&mut conn, script, &cmd)
+            .await
+            .map_err(|e| {
+                let lost = if super::retriable(&e) {
+                    "; the lock may have been removed before the answer was lost: inspect it"
+                } else {
+                    ""
+                };
+                LockError::backend(
+                    "force_unlock",
+                    Some(key.user()),
+                    std::io::Error::other(format!("{e}{lost}")),
+                )
+            })?;
         let items = match &reply {
             Value::Int(0) => return Ok(None),
-            Value::Array(items) => items,
-            _ => return Err(protocol()),
+            Value::Array(items) if items.len() == 5 => items,
+            _ => {
+                return Err(LockError::protocol(
+                    "force_unlock",
+                    key.user(),
+                    format!(
+                        "the force_unlock script answered {reply:?}; the lock may have been removed: inspect it"
+                    ),
+                ));
+            }
         };
-        let [pttl, since, holder, fence, message] = items.as_slice() else {
-            return Err(protocol());
-        };
-        let message = text(message).ok_or_else(protocol)?;
-        let removed = removed_state(key, [pttl, since, holder, fence]).ok_or_else(protocol)?;
+        // The lock is removed: what it held is read leniently (a field that does not parse is
+        // left out), never turned into an error the caller would retry.
+        let removed = removed_state(key, [&items[0], &items[1], &items[2], &items[3]]);
+        let message = text(&items[4]).unwrap_or("released");
         // This process's waiters learn at once, as from a release (the subscriber delivers the
         // published message again: harmless).
         if message != "released" {
@@ -182,7 +197,8 @@ impl RedisBackend {
         pattern: &KeyPattern,
         at: u64,
     ) -> Result<(u64, Vec<LockState>), LockError> {
-        let (next, names): (u64, Vec<String>) = redis::cmd("SCAN")
+        // Names as bytes: a key of the prefix that is not UTF-8 is no lock of ours, skipped.
+        let (next, names): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(at)
             .arg("MATCH")
             .arg(format!("{}*", escape_glob(prefix)))
@@ -195,6 +211,7 @@ impl RedisBackend {
             .map_err(|e| LockError::backend("list", None, e))?;
         let keys: Vec<LockKey> = names
             .iter()
+            .filter_map(|name| std::str::from_utf8(name).ok())
             .filter_map(|name| LockKey::from_name(prefix, name))
             .filter(|key| pattern.matches(key.user()))
             .collect();
@@ -257,8 +274,7 @@ fn state_of(key: &LockKey, reply: &Value) -> Option<LockState> {
     }
     state.held = true;
     state.remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
-    let holder = text(holder)?;
-    state.holder = (!holder.is_empty()).then(|| holder.to_owned());
+    state.holder = holder_of(holder);
     state.held_for = match (number(since)?, number(now)?) {
         (Some(since), Some(now)) => Some(Duration::from_millis(now.saturating_sub(since))),
         _ => None,
@@ -266,19 +282,34 @@ fn state_of(key: &LockKey, reply: &Value) -> Option<LockState> {
     Some(state)
 }
 
-/// The state force_unlock.lua answered it removed: `{pttl, since, holder, fence}`.
-fn removed_state(key: &LockKey, [pttl, since, holder, fence]: [&Value; 4]) -> Option<LockState> {
+/// The state force_unlock.lua answered it removed: `{pttl, since, holder, fence}`, each
+/// field that does not parse left out (`held_for` by this process's clock).
+fn removed_state(key: &LockKey, [pttl, since, holder, fence]: [&Value; 4]) -> LockState {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut state = LockState::free(key.user());
     state.held = true;
-    state.remaining = u64::try_from(int(pttl)?).ok().map(Duration::from_millis);
-    let holder = text(holder)?;
-    state.holder = (!holder.is_empty()).then(|| holder.to_owned());
-    state.held_for = number(since)?.map(|since| Duration::from_millis(now.saturating_sub(since)));
-    state.fence = number(fence)?;
-    Some(state)
+    state.remaining = int(pttl)
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis);
+    state.holder = holder_of(holder);
+    state.held_for = number(since)
+        .flatten()
+        .map(|since| Duration::from_millis(now.saturating_sub(since)));
+    state.fence = number(fence).flatten();
+    state
+}
+
+/// A holder read back from the store, made safe to show (see
+/// [`crate::inspect::shown_holder`]); `None` when empty.
+fn holder_of(v: &Value) -> Option<String> {
+    let bytes = match v {
+        Value::BulkString(b) => b.as_slice(),
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return None,
+    };
+    (!bytes.is_empty()).then(|| crate::inspect::shown_holder(&String::from_utf8_lossy(bytes)))
 }
 
 fn int(v: &Value) -> Option<i64> {
