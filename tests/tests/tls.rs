@@ -5,7 +5,7 @@
 //! refused without a client certificate, served with one), a server certificate from an
 //! authority the client does not trust refused with a typed error naming the certificate
 //! within the connect timeout, certificates given with a `redis://` URL or as bad PEM refused
-//! as configuration errors, and Sentinel and Cluster over TLS.
+//! as configuration errors, and Sentinel, Cluster and Redlock over TLS.
 
 #![allow(
     clippy::panic,
@@ -17,7 +17,9 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker, RedisBackend, RedisClusterBackend, RedisSentinelBackend};
+use lock_core::{
+    LockError, Locker, RedisBackend, RedisClusterBackend, RedisSentinelBackend, RedlockBackend,
+};
 use lock_testkit::cluster::RedisCluster;
 use lock_testkit::sentinel::RedisSentinelSet;
 use lock_testkit::{RedisServer, TlsCerts, eventually};
@@ -206,8 +208,8 @@ async fn mutual_tls_needs_the_client_certificate() {
     assert!(!server.exists("lock:{tls:mutual}").await);
 }
 
-/// Certificates given with a `redis://` URL, or PEM that is not a certificate, are
-/// configuration errors, before any connection.
+/// Certificates given with a `redis://` URL (to any of the four builders), or PEM that is not
+/// a certificate, are configuration errors, before any connection.
 #[tokio::test(flavor = "current_thread")]
 async fn tls_settings_that_cannot_apply_are_configuration_errors() {
     let certs = TlsCerts::generate();
@@ -243,6 +245,14 @@ async fn tls_settings_that_cannot_apply_are_configuration_errors() {
     assert!(
         matches!(cluster, Err(LockError::InvalidConfig { .. })),
         "{cluster:?}"
+    );
+    let redlock = RedlockBackend::builder(&["redis://127.0.0.1:1/"])
+        .tls(&certs.ca_pem())
+        .connect()
+        .await;
+    assert!(
+        matches!(redlock, Err(LockError::InvalidConfig { .. })),
+        "{redlock:?}"
     );
     let sentinel = RedisSentinelBackend::builder(&["redis://127.0.0.1:1/"], "mymaster")
         .tls(&certs.ca_pem())
@@ -359,5 +369,42 @@ async fn cluster_over_tls_locks_and_releases() {
             !cluster.node(primary).server().exists(&name).await,
             "{name}"
         );
+    }
+}
+
+/// Redlock over three TLS servers that ask for client certificates: the lock is written on
+/// every server and released from every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_tls_locks_and_releases() {
+    let certs = TlsCerts::generate();
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServer::builder()
+                .tls(&certs)
+                .tls_auth_clients()
+                .start()
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = RedlockBackend::builder(&urls)
+        .tls(&certs.ca_pem())
+        .tls_identity(&certs.client_cert_pem(), &certs.client_key_pem())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect()
+        .await
+        .expect("connect to the Redlock servers over TLS");
+    let locker = Locker::builder(backend).build();
+    let guard = locker
+        .lock("tls:redlock")
+        .await
+        .expect("lock on a majority");
+    for server in &servers {
+        assert!(server.exists("lock:{tls:redlock}").await);
+        assert!(tls_clients(server).await >= 1);
+    }
+    guard.release().await.expect("release");
+    for server in &servers {
+        assert!(!server.exists("lock:{tls:redlock}").await);
     }
 }

@@ -125,6 +125,13 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// These TLS settings (a Redlock's, for each of its servers).
+    #[cfg(feature = "redlock")]
+    pub(crate) fn tls_settings(mut self, tls: TlsSettings) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Releases always send the full release (for a Redlock's servers: see release.rs).
     #[cfg(feature = "redlock")]
     pub(crate) fn full_releases(mut self) -> Self {
