@@ -5,7 +5,8 @@
 //! refused without a client certificate, served with one), a server certificate from an
 //! authority the client does not trust refused with a typed error naming the certificate
 //! within the connect timeout, certificates given with a `redis://` URL or as bad PEM refused
-//! as configuration errors, and Sentinel, Cluster and Redlock over TLS.
+//! as configuration errors, a handshake never answered failing within two connect timeouts,
+//! and Sentinel, Cluster and Redlock over TLS.
 
 #![allow(
     clippy::panic,
@@ -407,4 +408,39 @@ async fn redlock_over_tls_locks_and_releases() {
     for server in &servers {
         assert!(!server.exists("lock:{tls:redlock}").await);
     }
+}
+
+/// A server that accepts the connection but never answers the TLS handshake (a stalled
+/// server) fails `connect` with a backend error, never a hang: each attempt is bounded by the
+/// connect timeout, and the connection manager makes two (one retry, as for a plain
+/// connection; `manager_config`), so within twice the connect timeout and a margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_never_answered_fails_within_the_connect_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and holds every connection, reading nothing, answering nothing.
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let certs = TlsCerts::generate();
+    let started = Instant::now();
+    let result = RedisBackend::builder(&format!("rediss://127.0.0.1:{port}/"))
+        .tls(&certs.ca_pem())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .connect()
+        .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(result, Err(LockError::Backend { .. })),
+        "{result:?}"
+    );
+    assert!(
+        took < CONNECT_TIMEOUT * 2 + Duration::from_millis(500),
+        "failed after {took:?}, past two attempts of the connect timeout {CONNECT_TIMEOUT:?}"
+    );
+    println!("an unanswered handshake failed in {took:?}");
+    held.abort();
 }
