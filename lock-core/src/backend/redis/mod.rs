@@ -28,6 +28,7 @@ mod server;
 #[cfg(feature = "cluster")]
 mod shards;
 mod subscriber;
+pub(crate) mod tls;
 mod watcher;
 
 pub use connect::RedisBackendBuilder;
