@@ -15,6 +15,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+# The TLS tests' certificates are made with the openssl command (testkit/src/tls.rs).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # ZooKeeper: Debian's `zookeeper` (the jars, and a JRE through default-jre), which the test kit
 # runs as `java -cp /usr/share/java/zookeeper.jar ... QuorumPeerMain`; never `zookeeperd`, the
 # package that adds a system service.
@@ -38,7 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
   [ -z "$policy" ] || $SUDO rm -f "$policy"
   [ "$status" -eq 0 ] || { echo "apt-get install ${missing[*]} failed ($status)" >&2; exit 1; }
-  for binary in redis-server etcd protoc java; do
+  for binary in redis-server etcd protoc java openssl; do
     command -v "$binary" >/dev/null 2>&1 || { echo "$binary still missing after apt-get install" >&2; exit 1; }
   done
   [ -f /usr/share/java/zookeeper.jar ] || { echo "/usr/share/java/zookeeper.jar still missing after apt-get install" >&2; exit 1; }
@@ -46,6 +48,7 @@ fi
 redis-server --version
 etcd --version
 protoc --version
+openssl version
 echo "zookeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(not from dpkg)'), $(java -version 2>&1 | head -n 1)"
 
 step "formatting: cargo fmt --check"

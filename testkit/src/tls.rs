@@ -2,7 +2,7 @@
 //! it signed for `127.0.0.1` and `localhost`, a client certificate it signed, and a second,
 //! unrelated authority; made with the `openssl` command-line tool in a temporary directory.
 //!
-//! The `openssl` binary rather than a crate (rcgen): it is on every machine that has a
+//! The `openssl` binary rather than a crate (rcgen): it is on most machines that have a
 //! Debian redis-server (whose TLS is OpenSSL's; `apt-get install -y openssl` otherwise), it
 //! costs the tests' build nothing, and the certificates are made the way an operator makes
 //! them. Elliptic-curve keys (P-256): a set takes about 50 ms.
