@@ -15,6 +15,7 @@ mod idempotency;
 mod key;
 mod locker;
 mod macro_support;
+mod observe;
 mod request;
 mod sync;
 #[cfg(test)]

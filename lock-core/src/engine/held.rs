@@ -14,6 +14,7 @@ use crate::engine::wait::PassOn;
 use crate::engine::watched::Watched;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+use crate::observe::{End, Holding, LossReason};
 use crate::sync::Mutex;
 use crate::token::Token;
 
@@ -79,6 +80,9 @@ pub(crate) struct Held {
     /// its own, and it is made anew when a guard leaves a mark behind (see
     /// [`forget_mark`](Self::forget_mark)).
     mark: Mutex<Option<Token>>,
+    /// Its span and metric labels while it is held (see [`observe`](Self::observe)); taken
+    /// when it ends.
+    obs: Mutex<Option<Holding>>,
 }
 
 /// What an acquire attempt that succeeded knows about the new lock.
@@ -165,6 +169,7 @@ impl Held {
             renewing: OnceLock::new(),
             current: OnceLock::new(),
             mark: Mutex::new(None),
+            obs: Mutex::new(None),
         })
     }
 
@@ -200,6 +205,7 @@ impl Held {
             renewing: OnceLock::from(self.renewing().clone()),
             current: OnceLock::from(current.clone()),
             mark: Mutex::new(None),
+            obs: Mutex::new(None),
         });
         // From here a renewal answer or a loss that reaches this acquisition (or an earlier
         // holder of the lease) reaches `next` too; then this one ends. Had it been lost just
@@ -217,7 +223,9 @@ impl Held {
             }
             passed
         });
-        if !passed {
+        if passed {
+            self.end_observed(End::Passed);
+        } else {
             next.state.change(|s| {
                 s.phase = Phase::Lost;
                 true
@@ -325,7 +333,11 @@ impl Held {
             }
         });
         if changed {
-            tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
+            // In the held lock's span, when it has one.
+            self.observed_span().in_scope(|| {
+                tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
+            });
+            self.end_observed(End::Lost(LossReason::of(why)));
             #[cfg(test)]
             tests::LOST_NOT_YET_LEFT.reached(self);
             self.locker.watchdog.remove(self.id);
@@ -341,7 +353,44 @@ impl Held {
             s.phase = Phase::Released;
             before != Phase::Released
         });
+        if before == Phase::Held {
+            self.end_observed(End::Released);
+        }
         before
+    }
+
+    /// Starts observing this lock as held (its acquisition returned it): `holding` is kept
+    /// until the lock ends, then told how. Not when it ended already (lost on its way to the
+    /// caller): under the state's lock, so a transition either sees it or came first.
+    pub(crate) fn observe(&self, holding: Holding) {
+        self.state.change(|s| {
+            if s.phase == Phase::Held {
+                holding.started();
+                *self.obs.lock() = Some(holding);
+            }
+            false
+        });
+    }
+
+    /// The class this lock is observed under, while it is held.
+    pub(crate) fn observed_class(&self) -> Option<&'static str> {
+        self.obs.lock().as_ref().map(|h| h.class)
+    }
+
+    /// The held lock's span (`Span::none()` when not observed).
+    fn observed_span(&self) -> tracing::Span {
+        self.obs
+            .lock()
+            .as_ref()
+            .map_or_else(tracing::Span::none, Holding::span)
+    }
+
+    /// This lock stopped being held (called by whoever moved it out of `Held`, once).
+    fn end_observed(&self, end: End) {
+        let holding = self.obs.lock().take();
+        if let Some(holding) = holding {
+            holding.ended(self.acquired_at, end);
+        }
     }
 
     /// Resolves when the lease is lost (never, once released).
@@ -409,6 +458,7 @@ impl Held {
             self.locker.queues.holder_left(self);
         }
         self.locker.watchdog.remove(self.id);
+        let class = self.observed_class();
         let before = self.mark_released();
         if before == Phase::Released {
             return Ok(());
@@ -421,6 +471,14 @@ impl Held {
             // A release that went through told this process's waiters itself (and may have
             // handed the lock to one of them); otherwise the local head looks for itself.
             self.locker.queues.wake_local(&self.key);
+        }
+        if matches!(ours, Ok(false)) && valid && before == Phase::Held {
+            // Held until now by every local sign: the loss is learnt here.
+            crate::observe::lost_at_release(
+                &self.locker,
+                class.unwrap_or(crate::observe::DEFAULT_CLASS),
+                &self.key,
+            );
         }
         match ours {
             Ok(true) if valid && before == Phase::Held => Ok(()),
@@ -482,6 +540,7 @@ impl Held {
             Ok(Kept::NotOurs) => {
                 queues.holder_left(self);
                 self.locker.watchdog.remove(self.id);
+                self.end_observed(End::Lost(LossReason::Release));
                 self.mark_released();
                 drop(serial);
                 queues.wake_local(&self.key);
