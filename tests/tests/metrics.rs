@@ -285,6 +285,21 @@ async fn renewals_round_trips_and_a_deleted_lock_are_counted() {
         lost_renewals + 1
     );
     assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+
+    // Deleted, then released before any renewal: the release is where the loss is learnt.
+    let guard = locker
+        .lock("order:3")
+        .class("renewed")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(server.del(&name).await, 1);
+    let released = guard.release().await;
+    assert!(matches!(released, Err(LockError::LeaseLost { .. })), "{released:?}");
+    rec.take();
+    assert_eq!(rec.counter(LOST, &[class, backend, ("reason", "release")]), 1);
+    assert_eq!(rec.counter(LOST, &[class]), 2);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
 }
 
 #[tokio::test]
@@ -544,6 +559,24 @@ async fn spans_nest_under_the_request_and_carry_no_token() {
     }
     .instrument(tracing::info_span!("request", id = 7))
     .await;
+    // Under lock-tower's layer: the lock's spans go under the layer's request span.
+    {
+        use tower::ServiceExt;
+        let layer =
+            lock_tower::LockLayer::new(locker.clone(), lock_tower::HeaderKey::new("x-order"))
+                .class("layered");
+        let service = tower::ServiceBuilder::new().layer(layer).service_fn(
+            |_: http::Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            },
+        );
+        let request = http::Request::builder()
+            .header("x-order", "order:10")
+            .body(String::new())
+            .unwrap();
+        let response = service.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
     drop(_default);
 
     let captured = capture.0.lock().unwrap();
@@ -561,8 +594,24 @@ async fn spans_nest_under_the_request_and_carry_no_token() {
             .map(|(id, s)| (*id, s.clone()))
             .collect()
     };
-    let acquires = of("lock.acquire");
-    let helds = of("lock.held");
+    let class_of = |spans: Vec<(u64, Span)>, class: &str| -> Vec<(u64, Span)> {
+        spans
+            .into_iter()
+            .filter(|(_, s)| s.fields["class"] == class)
+            .collect()
+    };
+    let layered = class_of(of("lock.acquire"), "layered");
+    let layer_span = captured.spans.get(&layered[0].1.parent.unwrap()).unwrap();
+    assert_eq!(layered.len(), 1, "{layered:?}");
+    assert_eq!(layer_span.name, "lock_tower");
+    assert_eq!(layered[0].1.fields["outcome"], "acquired");
+    let layered_held = class_of(of("lock.held"), "layered");
+    assert_eq!(
+        layered_held[0].1.parent, layered[0].1.parent,
+        "{layered_held:?}"
+    );
+    let acquires = class_of(of("lock.acquire"), "traced");
+    let helds = class_of(of("lock.held"), "traced");
     assert_eq!(acquires.len(), 3, "{acquires:?}");
     assert_eq!(helds.len(), 2, "{helds:?}");
     for (_, span) in acquires.iter().chain(&helds) {
