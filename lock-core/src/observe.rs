@@ -22,6 +22,9 @@ use crate::key::LockKey;
 use crate::locker::LockerInner;
 use crate::sync::Mutex;
 
+/// Whether metrics are compiled in (feature `metrics`).
+const METRICS: bool = cfg!(feature = "metrics");
+
 /// The class of a request that names none.
 pub(crate) const DEFAULT_CLASS: &str = "default";
 
@@ -107,7 +110,8 @@ pub(crate) struct Acquiring {
     caller: Span,
     class: &'static str,
     backend: &'static str,
-    start: Instant,
+    /// When it started, if anyone is told how long it took.
+    start: Option<Instant>,
 }
 
 impl Acquiring {
@@ -124,18 +128,23 @@ impl Acquiring {
             fence = Empty,
         );
         Acquiring {
+            // No clock read for nobody (no metrics, no span): the uncontended lock costs
+            // nothing more than before without them.
+            start: (METRICS || !span.is_disabled()).then(Instant::now),
             span,
             caller: Span::current(),
             class,
             backend: inner.backend.kind(),
-            start: Instant::now(),
         }
     }
 
     /// The acquisition ended with `result`: its sample, its span's fields, and for a lock
     /// acquired the start of its `lock.held` span and `lock_held` count.
     pub(crate) fn finish(self, result: &Result<crate::LockGuard, LockError>) {
-        let took = self.start.elapsed();
+        let Some(start) = self.start else {
+            return;
+        };
+        let took = start.elapsed();
         let outcome = outcome(result);
         acquired_sample(self.class, self.backend, outcome, took);
         if !self.span.is_disabled() {
@@ -163,11 +172,10 @@ impl Acquiring {
             if let Some(fence) = held.fence {
                 span.record("fence", fence);
             }
-            held.observe(Holding {
-                span,
-                class: self.class,
-                backend: self.backend,
-            });
+            // Nothing to keep without metrics and with the span disabled.
+            if METRICS || !span.is_disabled() {
+                held.observe(Holding::new(span, self.class, self.backend));
+            }
         }
     }
 }
@@ -194,6 +202,10 @@ pub(crate) struct Holding {
     pub(crate) class: &'static str,
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     backend: &'static str,
+    /// Its series of `lock_held` and `lock_held_duration_seconds`, looked up once: the
+    /// release then records without a lookup.
+    #[cfg(feature = "metrics")]
+    series: (::metrics::Gauge, ::metrics::Histogram),
 }
 
 /// How a held lock stopped being held.
@@ -206,6 +218,19 @@ pub(crate) enum End {
 }
 
 impl Holding {
+    fn new(span: Span, class: &'static str, backend: &'static str) -> Self {
+        Holding {
+            span,
+            class,
+            backend,
+            #[cfg(feature = "metrics")]
+            series: (
+                ::metrics::gauge!(names::HELD, "class" => class, "backend" => backend),
+                ::metrics::histogram!(names::HELD_DURATION, "class" => class, "backend" => backend),
+            ),
+        }
+    }
+
     /// The `lock.held` span.
     pub(crate) fn span(&self) -> Span {
         self.span.clone()
@@ -214,8 +239,7 @@ impl Holding {
     /// Now held: counted in `lock_held`.
     pub(crate) fn started(&self) {
         #[cfg(feature = "metrics")]
-        ::metrics::gauge!(names::HELD, "class" => self.class, "backend" => self.backend)
-            .increment(1.0);
+        self.series.0.increment(1.0);
     }
 
     /// The lock held since `since` ended as `end`: its hold sample, and an event in its span
@@ -225,9 +249,8 @@ impl Holding {
         #[cfg(feature = "metrics")]
         {
             let (class, backend) = (self.class, self.backend);
-            ::metrics::gauge!(names::HELD, "class" => class, "backend" => backend).decrement(1.0);
-            ::metrics::histogram!(names::HELD_DURATION, "class" => class, "backend" => backend)
-                .record(held.as_secs_f64());
+            self.series.0.decrement(1.0);
+            self.series.1.record(held.as_secs_f64());
             match end {
                 End::Passed => {
                     ::metrics::counter!(names::LOCAL_HANDOFFS, "class" => class, "backend" => backend)
@@ -325,7 +348,7 @@ pub(crate) fn renewal(inner: &LockerInner, class: Option<&'static str>, outcome:
 #[derive(Debug)]
 pub(crate) struct Waiting {
     #[cfg(feature = "metrics")]
-    labels: (&'static str, &'static str),
+    gauge: ::metrics::Gauge,
 }
 
 impl Waiting {
@@ -333,11 +356,9 @@ impl Waiting {
         #[cfg(feature = "metrics")]
         {
             let backend = inner.backend.kind();
-            ::metrics::gauge!(names::WAITERS, "class" => class, "backend" => backend)
-                .increment(1.0);
-            Waiting {
-                labels: (class, backend),
-            }
+            let gauge = ::metrics::gauge!(names::WAITERS, "class" => class, "backend" => backend);
+            gauge.increment(1.0);
+            Waiting { gauge }
         }
         #[cfg(not(feature = "metrics"))]
         {
@@ -350,8 +371,7 @@ impl Waiting {
 #[cfg(feature = "metrics")]
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let (class, backend) = self.labels;
-        ::metrics::gauge!(names::WAITERS, "class" => class, "backend" => backend).decrement(1.0);
+        self.gauge.decrement(1.0);
     }
 }
 

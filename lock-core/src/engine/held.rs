@@ -347,16 +347,23 @@ impl Held {
 
     /// Marks the lock released; returns the phase it was in.
     pub(crate) fn mark_released(&self) -> Phase {
+        self.mark_released_observed().0
+    }
+
+    /// [`mark_released`](Self::mark_released), and the class the lock was observed under.
+    fn mark_released_observed(&self) -> (Phase, Option<&'static str>) {
         let mut before = Phase::Released;
         self.state.change(|s| {
             before = s.phase;
             s.phase = Phase::Released;
             before != Phase::Released
         });
-        if before == Phase::Held {
-            self.end_observed(End::Released);
-        }
-        before
+        let class = if before == Phase::Held {
+            self.end_observed(End::Released)
+        } else {
+            None
+        };
+        (before, class)
     }
 
     /// Starts observing this lock as held (its acquisition returned it): `holding` is kept
@@ -385,12 +392,13 @@ impl Held {
             .map_or_else(tracing::Span::none, Holding::span)
     }
 
-    /// This lock stopped being held (called by whoever moved it out of `Held`, once).
-    fn end_observed(&self, end: End) {
-        let holding = self.obs.lock().take();
-        if let Some(holding) = holding {
-            holding.ended(self.acquired_at, end);
-        }
+    /// This lock stopped being held (called by whoever moved it out of `Held`, once);
+    /// returns the class it was observed under.
+    fn end_observed(&self, end: End) -> Option<&'static str> {
+        let holding = self.obs.lock().take()?;
+        let class = holding.class;
+        holding.ended(self.acquired_at, end);
+        Some(class)
     }
 
     /// Resolves when the lease is lost (never, once released).
@@ -458,8 +466,7 @@ impl Held {
             self.locker.queues.holder_left(self);
         }
         self.locker.watchdog.remove(self.id);
-        let class = self.observed_class();
-        let before = self.mark_released();
+        let (before, class) = self.mark_released_observed();
         if before == Phase::Released {
             return Ok(());
         }
