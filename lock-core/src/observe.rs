@@ -127,12 +127,17 @@ impl Acquiring {
             wait_us = Empty,
             fence = Empty,
         );
+        // No clock read, no caller's span, for nobody (no metrics, no span): the uncontended
+        // lock costs next to nothing more without them.
+        let observed = METRICS || !span.is_disabled();
         Acquiring {
-            // No clock read for nobody (no metrics, no span): the uncontended lock costs
-            // nothing more than before without them.
-            start: (METRICS || !span.is_disabled()).then(Instant::now),
+            start: observed.then(Instant::now),
+            caller: if observed {
+                Span::current()
+            } else {
+                Span::none()
+            },
             span,
-            caller: Span::current(),
             class,
             backend: inner.backend.kind(),
         }

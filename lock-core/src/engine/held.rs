@@ -42,6 +42,8 @@ pub(crate) struct HoldState {
     /// Until when the lease is ours for sure, on the monotonic clock, drift already subtracted.
     pub(crate) valid_until: Instant,
     pub(crate) phase: Phase,
+    /// Whether it is observed (`Held::observe`): its end has something to tell.
+    pub(crate) observed: bool,
 }
 
 /// The state of one acquisition, shared by its guard, the watchdog and `run`.
@@ -152,6 +154,7 @@ impl Held {
         let state = Watched::new(HoldState {
             valid_until,
             phase: Phase::Held,
+            observed: false,
         });
         Arc::new(Held {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -188,6 +191,7 @@ impl Held {
         let state = Watched::new(HoldState {
             valid_until: self.snapshot().valid_until,
             phase: Phase::Held,
+            observed: false,
         });
         let next = Arc::new(Held {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -216,15 +220,19 @@ impl Held {
         // release must say so, and release in the backend), one past its deadline is left to
         // the usual release (marking it lost here would take the wait queues' lock again).
         let mut passed = false;
+        let mut observed = false;
         self.state.change(|s| {
             if s.phase == Phase::Held && now < s.valid_until {
                 s.phase = Phase::Released;
                 passed = true;
+                observed = s.observed;
             }
             passed
         });
         if passed {
-            self.end_observed(End::Passed);
+            if observed {
+                self.end_observed(End::Passed);
+            }
         } else {
             next.state.change(|s| {
                 s.phase = Phase::Lost;
@@ -324,9 +332,11 @@ impl Held {
     }
 
     fn apply_loss(&self, why: &str) {
+        let mut observed = false;
         let changed = self.state.change(|s| {
             if s.phase == Phase::Held {
                 s.phase = Phase::Lost;
+                observed = s.observed;
                 true
             } else {
                 false
@@ -337,7 +347,9 @@ impl Held {
             self.observed_span().in_scope(|| {
                 tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
             });
-            self.end_observed(End::Lost(LossReason::of(why)));
+            if observed {
+                self.end_observed(End::Lost(LossReason::of(why)));
+            }
             #[cfg(test)]
             tests::LOST_NOT_YET_LEFT.reached(self);
             self.locker.watchdog.remove(self.id);
@@ -353,12 +365,14 @@ impl Held {
     /// [`mark_released`](Self::mark_released), and the class the lock was observed under.
     fn mark_released_observed(&self) -> (Phase, Option<&'static str>) {
         let mut before = Phase::Released;
+        let mut observed = false;
         self.state.change(|s| {
             before = s.phase;
+            observed = s.observed;
             s.phase = Phase::Released;
             before != Phase::Released
         });
-        let class = if before == Phase::Held {
+        let class = if before == Phase::Held && observed {
             self.end_observed(End::Released)
         } else {
             None
@@ -374,6 +388,7 @@ impl Held {
             if s.phase == Phase::Held {
                 holding.started();
                 *self.obs.lock() = Some(holding);
+                s.observed = true;
             }
             false
         });
