@@ -165,6 +165,22 @@ impl LockKey {
         &self.0.buf[..self.0.name_len]
     }
 
+    /// The lock whose backend name is `name` under `prefix`, or `None` when `name` is not a
+    /// lock's name (another name of a lock: its fence counter, its queue; or a name this crate
+    /// did not make): the inverse of [`name`](Self::name), for listings.
+    ///
+    /// ```
+    /// use lock_core::backend::LockKey;
+    /// let key = LockKey::new("lock:", "a{b}").unwrap();
+    /// assert_eq!(LockKey::from_name("lock:", key.name()).unwrap().user(), "a{b}");
+    /// assert_eq!(LockKey::from_name("lock:", "lock:{job}").unwrap().user(), "job");
+    /// assert!(LockKey::from_name("lock:", "lock:{job}:fence").is_none());
+    /// ```
+    pub fn from_name(prefix: &str, name: &str) -> Option<LockKey> {
+        let key = LockKey::new(prefix, user_of_name(prefix, name)?).ok()?;
+        (key.name() == name).then_some(key)
+    }
+
     /// Where `NAME:fence` starts in `buf` (after `NAME:queue` and `NAME:released`).
     fn fence_start(&self) -> usize {
         2 * self.0.name_len + QUEUE_SUFFIX.len() + CHANNEL_SUFFIX.len()
@@ -213,6 +229,17 @@ impl LockKey {
     /// The queued waiters' entries: expiry, attempt, handover lease, fencing, token.
     pub(crate) fn waiters(&self) -> &str {
         &self.0.buf[self.waiters_start()..]
+    }
+}
+
+/// The user's key a lock name `name` under `prefix` would have, read off the name without
+/// checking it (no hashing: [`LockKey::from_name`] checks); `None` when it has not the shape.
+pub(crate) fn user_of_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
+    match rest.strip_prefix('#') {
+        // A hashed key: `#` and 16 hex digits, `}`, then the key itself.
+        Some(hashed) => hashed.get(17..),
+        None => rest.strip_suffix('}'),
     }
 }
 

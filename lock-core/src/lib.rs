@@ -12,6 +12,7 @@ mod faithful;
 mod global;
 mod guard;
 mod idempotency;
+mod inspect;
 mod key;
 mod locker;
 mod macro_support;
@@ -45,6 +46,7 @@ pub use idempotency::{
     DEFAULT_RESULT_TTL, IdempotencyRecord, IdempotencyState, MAX_FINGERPRINT_LEN, MAX_RESULT_LEN,
     MAX_RESULT_TTL,
 };
+pub use inspect::{HeldLocks, LockState, MAX_HOLDER_LEN};
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
 pub use locker::{
     DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,

@@ -112,5 +112,6 @@ pub(crate) fn queued(
         ticket: Some(ticket),
         remaining: true,
         unrenewed: false,
+        holder: "",
     }
 }

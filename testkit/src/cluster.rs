@@ -46,7 +46,8 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::eventually::eventually_ok;
 use crate::ports::free_port;
-use crate::server::{INSTALL_COMMAND, RedisServer, find_redis_server};
+use crate::server::{INSTALL_COMMAND, RedisServer, RedisServerBuilder, find_redis_server};
+use crate::tls::TlsCerts;
 
 /// The number of hash slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -246,6 +247,8 @@ pub struct RedisClusterBuilder {
     primaries: usize,
     replicas_per_primary: usize,
     node_timeout: Duration,
+    /// Every node's options (TLS, when asked for).
+    base: RedisServerBuilder,
 }
 
 impl Default for RedisClusterBuilder {
@@ -254,6 +257,7 @@ impl Default for RedisClusterBuilder {
             primaries: 3,
             replicas_per_primary: 1,
             node_timeout: Duration::from_millis(1000),
+            base: RedisServerBuilder::default(),
         }
     }
 }
@@ -303,6 +307,31 @@ impl RedisClusterBuilder {
         self
     }
 
+    /// Every node speaks TLS with the certificates of `certs`
+    /// ([`RedisServerBuilder::tls`]): the cluster bus and replication go over TLS
+    /// (`--tls-cluster yes`, `--tls-replication yes`), and `CLUSTER SLOTS` asked over TLS
+    /// names the nodes' TLS ports (over the plain ports, which the kit's helpers keep, it
+    /// names the plain ones). The code under test is given [`RedisCluster::tls_urls`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let cluster = lock_testkit::cluster::RedisCluster::builder()
+    ///     .replicas_per_primary(0)
+    ///     .tls(&certs)
+    ///     .start()
+    ///     .await;
+    /// assert!(cluster.tls_urls()[0].starts_with("rediss://"));
+    /// # }
+    /// ```
+    pub fn tls(mut self, certs: &TlsCerts) -> Self {
+        self.base = self
+            .base
+            .tls(certs)
+            .args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+        self
+    }
+
     /// Starts the nodes, creates the cluster with `redis-cli --cluster create`, and waits until
     /// every node reports `cluster_state:ok` with all 16384 slots assigned, they all agree on
     /// who serves which slot, and every replica is in sync with its primary.
@@ -328,7 +357,8 @@ impl RedisClusterBuilder {
         let timeout_ms = self.node_timeout.as_millis().to_string();
         let servers: Vec<RedisServer> = (0..total)
             .map(|_| {
-                RedisServer::builder()
+                self.base
+                    .clone()
                     .args(["--cluster-enabled", "yes"])
                     .args(["--cluster-config-file", "nodes.conf"])
                     .args(["--cluster-node-timeout", timeout_ms.as_str()])
@@ -481,6 +511,23 @@ impl RedisCluster {
     /// ```
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(ClusterNode::url).collect()
+    }
+
+    /// Every node's `rediss://` URL, in node order, of a cluster started with
+    /// [`RedisClusterBuilder::tls`].
+    ///
+    /// # Panics
+    /// When the cluster was started without TLS.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let cluster = lock_testkit::cluster::RedisCluster::builder().tls(&certs).start().await;
+    /// assert_eq!(cluster.tls_urls().len(), 6);
+    /// # }
+    /// ```
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.server.tls_url()).collect()
     }
 
     /// Every node, in a fixed order: a node's index names it in the other helpers.

@@ -19,6 +19,9 @@
 //! - [`proxy`]: a TCP proxy that cuts one client off ([`proxy::Proxy`]: drop every
 //!   connection, blackhole them, or hold back the answer to one request).
 //! - [`acl`]: ACL users a server starts with ([`AclUser`]), and their URLs.
+//! - [`tls`]: certificates for TLS tests ([`TlsCerts`]: an authority, server and client
+//!   certificates, an unrelated authority); servers take them with
+//!   [`RedisServerBuilder::tls`](server::RedisServerBuilder::tls).
 //! - [`process`]: child processes driven by lines on stdin and stdout ([`ChildProcess`]), and
 //!   the child's side of that protocol ([`process::say`]).
 //! - [`signal`]: SIGSTOP/SIGCONT/SIGKILL to a process, and waiting until it has stopped.
@@ -70,9 +73,11 @@ pub mod server;
 pub mod signal;
 mod supervised;
 mod tempdir;
+pub mod tls;
 pub mod zookeeper;
 
 pub use crate::acl::AclUser;
 pub use crate::eventually::eventually;
 pub use crate::process::{ChildOutput, ChildProcess};
 pub use crate::server::RedisServer;
+pub use crate::tls::TlsCerts;

@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use crate::cluster::{info_field, role_of};
 use crate::eventually::eventually_ok;
-use crate::server::RedisServer;
+use crate::server::{RedisServer, RedisServerBuilder};
+use crate::tls::TlsCerts;
 
 /// The name the sentinels monitor the primary under.
 pub const MASTER_NAME: &str = "mymaster";
@@ -59,6 +60,8 @@ pub struct RedisSentinelSetBuilder {
     sentinels: usize,
     down_after: Duration,
     failover_timeout: Duration,
+    /// Every process's options (TLS, when asked for).
+    base: RedisServerBuilder,
 }
 
 impl Default for RedisSentinelSetBuilder {
@@ -68,6 +71,7 @@ impl Default for RedisSentinelSetBuilder {
             sentinels: 3,
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_millis(3000),
+            base: RedisServerBuilder::default(),
         }
     }
 }
@@ -134,6 +138,24 @@ impl RedisSentinelSetBuilder {
         self
     }
 
+    /// Every server and sentinel of the set speaks TLS with the certificates of `certs`
+    /// ([`RedisServerBuilder::tls`]): replication and the sentinels' connections to the
+    /// servers and to each other go over TLS (`--tls-replication yes`), so the sentinels name
+    /// the primary's TLS port ([`RedisServer::service_port`]). The code under test is given
+    /// [`RedisSentinelSet::sentinel_tls_urls`]; the kit's helpers keep the plain ports.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let set = lock_testkit::sentinel::RedisSentinelSet::builder().tls(&certs).start().await;
+    /// assert_eq!(set.primary_port().await, set.primary().tls_port().unwrap());
+    /// # }
+    /// ```
+    pub fn tls(mut self, certs: &TlsCerts) -> Self {
+        self.base = self.base.tls(certs).args(["--tls-replication", "yes"]);
+        self
+    }
+
     /// Starts the primary and its replicas, waits until the replicas are in sync
     /// (`master_link_status:up`), starts the sentinels, and waits until every sentinel reports
     /// the primary, sees every replica and every other sentinel, and `SENTINEL CKQUORUM`
@@ -157,11 +179,11 @@ impl RedisSentinelSetBuilder {
             self.sentinels
         );
         // Replicas sync at once (the default waits 5 s for more replicas).
-        let data_node = || RedisServer::builder().args(["--repl-diskless-sync-delay", "0"]);
+        let data_node = || self.base.clone().args(["--repl-diskless-sync-delay", "0"]);
         let primary = data_node().start();
         let mut servers = vec![primary];
         for _ in 0..self.replicas {
-            let port = servers[0].port().to_string();
+            let port = servers[0].service_port().to_string();
             servers.push(
                 data_node()
                     .args(["--replicaof", "127.0.0.1", port.as_str()])
@@ -185,19 +207,14 @@ impl RedisSentinelSetBuilder {
              sentinel failover-timeout {MASTER_NAME} {failover}\n\
              sentinel parallel-syncs {MASTER_NAME} {replicas}\n\
              sentinel resolve-hostnames no\n",
-            port = set.servers[0].port(),
+            port = set.servers[0].service_port(),
             quorum = self.sentinels / 2 + 1,
             down = self.down_after.as_millis(),
             failover = self.failover_timeout.as_millis(),
             replicas = self.replicas,
         );
         set.sentinels = (0..self.sentinels)
-            .map(|_| {
-                RedisServer::builder()
-                    .config(config.clone())
-                    .sentinel()
-                    .start()
-            })
+            .map(|_| self.base.clone().config(config.clone()).sentinel().start())
             .collect();
         eventually_ok("the sentinels settled", START_BOUND, async || {
             set.check_sentinels().await
@@ -273,6 +290,22 @@ impl RedisSentinelSet {
     /// ```
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The sentinels' `rediss://` URLs, of a set started with [`RedisSentinelSetBuilder::tls`].
+    ///
+    /// # Panics
+    /// When the set was started without TLS.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let set = lock_testkit::sentinel::RedisSentinelSet::builder().tls(&certs).start().await;
+    /// assert!(set.sentinel_tls_urls()[0].starts_with("rediss://"));
+    /// # }
+    /// ```
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::tls_url).collect()
     }
 
     /// The sentinel processes (to query with `SENTINEL ...` commands).
@@ -465,7 +498,7 @@ impl RedisSentinelSet {
     pub fn kill_primary(&mut self) -> u16 {
         let primary = self.primary_mut();
         primary.stop();
-        primary.port()
+        primary.service_port()
     }
 
     /// Waits until every live sentinel reports the same primary, on another port than
@@ -508,7 +541,7 @@ impl RedisSentinelSet {
             let index = self
                 .servers
                 .iter()
-                .position(|s| s.port() == port)
+                .position(|s| s.service_port() == port)
                 .unwrap_or_else(|| panic!("the sentinels report port {port}, not one of the set"));
             let role = role_of(&self.servers[index]).await?;
             if role != "master" {
@@ -516,13 +549,16 @@ impl RedisSentinelSet {
             }
             // The old primary, when running still, is demoted by the sentinels only seconds
             // later: wait_until_in_sync waits for that.
-            let old = self.servers.iter().position(|s| s.port() == old_port);
+            let old = self
+                .servers
+                .iter()
+                .position(|s| s.service_port() == old_port);
             self.check_replicas_but(index, old).await?;
             Ok(index)
         })
         .await;
         self.primary = index;
-        self.servers[index].port()
+        self.servers[index].service_port()
     }
 
     /// Waits until every live data node but the primary (as last seen) is its replica and in
@@ -563,7 +599,7 @@ impl RedisSentinelSet {
 
     /// [`check_replicas`](Self::check_replicas) leaving `skip` out.
     async fn check_replicas_but(&self, primary: usize, skip: Option<usize>) -> Result<(), String> {
-        let primary_port = self.servers[primary].port().to_string();
+        let primary_port = self.servers[primary].service_port().to_string();
         for (i, server) in self.servers.iter().enumerate() {
             if i == primary || Some(i) == skip || !server.is_running() || server.is_paused() {
                 continue;
@@ -594,7 +630,7 @@ impl RedisSentinelSet {
     /// `Ok` when every sentinel reports the primary and sees every replica and every other
     /// sentinel, and the quorum is reachable.
     async fn check_sentinels(&self) -> Result<(), String> {
-        let primary = self.servers[self.primary].port();
+        let primary = self.servers[self.primary].service_port();
         let (replicas, others) = (self.servers.len() - 1, self.sentinels.len() - 1);
         for sentinel in self.live_sentinels() {
             let port = sentinel.port();

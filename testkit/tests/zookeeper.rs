@@ -487,3 +487,97 @@ async fn a_killed_test_process_leaves_no_zookeeper_behind() {
     )
     .await;
 }
+
+/// With quorum links, a member isolated from the others (quorum and election links, both
+/// ways) keeps its client port: a write sent through it gets no answer, and it stops serving
+/// within the sync limit, while the other two keep their leader and take writes. Healed, it
+/// rejoins and has their writes. An isolated leader is replaced by one of the others (its
+/// election links cut too: it cannot draw them back), and rejoins as a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_member_leaves_the_quorum_until_healed() {
+    let started = Instant::now();
+    let mut ensemble = ZooKeeperEnsemble::builder()
+        .quorum_links(true)
+        .start()
+        .await;
+    println!(
+        "3 members with quorum links serving in {:?}",
+        started.elapsed()
+    );
+    let leader = ensemble.wait_for_leader().await;
+    let cut = (leader + 1) % 3;
+    let on_cut = ensemble.member_client(cut).await;
+    on_cut.create("/before", b"").await;
+
+    ensemble.isolate(cut);
+    let isolated_at = Instant::now();
+    assert!(ensemble.is_isolated(cut));
+    let write = tokio::time::timeout(
+        Duration::from_millis(500),
+        on_cut.inner().create(
+            "/through-the-cut",
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        ),
+    )
+    .await;
+    assert!(!matches!(write, Ok(Ok(_))), "a write was served: {write:?}");
+    let others: Vec<_> = (0..3).filter(|&i| i != cut).collect();
+    let majority = ZkClient::connect(&lock_testkit::zookeeper::connect_string(
+        others.iter().map(|&i| ensemble.client_addr(i)),
+    ))
+    .await;
+    let written = majority.create("/while-cut", b"").await;
+    lock_testkit::eventually(
+        "the isolated member stopped serving",
+        ensemble.sync_timeout() * 5,
+        async || ensemble.mode(cut).await.is_none(),
+    )
+    .await;
+    println!(
+        "an isolated follower stopped serving after {:?} (sync limit {:?})",
+        isolated_at.elapsed(),
+        ensemble.sync_timeout()
+    );
+    assert_eq!(ensemble.leader().await, Some(leader), "the leader changed");
+
+    ensemble.heal(cut);
+    let healed_at = Instant::now();
+    assert!(!ensemble.is_isolated(cut));
+    ensemble.wait_healthy().await;
+    println!("healed, it served again after {:?}", healed_at.elapsed());
+    let back = ensemble.member_client(cut).await;
+    assert_eq!(back.czxid("/while-cut").await, Some(written.czxid));
+    let synced = tokio::time::timeout(Duration::from_secs(5), back.inner().sync("/")).await;
+    assert!(matches!(synced, Ok(Ok(()))), "{synced:?}");
+    assert_eq!(
+        back.stat("/through-the-cut").await,
+        None,
+        "a write held back passed"
+    );
+
+    ensemble.isolate(leader);
+    let isolated_at = Instant::now();
+    // It says it leads until its followers' silence reaches the sync limit.
+    lock_testkit::eventually(
+        "another member leads",
+        Duration::from_secs(20),
+        async || ensemble.leader().await.is_some_and(|l| l != leader),
+    )
+    .await;
+    println!(
+        "an isolated leader was replaced after {:?}",
+        isolated_at.elapsed()
+    );
+    ensemble.heal(leader);
+    ensemble.wait_healthy().await;
+    assert_eq!(ensemble.mode(leader).await, Some(Mode::Follower));
+    assert!(
+        ensemble
+            .member_client(leader)
+            .await
+            .stat("/while-cut")
+            .await
+            .is_some()
+    );
+}

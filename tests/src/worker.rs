@@ -46,14 +46,17 @@
 //! locker's counters: `attempts` are its backend calls other than renewals (acquire attempts,
 //! releases, queue leaves), so a waiter's wake-ups show there.
 //!
-//! Options: `--prefix P`, `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
+//! Options: `--prefix P`, `--holder H` (the locker's holder identity), `--lease-ms`, `--wait-ms` (the locker's defaults; wait 30000),
 //! `--work-us` (count, sections: sleep inside the critical section), `--no-lock` (count: no
 //! lock at all, the control case), `--wait-go` (count: print `ready` once connected, then wait
 //! for a line `go` on stdin, so several processes start together), `--cluster` (`--url` is a
 //! comma-separated list of Redis Cluster nodes), `--etcd E` (locks on the etcd cluster whose
-//! client URLs are the comma-separated `E`, with a request timeout of
-//! [`ETCD_REQUEST_TIMEOUT`]; `--url` is then only the Redis server of the storage keys),
-//! `--etcd-namespace NS` (the etcd backend's key namespace), `--storage-url U` (count: the
+//! client URLs are the comma-separated `E`, with a request timeout of [`REQUEST_TIMEOUT`];
+//! `--url` is then only the Redis server of the storage keys), `--etcd-namespace NS` (the etcd
+//! backend's key namespace), `--zookeeper H` (locks on the ZooKeeper ensemble of the connect
+//! string `H`, `host:port,...[/chroot]`, with a request timeout of [`REQUEST_TIMEOUT`]; `--url`
+//! is then only the storage), `--zookeeper-root R` (the ZooKeeper backend's root node),
+//! `--session-ms` (the ZooKeeper session timeout asked for), `--storage-url U` (count: the
 //! server of the counter and fence keys; required with `--cluster`), `--keys N` (count: iteration
 //! `i` locks `<key>-<i mod N>` and increments `<counter>-<i mod N>`, fenced against
 //! `<fence>-<i mod N>`), `--tasks M` (sections: how many tasks).
@@ -77,9 +80,10 @@ use std::time::Duration;
 
 use lock_core::LockError;
 
-/// How long each etcd request of a worker on etcd (`--etcd`) may take before the backend gives
-/// up on it: short, so that an attempt sent to a killed or paused member fails over soon.
-pub const ETCD_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long each request of a worker on etcd (`--etcd`) or ZooKeeper (`--zookeeper`) may take
+/// before the backend gives up on it: short, so that an attempt sent to a killed or paused
+/// member fails over soon.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A `sections` worker enters its critical section only with at least this much of its lease
 /// left: far more than a section takes, so a section that ends past its lease is a fault of
@@ -131,6 +135,8 @@ pub struct WorkerArgs {
     pub key: String,
     /// The locker's prefix (default `lock:`).
     pub prefix: Option<String>,
+    /// The locker's holder identity (default: the locker's own).
+    pub holder: Option<String>,
     /// The lease in milliseconds (default: the locker's).
     pub lease_ms: Option<u64>,
     /// The wait in milliseconds.
@@ -159,6 +165,13 @@ pub struct WorkerArgs {
     pub etcd: Option<String>,
     /// The etcd backend's key namespace (default: the backend's).
     pub etcd_namespace: Option<String>,
+    /// Locks on ZooKeeper: the ensemble's connect string, `host:port,...[/chroot]` (`url` is
+    /// then only the storage).
+    pub zookeeper: Option<String>,
+    /// The ZooKeeper backend's root node (default: the backend's).
+    pub zookeeper_root: Option<String>,
+    /// ZooKeeper: the session timeout asked for, in milliseconds (default: the backend's).
+    pub session_ms: Option<u64>,
     /// Sections: how many tasks run critical sections.
     pub tasks: u64,
 }
@@ -170,6 +183,7 @@ impl WorkerArgs {
             url: url.to_owned(),
             key: key.to_owned(),
             prefix: None,
+            holder: None,
             lease_ms: None,
             wait_ms: 30_000,
             iterations: 0,
@@ -183,6 +197,9 @@ impl WorkerArgs {
             keys: 1,
             etcd: None,
             etcd_namespace: None,
+            zookeeper: None,
+            zookeeper_root: None,
+            session_ms: None,
             tasks: 1,
         }
     }
@@ -234,6 +251,19 @@ impl WorkerArgs {
     #[must_use]
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.prefix = Some(prefix.to_owned());
+        self
+    }
+
+    /// Sets the locker's holder identity (what `inspect` shows of its locks).
+    ///
+    /// ```
+    /// let a = lock_tests::worker::WorkerArgs::serve("redis://h/").holder("agent 7");
+    /// let back = lock_tests::worker::WorkerArgs::parse(a.to_args().into_iter()).unwrap();
+    /// assert_eq!(back.holder.as_deref(), Some("agent 7"));
+    /// ```
+    #[must_use]
+    pub fn holder(mut self, holder: &str) -> Self {
+        self.holder = Some(holder.to_owned());
         self
     }
 
@@ -367,6 +397,44 @@ impl WorkerArgs {
         self
     }
 
+    /// Locks on the ZooKeeper ensemble of the connect string `hosts` (`host:port,...`, maybe
+    /// ending in a chroot `/path`); `url` is then only the Redis server of the storage keys.
+    ///
+    /// ```
+    /// use lock_tests::worker::WorkerArgs;
+    /// let a = WorkerArgs::sections("redis://h/", "k", "f")
+    ///     .zookeeper("z1:2181,z2:2181/t")
+    ///     .zookeeper_root("/locks")
+    ///     .session_ms(4000);
+    /// assert_eq!(a.zookeeper.as_deref(), Some("z1:2181,z2:2181/t"));
+    /// assert_eq!(WorkerArgs::parse(a.to_args().into_iter()), Ok(a.clone()));
+    /// // One lock service at a time.
+    /// assert!(WorkerArgs::parse(a.etcd("http://e:2379").to_args().into_iter()).is_err());
+    /// ```
+    #[must_use]
+    pub fn zookeeper(mut self, hosts: &str) -> Self {
+        self.zookeeper = Some(hosts.to_owned());
+        self
+    }
+
+    /// Sets the ZooKeeper backend's root node (with [`zookeeper`](Self::zookeeper)).
+    ///
+    /// See [`zookeeper`](Self::zookeeper).
+    #[must_use]
+    pub fn zookeeper_root(mut self, root: &str) -> Self {
+        self.zookeeper_root = Some(root.to_owned());
+        self
+    }
+
+    /// Sets the ZooKeeper session timeout asked for (with [`zookeeper`](Self::zookeeper)).
+    ///
+    /// See [`zookeeper`](Self::zookeeper).
+    #[must_use]
+    pub fn session_ms(mut self, ms: u64) -> Self {
+        self.session_ms = Some(ms);
+        self
+    }
+
     /// Sections: how many tasks run critical sections.
     ///
     /// See [`sections`](Self::sections).
@@ -438,6 +506,9 @@ impl WorkerArgs {
         if let Some(p) = &self.prefix {
             opt("--prefix", p.clone());
         }
+        if let Some(h) = &self.holder {
+            opt("--holder", h.clone());
+        }
         if let Some(l) = self.lease_ms {
             opt("--lease-ms", l.to_string());
         }
@@ -466,6 +537,15 @@ impl WorkerArgs {
         }
         if let Some(ns) = &self.etcd_namespace {
             opt("--etcd-namespace", ns.clone());
+        }
+        if let Some(z) = &self.zookeeper {
+            opt("--zookeeper", z.clone());
+        }
+        if let Some(root) = &self.zookeeper_root {
+            opt("--zookeeper-root", root.clone());
+        }
+        if let Some(ms) = self.session_ms {
+            opt("--session-ms", ms.to_string());
         }
         let flags = [
             (self.no_lock, "--no-lock"),
@@ -512,6 +592,7 @@ impl WorkerArgs {
                 "--url" => a.url = value()?,
                 "--key" => a.key = value()?,
                 "--prefix" => a.prefix = Some(value()?),
+                "--holder" => a.holder = Some(value()?),
                 "--lease-ms" => a.lease_ms = Some(number(value()?)?),
                 "--wait-ms" => a.wait_ms = number(value()?)?,
                 "--iterations" => a.iterations = number(value()?)?,
@@ -525,6 +606,9 @@ impl WorkerArgs {
                 "--keys" => a.keys = number(value()?)?,
                 "--etcd" => a.etcd = Some(value()?),
                 "--etcd-namespace" => a.etcd_namespace = Some(value()?),
+                "--zookeeper" => a.zookeeper = Some(value()?),
+                "--zookeeper-root" => a.zookeeper_root = Some(value()?),
+                "--session-ms" => a.session_ms = Some(number(value()?)?),
                 "--tasks" => a.tasks = number(value()?)?,
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -541,8 +625,16 @@ impl WorkerArgs {
         if a.mode == Mode::Sections && (a.key.is_empty() || a.fence_key.is_none()) {
             return Err("sections needs --key and --fence-key".into());
         }
-        if a.cluster && a.etcd.is_some() {
-            return Err("--cluster and --etcd exclude each other".into());
+        if [a.cluster, a.etcd.is_some(), a.zookeeper.is_some()]
+            .iter()
+            .filter(|&&on| on)
+            .count()
+            > 1
+        {
+            return Err("--cluster, --etcd and --zookeeper exclude each other".into());
+        }
+        if a.zookeeper.is_none() && (a.zookeeper_root.is_some() || a.session_ms.is_some()) {
+            return Err("--zookeeper-root and --session-ms need --zookeeper".into());
         }
         Ok(a)
     }

@@ -323,10 +323,12 @@ async fn queued_requests_go_out_without_waiting_for_the_ones_in_flight() {
         let ours = ours.clone();
         set.spawn(async move { ours.lock(format!("b:q{i}")).wait(LEASE).await });
     }
-    // Each SET NX PX GET carries its 32-digit token and its key: at least 60 bytes, at most
-    // 120 here. If the queued ones waited for an answer, only those sent alone (a few) would
-    // be there: under 60 * N bytes.
-    let all = u64::try_from(60 * N).unwrap();
+    // Each SET NX PX GET carries its key (11 bytes at least), its 32-digit token and the
+    // token's stamp (`|<13 digits>|<holder>|`): at least that much, and about 45 bytes more
+    // of the protocol. If the queued ones waited for an answer, only those sent alone (a
+    // few) would be there: far under N times the least.
+    let least = 11 + 32 + 16 + ours.holder().len();
+    let all = u64::try_from(least * N).unwrap();
     eventually(
         "every acquire written to the frozen server",
         Duration::from_secs(1),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::LockError;
 use crate::idempotency::IdempotencyState;
 pub use crate::idempotency::Marked;
+use crate::inspect::LockState;
 pub use crate::key::LockKey;
 pub use crate::token::Token;
 
@@ -43,6 +44,7 @@ mod types;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
+pub use crate::inspect::{KeyPattern, ListPage};
 #[cfg(feature = "cluster")]
 pub use cluster::{RedisClusterBackend, RedisClusterBackendBuilder};
 #[cfg(feature = "etcd")]
@@ -363,6 +365,46 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     fn reconnects(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+
+    /// The state of `key`'s lock, read in one atomic step without taking it: held, the lease
+    /// left, the last fence, the holder recorded at acquire ([`AttemptOptions::holder`]) and
+    /// for how long, the waiters queued. Never the token. The default cannot inspect.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockState, LockError>> {
+        let _ = key;
+        Box::pin(async { Err(cannot("inspect locks")) })
+    }
+
+    /// Removes `key`'s lock whoever holds it, in one atomic step, as a release by its holder
+    /// would (the oldest live waiter is handed the lock, or the listeners are told it is
+    /// free), and returns its state just before; `None`, nothing touched, when nobody held
+    /// it. The fence counter is kept: the next fence is larger than every one before. The
+    /// default cannot.
+    fn force_unlock<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LockState>, LockError>> {
+        let _ = key;
+        Box::pin(async { Err(cannot("force an unlock")) })
+    }
+
+    /// One page of the held locks under `prefix` whose keys match `pattern`, from `cursor`
+    /// (`None`: the first page; else a [`ListPage::next`] this backend returned). A page is
+    /// bounded (a `SCAN` step on Redis): a listing holds one page in memory at a time. The
+    /// default cannot list.
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a KeyPattern,
+        cursor: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ListPage, LockError>> {
+        let _ = (prefix, pattern, cursor);
+        Box::pin(async { Err(cannot("list locks")) })
+    }
+}
+
+/// What a backend without the operation answers.
+fn cannot(what: &str) -> LockError {
+    LockError::config(format!("this backend cannot {what}"))
 }
 
 /// The trait methods of a Redis-family backend that forward to its inherent methods of the

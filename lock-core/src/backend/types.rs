@@ -29,6 +29,10 @@ pub struct AttemptOptions<'a> {
     /// while this process lives and renews other locks. A backend whose lease is shared
     /// between locks (etcd's, kept alive for all of them) ends such a lock itself.
     pub unrenewed: bool,
+    /// Who takes the lock ([`LockerBuilder::holder`](crate::LockerBuilder::holder)): a backend
+    /// records it with the lock, and with a queued waiter for the hand-over, for
+    /// [`Backend::inspect`](super::Backend::inspect) to show; empty when not given.
+    pub holder: &'a str,
 }
 
 /// The answer to [`Backend::keep_if_alone`](super::Backend::keep_if_alone).

@@ -179,6 +179,21 @@ impl Fixture {
 
     /// Asserts that the backend refuses `fenced()` (`fenced`) or `fair()`, with a typed
     /// `InvalidConfig`, on `lock`, `try_lock` and `run` alike, and holds nothing after.
+    /// A backend without the operations refuses each with `InvalidConfig`, and its locks work.
+    pub(super) async fn assert_operations_refused(&self) {
+        let locker = self.locker().await;
+        assert_invalid_config(locker.inspect("refused").await, "inspect");
+        assert_invalid_config(locker.force_unlock("refused").await, "force_unlock");
+        assert_invalid_config(locker.list("*").next().await.expect("the refusal"), "list");
+        locker
+            .lock("refused")
+            .await
+            .expect("a lock still works")
+            .release()
+            .await
+            .expect("release");
+    }
+
     pub(super) async fn assert_refused(&self, fenced: bool) {
         let locker = self.locker().await;
         let what = if fenced { "fenced()" } else { "fair()" };

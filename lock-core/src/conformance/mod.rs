@@ -76,6 +76,7 @@ pub mod helpers;
 mod idempotency;
 mod keys;
 mod lease;
+mod operations;
 mod wait;
 
 use fixture::Fixture;
@@ -189,6 +190,9 @@ enum Need {
     /// A busy answer tells how long the holder's lease still runs (optional: see
     /// [`AttemptOptions::remaining`](crate::backend::AttemptOptions::remaining)).
     BusyHint,
+    /// [`Backend::inspect`], [`Backend::force_unlock`] and [`Backend::list_page`]: without
+    /// them the check asserts the refusal.
+    Operations,
 }
 
 type CheckFn = fn(Fixture) -> Pin<Box<dyn Future<Output = ()>>>;
@@ -211,6 +215,7 @@ fn all_checks() -> Vec<Check> {
         fencing::checks(),
         keys::checks(),
         idempotency::checks(),
+        operations::checks(),
     ] {
         all.extend(area);
     }
@@ -754,6 +759,13 @@ impl Suite {
             .fair
             .unwrap_or_else(|| probe.refuses(false, true).is_none());
         let handover = self.handover.unwrap_or(fair);
+        let operations = match crate::backend::LockKey::new(&self.prefix, "operations") {
+            Ok(key) => !matches!(
+                probe.inspect(&key).await,
+                Err(LockError::InvalidConfig { .. })
+            ),
+            Err(_) => false,
+        };
         drop(probe);
         let mut refused = None;
         let mut skipped = None;
@@ -761,6 +773,7 @@ impl Suite {
             match need {
                 Need::Fencing if !fencing => refused = Some(Need::Fencing),
                 Need::Fair if !fair => refused = Some(Need::Fair),
+                Need::Operations if !operations => refused = Some(Need::Operations),
                 Need::Handover if !handover => {
                     skipped = Some("no hand-over to a queued waiter");
                 }
@@ -779,6 +792,10 @@ impl Suite {
             return Outcome::Skipped(why);
         }
         match refused {
+            Some(Need::Operations) => {
+                fx.assert_operations_refused().await;
+                Outcome::Refused
+            }
             Some(need) => {
                 fx.assert_refused(need == Need::Fencing).await;
                 Outcome::Refused

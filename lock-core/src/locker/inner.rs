@@ -66,6 +66,8 @@ pub(crate) struct Config {
     pub(crate) wait: Duration,
     pub(crate) watchdog: bool,
     pub(crate) local: LocalHandoff,
+    /// Who this locker's locks say holds them (`LockerBuilder::holder`).
+    pub(crate) holder: String,
     /// A builder value was out of range: every lock attempt reports it.
     pub(crate) error: Option<LockError>,
 }

@@ -306,6 +306,7 @@ impl Locker {
             wait: DEFAULT_WAIT,
             watchdog: true,
             local: LocalHandoff::default(),
+            holder: None,
         }
     }
 
@@ -423,6 +424,7 @@ pub struct LockerBuilder {
     wait: Duration,
     watchdog: bool,
     local: LocalHandoff,
+    holder: Option<String>,
 }
 
 impl LockerBuilder {
@@ -535,6 +537,24 @@ impl LockerBuilder {
         self
     }
 
+    /// Who this locker's locks say holds them, for the people on call
+    /// ([`Locker::inspect`], [`LockState::holder`](crate::LockState::holder)): a service
+    /// name, an instance, a process. 1 to [`MAX_HOLDER_LEN`](crate::MAX_HOLDER_LEN) bytes,
+    /// no control characters. Default `host/pid N/locker M` (the host name, the process id,
+    /// and this locker's number in the process). Never a secret: anyone who can read the
+    /// locks can read it.
+    ///
+    /// ```
+    /// let l = lock_core::Locker::builder(lock_core::MemoryBackend::new())
+    ///     .holder("checkout-7f9c/pid 4211")
+    ///     .build();
+    /// assert_eq!(l.holder(), "checkout-7f9c/pid 4211");
+    /// ```
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
     /// Builds the locker; an out-of-range value is reported by each lock attempt.
     ///
     /// ```
@@ -543,14 +563,19 @@ impl LockerBuilder {
     /// ```
     pub fn build(self) -> Locker {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let holder = self
+            .holder
+            .unwrap_or_else(|| crate::inspect::default_holder(id));
         let error = validate_prefix(&self.prefix)
             .and_then(|()| validate_lease(self.lease))
             .and_then(|()| validate_wait(self.wait))
             .and_then(|()| self.local.validate())
+            .and_then(|()| crate::inspect::validate_holder(&holder))
             .err();
         Locker {
             inner: Arc::new(LockerInner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                id,
                 backend: self.backend,
                 config: Config {
                     prefix: self.prefix,
@@ -558,6 +583,7 @@ impl LockerBuilder {
                     wait: self.wait,
                     watchdog: self.watchdog,
                     local: self.local,
+                    holder,
                     error,
                 },
                 watchdog: Watchdog::default(),

@@ -9,11 +9,12 @@ use std::fs;
 use std::path::PathBuf;
 
 use super::binary::{find_redis_server, missing_message};
-use super::{Launch, PORT_ATTEMPTS, RedisServer, requirepass};
+use super::{Launch, PORT_ATTEMPTS, RedisServer, ServerTls, requirepass};
 use crate::acl::AclUser;
 use crate::ports::free_port;
 use crate::supervised::Supervised;
 use crate::tempdir::TempDir;
+use crate::tls::TlsCerts;
 
 /// Options for starting a [`RedisServer`]; from [`RedisServer::builder`].
 ///
@@ -32,6 +33,8 @@ pub struct RedisServerBuilder {
     unixsocket: bool,
     config: Option<String>,
     sentinel: bool,
+    /// The certificate files of a TLS port, and whether clients must present a certificate.
+    tls: Option<(PathBuf, PathBuf, PathBuf, bool)>,
 }
 
 impl RedisServerBuilder {
@@ -129,6 +132,45 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Also listens for TLS on a port of its own ([`RedisServer::tls_port`],
+    /// [`RedisServer::tls_url`]) with the server certificate of `certs` (`--tls-port`,
+    /// `--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file`; the files are copied into the
+    /// server's directory), not asking clients for a certificate (`--tls-auth-clients no`;
+    /// see [`tls_auth_clients`](Self::tls_auth_clients)). The plain port stays, for the
+    /// helpers (and readiness); the code under test is given the TLS URL. A replica or a
+    /// cluster node also needs `--tls-replication yes` or `--tls-cluster yes` (the
+    /// [`sentinel`](crate::sentinel) and [`cluster`](crate::cluster) builders' `tls` add them).
+    ///
+    /// ```
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let server = lock_testkit::RedisServer::builder().tls(&certs).start();
+    /// assert!(server.tls_url().starts_with("rediss://127.0.0.1:"));
+    /// ```
+    pub fn tls(mut self, certs: &TlsCerts) -> Self {
+        self.tls = Some((
+            certs.server_cert_path(),
+            certs.server_key_path(),
+            certs.ca_path(),
+            false,
+        ));
+        self
+    }
+
+    /// With [`tls`](Self::tls): clients must present a certificate signed by the authority
+    /// (`--tls-auth-clients yes`, mutual TLS).
+    ///
+    /// ```
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let server = lock_testkit::RedisServer::builder().tls(&certs).tls_auth_clients().start();
+    /// assert!(server.tls_port().is_some());
+    /// ```
+    pub fn tls_auth_clients(mut self) -> Self {
+        if let Some(tls) = &mut self.tls {
+            tls.3 = true;
+        }
+        self
+    }
+
     /// Uses this `redis-server` binary instead of looking for one. A path that is not a file
     /// makes [`start`](Self::start) panic with the install command.
     ///
@@ -177,9 +219,26 @@ impl RedisServerBuilder {
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
             path
         });
+        let tls = self.tls.map(|(cert, key, ca, auth_clients)| {
+            let copy = |from: PathBuf, name: &str| {
+                let to = dir.path().join(name);
+                fs::copy(&from, &to).unwrap_or_else(|e| {
+                    panic!("cannot copy {} to {}: {e}", from.display(), to.display())
+                });
+                to
+            };
+            Box::new(ServerTls {
+                port: 0,
+                cert: copy(cert, "tls-server.crt"),
+                key: copy(key, "tls-server.key"),
+                ca: copy(ca, "tls-ca.crt"),
+                auth_clients,
+            })
+        });
         let mut server = RedisServer {
             binary,
             args: self.args,
+            tls,
             port: 0,
             dir,
             unixsocket,
@@ -191,6 +250,9 @@ impl RedisServerBuilder {
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port();
+            if let Some(tls) = &mut server.tls {
+                tls.port = free_port();
+            }
             match server.launch() {
                 Ok(()) => return server,
                 Err(Launch::PortTaken(log)) => last = log,

@@ -74,6 +74,9 @@ const PORT_ATTEMPTS: usize = 8;
 pub struct RedisServer {
     binary: PathBuf,
     args: Vec<String>,
+    /// The TLS port and its files, when started with [`RedisServerBuilder::tls`] (boxed: the
+    /// rare case keeps the struct small, as enums that hold a server want).
+    tls: Option<Box<ServerTls>>,
     port: u16,
     dir: TempDir,
     unixsocket: Option<PathBuf>,
@@ -83,6 +86,17 @@ pub struct RedisServer {
     /// Started with `--sentinel` (readiness is judged on the sentinel's own log line).
     sentinel: bool,
     process: Supervised,
+}
+
+/// A server's TLS port and the files it serves it with (copies in its directory).
+#[derive(Debug)]
+struct ServerTls {
+    port: u16,
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    /// `--tls-auth-clients yes`.
+    auth_clients: bool,
 }
 
 enum Launch {
@@ -166,6 +180,47 @@ impl RedisServer {
     /// ```
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The TLS port, when started with [`RedisServerBuilder::tls`] (kept across
+    /// [`restart`](Self::restart)).
+    ///
+    /// ```
+    /// assert_eq!(lock_testkit::RedisServer::start().tls_port(), None);
+    /// ```
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|tls| tls.port)
+    }
+
+    /// The port clients, replicas, sentinels and cluster peers use: the TLS port when there is
+    /// one, else the plain port.
+    ///
+    /// ```
+    /// let server = lock_testkit::RedisServer::start();
+    /// assert_eq!(server.service_port(), server.port());
+    /// ```
+    pub fn service_port(&self) -> u16 {
+        self.tls_port().unwrap_or(self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/`, without credentials.
+    ///
+    /// # Panics
+    /// When the server was started without [`RedisServerBuilder::tls`].
+    ///
+    /// ```
+    /// let certs = lock_testkit::TlsCerts::generate();
+    /// let server = lock_testkit::RedisServer::builder().tls(&certs).start();
+    /// assert_eq!(server.tls_url(), format!("rediss://127.0.0.1:{}/", server.tls_port().unwrap()));
+    /// ```
+    pub fn tls_url(&self) -> String {
+        match self.tls_port() {
+            Some(port) => format!("rediss://127.0.0.1:{port}/"),
+            None => panic!(
+                "the server on port {} has no TLS port (start it with RedisServerBuilder::tls)",
+                self.port
+            ),
+        }
     }
 
     /// The URL with an ACL user and password: `redis://<user>:<password>@127.0.0.1:<port>/`.
@@ -375,6 +430,18 @@ impl RedisServer {
             cmd.arg("--unixsocket")
                 .arg(sock)
                 .args(["--unixsocketperm", "700"]);
+        }
+        if let Some(tls) = &self.tls {
+            cmd.arg("--tls-port")
+                .arg(tls.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .arg("--tls-auth-clients")
+                .arg(if tls.auth_clients { "yes" } else { "no" });
         }
         cmd.args(&self.args);
         if self.sentinel {

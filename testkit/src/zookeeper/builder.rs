@@ -40,6 +40,7 @@ pub struct ZooKeeperEnsembleBuilder {
     config: Vec<(String, String)>,
     java: Option<PathBuf>,
     classpath: Option<String>,
+    quorum_links: bool,
 }
 
 impl Default for ZooKeeperEnsembleBuilder {
@@ -61,6 +62,7 @@ impl Default for ZooKeeperEnsembleBuilder {
             config: Vec::new(),
             java: None,
             classpath: None,
+            quorum_links: false,
         }
     }
 }
@@ -211,6 +213,27 @@ impl ZooKeeperEnsembleBuilder {
         self
     }
 
+    /// Whether members reach each other through proxies (default `false`): needed by
+    /// [`isolate`](ZooKeeperEnsemble::isolate) and [`heal`](ZooKeeperEnsemble::heal), which
+    /// cut a member off from the others while its clients still reach it. Costs 2 proxies per
+    /// ordered pair of members in the test process (12 for 3 members), and every peer message
+    /// a hop through them.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let mut ensemble = lock_testkit::zookeeper::ZooKeeperEnsemble::builder()
+    ///     .quorum_links(true)
+    ///     .start()
+    ///     .await;
+    /// ensemble.isolate(0);
+    /// assert!(ensemble.is_isolated(0));
+    /// # }
+    /// ```
+    pub fn quorum_links(mut self, on: bool) -> Self {
+        self.quorum_links = on;
+        self
+    }
+
     /// Uses this `java` binary instead of looking for one. A path that is not a file makes
     /// [`start`](Self::start) panic with the install command.
     ///
@@ -287,6 +310,7 @@ impl ZooKeeperEnsembleBuilder {
             container_check_interval: self.container_check_interval,
             jvm_args: self.jvm_args,
             config: self.config,
+            quorum_links: self.quorum_links,
         };
         let dir = TempDir::on_tmpfs("zookeeper");
         let mut ensemble = ZooKeeperEnsemble {
@@ -297,6 +321,7 @@ impl ZooKeeperEnsembleBuilder {
                     .map(|i| Member::new(i, dir.path()))
                     .collect(),
             ),
+            links: None,
             settings,
             dir,
         };

@@ -37,6 +37,8 @@ pub(super) struct Settings {
     pub(super) jvm_args: Vec<String>,
     /// Extra `key=value` lines of `zoo.cfg`, after the kit's own.
     pub(super) config: Vec<(String, String)>,
+    /// Whether members reach each other through proxies (see `quorum.rs`).
+    pub(super) quorum_links: bool,
 }
 
 /// A launch that failed because a port chosen as free was taken meanwhile.
@@ -75,6 +77,16 @@ impl Member {
 
     pub(super) fn client_addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
+    }
+
+    /// Its quorum port's address (where followers reach it when it leads).
+    pub(super) fn quorum_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.quorum_port))
+    }
+
+    /// Its election port's address.
+    pub(super) fn election_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.election_port))
     }
 
     /// Its `server.<myid>=` line in every member's configuration.

@@ -42,6 +42,11 @@
 //!   other member. The one left stops serving clients (it drops their connections and answers
 //!   "not currently serving requests" to `srvr`) once it notices the lost quorum;
 //!   [`restart_killed`](ZooKeeperEnsemble::restart_killed) brings the quorum back.
+//! - A member cut off from the quorum while its clients still reach it (a partition between
+//!   servers): start with [`quorum_links`](ZooKeeperEnsembleBuilder::quorum_links), then
+//!   [`isolate`](ZooKeeperEnsemble::isolate) and [`heal`](ZooKeeperEnsemble::heal). A
+//!   follower so cut off answers reads from its aging copy for up to `syncLimit` ticks, then
+//!   stops serving.
 //! - One client cut off while the others go on: give it a [`Proxy`] per member
 //!   ([`proxy`](ZooKeeperEnsemble::proxy), [`proxies`](ZooKeeperEnsemble::proxies)) and cut
 //!   them.
@@ -85,6 +90,7 @@ mod client;
 mod four_letter;
 mod health;
 mod member;
+mod quorum;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -102,6 +108,7 @@ use crate::members::{Members, SetMember};
 use crate::proxy::Proxy;
 use crate::tempdir::TempDir;
 use member::{Member, PortTaken, Settings};
+use quorum::QuorumLinks;
 
 /// The command that installs ZooKeeper (and a JRE with it), named in the panic message when
 /// it is missing. Not `zookeeperd`: that one starts a system service.
@@ -188,8 +195,11 @@ fn missing_message(what: &str) -> String {
 /// member keeps its ports and data directory across kills and restarts.
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
-    // Dropped in this order: the processes before their directory.
+    // Dropped in this order: the processes before their links and directory.
     members: Members<Member>,
+    /// The members' links to each other through proxies, when asked for
+    /// ([`ZooKeeperEnsembleBuilder::quorum_links`]).
+    links: Option<QuorumLinks>,
     settings: Settings,
     dir: TempDir,
 }
@@ -618,10 +628,10 @@ impl ZooKeeperEnsemble {
     ///
     /// See [`kill_all_but`](Self::kill_all_but).
     pub async fn restart_killed(&mut self) {
-        let servers = self.server_lines();
         let killed = self.members.not_running();
         // Every JVM starts before the kit waits for any: they start in parallel.
         for &i in &killed {
+            let servers = self.server_lines(i);
             self.members[i].spawn(&self.settings, &servers);
         }
         for &i in &killed {
@@ -663,12 +673,16 @@ impl ZooKeeperEnsemble {
         self.members.live_count()
     }
 
-    /// Every member's `server.N=` line; none for a single member (it runs standalone).
-    fn server_lines(&self) -> Vec<String> {
+    /// Member `i`'s `server.N=` lines (every member's, the others' through its quorum links
+    /// when there are some); none for a single member (it runs standalone).
+    fn server_lines(&self, i: usize) -> Vec<String> {
         if self.members.len() == 1 {
             return Vec::new();
         }
-        self.members.iter().map(Member::server_line).collect()
+        match &self.links {
+            Some(links) => links.server_lines(i, &self.members),
+            None => self.members.iter().map(Member::server_line).collect(),
+        }
     }
 
     /// Starts a new ensemble's members in parallel; when another process took one of the
@@ -692,9 +706,13 @@ impl ZooKeeperEnsemble {
     }
 
     async fn try_launch_new(&mut self) -> Result<(), PortTaken> {
-        let servers = self.server_lines();
-        for member in self.members.iter_mut() {
-            member.spawn(&self.settings, &servers);
+        if self.settings.quorum_links {
+            // On these members' ports (new ones after a port was taken).
+            self.links = Some(QuorumLinks::start(&self.members).await);
+        }
+        for i in 0..self.members.len() {
+            let servers = self.server_lines(i);
+            self.members[i].spawn(&self.settings, &servers);
         }
         for member in self.members.iter_mut() {
             member.wait_up().await?;
@@ -704,7 +722,7 @@ impl ZooKeeperEnsemble {
 
     /// Starts member `i` again on its ports, retrying while a port is still taken.
     async fn relaunch(&mut self, i: usize) {
-        let servers = self.server_lines();
+        let servers = self.server_lines(i);
         let mut last = String::new();
         for attempt in 0..PORT_ATTEMPTS {
             match self.members[i].launch(&self.settings, &servers).await {

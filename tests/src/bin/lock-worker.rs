@@ -1,4 +1,4 @@
-//! `lock-worker`: one OS process contending for locks on Redis or etcd, spawned by the
+//! `lock-worker`: one OS process contending for locks on Redis, etcd or ZooKeeper, spawned by the
 //! multi-process and fault tests: a batch stress (`count`), tasks running checked critical
 //! sections until stopped (`sections`), or a lock client obeying commands on stdin (`serve`).
 //! See `lock_tests::worker` for its command line, commands and answers.
@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use lock_core::backend::{Backend, IntoBackend};
 use lock_core::{
-    EtcdBackend, LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, current_fence,
+    EtcdBackend, LockError, LockGuard, Locker, RedisBackend, RedisClusterBackend, ZooKeeperBackend,
+    current_fence,
 };
 use lock_testkit::process::say;
 use lock_tests::probe::{SECTION, section_keys};
 use lock_tests::worker::{
-    ETCD_REQUEST_TIMEOUT, Mode, SECTION_MARGIN, SectionsSummary, WorkerArgs, WorkerSummary,
-    error_kind,
+    Mode, REQUEST_TIMEOUT, SECTION_MARGIN, SectionsSummary, WorkerArgs, WorkerSummary, error_kind,
 };
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Script};
@@ -84,35 +84,55 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: WorkerArgs) -> Result<(), Failure> {
-    let backend: Arc<dyn Backend> = if let Some(etcd) = &args.etcd {
+/// How long a worker on etcd or ZooKeeper may take to connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The backend the command line names: etcd (`--etcd`), ZooKeeper (`--zookeeper`), a Redis
+/// Cluster (`--cluster`) or one Redis server.
+async fn backend(args: &WorkerArgs) -> Result<Arc<dyn Backend>, Failure> {
+    let connecting = |e: LockError| Failure::lock("connect", &e);
+    Ok(if let Some(etcd) = &args.etcd {
         let urls: Vec<&str> = etcd.split(',').collect();
         let mut builder = EtcdBackend::builder(&urls)
-            .connect_timeout(Duration::from_secs(5))
-            .request_timeout(ETCD_REQUEST_TIMEOUT);
+            .connect_timeout(CONNECT_TIMEOUT)
+            .request_timeout(REQUEST_TIMEOUT);
         if let Some(ns) = &args.etcd_namespace {
             builder = builder.namespace(ns);
         }
-        builder
-            .connect()
-            .await
-            .map_err(|e| Failure::lock("connect", &e))?
-            .into_backend()
+        builder.connect().await.map_err(connecting)?.into_backend()
+    } else if let Some(hosts) = &args.zookeeper {
+        let mut builder = ZooKeeperBackend::builder(hosts)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .request_timeout(REQUEST_TIMEOUT);
+        if let Some(root) = &args.zookeeper_root {
+            builder = builder.root(root);
+        }
+        if let Some(ms) = args.session_ms {
+            builder = builder.session_timeout(Duration::from_millis(ms));
+        }
+        builder.connect().await.map_err(connecting)?.into_backend()
     } else if args.cluster {
         let urls: Vec<&str> = args.url.split(',').collect();
         RedisClusterBackend::connect(&urls)
             .await
-            .map_err(|e| Failure::lock("connect", &e))?
+            .map_err(connecting)?
             .into_backend()
     } else {
         RedisBackend::connect(&args.url)
             .await
-            .map_err(|e| Failure::lock("connect", &e))?
+            .map_err(connecting)?
             .into_backend()
-    };
+    })
+}
+
+async fn run(args: WorkerArgs) -> Result<(), Failure> {
+    let backend = backend(&args).await?;
     let mut builder = Locker::builder(backend).wait(Duration::from_millis(args.wait_ms));
     if let Some(p) = &args.prefix {
         builder = builder.prefix(p.clone());
+    }
+    if let Some(h) = &args.holder {
+        builder = builder.holder(h.clone());
     }
     if let Some(ms) = args.lease_ms {
         builder = builder.lease(Duration::from_millis(ms));

@@ -200,6 +200,15 @@ kit!(idempotency:
     clear_started_never_takes_another_requests_mark,
 );
 
+kit!(operations:
+    inspect_shows_holder_lease_and_age_and_nothing_after_release,
+    inspect_shows_the_last_fence,
+    inspect_counts_the_queued_waiters,
+    force_unlock_hands_the_lock_on_and_the_old_holder_learns,
+    force_unlock_of_a_free_lock_removes_nothing,
+    list_streams_the_held_locks_under_a_pattern,
+);
+
 mod idempotency_redis;
 mod kit;
 mod redis_layout;
@@ -215,6 +224,7 @@ fn every_kit_check_runs_here() {
         fencing::NAMES,
         keys::NAMES,
         idempotency::NAMES,
+        operations::NAMES,
     ]
     .concat();
     let mut kit = lock_core::conformance::Suite::checks();

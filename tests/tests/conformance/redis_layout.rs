@@ -55,7 +55,8 @@ fn record_name(prefix: &str, key: &str) -> String {
     format!("{}:result", lock_name(prefix, key))
 }
 
-/// Redis stores a held lock as a 32-character token whose TTL is the lease (30 s by default).
+/// Redis stores a held lock as a 32-character token and its stamp (`|<since>|<holder>|`),
+/// whose TTL is the lease (30 s by default).
 async fn held_lock_is_stored_as_a_token_with_the_lease_as_ttl(fx: Fixture) {
     let locker = fx.locker().await;
     let _held = locker
@@ -64,12 +65,34 @@ async fn held_lock_is_stored_as_a_token_with_the_lease_as_ttl(fx: Fixture) {
         .await
         .expect("acquire");
     let stored = fx.stored(ORDER).await.expect("read from Redis");
-    let token = stored
+    let value = stored
         .token
         .clone()
         .expect("the lock key exists while held");
-    assert_eq!(token.len(), 32);
+    assert_stamped(&value, locker.holder());
     assert!(stored.pttl > 0 && stored.pttl <= 30_000, "{stored:?}");
+}
+
+/// `value` is a lock's value: 32 lowercase hex digits (128 random bits), then `|<since>|`
+/// (ms since 1970, within the last minute) and `<holder>|`.
+#[track_caller]
+fn assert_stamped(value: &str, holder: &str) {
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    let (token, stamp) = value.split_at(32.min(value.len()));
+    assert!(token.len() == 32 && token.bytes().all(hex), "{value:?}");
+    let stamp = stamp
+        .strip_prefix('|')
+        .and_then(|s| s.strip_suffix(&format!("|{holder}|")))
+        .unwrap_or_else(|| panic!("no stamp of {holder:?} after the token: {value:?}"));
+    let since: u128 = stamp.parse().unwrap_or_else(|_| panic!("{value:?}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    assert!(
+        since <= now && now - since < 60_000,
+        "since {since}, now {now}"
+    );
 }
 
 /// The name of [`KEY`]'s fence counter in Redis.
@@ -130,7 +153,8 @@ async fn renewals_keep_the_ttl_within_the_lease(fx: Fixture) {
     guard.release().await.expect("release");
 }
 
-/// On Redis an odd key's lock lives at its documented name, holding a 32-hex-digit token.
+/// On Redis an odd key's lock lives at its documented name, holding a 32-hex-digit token and
+/// its stamp.
 async fn odd_keys_follow_the_documented_layout(fx: Fixture) {
     let a = fx.locker().await;
     for key in &odd_keys() {
@@ -141,9 +165,7 @@ async fn odd_keys_follow_the_documented_layout(fx: Fixture) {
             .get(&name)
             .await
             .unwrap_or_else(|| panic!("{key:?}: no lock at {name:?}"));
-        // 32 lowercase hex digits: 128 random bits.
-        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-        assert!(token.len() == 32 && token.bytes().all(hex), "{key:?}");
+        assert_stamped(&token, a.holder());
         guard.release().await.expect("release");
     }
 }

@@ -36,7 +36,7 @@ use lock_testkit::etcd::{EtcdClient, EtcdCluster, KeyValue};
 use lock_testkit::eventually;
 use lock_testkit::proxy::Proxy;
 
-use consensus::{FenceStore, woken};
+use consensus::FenceStore;
 
 /// Every lock here but the fair queue's ([`QUEUE_LEASE`]): etcd's shortest (its etcd lease
 /// runs one second longer).
@@ -120,6 +120,16 @@ async fn contenders(etcd: &EtcdClient, namespace: &str) -> Vec<KeyValue> {
         .collect();
     keys.sort_by_key(|kv| kv.create_revision);
     keys
+}
+
+/// The fences of the contenders under `namespace` (their keys' create revisions), in queue
+/// order.
+async fn queue_fences(etcd: &EtcdClient, namespace: &str) -> Vec<u64> {
+    contenders(etcd, namespace)
+        .await
+        .iter()
+        .map(|kv| u64::try_from(kv.create_revision).unwrap())
+        .collect()
 }
 
 /// Waits (bounded) until `n` contender keys are under `namespace`: the last waiter queued.

@@ -8,7 +8,8 @@ use lock_core::LockError;
 
 use super::consensus::fair_waiters_are_served_in_order;
 use super::{
-    LEASE, QUEUE_LEASE, contenders, hold_queue, locker, shared, through, until_contenders,
+    LEASE, QUEUE_LEASE, contenders, hold_queue, locker, queue_fences, shared, through,
+    until_contenders,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,13 +28,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
         "queue",
         QUEUE_LEASE,
         async |n| until_contenders(&etcd, ns, n).await,
-        async || {
-            let queue = contenders(&etcd, ns).await;
-            queue
-                .iter()
-                .map(|kv| u64::try_from(kv.create_revision).unwrap())
-                .collect()
-        },
+        async || queue_fences(&etcd, ns).await,
     )
     .await;
 }

@@ -1,5 +1,6 @@
 //! What the consensus backends' fault tests (`etcd/`, `zookeeper/`) share: the fence-checking
-//! store a lock protects, and the counts of a fair queue's wake-ups.
+//! store a lock protects, the counts of a fair queue's wake-ups, the load and fair-queue
+//! scenarios in process, and again with `lock-worker` OS processes (`processes.rs`).
 
 #![allow(
     dead_code,
@@ -17,6 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, LockGuard, Locker};
+use lock_testkit::{ChildProcess, RedisServer, eventually};
+use lock_tests::probe::{SECTION, section_keys};
+use lock_tests::worker::{SectionsSummary, WorkerArgs};
 use tokio::task::JoinHandle;
 
 /// The storage a lock protects, checking fences: a write carrying a lower fence than one
@@ -380,4 +384,212 @@ pub async fn fair_waiters_are_served_in_order(
         wakeups.iter().all(|&w| w <= 1),
         "more than one acquire call per wake-up: {wakeups:?}"
     );
+}
+
+/// The `lock-worker` binary: a lock client in an OS process of its own.
+const WORKER: &str = env!("CARGO_BIN_EXE_lock-worker");
+
+/// Starts `n` `lock-worker` processes with `args` and waits until each has printed `first`.
+pub async fn workers(args: &WorkerArgs, n: usize, first: &str) -> Vec<ChildProcess> {
+    let mut workers = Vec::new();
+    for _ in 0..n {
+        let mut worker = ChildProcess::spawn(WORKER, args.to_args());
+        worker.expect_line(first, Duration::from_secs(20)).await;
+        workers.push(worker);
+    }
+    workers
+}
+
+/// The counts of a fence-checking store ([`SECTION`]: `entered`, `left`, `stale`, `overlap`; a
+/// count never set is 0).
+async fn store_counts(store: &RedisServer, key: &str) -> HashMap<String, u64> {
+    store.query(redis::cmd("HGETALL").arg(key).clone()).await
+}
+
+async fn store_count(store: &RedisServer, key: &str, field: &str) -> u64 {
+    store_counts(store, key)
+        .await
+        .get(field)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Scenario 1 in OS processes: `processes` `lock-worker sections` processes started with
+/// `args` (its lock service, keys, tasks and lease; critical sections checked by the store
+/// [`SECTION`] on `store`), through `rounds` calls of `fault` once they have done their first
+/// ten sections. Checks that the store saw no section entering while another was inside and
+/// accepted no stale fence, that every process did sections and had none refused, that every
+/// round made progress and that at least `floor` sections were done; and that the store
+/// itself refuses a repeated fence.
+pub async fn sections_through_faults(
+    args: &WorkerArgs,
+    store: &RedisServer,
+    processes: usize,
+    rounds: usize,
+    floor: u64,
+    mut fault: impl AsyncFnMut(),
+) {
+    let started = Instant::now();
+    let counts_key = args.counts_key().expect("sections have a counts key");
+    let workers = workers(args, processes, "ready").await;
+    eventually("sections done", Duration::from_secs(10), async || {
+        store_count(store, &counts_key, "left").await >= 10
+    })
+    .await;
+    let mut progress = Vec::new();
+    for _ in 0..rounds {
+        let before = store_count(store, &counts_key, "left").await;
+        fault().await;
+        progress.push(store_count(store, &counts_key, "left").await - before);
+    }
+    let mut summaries = Vec::new();
+    for worker in workers {
+        let out = worker.finish(Duration::from_secs(30)).await;
+        let summary = out
+            .lines
+            .iter()
+            .rev()
+            .find_map(|l| SectionsSummary::parse(l));
+        assert!(
+            out.status.success() && summary.is_some(),
+            "a worker failed ({}): {:?}\n{}",
+            out.status,
+            out.lines,
+            out.stderr
+        );
+        summaries.extend(summary);
+    }
+    let seen = store_counts(store, &counts_key).await;
+    println!(
+        "{rounds} fault rounds, {:?} in all: store counts {seen:?}, sections per round \
+         {progress:?}; per process {summaries:?}",
+        started.elapsed()
+    );
+    let field = |name: &str| seen.get(name).copied().unwrap_or(0);
+    assert_eq!(
+        field("overlap"),
+        0,
+        "a section entered while another was inside"
+    );
+    assert_eq!(field("stale"), 0, "the store refused a stale fence");
+    assert_eq!(
+        summaries.iter().map(|s| s.sections).sum::<u64>(),
+        field("left"),
+        "the workers' count of sections is not the store's"
+    );
+    assert!(
+        field("left") >= floor,
+        "{} sections, fewer than {floor}",
+        field("left")
+    );
+    assert!(
+        summaries.iter().all(|s| s.sections > 0 && s.refused == 0),
+        "a process did no section or was refused: {summaries:?}"
+    );
+    assert!(
+        progress.iter().all(|&p| p > 0),
+        "a round without progress: {progress:?}"
+    );
+    // The store itself refuses a fence that is not above the highest it accepted.
+    let (_, _, fence_key) = args.names(0);
+    let [highest, marker] = section_keys(&fence_key.expect("sections have a fence key"));
+    let highest_fence: u64 = store.get(&highest).await.unwrap().parse().unwrap();
+    let mut conn = store.client().await;
+    let answer: String = redis::Script::new(SECTION)
+        .key(&highest)
+        .key(&marker)
+        .key(&counts_key)
+        .arg("enter")
+        .arg(highest_fence)
+        .arg("stale-check")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(answer, "stale", "the store accepted a repeated fence");
+}
+
+/// Scenario 5 in OS processes: four `lock-worker serve` processes started with `args` (its
+/// lock service and lease; `url` the Redis server `store`) each queue one fair, fenced waiter
+/// on lock `queue` behind `guard`, one after the other (`queued(n)` waits until `n`
+/// contenders, the holder's included, are in the backend's queue); then the holder releases,
+/// and each waiter, once served, releases in turn. Checks that they are served in creation
+/// order, each with the fence of its own contender (`fences()`: every contender's, in queue
+/// order, the holder's first), that each release wakes only the next waiter, with at most one
+/// acquire call, and (`empty()`) that no contender is left.
+pub async fn fair_workers_are_served_in_order(
+    args: &WorkerArgs,
+    store: &RedisServer,
+    guard: LockGuard,
+    mut queued: impl AsyncFnMut(usize),
+    fences: impl AsyncFnOnce() -> Vec<u64>,
+    empty: impl AsyncFnMut() -> bool,
+) {
+    let started = Instant::now();
+    let mut workers = workers(args, 4, "READY").await;
+    for (i, worker) in workers.iter_mut().enumerate() {
+        worker
+            .send(&format!("WAIT queue {i} order fair fenced keep"))
+            .await;
+        // Queued before the next one starts: creation order is the start order.
+        queued(i + 2).await;
+    }
+    let queue = fences().await;
+    assert_eq!(queue.len(), workers.len() + 1, "the queue: {queue:?}");
+    let mut before = worker_attempts(&mut workers).await;
+    let released = Instant::now();
+    guard.release().await.expect("release");
+    let (mut order, mut wakeups) = (Vec::new(), Vec::new());
+    for turn in 0..workers.len() {
+        eventually(
+            &format!("turn {turn} served"),
+            Duration::from_secs(10),
+            async || served(store).await.len() > turn,
+        )
+        .await;
+        let i: usize = served(store).await[turn].parse().unwrap();
+        order.push(i);
+        let done = workers[i].line().await;
+        assert_eq!(
+            done,
+            format!("DONE {i} fence={}", queue[turn + 1]),
+            "turn {turn} went to another contender"
+        );
+        let after = worker_attempts(&mut workers).await;
+        wakeups.push(woken(&order, &before, &after));
+        before = after;
+        assert_eq!(workers[i].ask("RELEASE queue").await, "RELEASED queue ok");
+    }
+    let served_in = released.elapsed();
+    eventually("queue empty", Duration::from_secs(5), empty).await;
+    println!(
+        "served in order {order:?} within {served_in:?} of the first release; acquire calls of \
+         each woken waiter: {wakeups:?}; {:?} in all",
+        started.elapsed()
+    );
+    assert_eq!(order, [0, 1, 2, 3], "not served in creation order");
+    assert!(
+        wakeups.iter().all(|&w| w <= 1),
+        "more than one acquire call per wake-up: {wakeups:?}"
+    );
+}
+
+/// The ids in the order their waiters got the lock.
+async fn served(store: &RedisServer) -> Vec<String> {
+    store
+        .query(redis::cmd("LRANGE").arg("order").arg(0).arg(-1).clone())
+        .await
+}
+
+/// Each worker's backend calls other than renewals (its `STATS`).
+async fn worker_attempts(workers: &mut [ChildProcess]) -> Vec<u64> {
+    let mut all = Vec::new();
+    for worker in workers {
+        let stats = worker.ask("STATS").await;
+        let attempts = stats
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("attempts="))
+            .and_then(|n| n.parse().ok());
+        all.push(attempts.unwrap_or_else(|| panic!("not a STATS line: {stats}")));
+    }
+    all
 }

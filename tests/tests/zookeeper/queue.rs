@@ -5,16 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker};
+use lock_core::LockError;
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble, proxied_connect_string};
 
 use super::consensus::fair_waiters_are_served_in_order;
-use super::{LEASE, Node, SESSION, contenders, exists, lock_dir, locker, tree, until_contenders};
-
-/// Takes the fair queue's lock `queue` on `holder` (fair, fenced).
-async fn hold_queue(holder: &Locker) -> lock_core::LockGuard {
-    holder.lock("queue").fair().fenced().await.expect("lock")
-}
+use super::{
+    LEASE, SESSION, contenders, exists, hold_queue, lock_dir, locker, queue_fences, tree,
+    until_contenders,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_each() {
@@ -32,14 +30,7 @@ async fn fair_waiters_of_four_lockers_are_served_in_creation_order_one_wakeup_ea
         "queue",
         LEASE,
         async |n| until_contenders(&zk, "queue", n).await,
-        async || {
-            let queue = contenders(&zk, "queue").await;
-            assert!(
-                queue.iter().all(|n| n.name.starts_with("f-")),
-                "fair waiters' nodes say so: {queue:?}"
-            );
-            queue.iter().map(Node::fence).collect()
-        },
+        async || queue_fences(&zk).await,
     )
     .await;
 }

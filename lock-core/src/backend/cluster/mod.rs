@@ -14,14 +14,13 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, Value,
-};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ProtocolVersion, Value};
 use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+use crate::backend::redis::tls::{TlsSettings, is_tls, parse_url};
 use crate::sync::Mutex;
 
 mod conn;
@@ -116,8 +115,9 @@ impl RedisClusterBackend {
     }
 
     /// Options for connecting. `urls` are some nodes of the cluster (one that answers is
-    /// enough; the others are learnt from it), `redis://` or `rediss://` (when redis-rs is
-    /// built with TLS), with an ACL user and password in the first URL (used for every node).
+    /// enough; the others are learnt from it), `redis://` or `rediss://` (TLS, with the
+    /// feature `tls`; see [`RedisClusterBackendBuilder::tls`]), with an ACL user and password
+    /// in the first URL (used for every node).
     ///
     /// ```
     /// let builder = lock_core::RedisClusterBackend::builder(&["redis://127.0.0.1:7000/"]);
@@ -129,6 +129,7 @@ impl RedisClusterBackend {
                 urls: urls.iter().map(|u| (*u).to_owned()).collect(),
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                tls: TlsSettings::default(),
             },
         }
     }
@@ -190,6 +191,7 @@ impl std::fmt::Debug for RedisClusterBackendBuilder {
             .field("nodes", &self.settings.urls.len())
             .field("connect_timeout", &self.settings.connect_timeout)
             .field("response_timeout", &self.settings.response_timeout)
+            .field("tls", &self.settings.tls)
             .finish_non_exhaustive()
     }
 }
@@ -223,11 +225,56 @@ impl RedisClusterBackendBuilder {
         self
     }
 
+    /// Checks every node's certificate against `ca_pem` (PEM: the authority that signed them),
+    /// instead of the public roots compiled in (feature `tls`; give `rediss://` URLs, and run
+    /// the cluster with `tls-cluster yes` so that it names its nodes' TLS ports). Each
+    /// certificate must name the address the cluster gives for its node (`CLUSTER SLOTS`:
+    /// usually an IP address, or the `cluster-announce-hostname`). A node whose certificate
+    /// does not check out is refused, as
+    /// [`RedisBackendBuilder::tls`](crate::RedisBackendBuilder::tls) says.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap();
+    /// let backend = lock_core::RedisClusterBackend::builder(&["rediss://10.0.0.1:7000/"])
+    ///     .tls(&ca)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, ca_pem: &[u8]) -> Self {
+        self.settings.tls.set_ca(ca_pem);
+        self
+    }
+
+    /// Presents this client certificate and its private key (PEM) to every node, for nodes
+    /// that check clients' certificates (`tls-auth-clients yes`; feature `tls`, `rediss://`
+    /// URLs).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let read = |p: &str| std::fs::read(p).unwrap();
+    /// let backend = lock_core::RedisClusterBackend::builder(&["rediss://10.0.0.1:7000/"])
+    ///     .tls(&read("/etc/redis/tls/ca.crt"))
+    ///     .tls_identity(&read("/etc/redis/tls/client.crt"), &read("/etc/redis/tls/client.key"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_identity(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.settings.tls.set_identity(cert_pem, key_pem);
+        self
+    }
+
     /// Connects to the cluster and learns its slot map.
     ///
     /// # Errors
-    /// [`LockError::InvalidConfig`] for no or malformed URLs or zero timeouts,
-    /// [`LockError::Backend`] when no node can be reached.
+    /// [`LockError::InvalidConfig`] for no or malformed URLs, zero timeouts, or TLS
+    /// certificates that do not parse or come with URLs that are not `rediss://`;
+    /// [`LockError::Backend`] when no node can be reached (or every one refuses the TLS
+    /// handshake).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -249,6 +296,10 @@ impl RedisClusterBackendBuilder {
                 "a Redis Cluster backend needs the URL of at least one node",
             ));
         }
+        // Every URL parses, and certificates come with rediss:// URLs only.
+        for url in &self.settings.urls {
+            self.settings.tls.apply(parse_url(url, CLUSTER_URLS)?)?;
+        }
         let backend = crate::backend::redis::connect::connect_cluster(self.settings).await?;
         Ok(RedisClusterBackend { backend })
     }
@@ -260,9 +311,23 @@ pub(crate) struct ClusterSettings {
     urls: Vec<String>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// The certificates of `rediss://` URLs (feature `tls`), for every node.
+    tls: TlsSettings,
 }
 
+/// The URLs a cluster backend takes, for its errors.
+const CLUSTER_URLS: &str =
+    "redis://[user:password@]host:port/ or rediss://..., all with the same credentials";
+
 impl ClusterSettings {
+    /// Whether the nodes are reached over TLS (as the first URL is).
+    pub(crate) fn tls(&self) -> bool {
+        self.urls
+            .first()
+            .and_then(|url| parse_url(url, CLUSTER_URLS).ok())
+            .is_some_and(|info| is_tls(&info))
+    }
+
     /// A client with bounded timeouts and retries; with `push` (RESP3), one that reports
     /// pub/sub messages and dropped node connections to it.
     pub(crate) fn client(
@@ -281,9 +346,17 @@ impl ClusterSettings {
                 .use_protocol(ProtocolVersion::RESP3)
                 .push_sender(push);
         }
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = self.tls.certificates() {
+            builder = builder.certs(certificates);
+        }
+        if let Some(first) = self.urls.first() {
+            // Readies rustls for rediss:// nodes.
+            self.tls.apply(parse_url(first, CLUSTER_URLS)?)?;
+        }
         builder.build().map_err(|e| {
             LockError::config(format!(
-                "cannot use these Redis Cluster URLs ({e}); expected redis://[user:password@]host:port/ or rediss://..., all with the same credentials"
+                "cannot use these Redis Cluster URLs ({e}); expected {CLUSTER_URLS}"
             ))
         })
     }
@@ -296,9 +369,8 @@ impl ClusterSettings {
             .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
             .ok_or_else(|| format!("a node address without a port: {addr:?}"))?;
         let url = self.urls.first().ok_or("no URL")?;
-        let info = url
-            .as_str()
-            .into_connection_info()
+        let info = parse_url(url, CLUSTER_URLS)
+            .and_then(|info| self.tls.apply(info))
             .map_err(|e| e.to_string())?;
         let addr = match info.addr().clone() {
             ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
@@ -432,7 +504,7 @@ impl Topology {
     }
 
     /// The primaries of the map, each once.
-    fn primaries(&self) -> Vec<Arc<str>> {
+    pub(crate) fn primaries(&self) -> Vec<Arc<str>> {
         let mut primaries: Vec<Arc<str>> = self
             .ranges
             .lock()

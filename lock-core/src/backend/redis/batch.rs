@@ -55,6 +55,8 @@ pub(super) struct Request {
     pub(super) lease: Duration,
     /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
     pub(super) remaining: bool,
+    /// What the lock's value holds after the token (acquires only; see `super::stamp`).
+    pub(super) stamp: String,
     /// The one-key release (releases only; see release.rs).
     fast: bool,
     answer: oneshot::Sender<Result<Value, LockError>>,
@@ -68,6 +70,8 @@ pub(super) struct Entry<'a> {
     pub(super) lease: Duration,
     /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
     pub(super) remaining: bool,
+    /// What the lock's value holds after the token (acquires only; see `super::stamp`).
+    pub(super) stamp: &'a str,
     /// The one-key release (releases only; see release.rs).
     pub(super) fast: bool,
 }
@@ -176,6 +180,7 @@ pub(super) fn enter<'a>(backend: &'a RedisBackend, kind: Kind, entry: Entry<'_>)
         token,
         lease,
         remaining,
+        stamp,
         fast,
     } = entry;
     let receiver = {
@@ -191,6 +196,7 @@ pub(super) fn enter<'a>(backend: &'a RedisBackend, kind: Kind, entry: Entry<'_>)
             token: token.clone(),
             lease,
             remaining,
+            stamp: stamp.to_owned(),
             fast,
             answer,
         });
@@ -329,7 +335,7 @@ async fn acquire_pipeline(backend: &RedisBackend, batch: &[Request]) -> Result<V
     for r in batch {
         pipe.cmd("SET")
             .arg(r.key.name())
-            .arg(r.token.as_str())
+            .arg(super::stamped(&r.token, &r.stamp))
             .arg("NX")
             .arg("PX")
             .arg(millis(r.lease))
@@ -538,6 +544,7 @@ mod tests {
             token,
             lease,
             remaining: false,
+            stamp: "",
             fast: false,
         }
     }
@@ -567,6 +574,7 @@ mod tests {
                     token,
                     lease: Duration::ZERO,
                     remaining: false,
+                    stamp: String::new(),
                     fast,
                     answer,
                 });

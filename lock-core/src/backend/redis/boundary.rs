@@ -7,8 +7,12 @@ use tokio::sync::watch;
 
 use super::RedisBackend;
 use crate::LockError;
-use crate::backend::{Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Renewal, Renewed};
+use crate::backend::{
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, KeyPattern, ListPage, Renewal,
+    Renewed,
+};
 use crate::idempotency::{IdempotencyState, Marked};
+use crate::inspect::LockState;
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -40,5 +44,25 @@ impl Backend for RedisBackend {
     /// Leaving the queue is a script on the server.
     fn leave_queue_at_once(&self, _key: &LockKey, _ticket: &str, _token: &Token) -> bool {
         false
+    }
+
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_lock(key))
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LockState>, LockError>> {
+        Box::pin(self.force_unlock_lock(key))
+    }
+
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a KeyPattern,
+        cursor: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ListPage, LockError>> {
+        Box::pin(self.list_locks(prefix, pattern, cursor))
     }
 }

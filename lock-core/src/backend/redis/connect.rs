@@ -13,6 +13,7 @@ use super::eviction::{maxmemory_policy, warn_if_evicting};
 use super::permissions::Permissions;
 use super::server::{ServerInfo, server_info};
 use super::subscriber::Subscriber;
+use super::tls::{TlsSettings, is_tls, parse_url, url_error};
 use super::watcher::Watcher;
 use super::{Inner, RedisBackend};
 use crate::LockError;
@@ -41,6 +42,8 @@ pub struct RedisBackendBuilder {
     /// Whether releases try the one-key release first (see release.rs); a Redlock's servers
     /// do not.
     fast_release: bool,
+    /// The certificates of a `rediss://` URL (feature `tls`).
+    tls: TlsSettings,
 }
 
 impl std::fmt::Debug for RedisBackendBuilder {
@@ -48,6 +51,7 @@ impl std::fmt::Debug for RedisBackendBuilder {
         f.debug_struct("RedisBackendBuilder")
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -78,6 +82,56 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Checks the server's certificate against `ca_pem` (PEM: the certificate of the authority
+    /// that signed it, or several), instead of the public roots compiled in (feature `tls`;
+    /// give a `rediss://` URL). The certificate must also name the URL's host (an IP address
+    /// in the URL must be in its subject alternative names). A server whose certificate does
+    /// not check out is refused: [`connect`](Self::connect) fails with [`LockError::Backend`]
+    /// naming the certificate.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap();
+    /// let backend = lock_core::RedisBackend::builder("rediss://redis.internal:6380/")
+    ///     .tls(&ca)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, ca_pem: &[u8]) -> Self {
+        self.tls.set_ca(ca_pem);
+        self
+    }
+
+    /// Presents this client certificate and its private key (PEM) to the server, for a server
+    /// that checks clients' certificates (`tls-auth-clients yes`, mutual TLS; feature `tls`,
+    /// with a `rediss://` URL). Without [`tls`](Self::tls), the server's certificate is checked
+    /// against the public roots.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let read = |p: &str| std::fs::read(p).unwrap();
+    /// let backend = lock_core::RedisBackend::builder("rediss://redis.internal:6380/")
+    ///     .tls(&read("/etc/redis/tls/ca.crt"))
+    ///     .tls_identity(&read("/etc/redis/tls/client.crt"), &read("/etc/redis/tls/client.key"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_identity(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.tls.set_identity(cert_pem, key_pem);
+        self
+    }
+
+    /// These TLS settings (a Redlock's, for each of its servers).
+    #[cfg(feature = "redlock")]
+    pub(crate) fn tls_settings(mut self, tls: TlsSettings) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// Releases always send the full release (for a Redlock's servers: see release.rs).
     #[cfg(feature = "redlock")]
     pub(crate) fn full_releases(mut self) -> Self {
@@ -100,8 +154,11 @@ impl RedisBackendBuilder {
     /// Connects, checks the server answers, and learns whether it has sharded pub/sub.
     ///
     /// # Errors
-    /// [`LockError::InvalidConfig`] for a malformed URL or zero timeouts,
-    /// [`LockError::Backend`] when the server cannot be reached.
+    /// [`LockError::InvalidConfig`] for a malformed URL, zero timeouts, or TLS certificates
+    /// that do not parse or come with a URL that is not `rediss://`; [`LockError::Backend`]
+    /// when the server cannot be reached, or refuses the TLS handshake (its certificate is not
+    /// one the client trusts, or the client's is missing or refused), within the connect
+    /// timeout.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -113,16 +170,19 @@ impl RedisBackendBuilder {
             "Redis connect and response timeouts",
             &[self.connect_timeout, self.response_timeout],
         )?;
-        let client = Client::open(self.url.as_str()).map_err(|e| {
-            LockError::config(format!(
-                "cannot parse the Redis URL ({e}); expected redis://[user:password@]host[:port][/db], rediss://... or redis+unix:///path"
-            ))
-        })?;
+        let info = parse_url(
+            &self.url,
+            "redis://[user:password@]host[:port][/db], rediss://... or redis+unix:///path",
+        )?;
+        let info = self.tls.apply(info)?;
+        let tls = is_tls(&info);
+        let client =
+            Client::open(info).map_err(|e| url_error(&self.url, &e, "a valid Redis URL"))?;
         let config = manager_config(self.connect_timeout, self.response_timeout);
         let mut conn = Conn::Single(
             ConnectionManager::new_with_config(client.clone(), config)
                 .await
-                .map_err(|e| LockError::backend("connect", None, e))?,
+                .map_err(|e| connect_error(e, tls))?,
         );
         let probed = probe(&mut conn).await?;
         let server = &probed.server;
@@ -210,6 +270,7 @@ pub(crate) async fn connect_cluster(
 ) -> Result<RedisBackend, LockError> {
     use crate::backend::cluster::{ClusterConn, Topology};
     let client = settings.client(None::<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>)?;
+    let tls = settings.tls();
     let conn = client.get_async_connection().await.map_err(|e| {
         if super::permissions::is_noperm(&e) {
             // The cluster client reads the slot map (`CLUSTER SLOTS`) at connect: a user
@@ -219,7 +280,7 @@ pub(crate) async fn connect_cluster(
                 super::permissions::ACL_HINT
             ))
         } else {
-            LockError::backend("connect", None, e)
+            connect_error(e, tls)
         }
     })?;
     let mut conn = ClusterConn::new(conn);
@@ -289,6 +350,80 @@ pub(crate) async fn connect_sentinel(
     ))
 }
 
+/// A connection that could not be made; over TLS, a refused handshake says which side's
+/// certificate was refused and what to give the builder (redis-rs hands rustls's error over as
+/// an I/O error, read here by its text).
+pub(crate) fn connect_error(e: redis::RedisError, tls: bool) -> LockError {
+    match tls.then(|| TlsRefusal::of(&e)).flatten() {
+        Some(refusal) => LockError::backend("connect", None, TlsRefused { refusal, source: e }),
+        None => LockError::backend("connect", None, e),
+    }
+}
+
+/// A connection error's text, for errors gathered as text (a sentinel's answer among
+/// several): over TLS, a refused handshake is described as [`connect_error`] does.
+#[cfg(feature = "sentinel")]
+pub(crate) fn describe_connect_error(e: &redis::RedisError, tls: bool) -> String {
+    match tls.then(|| TlsRefusal::of(e)).flatten() {
+        Some(refusal) => format!("{refusal}: {e}"),
+        None => e.to_string(),
+    }
+}
+
+/// Why a TLS handshake failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsRefusal {
+    /// This client did not accept the server's certificate.
+    ServerCertificate,
+    /// The server wants a client certificate and got none.
+    ClientCertificateRequired,
+    /// The server ended the handshake with another alert (a client certificate it refused).
+    Alert,
+}
+
+impl TlsRefusal {
+    fn of(e: &redis::RedisError) -> Option<Self> {
+        let text = e.to_string();
+        if text.contains("invalid peer certificate") || text.contains("peer sent no certificates") {
+            Some(Self::ServerCertificate)
+        } else if text.contains("CertificateRequired") {
+            Some(Self::ClientCertificateRequired)
+        } else if text.contains("received fatal alert") {
+            Some(Self::Alert)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for TlsRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ServerCertificate => {
+                "TLS handshake refused: the server's certificate is not accepted (not signed by an \
+                 authority this client trusts, expired, or not naming the host); give the \
+                 authority that signed it to the builder's `tls`"
+            }
+            Self::ClientCertificateRequired => {
+                "TLS handshake refused: the server requires a client certificate; give one to \
+                 the builder's `tls_identity`"
+            }
+            Self::Alert => {
+                "TLS handshake refused by the server (a client certificate it does not accept?)"
+            }
+        })
+    }
+}
+
+/// A refused TLS handshake: what to do about it, then rustls's own words.
+#[derive(Debug, thiserror::Error)]
+#[error("{refusal}: {source}")]
+struct TlsRefused {
+    refusal: TlsRefusal,
+    #[source]
+    source: redis::RedisError,
+}
+
 pub(crate) fn manager_config(connect: Duration, response: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect))
@@ -310,8 +445,9 @@ impl RedisBackend {
         Self::builder(url).connect().await
     }
 
-    /// Options for connecting. Accepts `redis://`, `rediss://` (when redis-rs is built with TLS),
-    /// `redis+unix://` and `unix://` URLs, with an ACL user and password in the URL.
+    /// Options for connecting. Accepts `redis://`, `rediss://` (TLS, with the feature `tls`;
+    /// see [`RedisBackendBuilder::tls`]), `redis+unix://` and `unix://` URLs, with an ACL user
+    /// and password in the URL.
     ///
     /// ```
     /// let builder = lock_core::RedisBackend::builder("redis://127.0.0.1:6379/");
@@ -323,6 +459,7 @@ impl RedisBackend {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fast_release: true,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -350,4 +487,48 @@ pub(crate) fn with_resp3(client: &Client) -> redis::RedisResult<Client> {
         .clone()
         .set_protocol(ProtocolVersion::RESP3);
     Client::open(info.set_redis_settings(settings))
+}
+
+#[cfg(all(test, feature = "tls"))]
+mod tests {
+    use super::*;
+
+    /// rustls's error as redis-rs hands it over (an I/O error around it).
+    fn handed_over(e: rustls::Error) -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    #[test]
+    fn a_refused_handshake_says_whose_certificate_and_what_to_give() {
+        let cases = [
+            (
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+                Some(TlsRefusal::ServerCertificate),
+            ),
+            (
+                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName),
+                Some(TlsRefusal::ServerCertificate),
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired),
+                Some(TlsRefusal::ClientCertificateRequired),
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::UnknownCA),
+                Some(TlsRefusal::Alert),
+            ),
+        ];
+        for (rustls_error, want) in cases {
+            let shown = rustls_error.to_string();
+            let e = handed_over(rustls_error);
+            assert_eq!(TlsRefusal::of(&e), want, "{shown}");
+            let text = connect_error(e, true).to_string();
+            assert!(text.contains("TLS") && text.contains(&shown), "{text}");
+            assert!(text.contains("certificate"), "{text}");
+        }
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(TlsRefusal::of(&refused), None);
+        assert!(!connect_error(refused, true).to_string().contains("TLS"));
+    }
 }

@@ -19,6 +19,7 @@ mod conn;
 pub(crate) mod connect;
 mod eviction;
 mod idempotency;
+mod inspect;
 mod permissions;
 #[cfg(feature = "redlock")]
 mod redlock_waiter;
@@ -27,6 +28,7 @@ mod server;
 #[cfg(feature = "cluster")]
 mod shards;
 mod subscriber;
+pub(crate) mod tls;
 mod watcher;
 
 pub use connect::RedisBackendBuilder;
@@ -264,12 +266,16 @@ impl RedisBackend {
             ticket,
             remaining,
             unrenewed: _,
+            holder,
         } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
         self.check_permissions_of(key).await?;
+        let stamp = stamp(holder);
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
-            return self.acquire_plain(key, token, lease, remaining).await;
+            return self
+                .acquire_plain(key, token, lease, remaining, &stamp)
+                .await;
         }
         let mut call = match ticket {
             None => ACQUIRE.prepare_invoke(),
@@ -280,6 +286,9 @@ impl RedisBackend {
             .arg(token.as_str())
             .arg(millis(lease))
             .arg(if fenced { "1" } else { "0" });
+        if ticket.is_none() {
+            call.arg(&stamp);
+        }
         if let Some(ticket) = ticket {
             let ttl = if ticket.ttl.is_zero() {
                 0
@@ -294,7 +303,8 @@ impl RedisBackend {
                 .arg(millis(ticket.handover_lease))
                 .arg(if ticket.strict { "1" } else { "0" })
                 .arg(key.channel())
-                .arg(if self.inner.sharded { "1" } else { "0" });
+                .arg(if self.inner.sharded { "1" } else { "0" })
+                .arg(&stamp);
         }
         let reply = self.invoke(&call, "acquire", Some(key.user())).await?;
         match int_pair(&reply) {
@@ -330,6 +340,7 @@ impl RedisBackend {
         token: &Token,
         lease: Duration,
         remaining: bool,
+        stamp: &str,
     ) -> Result<Attempt, LockError> {
         // Sent at once while few acquires are in flight, else in the next batch (batch.rs);
         // never batched on a cluster node (a batch's keys would span slots).
@@ -341,6 +352,7 @@ impl RedisBackend {
                 token,
                 lease,
                 remaining,
+                stamp,
                 fast: false,
             };
             match batch::enter(self, batch::Kind::Acquire, entry) {
@@ -368,7 +380,7 @@ impl RedisBackend {
         };
         let mut set = redis::cmd("SET");
         set.arg(key.name())
-            .arg(token.as_str())
+            .arg(stamped(token, stamp))
             .arg("NX")
             .arg("PX")
             .arg(millis(lease))
@@ -601,6 +613,26 @@ async fn evalsha_once(
 /// the manager reconnects, and a second try is worth it.
 fn retriable(e: &redis::RedisError) -> bool {
     !e.is_timeout() && (e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error())
+}
+
+/// What a lock's value holds after its token (see release_fast.lua): `|<since>|<holder>|`,
+/// `since` in ms since 1970 by this process's clock; empty for a holder that names none.
+fn stamp(holder: &str) -> String {
+    if holder.is_empty() {
+        return String::new();
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("|{since}|{holder}|")
+}
+
+/// A lock's value: `token` and its `stamp`.
+fn stamped(token: &Token, stamp: &str) -> String {
+    let mut value = String::with_capacity(token.as_str().len() + stamp.len());
+    value.push_str(token.as_str());
+    value.push_str(stamp);
+    value
 }
 
 /// Milliseconds for PX/PEXPIRE, rounded up so a lease is never shorter than asked.

@@ -37,7 +37,9 @@ impl RedisBackend {
 
 static TAKE_BACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        "local v = redis.call('GET', KEYS[1]) if v == ARGV[1] or v == ARGV[1] .. '+' then return redis.call('DEL', KEYS[1]) end return 0",
+        "local v = redis.call('GET', KEYS[1]) local o = v and string.sub(v, 1, #ARGV[1] + 1) \
+         if o == ARGV[1] or o == ARGV[1] .. '|' or o == ARGV[1] .. '+' then \
+         return redis.call('DEL', KEYS[1]) end return 0",
     )
 });
 

@@ -82,12 +82,12 @@ pub(super) fn script(fast: bool, many: bool, sharded: bool) -> &'static Script {
     }
 }
 
-/// Whether a lock's value (as `SET ... GET` answered it) holds `token`: the token alone, or the
-/// token marked by a waiter (plus `'+'`, see release_fast.lua).
+/// Whether a lock's value (as `SET ... GET` answered it) holds `token`: the token alone, or
+/// followed by its stamp (`'|'...`) or the mark of a waiter (`'+'`; see release_fast.lua).
 pub(super) fn holds(value: &[u8], token: &Token) -> bool {
     value
         .strip_prefix(token.as_str().as_bytes())
-        .is_some_and(|rest| rest.is_empty() || rest == b"+")
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b'|' || rest[0] == b'+')
 }
 
 /// How long after meeting waiters on a key its releases go straight to the full release. A
@@ -239,6 +239,7 @@ impl RedisBackend {
                 token,
                 lease: Duration::ZERO,
                 remaining: false,
+                stamp: "",
                 fast,
             },
         );
@@ -306,10 +307,19 @@ mod tests {
         let t = token.as_str();
         assert!(holds(t.as_bytes(), &token));
         assert!(holds(format!("{t}+").as_bytes(), &token));
+        assert!(holds(
+            format!("{t}|1764000000000|web-1/pid 7|").as_bytes(),
+            &token
+        ));
+        assert!(holds(
+            format!("{t}|1764000000000|web-1/pid 7|+").as_bytes(),
+            &token
+        ));
         let cut = &t[..t.len() - 1];
         for other in [
-            format!("{t}++"),
             format!("{t}x"),
+            format!("{t}0|1|h|"),
+            format!("{cut}|1|h|"),
             format!("+{t}"),
             format!("{cut}+"),
             cut.to_owned(),

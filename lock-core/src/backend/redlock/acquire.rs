@@ -68,6 +68,7 @@ impl RedlockBackend {
             .filter(|t| !t.ttl.is_zero())
             .map(|t| (t.id.clone(), t.ttl));
         let unrenewed = options.unrenewed;
+        let holder: Arc<str> = Arc::from(options.holder);
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -87,13 +88,14 @@ impl RedlockBackend {
                     let b = s.get()?.clone();
                     let (key, token) = (key.clone(), token.clone());
                     let waiter = waiter.clone();
-                    let part = part.clone();
+                    let (part, holder) = (part.clone(), holder.clone());
                     background::spawn(async move {
                         let plain = AttemptOptions {
                             fenced: false,
                             ticket: None,
                             remaining: true,
                             unrenewed,
+                            holder: &holder,
                         };
                         // A waiter is announced before its attempt, on the same connection: a
                         // release after the attempt publishes.

@@ -41,6 +41,7 @@ impl std::fmt::Debug for RedlockBackendBuilder {
             .field("connect_timeout", &self.settings.connect_timeout)
             .field("response_timeout", &self.settings.response_timeout)
             .field("server_timeout", &self.settings.server_timeout)
+            .field("tls", &self.settings.tls)
             .finish_non_exhaustive()
     }
 }
@@ -87,14 +88,55 @@ impl RedlockBackendBuilder {
         self
     }
 
+    /// Checks every server's certificate against `ca_pem` (PEM: the authority that signed
+    /// them), instead of the public roots compiled in (feature `tls`; give `rediss://` URLs),
+    /// as [`RedisBackendBuilder::tls`](crate::RedisBackendBuilder::tls) does for one server.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap();
+    /// let backend = lock_core::RedlockBackend::builder(&["rediss://a:6380/", "rediss://b:6380/", "rediss://c:6380/"])
+    ///     .tls(&ca)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, ca_pem: &[u8]) -> Self {
+        Arc::make_mut(&mut self.settings.tls).set_ca(ca_pem);
+        self
+    }
+
+    /// Presents this client certificate and its private key (PEM) to every server, for
+    /// servers that check clients' certificates (`tls-auth-clients yes`; feature `tls`,
+    /// `rediss://` URLs).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let read = |p: &str| std::fs::read(p).unwrap();
+    /// let backend = lock_core::RedlockBackend::builder(&["rediss://a:6380/", "rediss://b:6380/", "rediss://c:6380/"])
+    ///     .tls(&read("/etc/redis/tls/ca.crt"))
+    ///     .tls_identity(&read("/etc/redis/tls/client.crt"), &read("/etc/redis/tls/client.key"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_identity(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        Arc::make_mut(&mut self.settings.tls).set_identity(cert_pem, key_pem);
+        self
+    }
+
     /// Connects to every server at once. Needs a quorum of them to answer; the others are
     /// connected in the background and join when they answer.
     ///
     /// # Errors
     /// [`LockError::InvalidConfig`] for no URLs, the same URL twice, one server under two URLs
-    /// (found by a probe key, see [`RedlockBackend`]), a malformed URL or zero timeouts;
+    /// (found by a probe key, see [`RedlockBackend`]), a malformed URL, zero timeouts, or TLS
+    /// certificates that do not parse or come with a URL that is not `rediss://`;
     /// [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum of servers
-    /// could be reached.
+    /// could be reached (a server that refuses the TLS handshake is one that could not: the
+    /// reason is logged, and it is tried again in the background).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -108,7 +150,8 @@ impl RedlockBackendBuilder {
             connect_timeout,
             response_timeout,
             server_timeout,
-        } = self.settings;
+            tls: _,
+        } = self.settings.clone();
         crate::backend::validate_timeouts(
             "Redlock connect, response and server timeouts",
             &[
@@ -137,7 +180,7 @@ impl RedlockBackendBuilder {
                 })
                 .collect(),
             quorum: n / 2 + 1,
-            settings: self.settings,
+            settings: self.settings.clone(),
             reconnects,
             stragglers: Mutex::default(),
             taking_back: Mutex::default(),
@@ -149,8 +192,11 @@ impl RedlockBackendBuilder {
         // ready once a majority is connected: a stalled minority does not hold it up.
         let (outcomes, mut first) = tokio::sync::mpsc::unbounded_channel();
         for (i, url) in self.urls.iter().enumerate() {
-            let (inner, url, settings) =
-                (Arc::downgrade(&backend.inner), url.clone(), self.settings);
+            let (inner, url, settings) = (
+                Arc::downgrade(&backend.inner),
+                url.clone(),
+                self.settings.clone(),
+            );
             let outcomes = outcomes.clone();
             background::spawn(async move {
                 match connect_one(url.clone(), settings).await {
@@ -272,6 +318,7 @@ async fn connect_one(url: String, settings: Settings) -> Result<RedisBackend, Lo
         .connect_timeout(settings.connect_timeout)
         .response_timeout(settings.response_timeout)
         .full_releases()
+        .tls_settings(settings.tls.as_ref().clone())
         .connect();
     match tokio::time::timeout(
         settings.connect_timeout * 2 + settings.response_timeout * 2,
@@ -364,7 +411,7 @@ enum Joined {
 async fn connect_later(inner: Weak<Inner>, i: usize, url: String) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let Some(settings) = inner.upgrade().map(|i| i.settings) else {
+        let Some(settings) = inner.upgrade().map(|i| i.settings.clone()) else {
             return;
         };
         if let Ok(b) = connect_one(url.clone(), settings).await {

@@ -217,11 +217,13 @@ struct Inner {
 /// Acquire tasks still running, with the index of their server.
 type Running = Vec<(usize, tokio::task::JoinHandle<Vote>)>;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Settings {
     connect_timeout: Duration,
     response_timeout: Duration,
     server_timeout: Option<Duration>,
+    /// The certificates of `rediss://` URLs (feature `tls`), for every server.
+    tls: Arc<crate::backend::redis::tls::TlsSettings>,
 }
 
 /// One of the servers: connected at `connect`, or later in the background when it was down.
@@ -278,6 +280,7 @@ impl RedlockBackend {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
                 server_timeout: None,
+                tls: Arc::default(),
             },
         }
     }

@@ -444,6 +444,7 @@ async fn connect_once(
     info: ConnectionInfo,
     settings: &SentinelSettings,
 ) -> Result<MultiplexedConnection, String> {
+    let tls = crate::backend::redis::tls::is_tls(&info);
     let client = Client::open(info).map_err(|e| e.to_string())?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(settings.connect_timeout))
@@ -451,7 +452,7 @@ async fn connect_once(
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::backend::redis::connect::describe_connect_error(&e, tls))
 }
 
 /// How to reach the primary at `addr`: the primary's user, password and database, over TLS
@@ -490,9 +491,10 @@ async fn open(
         settings.connect_timeout,
         settings.response_timeout,
     );
+    let tls = crate::backend::redis::tls::is_tls(client.get_connection_info());
     let conn = ConnectionManager::new_with_config(client.clone(), config)
         .await
-        .map_err(|e| LockError::backend("connect", None, e))?;
+        .map_err(|e| crate::backend::redis::connect::connect_error(e, tls))?;
     Ok((client, conn))
 }
 

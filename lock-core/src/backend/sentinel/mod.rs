@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo};
 
 use crate::LockError;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+use crate::backend::redis::tls::{TlsSettings, parse_url};
 
 pub(crate) mod master;
 
@@ -103,9 +104,9 @@ impl RedisSentinelBackend {
 
     /// Options for connecting. `sentinels` are the URLs of the sentinels of the group (all
     /// asked at once; a majority of them must name the same primary, so each is given once:
-    /// one sentinel under two URLs is refused), `redis://` or
-    /// `rediss://` (when redis-rs is
-    /// built with TLS), with the sentinels' own ACL user and password in them;
+    /// one sentinel under two URLs is refused), `redis://` or `rediss://` (TLS, with the
+    /// feature `tls`; see [`RedisSentinelBackendBuilder::tls`]: the primary is then reached
+    /// over TLS too), with the sentinels' own ACL user and password in them;
     /// `master_name` is the name they monitor the primary under. The primary's user,
     /// password and database are set with
     /// [`master_auth`](RedisSentinelBackendBuilder::master_auth) and
@@ -122,6 +123,7 @@ impl RedisSentinelBackend {
             master: RedisConnectionInfo::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            tls: TlsSettings::default(),
         }
     }
 
@@ -196,6 +198,8 @@ pub struct RedisSentinelBackendBuilder {
     master: RedisConnectionInfo,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// The certificates of `rediss://` URLs (feature `tls`), for the sentinels and the primary.
+    tls: TlsSettings,
 }
 
 impl std::fmt::Debug for RedisSentinelBackendBuilder {
@@ -205,6 +209,7 @@ impl std::fmt::Debug for RedisSentinelBackendBuilder {
             .field("master_name", &self.master_name)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -268,12 +273,58 @@ impl RedisSentinelBackendBuilder {
         self
     }
 
+    /// Checks the certificates of the sentinels and of the primary (and of the replica that
+    /// replaces it) against `ca_pem` (PEM: the authority that signed them), instead of the
+    /// public roots compiled in (feature `tls`; give `rediss://` sentinel URLs: the primary is
+    /// reached over TLS as the sentinels are). The primary's certificate must name the address
+    /// the sentinels give for it (usually an IP address, or the replicas'
+    /// `replica-announce-ip`). A server whose certificate does not check out is refused, as
+    /// [`RedisBackendBuilder::tls`](crate::RedisBackendBuilder::tls) says.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").unwrap();
+    /// let backend = lock_core::RedisSentinelBackend::builder(&["rediss://10.0.0.1:26379/"], "mymaster")
+    ///     .tls(&ca)
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, ca_pem: &[u8]) -> Self {
+        self.tls.set_ca(ca_pem);
+        self
+    }
+
+    /// Presents this client certificate and its private key (PEM) to the sentinels and the
+    /// primary, for servers that check clients' certificates (`tls-auth-clients yes`; feature
+    /// `tls`, `rediss://` URLs).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let read = |p: &str| std::fs::read(p).unwrap();
+    /// let backend = lock_core::RedisSentinelBackend::builder(&["rediss://10.0.0.1:26379/"], "mymaster")
+    ///     .tls(&read("/etc/redis/tls/ca.crt"))
+    ///     .tls_identity(&read("/etc/redis/tls/client.crt"), &read("/etc/redis/tls/client.key"))
+    ///     .connect()
+    ///     .await?;
+    /// # drop(backend); Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_identity(mut self, cert_pem: &[u8], key_pem: &[u8]) -> Self {
+        self.tls.set_identity(cert_pem, key_pem);
+        self
+    }
+
     /// Asks the sentinels for the primary and connects to it.
     ///
     /// # Errors
     /// [`LockError::InvalidConfig`] for no or malformed sentinel URLs, one sentinel given twice
-    /// (the same host and port, or names of the same address), an empty name or zero timeouts; [`LockError::Backend`] when no address is named by a majority of the sentinels, or
-    /// the one named does not answer as a primary.
+    /// (the same host and port, or names of the same address), an empty name, zero timeouts,
+    /// or TLS certificates that do not parse or come with URLs that are not `rediss://`;
+    /// [`LockError::Backend`] when no address is named by a majority of the sentinels (a
+    /// sentinel that refuses the TLS handshake does not answer), or the one named does not
+    /// answer as a primary.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -296,11 +347,11 @@ impl RedisSentinelBackendBuilder {
             .sentinels
             .iter()
             .map(|url| {
-                url.as_str().into_connection_info().map_err(|e| {
-                    LockError::config(format!(
-                        "cannot parse a sentinel URL ({e}); expected redis://[user:password@]host:port/ or rediss://..."
-                    ))
-                })
+                let info = parse_url(
+                    url,
+                    "redis://[user:password@]host:port/ or rediss://... for each sentinel",
+                )?;
+                self.tls.apply(info)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let Some(first) = sentinels.first() else {

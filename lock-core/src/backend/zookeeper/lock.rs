@@ -22,7 +22,24 @@ const MAX_READS: usize = 1000;
 /// fair waiter, `t` for a single attempt (deleted before it answers, unless it holds).
 struct Node<'a> {
     name: &'a str,
+    /// The sequence ZooKeeper appended, as an unsigned 32-bit count (see [`sequence_of`]).
     sequence: i64,
+}
+
+/// The creation order of contender `name`: its sequence, a signed 32-bit counter of the
+/// parent's child changes that ZooKeeper writes with its sign (`-2147483648` after
+/// `2147483647`), read as the unsigned count it is, so the nodes made after the counter passed
+/// 2^31 still sort after those made before it. (Read as signed, they would sort first: a node
+/// behind the holder would take itself for the holder.) The unsigned count wraps at 2^32 child
+/// changes of one parent, which no contender outlives.
+fn sequence_of(name: &str) -> Option<i64> {
+    let rest = name.get(2..)?;
+    let (token, digits) = rest.split_once('-')?;
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let signed: i64 = digits.parse().ok()?;
+    Some(signed.rem_euclid(1 << 32))
 }
 
 /// The contender nodes among `children`, in queue order (other children, the record, are
@@ -32,10 +49,9 @@ fn queue(children: &[String]) -> Vec<Node<'_>> {
         .iter()
         .filter(|c| is_contender(c))
         .filter_map(|name| {
-            let (_, digits) = name.rsplit_once('-')?;
             Some(Node {
                 name,
-                sequence: digits.parse().ok()?,
+                sequence: sequence_of(name)?,
             })
         })
         .collect();
@@ -377,7 +393,9 @@ impl ZooKeeperBackend {
             )
             .await?;
         let (stat, watcher) = watched;
-        let listeners = Arc::downgrade(&self.inner.listeners);
+        let shared = Arc::downgrade(&self.inner);
+        let (owned_key, owned_id) = (key.clone(), id.to_owned());
+        let handover_lease = ticket.handover_lease;
         let name = key.name().to_owned();
         let fence = if fenced {
             u64::try_from(czxid).unwrap_or(0)
@@ -392,17 +410,28 @@ impl ZooKeeperBackend {
             } else {
                 Some(watcher.changed().await)
             };
-            let Some(listeners) = listeners.upgrade() else {
+            let Some(inner) = shared.upgrade() else {
                 return;
             };
             let deleted =
                 gone_already || event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted);
             let generation = turn.load(Ordering::Acquire);
             if deleted && holder && generation > 0 {
+                // Ours holds now: it ends at the hand-over's lease unless renewed, as an
+                // acquired lock does (the waiter may never take it, or stop renewing it before
+                // its first renewal; the session would keep its node). This task's handle is
+                // let go, not aborted: the end's task takes its place.
+                if let Some(c) = inner.contenders.lock().get_mut(&owned_id) {
+                    drop(c.watch.take());
+                }
+                let backend = ZooKeeperBackend {
+                    inner: inner.clone(),
+                };
+                backend.end_at_lease(&owned_key, &owned_id, handover_lease);
                 let grant = format!("{ticket_id}:{generation}:{fence}");
-                listeners.lock().wake(&name, grant.as_bytes());
+                inner.listeners.lock().wake(&name, grant.as_bytes());
             } else {
-                listeners.lock().wake(&name, ticket_id.as_bytes());
+                inner.listeners.lock().wake(&name, ticket_id.as_bytes());
             }
         });
         if let Some(c) = self.inner.contenders.lock().get_mut(id) {
@@ -456,9 +485,10 @@ impl ZooKeeperBackend {
             return Ok(false);
         };
         let path = match known {
-            Some(c) if c.session != session.id => return Ok(false),
-            Some(c) => c.path.clone(),
-            None => {
+            Some(c) if c.session == session.id => c.path.clone(),
+            // Not known, or known on a session that ended (its node went with it): an attempt
+            // on the live session may have made a node whose answer was lost.
+            _ => {
                 let dir = self.lock_path(key);
                 match self.find_node(&session, key, &dir, token).await {
                     Ok(Some((path, _))) => path,
@@ -809,5 +839,35 @@ impl ZooKeeperBackend {
 fn acquired(czxid: i64, fenced: bool) -> Attempt {
     Attempt::Acquired {
         fence: fenced.then(|| u64::try_from(czxid).unwrap_or(0)),
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::queue;
+
+    fn order(children: &[&str]) -> Vec<String> {
+        let children: Vec<String> = children.iter().map(|c| (*c).to_owned()).collect();
+        queue(&children).iter().map(|n| n.name.to_owned()).collect()
+    }
+
+    #[test]
+    fn nodes_keep_creation_order_across_the_sequence_counters_sign() {
+        // ZooKeeper's counter after 2147483647 is written -2147483648, then counts up.
+        let made = [
+            "q-aa-2147483646",
+            "f-bb-2147483647",
+            "q-cc--2147483648",
+            "t-dd--2147483000",
+        ];
+        let mut shuffled = made;
+        shuffled.reverse();
+        assert_eq!(order(&shuffled), made);
+        assert_eq!(
+            order(&["q-aa-0000000010", "q-bb-0000000002", "record"]),
+            ["q-bb-0000000002", "q-aa-0000000010"]
+        );
+        // Not a contender's name: left out rather than misplaced.
+        assert!(order(&["q-zz-0000000001", "q--0000000001", "q-aa-x"]).is_empty());
     }
 }

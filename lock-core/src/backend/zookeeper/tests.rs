@@ -384,3 +384,101 @@ async fn a_waiter_never_watches_on_a_session_its_node_was_not_made_on() {
         .await;
     assert!(watched.is_err(), "{watched:?}");
 }
+
+/// A waiter whose known node is of a session that ended, and whose attempt on the new session
+/// made a node whose answer was lost, gives up: its leave finds and deletes the new node (the
+/// session would keep it at the queue, blocking the lock for as long as the process lives).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_after_a_new_session_deletes_its_node_there() {
+    use crate::backend::AttemptOptions;
+    use crate::key::LockKey;
+    use crate::test_support::{fair_ticket, queued};
+    use crate::token::Token;
+
+    let tree = Tree::new("zk-leave-new-session").await;
+    let (holder, waiter) = (tree.backend().await, tree.backend().await);
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let ticket = fair_ticket("t0123456789abcdef");
+    let first = waiter.inner.sessions.current().await.unwrap();
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+
+    // The session ends; the next attempt's create on the new session is applied, its answer
+    // lost (made here by hand: the backend still knows the first session's node only).
+    tree.end(&first).await;
+    let second = waiter.inner.sessions.current().await.unwrap();
+    let prefix = format!("{}/f-{}-", waiter.lock_path(&key), t2.as_str());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (_, sequence) = second.client.create(&prefix, &[], &options).await.unwrap();
+    let made = format!("{prefix}{sequence}");
+
+    waiter.leave(&key, &t2).await.unwrap();
+    assert_eq!(
+        tree.client.stat(&made).await,
+        None,
+        "the new session's node stayed"
+    );
+    assert!(holder.release_lock(&key, &t1).await.unwrap());
+}
+
+/// A lock handed to a waiter by the deletion of the holder's node ends at the hand-over's
+/// lease when nobody renews it (the waiter never takes the grant, or stops before its first
+/// renewal): its node does not stay for the session's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_and_never_renewed_ends_at_its_lease() {
+    use crate::backend::{AttemptOptions, Inbox};
+    use crate::key::LockKey;
+    use crate::test_support::queued;
+    use crate::token::Token;
+
+    let tree = Tree::new("zk-handover-end").await;
+    let (holder, waiter, third) = (
+        tree.backend().await,
+        tree.backend().await,
+        tree.backend().await,
+    );
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let (t1, t2) = (Token::generate(), Token::generate());
+    let got = holder
+        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(got, Attempt::Acquired { .. }));
+    let inbox = std::sync::Arc::new(Inbox::default());
+    assert!(crate::backend::Backend::subscribe(&waiter, &key, &inbox).await);
+    let mut ticket = crate::test_support::fair_ticket("t0123456789abcdef");
+    ticket.handover_lease = Duration::from_secs(1);
+    inbox.expect(Some(&ticket.id));
+    let busy = waiter
+        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
+        .await
+        .unwrap();
+    assert!(matches!(busy, Attempt::Busy { .. }));
+    let released = Instant::now();
+    assert!(holder.release_lock(&key, &t1).await.unwrap());
+    within(inbox.notified()).await;
+    inbox
+        .take_grant()
+        .expect("handed over by the holder's deletion");
+    // Nobody takes the grant nor renews the lock: it ends at the hand-over's 1 s lease.
+    tree.until_contenders("job", 0).await;
+    assert!(
+        released.elapsed() >= Duration::from_secs(1),
+        "ended {:?} after the release, within the hand-over's 1 s lease",
+        released.elapsed()
+    );
+    let next = third
+        .acquire_lock(&key, &Token::generate(), LEASE, AttemptOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(next, Attempt::Acquired { .. }), "{next:?}");
+}

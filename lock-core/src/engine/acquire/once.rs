@@ -41,6 +41,7 @@ pub(super) async fn attempt(
                 ticket: None,
                 remaining: spec.wait.is_zero(),
                 unrenewed: !spec.watchdog,
+                holder: &inner.config.holder,
             },
         )
         .await?;

@@ -178,6 +178,7 @@ impl QueuedWaiter {
                     ticket: Some(&self.ticket),
                     remaining: true,
                     unrenewed: !self.spec.watchdog,
+                    holder: &self.inner.config.holder,
                 },
             )
             .await;

@@ -131,6 +131,7 @@ fn single_attempt() -> AttemptOptions<'static> {
         ticket: None,
         remaining: true,
         unrenewed: false,
+        holder: "",
     }
 }
 

@@ -6,6 +6,7 @@
 -- ARGV[1]  the owner token (128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  '1' to increment and return the fencing counter, '0' not to
+-- ARGV[4]  the stamp after the token: '|<since>|<holder>|', or '' (see release_fast.lua)
 --
 -- A lock this acquires is not marked (release_fast.lua): waiters that queued while it was free
 -- mark it at their next attempt, which their own timer sends when it was free.
@@ -17,12 +18,13 @@
 --         {0, pttl}  when held by someone else (pttl as PTTL reports it: -1 = no expiry).
 -- Checked before anything is written: an unusable counter fails the attempt, which takes nothing.
 local fence_last = ARGV[3] == '1' and last_fence(KEYS[2])
-local ours = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+local ours = redis.call('SET', KEYS[1], ARGV[1] .. ARGV[4], 'NX', 'PX', ARGV[2])
 if not ours then
-  -- Ours already (a retry), possibly marked since by a waiter (the token plus '+', see
-  -- release_fast.lua).
+  -- Ours already (a retry), possibly marked since by a waiter ('+' appended, see
+  -- release_fast.lua): its stamp stays, with the time it was first taken.
   local value = redis.call('GET', KEYS[1])
-  if value == ARGV[1] or value == ARGV[1] .. '+' then
+  local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+  if owner == ARGV[1] or owner == ARGV[1] .. '|' or owner == ARGV[1] .. '+' then
     ours = redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 1
   end
 end

@@ -4,7 +4,7 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fencing counter key (see fence.lua, prepended to this script)
 -- KEYS[3]  the queue (list of waiter tickets, oldest first)
--- KEYS[4]  the waiters (hash: ticket -> 'expiry|generation|lease|fenced|token')
+-- KEYS[4]  the waiters (hash: ticket -> 'expiry|generation|lease|fenced|token|holder')
 -- ARGV[1]  the owner token
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  '1' to draw a fencing token, '0' not to
@@ -15,13 +15,15 @@
 -- ARGV[8]  '1' fair: take a free lock only at the queue's head; '0': whatever the place
 -- ARGV[9]  the release channel (same hash slot as KEYS[1])
 -- ARGV[10] '1' to publish with SPUBLISH (sharded pub/sub, Redis 7+), '0' for PUBLISH
+-- ARGV[11] the stamp after the token: '|<since>|<holder>|', or '' (see release_fast.lua); a
+--          hand-over to this waiter stamps the lock with its holder and the server's time
 --
 -- A fair waiter that joins the queue says so on the lock's channel ('fair:<ticket>'): a
 -- process passing the lock between its own tasks (local hand-off) gives it back to the queue
 -- at its next release instead.
 --
--- The lock's value is its holder's token, plus '+' once a waiter queues behind it (the mark,
--- see release_fast.lua): this script marks the lock every time it leaves its caller queued
+-- The lock's value is its holder's token and stamp, plus '+' once a waiter queues behind it (the
+-- mark, see release_fast.lua): this script marks the lock every time it leaves its caller queued
 -- behind a holder, and marks the lock it takes when other waiters still have entries. So
 -- whenever a live waiter waits on a held lock, the lock is marked, and a one-key release
 -- (release_fast.lua) never deletes it without the hand-over.
@@ -62,7 +64,8 @@ local function taken()
 end
 local function ours()
   local value = redis.call('GET', KEYS[1])
-  if value == ARGV[1] or value == ARGV[1] .. '+' then
+  local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+  if owner == ARGV[1] or owner == ARGV[1] .. '|' or owner == ARGV[1] .. '+' then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return true
   end
@@ -71,7 +74,7 @@ end
 local now
 if ARGV[8] ~= '1' then
   -- Not fair: a free lock is taken whatever the queue holds.
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ours() then
+  if redis.call('SET', KEYS[1], ARGV[1] .. ARGV[11], 'NX', 'PX', ARGV[2]) or ours() then
     return taken()
   end
 else
@@ -92,7 +95,7 @@ else
     redis.call('LPOP', KEYS[3])
     redis.call('HDEL', KEYS[4], head)
   end
-  if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if (not head or head == ARGV[4]) and redis.call('SET', KEYS[1], ARGV[1] .. ARGV[11], 'NX', 'PX', ARGV[2]) then
     return taken()
   end
 end
@@ -100,6 +103,10 @@ local ttl = tonumber(ARGV[5])
 if ttl > 0 then
   now = now or now_ms()
   local entry = (now + ttl) .. '|' .. ARGV[6] .. '|' .. ARGV[7] .. '|' .. ARGV[3] .. '|' .. ARGV[1]
+  local holder = string.match(ARGV[11], '^|%d+|(.*)|$')
+  if holder then
+    entry = entry .. '|' .. holder
+  end
   if redis.call('HSET', KEYS[4], ARGV[4], entry) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[4])
     if ARGV[8] == '1' then

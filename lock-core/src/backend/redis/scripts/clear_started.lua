@@ -12,7 +12,8 @@
 -- Returns 1 when the lock was ours (its mark, if any, is removed), 0 when it was not
 -- (nothing removed).
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner ~= ARGV[1] and owner ~= ARGV[1] .. '|' and owner ~= ARGV[1] .. '+' then
   return 0
 end
 if redis.call('HGET', KEYS[2], 'started') == ARGV[2] and not redis.call('HGET', KEYS[2], 'result') then

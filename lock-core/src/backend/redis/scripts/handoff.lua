@@ -3,9 +3,11 @@
 --
 -- A ticket in the queue without an entry in the waiters hash is dead (taken or left: those
 -- leave their list item behind rather than pay LREM) and is dropped on the way.
--- A queued waiter's entry in the waiters hash is 'expiry|generation|lease|fenced|token'
--- (expiry in ms of server time; generation counts the waiter's attempts; lease in ms is what
--- the handover sets; fenced '1' or '0'; token is the waiter's owner token, never published).
+-- A queued waiter's entry in the waiters hash is 'expiry|generation|lease|fenced|token', then
+-- '|holder' when the waiter names itself (expiry in ms of server time; generation counts the
+-- waiter's attempts; lease in ms is what the handover sets; fenced '1' or '0'; token is the
+-- waiter's owner token, never published; holder its identity, for the lock's stamp, see
+-- release_fast.lua).
 -- An entry of the bare form 'expiry' (an older client) is not handed the lock: it is told its
 -- turn and takes the lock itself.
 --
@@ -34,8 +36,8 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded, head
     local expiry = tonumber(string.match(entry, '^%d+') or '0')
     redis.call('HDEL', waiters, head)
     if expiry > now then
-      local _, generation, lease, fenced, token =
-        string.match(entry, '^(%d+)|(%d+)|(%d+)|([01])|(%x+)$')
+      local _, generation, lease, fenced, token, holder =
+        string.match(entry, '^(%d+)|(%d+)|(%d+)|([01])|(%x+)|?(.*)$')
       -- A fenced waiter whose counter is unusable (fence.lua) takes the lock itself, and its
       -- own attempt fails: an error here would fail this release, and every other release
       -- sent in the same batch.
@@ -43,10 +45,14 @@ local function hand_over(lock, fence_key, queue, waiters, channel, sharded, head
       if usable and fenced == '1' then
         usable, fence_last = pcall(last_fence, fence_key)
       end
-      -- Marked (release_fast.lua) when other waiters still have entries.
+      -- Stamped with the waiter's holder and now; marked (release_fast.lua) when other
+      -- waiters still have entries.
       local value = token
+      if usable and holder ~= '' then
+        value = token .. '|' .. string.format('%d', now) .. '|' .. holder .. '|'
+      end
       if usable and redis.call('EXISTS', waiters) == 1 then
-        value = token .. '+'
+        value = value .. '+'
       end
       if usable and redis.call('SET', lock, value, 'NX', 'PX', lease) then
         local fence = 0

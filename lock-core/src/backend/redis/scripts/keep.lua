@@ -14,7 +14,8 @@
 -- Returns 2 when the lock is ours and kept (nobody queues), 1 or {1, message} when it was ours
 -- and is now released (message as published), 0 when it was not ours.
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner ~= ARGV[1] and owner ~= ARGV[1] .. '|' and owner ~= ARGV[1] .. '+' then
   return 0
 end
 local head = redis.call('LINDEX', KEYS[3], 0)

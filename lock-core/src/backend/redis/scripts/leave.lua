@@ -22,7 +22,8 @@ if was_head then
   redis.call('LPOP', KEYS[3])
 end
 local value = redis.call('GET', KEYS[1])
-if value == ARGV[4] or value == ARGV[4] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[4] + 1)
+if owner == ARGV[4] or owner == ARGV[4] .. '|' or owner == ARGV[4] .. '+' then
   redis.call('DEL', KEYS[1])
   return {removed, hand_over(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])}
 end

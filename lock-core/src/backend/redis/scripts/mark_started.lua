@@ -18,7 +18,8 @@
 -- an earlier guard of this lock left behind) (pttl: its remaining
 -- TTL in milliseconds, -1 when it has none), {3} when a result is stored already.
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner ~= ARGV[1] and owner ~= ARGV[1] .. '|' and owner ~= ARGV[1] .. '+' then
   return {0}
 end
 local fingerprint = redis.call('HGET', KEYS[2], 'fingerprint')

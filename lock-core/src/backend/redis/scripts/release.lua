@@ -28,7 +28,8 @@
 -- when it was ours and is now handed over or announced to a waiter (message as published),
 -- 0 when it was not ours (expired or taken).
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner ~= ARGV[1] and owner ~= ARGV[1] .. '|' and owner ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('DEL', KEYS[1])

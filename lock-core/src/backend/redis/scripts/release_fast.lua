@@ -1,8 +1,15 @@
 -- Release a lock that no waiter is known to queue for: one key, a compare-and-delete, the
 -- release most locks get (what a bare `GET`/`DEL` script costs the server).
 --
--- A waiter that queues behind a holder marks the lock: its value becomes the holder's token
--- plus '+' (acquire_queued.lua, every time it leaves its caller queued; handoff.lua and
+-- A lock's value is its holder's token, then (from holders that name themselves) a stamp
+-- '|<since>|<holder>|': when it was taken, in ms since 1970 by the clock of whoever wrote it
+-- (the acquiring client, or the server for a hand-over), and the holder's identity, for
+-- inspection (inspect.lua). Every script reads the token as the value's head: the token
+-- alone, or followed by '|' or '+'. Tokens all have one length, so no token is the head of
+-- another's value.
+--
+-- A waiter that queues behind a holder marks the lock: '+' is appended to its value
+-- (acquire_queued.lua, every time it leaves its caller queued; handoff.lua and
 -- acquire_queued.lua when the lock they hand or take still has waiters). A marked lock is
 -- left as it is here: the caller sends release.lua, which hands it over or announces it.
 --
@@ -12,11 +19,12 @@
 -- Returns 1 when the lock was ours and is now deleted, 2 when it is ours and marked (nothing
 -- done), 0 when it was not ours (expired or taken).
 local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner == ARGV[1] or owner == ARGV[1] .. '|' or owner == ARGV[1] .. '+' then
+  if string.sub(value, -1) == '+' then
+    return 2
+  end
   redis.call('DEL', KEYS[1])
   return 1
-end
-if value == ARGV[1] .. '+' then
-  return 2
 end
 return 0

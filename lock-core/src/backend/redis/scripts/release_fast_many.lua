@@ -9,13 +9,14 @@
 local out = {}
 for i, key in ipairs(KEYS) do
   local value, token = redis.call('GET', key), ARGV[i]
-  if value == token then
-    redis.call('DEL', key)
-    out[i] = 1
-  elseif value == token .. '+' then
+  local owner = value and string.sub(value, 1, #token + 1)
+  if not (owner == token or owner == token .. '|' or owner == token .. '+') then
+    out[i] = 0
+  elseif string.sub(value, -1) == '+' then
     out[i] = 2
   else
-    out[i] = 0
+    redis.call('DEL', key)
+    out[i] = 1
   end
 end
 return out

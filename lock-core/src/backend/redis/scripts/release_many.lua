@@ -20,7 +20,8 @@ local out, queued = {}, nil
 for i, token in ipairs(ARGV) do
   local lock = KEYS[4 * i - 3]
   local value = redis.call('GET', lock)
-  if value ~= token and value ~= token .. '+' then
+  local owner = value and string.sub(value, 1, #token + 1)
+  if owner ~= token and owner ~= token .. '|' and owner ~= token .. '+' then
     out[i] = 0
   else
     redis.call('DEL', lock)

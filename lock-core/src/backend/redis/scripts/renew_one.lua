@@ -9,7 +9,9 @@
 -- Returns 1 when renewed (or already held at least that long, with at_least), 0 when no
 -- longer ours.
 local function renew_one(key, value, token, lease, at_least)
-  if value == token or value == token .. '+' then
+  -- The token is the value's head (see release_fast.lua for the value's forms).
+  local owner = value and string.sub(value, 1, #token + 1)
+  if owner == token or owner == token .. '|' or owner == token .. '+' then
     if not at_least or redis.call('PTTL', key) < tonumber(lease) then
       redis.call('PEXPIRE', key, lease)
     end

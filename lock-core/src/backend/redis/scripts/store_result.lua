@@ -11,7 +11,8 @@
 --
 -- Returns 1 when the record was written, 0 when the lock was not ours (nothing written).
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and value ~= ARGV[1] .. '+' then
+local owner = value and string.sub(value, 1, #ARGV[1] + 1)
+if owner ~= ARGV[1] and owner ~= ARGV[1] .. '|' and owner ~= ARGV[1] .. '+' then
   return 0
 end
 redis.call('HSET', KEYS[2], 'fingerprint', ARGV[2], 'result', ARGV[3])

@@ -1,22 +1,21 @@
 //! The embedded, in-process backend.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use std::collections::VecDeque;
-
-use super::{Attempt, BoxFuture, Inbox, Kept, Listeners, QueueTicket, Renewal, Renewed};
+use super::{Attempt, BoxFuture, Inbox, Kept, Renewal, Renewed};
 use crate::LockError;
 use crate::idempotency::{IdempotencyRecord, IdempotencyState, Marked};
 use crate::key::LockKey;
 use crate::sync::{Mutex, MutexGuard};
 use crate::token::Token;
 
-/// Below this many live entries the table is never swept.
-const MIN_SWEEP: usize = 1024;
+mod ops;
+mod table;
+
+use table::{QueueEntry, Record, Table};
 
 /// Locks held in this process's memory, with the same semantics as Redis: a random token per
 /// acquisition, owner-checked release and renewal, a lease after which the lock is free, release
@@ -58,46 +57,6 @@ impl std::fmt::Debug for MemoryBackend {
             .field("fence_counters", &table.fences.len())
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    locks: HashMap<String, Entry>,
-    fences: HashMap<String, u64>,
-    /// Queued waiters per lock, oldest first (see [`QueueEntry`]).
-    queues: HashMap<String, VecDeque<QueueEntry>>,
-    listeners: Listeners,
-    sweep_above: usize,
-    /// Idempotency records by record name (`LockKey::result`), swept like the locks.
-    records: HashMap<String, Record>,
-    records_sweep_above: usize,
-}
-
-#[derive(Debug)]
-struct Record {
-    fingerprint: String,
-    /// A result, or `Err(mark)` for a "started" mark (its id, one per acquisition: a mark
-    /// written twice under one acquisition is written once).
-    result: Result<Vec<u8>, Token>,
-    expires: Instant,
-}
-
-#[derive(Debug)]
-struct Entry {
-    token: Token,
-    expires: Instant,
-}
-
-/// A waiter in a lock's queue: its ticket, when the ticket dies without a refresh, and what a
-/// release sets when it hands the lock over (the attempt's token, lease and fencing choice).
-#[derive(Debug)]
-struct QueueEntry {
-    ticket: String,
-    dies: Instant,
-    token: Token,
-    lease: Duration,
-    fenced: bool,
-    generation: u64,
 }
 
 impl MemoryBackend {
@@ -240,9 +199,14 @@ impl MemoryBackend {
         key: &LockKey,
         token: &Token,
         lease: Duration,
-        fenced: bool,
-        ticket: Option<&QueueTicket>,
+        options: super::AttemptOptions<'_>,
     ) -> Attempt {
+        let super::AttemptOptions {
+            fenced,
+            ticket,
+            holder,
+            ..
+        } = options;
         let now = Instant::now();
         let mut t = self.table();
         let live = t.locks.get(key.name()).filter(|e| e.expires > now);
@@ -262,6 +226,7 @@ impl MemoryBackend {
                         lease: ticket.handover_lease,
                         fenced,
                         generation: ticket.generation,
+                        holder: Arc::from(holder),
                     };
                     let q = t.queues.entry(key.name().to_owned()).or_default();
                     match q.iter_mut().find(|q| q.ticket == ticket.id) {
@@ -287,7 +252,7 @@ impl MemoryBackend {
                 remaining: Some(remaining),
             };
         }
-        let fence = t.take(key, token.clone(), now, lease, fenced);
+        let fence = t.take(key, token.clone(), holder.into(), now, lease, fenced);
         Attempt::Acquired { fence }
     }
 
@@ -482,14 +447,7 @@ impl super::Backend for MemoryBackend {
         lease: Duration,
         options: super::AttemptOptions<'a>,
     ) -> BoxFuture<'a, Result<Attempt, LockError>> {
-        ready(Ok(MemoryBackend::acquire(
-            self,
-            key,
-            token,
-            lease,
-            options.fenced,
-            options.ticket,
-        )))
+        ready(Ok(MemoryBackend::acquire(self, key, token, lease, options)))
     }
 
     fn release<'a>(
@@ -597,6 +555,29 @@ impl super::Backend for MemoryBackend {
         ready(Ok(MemoryBackend::keep_if_alone(self, key, token)))
     }
 
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<crate::LockState, LockError>> {
+        ready(Ok(self.inspect_now(key)))
+    }
+
+    fn force_unlock<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<crate::LockState>, LockError>> {
+        ready(Ok(self.force_unlock_now(key)))
+    }
+
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a super::KeyPattern,
+        cursor: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<super::ListPage, LockError>> {
+        ready(Ok(self.list_now(prefix, pattern, cursor)))
+    }
+
     fn eviction_risk(&self) -> Option<bool> {
         Some(false)
     }
@@ -605,122 +586,4 @@ impl super::Backend for MemoryBackend {
 /// A future that is ready with `value`.
 fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(value))
-}
-
-impl Table {
-    /// Whether the live lock of `key` holds `token`.
-    fn ours(&self, key: &LockKey, token: &Token, now: Instant) -> bool {
-        self.locks
-            .get(key.name())
-            .is_some_and(|e| e.token == *token && e.expires > now)
-    }
-
-    /// Sets the record (a result, or a mark: `Err(token)`) of `key`.
-    fn put_record(
-        &mut self,
-        key: &LockKey,
-        fingerprint: &str,
-        result: Result<Vec<u8>, Token>,
-        ttl: Duration,
-        now: Instant,
-    ) {
-        self.records.insert(
-            key.result(),
-            Record {
-                fingerprint: fingerprint.to_owned(),
-                result,
-                // `ttl` is at most MAX_RESULT_TTL (checked by the caller): no overflow.
-                expires: now.checked_add(ttl).unwrap_or(now),
-            },
-        );
-        if self.records.len() > self.records_sweep_above.max(MIN_SWEEP) {
-            self.records.retain(|_, r| r.expires > now);
-            self.records_sweep_above = self.records.len() * 2;
-        }
-    }
-
-    /// Sets the lock (free now) to `token` until `expires`, drawing a fence when asked.
-    fn take(
-        &mut self,
-        key: &LockKey,
-        token: Token,
-        now: Instant,
-        lease: Duration,
-        fenced: bool,
-    ) -> Option<u64> {
-        self.locks.insert(
-            key.name().to_owned(),
-            Entry {
-                token,
-                expires: now + lease,
-            },
-        );
-        if self.locks.len() > self.sweep_above.max(MIN_SWEEP) {
-            self.sweep(now);
-            self.sweep_above = self.locks.len() * 2;
-        }
-        fenced.then(|| {
-            let counter = self.fences.entry(key.fence().to_owned()).or_insert(0);
-            *counter += 1;
-            *counter
-        })
-    }
-
-    /// The first live ticket of a lock's queue, dropping dead ones (`keep` is never dropped).
-    fn queue_head(&mut self, lock: &str, now: Instant, keep: Option<&str>) -> Option<String> {
-        let q = self.queues.get_mut(lock)?;
-        while let Some(first) = q.front() {
-            if first.dies > now || keep == Some(first.ticket.as_str()) {
-                return Some(first.ticket.clone());
-            }
-            q.pop_front();
-        }
-        self.queues.remove(lock);
-        None
-    }
-
-    fn leave(&mut self, lock: &str, ticket: &str) {
-        if let Some(q) = self.queues.get_mut(lock) {
-            // The head leaves in O(1) (every fair taker is the head): N fair waiters cost O(N).
-            if q.front().is_some_and(|q| q.ticket == ticket) {
-                q.pop_front();
-            } else {
-                q.retain(|q| q.ticket != ticket);
-            }
-            if q.is_empty() {
-                self.queues.remove(lock);
-            }
-        }
-    }
-
-    /// The lock just became free: hands it to the oldest live queued waiter and tells that
-    /// waiter, or tells every listener it is free.
-    fn hand_over(&mut self, key: &LockKey, now: Instant) {
-        if self.queue_head(key.name(), now, None).is_some()
-            && let Some(next) = self
-                .queues
-                .get_mut(key.name())
-                .and_then(VecDeque::pop_front)
-        {
-            let fence = self
-                .take(key, next.token, now, next.lease, next.fenced)
-                .unwrap_or(0);
-            if self.queues.get(key.name()).is_some_and(VecDeque::is_empty) {
-                self.queues.remove(key.name());
-            }
-            let payload = format!("{}:{}:{fence}", next.ticket, next.generation);
-            self.listeners.wake(key.name(), payload.as_bytes());
-        } else if self.listeners.len() > 0 {
-            self.listeners.wake(key.name(), b"released");
-        }
-    }
-
-    fn sweep(&mut self, now: Instant) {
-        self.locks.retain(|_, e| e.expires > now);
-        self.records.retain(|_, r| r.expires > now);
-        self.queues.retain(|_, q| {
-            q.retain(|q| q.dies > now);
-            !q.is_empty()
-        });
-    }
 }
