@@ -295,9 +295,15 @@ async fn renewals_round_trips_and_a_deleted_lock_are_counted() {
         .unwrap();
     assert_eq!(server.del(&name).await, 1);
     let released = guard.release().await;
-    assert!(matches!(released, Err(LockError::LeaseLost { .. })), "{released:?}");
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "{released:?}"
+    );
     rec.take();
-    assert_eq!(rec.counter(LOST, &[class, backend, ("reason", "release")]), 1);
+    assert_eq!(
+        rec.counter(LOST, &[class, backend, ("reason", "release")]),
+        1
+    );
     assert_eq!(rec.counter(LOST, &[class]), 2);
     assert_eq!(rec.gauge(HELD, &[class]), 0.0);
 }
