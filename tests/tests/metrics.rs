@@ -761,3 +761,56 @@ async fn layer_answers_and_idempotency_outcomes_are_counted() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_backend_label_names_each_redis_backend() {
+    use lock_testkit::cluster::RedisCluster;
+    use lock_testkit::sentinel::RedisSentinelSet;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+
+    let cluster = RedisCluster::start().await;
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_cluster = Locker::redis_cluster(&urls).await.unwrap();
+
+    let set = RedisSentinelSet::start().await;
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_sentinel = Locker::redis_sentinel(&urls, set.master_name())
+        .await
+        .unwrap();
+
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_redlock = Locker::redlock(&urls).await.unwrap();
+
+    for (locker, kind) in [
+        (&on_cluster, "cluster"),
+        (&on_sentinel, "sentinel"),
+        (&on_redlock, "redlock"),
+    ] {
+        assert_eq!(locker.backend().kind(), kind);
+        let guard = locker.lock("order:5").class("kinds").await.unwrap();
+        guard.release().await.unwrap();
+    }
+    rec.take();
+    for kind in ["cluster", "sentinel", "redlock"] {
+        let backend = ("backend", kind);
+        let class = ("class", "kinds");
+        assert_eq!(
+            rec.samples(ACQUIRE, &[class, backend, ("outcome", "acquired")])
+                .len(),
+            1,
+            "{kind}"
+        );
+        assert_eq!(
+            rec.samples(HELD_DURATION, &[class, backend]).len(),
+            1,
+            "{kind}"
+        );
+    }
+    assert_eq!(rec.samples(ACQUIRE, &[("class", "kinds")]).len(), 3);
+}
