@@ -124,6 +124,12 @@ fn main() -> ExitCode {
 }
 
 fn run(options: &Options) -> Result<()> {
+    // With the `metrics` feature the locks' metrics go to a real recorder, as in a service
+    // that exports them (the exporter's rendering is left out: it runs at scrape time).
+    #[cfg(feature = "metrics")]
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("installing the metrics recorder: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -113,6 +113,8 @@ impl Shop {
     /// # drop(shop);
     /// ```
     pub fn new(locker: Locker, store: Store, config: ShopConfig) -> Shop {
+        // The locks' metrics are recorded from the first one on (served at `/metrics`).
+        let _ = crate::metrics::handle();
         Shop {
             inventory: Inventory::new(store.clone(), config.work),
             lottery: Lottery::new(store.clone(), locker.clone(), config.work)

@@ -243,6 +243,32 @@ impl ShopClient {
         self.get_json(&format!("{base}/payments/{order}")).await
     }
 
+    /// `GET {base}/metrics`: the service's metrics in Prometheus text.
+    ///
+    /// # Errors
+    /// [`ClientError`], also when the answer is not a 200.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_examples::client::ShopClient) {
+    /// let text = client.metrics("http://127.0.0.1:3000").await.unwrap();
+    /// assert!(text.contains("lock_acquire_duration_seconds"));
+    /// # }
+    /// ```
+    pub async fn metrics(&self, base: &str) -> Result<String, ClientError> {
+        let url = format!("{base}/metrics");
+        let reply = self.send::<()>(Method::GET, &url, &[], None).await?;
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        if reply.status == StatusCode::OK {
+            Ok(text)
+        } else {
+            Err(ClientError::Unexpected {
+                url,
+                status: reply.status,
+                body: text.chars().take(200).collect(),
+            })
+        }
+    }
+
     /// `GET {base}/inventory/{sku}`.
     ///
     /// # Errors

@@ -40,6 +40,7 @@ pub mod cluster;
 pub mod demo;
 pub mod inventory;
 pub mod lottery;
+pub mod metrics;
 pub mod problem;
 pub mod routes;
 pub mod store;

@@ -40,6 +40,7 @@ impl Shop {
     /// - `POST /checkout`, body `{"order", "user", "amount_cents"}`, header `Idempotency-Key`:
     ///   charges the order once per key;
     /// - `GET /payments/{order}`: every charge made for the order.
+    /// - `GET /metrics`: the locks' metrics in Prometheus text.
     ///
     /// ```
     /// let app = lock_examples::Shop::memory(Default::default()).router();
@@ -53,6 +54,7 @@ impl Shop {
             .route("/lottery/{draw}", get(draw))
             .route("/checkout", self.idempotent(post(checkout)))
             .route("/payments/{order}", get(payments))
+            .route("/metrics", get(metrics_text))
             .with_state(self.clone())
     }
 
@@ -105,7 +107,9 @@ impl Shop {
 
     /// The SKU lock: one `inventory:{sku}` lock per SKU, across every process on the backend.
     fn sku_lock(&self) -> LockLayer<PathParam> {
-        LockLayer::new(self.locker().clone(), PathParam::new("sku")).key_prefix("inventory:")
+        LockLayer::new(self.locker().clone(), PathParam::new("sku"))
+            .key_prefix("inventory:")
+            .class(crate::metrics::SKU_CLASS)
     }
 }
 
@@ -273,5 +277,21 @@ async fn payments(
     match shop.payments().charges(&order).await {
         Ok(charges) => Ok(Json(charges).into_response()),
         Err(e) => Err(Problem::unavailable(e.to_string())),
+    }
+}
+
+/// `GET /metrics`: the locks' metrics in Prometheus text (see [`crate::metrics`]).
+async fn metrics_text() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match crate::metrics::render() {
+        Some(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        None => axum::http::StatusCode::NOT_FOUND.into_response(),
     }
 }

@@ -43,6 +43,13 @@ fn main_job_in_fast_mode_exits_zero_with_oversold_zero() {
     );
     assert_eq!(oversold(&stdout), 0, "{stdout}");
     assert!(stdout.contains("PASS"), "{stdout}");
+    // The lock's latency, read back from the service's /metrics: every quantile present.
+    let latency = stdout
+        .lines()
+        .find(|l| l.starts_with("lock inventory:{sku} (from /metrics): wait p50 "))
+        .unwrap_or_else(|| panic!("a lock latency line in {stdout}"));
+    assert!(!latency.contains("n/a"), "{latency}");
+    assert_eq!(latency.matches(" ms").count(), 4, "{latency}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }
 

@@ -203,3 +203,70 @@ async fn checkout_charges_once_per_idempotency_key_and_replays_the_first_answer(
     assert_eq!(charges.len(), 2);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_scraped_over_http_in_prometheus_text() {
+    let (shop, server, base) = start().await;
+    shop.inventory().seed("sku-scraped-7", 5).await.unwrap();
+    let client = ShopClient::new();
+    for user in ["a", "b"] {
+        let reply = client
+            .reserve(&base, "sku-scraped-7", &buy(user, 1), false)
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+    let held = shop
+        .locker()
+        .lock(lock_examples::inventory::lock_key("sku-scraped-7"))
+        .await
+        .unwrap();
+    let busy = client
+        .reserve(&base, "sku-scraped-7", &buy("c", 1), true)
+        .await
+        .unwrap();
+    assert_eq!(busy.status, StatusCode::CONFLICT);
+    held.release().await.unwrap();
+
+    let text = client.metrics(&base).await.unwrap();
+    use lock_examples::metrics::{SKU_CLASS, value};
+    let sku = ("class", SKU_CLASS);
+    let count = |outcome: &str| {
+        value(
+            &text,
+            "lock_acquire_duration_seconds_count",
+            &[sku, ("backend", "memory"), ("outcome", outcome)],
+        )
+        .unwrap_or(0.0)
+    };
+    // Other tests of this binary share the process's recorder: at least ours.
+    assert!(count("acquired") >= 2.0, "{text}");
+    assert!(count("busy") >= 1.0, "{text}");
+    assert!(
+        value(
+            &text,
+            "lock_layer_requests_total",
+            &[sku, ("outcome", "busy")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &text,
+            "lock_held_duration_seconds",
+            &[sku, ("quantile", "0.99")]
+        )
+        .is_some(),
+        "{text}"
+    );
+    assert!(value(&text, "lock_held", &[sku]).is_some(), "{text}");
+    assert!(
+        text.contains("# TYPE lock_acquire_duration_seconds summary"),
+        "{text}"
+    );
+    // Keys are never labels.
+    assert!(!text.contains("sku-scraped-7"), "{text}");
+    server.stop().await;
+}

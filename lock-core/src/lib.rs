@@ -16,6 +16,7 @@ mod inspect;
 mod key;
 mod locker;
 mod macro_support;
+mod observe;
 mod request;
 mod sync;
 #[cfg(test)]

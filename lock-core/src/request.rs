@@ -221,6 +221,25 @@ impl LockRequest {
         self
     }
 
+    /// Names the class of this lock in its metrics and spans (the `class` label): a name
+    /// for a family of keys, such as `"checkout"` or a key template (`"inventory:{sku}"`),
+    /// never the key itself (labels must stay few). Default `"default"`. `#[distributed_lock]`
+    /// gives its key template, lock-tower's layers their name. Owned names are kept once each,
+    /// up to 256 distinct ones; later ones are counted as `"other"`. It changes no lock: two
+    /// classes of one key are one lock.
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = lock_core::Locker::memory();
+    /// let guard = locker.lock("order:42").class("checkout").await?;
+    /// # drop(guard); Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn class(mut self, class: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.options_mut().class = Some(crate::observe::class(class.into()));
+        self
+    }
+
     /// The key asked for.
     ///
     /// ```

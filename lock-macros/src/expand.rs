@@ -126,7 +126,10 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
             #krate::__private::global().map(|__lock_locker| __lock_locker.lock(__lock_key))
         },
     };
-    let mut settings = TokenStream::new();
+    // The key template is the lock's class in metrics and spans: one label per function's
+    // template, never the key made from it.
+    let template = &options.key;
+    let mut settings = quote_spanned!(site=> .class(#template));
     if let Some(wait) = options.wait {
         let ms = millis(wait);
         settings
@@ -171,11 +174,7 @@ fn generate(func: &ItemFn, options: &Options, key_arguments: &[TokenStream]) -> 
     // the signature: when `E: From<LockError>` does not hold, rustc reports it there.
     let error_span = error_type_span(&sig.output);
     let convert = quote_spanned!(error_span=> ::core::convert::From::from);
-    let configure = if settings.is_empty() {
-        TokenStream::new()
-    } else {
-        quote_spanned!(site=> .map(|__lock_request| __lock_request #settings))
-    };
+    let configure = quote_spanned!(site=> .map(|__lock_request| __lock_request #settings));
 
     // The body's statements, not its block: `async move { {..} }` around a one-line body is
     // reported by `unused_braces`, at the user's code.

@@ -70,7 +70,9 @@ mod snapshots;
 /// where `E: From<lock_core::LockError>`. Aliases such as `io::Result<T>` or `anyhow::Result<T>`
 /// work when they are named `Result`. Attributes, doc comments, visibility and `where` clauses
 /// are kept; `#[tracing::instrument]` may be placed above (the span covers only the body) or
-/// below (the span covers waiting for the lock too).
+/// below (the span covers waiting for the lock too). The key template, as written, is the
+/// lock's class in lock-core's metrics and spans (`LockRequest::class`): `"inventory:{sku}"`
+/// is one label, whatever the SKUs.
 ///
 /// A `fn` that is not `async`, a `const fn`, or a return type that is not a `Result` is a
 /// compile error that says what to write instead.

@@ -119,6 +119,20 @@ impl<K> LockLayer<K> {
         self
     }
 
+    /// Names the locks this layer takes, in metrics and spans (the `class` label of lock-core's
+    /// metrics and of `lock_layer_requests_total`, feature `metrics`): a fixed name for the
+    /// route or the resource, such as `"checkout"`, never a key. Default `"default"`.
+    ///
+    /// ```
+    /// use lock_tower::{LockLayer, extract::MethodAndPath};
+    /// let layer = LockLayer::new(lock_core::Locker::memory(), MethodAndPath).class("checkout");
+    /// # drop(layer);
+    /// ```
+    pub fn class(mut self, class: &'static str) -> Self {
+        self.metrics.class = class;
+        self
+    }
+
     /// Does not wait: a busy key answers 409 at once, with `Retry-After` from the holder's
     /// remaining lease when the backend reports it.
     ///

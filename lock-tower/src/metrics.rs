@@ -26,9 +26,20 @@ use std::time::Duration;
 /// # }
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct LockLayerMetrics {
     inner: Arc<Counters>,
+    /// The layer's class: the `class` label of its answers and of its locks.
+    pub(crate) class: &'static str,
+}
+
+impl Default for LockLayerMetrics {
+    fn default() -> Self {
+        LockLayerMetrics {
+            inner: Arc::default(),
+            class: "default",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -160,6 +171,34 @@ impl LockLayerMetrics {
             Counter::LeasesLost => &c.leases_lost,
         };
         atomic.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let outcome = match counter {
+                Counter::PassedThrough => "passed_through",
+                Counter::FailedOpen => "failed_open",
+                Counter::RejectedBusy => "busy",
+                Counter::RejectedTimeout => "timeout",
+                Counter::RejectedUnavailable => "unavailable",
+                Counter::RejectedLeaseLost => "lease_lost",
+                Counter::RejectedBadKey => "bad_key",
+                Counter::RejectedMisconfigured => "misconfigured",
+                // Not an answer: lock-core counts the loss (`lock_leases_lost_total`), and
+                // the answer it leads to is counted as `lease_lost`.
+                Counter::LeasesLost => return,
+            };
+            self.answer(outcome);
+        }
+    }
+
+    /// Counts one answer of the layer (`lock_layer_requests_total`).
+    #[cfg(feature = "metrics")]
+    fn answer(&self, outcome: &'static str) {
+        ::metrics::counter!(
+            "lock_layer_requests_total",
+            "class" => self.class,
+            "outcome" => outcome
+        )
+        .increment(1);
     }
 
     /// A lock was acquired after `took` (`waited`: the key was locked when the request came);
@@ -173,6 +212,8 @@ impl LockLayerMetrics {
         c.acquire_micros_total
             .fetch_add(micros(took), Ordering::Relaxed);
         c.in_flight.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.answer("locked");
     }
 
     /// A lock acquired by a request is no longer held by it, after `held`.

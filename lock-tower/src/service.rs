@@ -193,7 +193,7 @@ where
             }
             Err(rejection) => return ResponseFuture::rejected(shared.clone(), rejection.into()),
         };
-        let mut lock = shared.locker.lock(&key);
+        let mut lock = shared.locker.lock(&key).class(shared.metrics.class);
         lock = match options.wait {
             Wait::LockerDefault => lock,
             Wait::For(wait) => lock.wait(wait),

@@ -63,6 +63,7 @@ mod guide {
         Custom = "docs/src/backends/custom.md";
         Idempotency = "docs/src/idempotency.md";
         Operating = "docs/src/operating.md";
+        Metrics = "docs/src/metrics.md";
         Upgrading = "docs/src/upgrading.md";
     }
 

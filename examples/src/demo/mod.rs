@@ -292,7 +292,15 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
         (None, None, Some(url)) => Shop::redis(url, &namespace, shop_config).await?,
     };
     let servers = Servers::start(&shop, config, &namespace).await?;
-    let report = scenario::drive(&shop, &servers.base_urls(), config, &namespace).await;
+    let bases = servers.base_urls();
+    let mut report = scenario::drive(&shop, &bases, config, &namespace).await;
+    // The lock's latency as an operator sees it: from the service's own `/metrics`.
+    if let (Ok(report), Some(base)) = (&mut report, bases.first()) {
+        match crate::client::ShopClient::new().metrics(base).await {
+            Ok(text) => report.lock_latency = Some(crate::metrics::lock_latency_line(&text)),
+            Err(e) => report.notes.push(format!("reading /metrics failed: {e}")),
+        }
+    }
     servers.stop().await;
     if config.keep_data {
         return report;

@@ -158,6 +158,9 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Keys removed from the backend after the run (`None`: kept, or the cleanup failed).
     pub cleaned_keys: Option<u64>,
+    /// The SKU lock's wait and hold p50/p99, read from the first server's `/metrics` after the
+    /// run (`None`: not read).
+    pub lock_latency: Option<String>,
 }
 
 impl Report {
@@ -414,6 +417,10 @@ impl Report {
             "  POST /checkout behind IdempotencyLayer, each request retried like the lottery's; handler runs: charges in the payments ledger"
         )?;
         writeln!(out)?;
+        if let Some(line) = &self.lock_latency {
+            writeln!(out, "{line}")?;
+            writeln!(out)?;
+        }
         let checks = self.checks();
         writeln!(out, "invariants")?;
         for check in &checks {

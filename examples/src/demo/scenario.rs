@@ -181,6 +181,7 @@ pub(super) async fn drive(
         lottery_concurrent_retries: s.concurrent_retries,
         notes,
         cleaned_keys: None,
+        lock_latency: None,
     })
 }
 

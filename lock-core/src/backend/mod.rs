@@ -280,6 +280,18 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
+    /// A short name for the kind of store, the `backend` label of the metrics (feature
+    /// `metrics`): `memory`, `redis`, `cluster`, `sentinel`, `redlock`, `etcd`, `zookeeper`;
+    /// `custom` unless a backend of your own names itself.
+    ///
+    /// ```
+    /// use lock_core::Backend;
+    /// assert_eq!(lock_core::MemoryBackend::new().kind(), "memory");
+    /// ```
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
     /// Takes a waiter's ticket out of the key's queue (it gave up). If a release handed the
     /// lock to the ticket meanwhile (`token`), the lock is passed on as a release would.
     fn leave_queue<'a>(
@@ -513,8 +525,12 @@ pub(crate) use forward_to_inherent;
 /// of a lost or renewed session.
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 macro_rules! consensus_backend {
-    ($ty:ty, |$this:ident| $reconnects:expr) => {
+    ($ty:ty, $kind:literal, |$this:ident| $reconnects:expr) => {
         impl Backend for $ty {
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+
             fn acquire<'a>(
                 &'a self,
                 key: &'a LockKey,

@@ -14,6 +14,7 @@ use crate::engine::wait::PassOn;
 use crate::engine::watched::Watched;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+use crate::observe::{End, Holding, LossReason};
 use crate::sync::Mutex;
 use crate::token::Token;
 
@@ -41,6 +42,8 @@ pub(crate) struct HoldState {
     /// Until when the lease is ours for sure, on the monotonic clock, drift already subtracted.
     pub(crate) valid_until: Instant,
     pub(crate) phase: Phase,
+    /// Whether it is observed (`Held::observe`): its end has something to tell.
+    pub(crate) observed: bool,
 }
 
 /// The state of one acquisition, shared by its guard, the watchdog and `run`.
@@ -79,6 +82,9 @@ pub(crate) struct Held {
     /// its own, and it is made anew when a guard leaves a mark behind (see
     /// [`forget_mark`](Self::forget_mark)).
     mark: Mutex<Option<Token>>,
+    /// Its span and metric labels while it is held (see [`observe`](Self::observe)); taken
+    /// when it ends.
+    obs: Mutex<Option<Holding>>,
 }
 
 /// What an acquire attempt that succeeded knows about the new lock.
@@ -148,6 +154,7 @@ impl Held {
         let state = Watched::new(HoldState {
             valid_until,
             phase: Phase::Held,
+            observed: false,
         });
         Arc::new(Held {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -165,6 +172,7 @@ impl Held {
             renewing: OnceLock::new(),
             current: OnceLock::new(),
             mark: Mutex::new(None),
+            obs: Mutex::new(None),
         })
     }
 
@@ -183,6 +191,7 @@ impl Held {
         let state = Watched::new(HoldState {
             valid_until: self.snapshot().valid_until,
             phase: Phase::Held,
+            observed: false,
         });
         let next = Arc::new(Held {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -200,6 +209,7 @@ impl Held {
             renewing: OnceLock::from(self.renewing().clone()),
             current: OnceLock::from(current.clone()),
             mark: Mutex::new(None),
+            obs: Mutex::new(None),
         });
         // From here a renewal answer or a loss that reaches this acquisition (or an earlier
         // holder of the lease) reaches `next` too; then this one ends. Had it been lost just
@@ -210,14 +220,20 @@ impl Held {
         // release must say so, and release in the backend), one past its deadline is left to
         // the usual release (marking it lost here would take the wait queues' lock again).
         let mut passed = false;
+        let mut observed = false;
         self.state.change(|s| {
             if s.phase == Phase::Held && now < s.valid_until {
                 s.phase = Phase::Released;
                 passed = true;
+                observed = s.observed;
             }
             passed
         });
-        if !passed {
+        if passed {
+            if observed {
+                self.end_observed(End::Passed);
+            }
+        } else {
             next.state.change(|s| {
                 s.phase = Phase::Lost;
                 true
@@ -316,16 +332,24 @@ impl Held {
     }
 
     fn apply_loss(&self, why: &str) {
+        let mut observed = false;
         let changed = self.state.change(|s| {
             if s.phase == Phase::Held {
                 s.phase = Phase::Lost;
+                observed = s.observed;
                 true
             } else {
                 false
             }
         });
         if changed {
-            tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
+            // In the held lock's span, when it has one.
+            self.observed_span().in_scope(|| {
+                tracing::warn!(key = %self.key.display(), reason = why, "lock lease lost");
+            });
+            if observed {
+                self.end_observed(End::Lost(LossReason::of(why)));
+            }
             #[cfg(test)]
             tests::LOST_NOT_YET_LEFT.reached(self);
             self.locker.watchdog.remove(self.id);
@@ -335,13 +359,61 @@ impl Held {
 
     /// Marks the lock released; returns the phase it was in.
     pub(crate) fn mark_released(&self) -> Phase {
+        self.mark_released_observed().0
+    }
+
+    /// [`mark_released`](Self::mark_released), and the class the lock was observed under.
+    fn mark_released_observed(&self) -> (Phase, Option<&'static str>) {
         let mut before = Phase::Released;
+        let mut observed = false;
         self.state.change(|s| {
             before = s.phase;
+            observed = s.observed;
             s.phase = Phase::Released;
             before != Phase::Released
         });
-        before
+        let class = if before == Phase::Held && observed {
+            self.end_observed(End::Released)
+        } else {
+            None
+        };
+        (before, class)
+    }
+
+    /// Starts observing this lock as held (its acquisition returned it): `holding` is kept
+    /// until the lock ends, then told how. Not when it ended already (lost on its way to the
+    /// caller): under the state's lock, so a transition either sees it or came first.
+    pub(crate) fn observe(&self, holding: Holding) {
+        self.state.change(|s| {
+            if s.phase == Phase::Held {
+                holding.started();
+                *self.obs.lock() = Some(holding);
+                s.observed = true;
+            }
+            false
+        });
+    }
+
+    /// The class this lock is observed under, while it is held.
+    pub(crate) fn observed_class(&self) -> Option<&'static str> {
+        self.obs.lock().as_ref().map(|h| h.class)
+    }
+
+    /// The held lock's span (`Span::none()` when not observed).
+    fn observed_span(&self) -> tracing::Span {
+        self.obs
+            .lock()
+            .as_ref()
+            .map_or_else(tracing::Span::none, Holding::span)
+    }
+
+    /// This lock stopped being held (called by whoever moved it out of `Held`, once);
+    /// returns the class it was observed under.
+    fn end_observed(&self, end: End) -> Option<&'static str> {
+        let holding = self.obs.lock().take()?;
+        let class = holding.class;
+        holding.ended(self.acquired_at, end);
+        Some(class)
     }
 
     /// Resolves when the lease is lost (never, once released).
@@ -409,7 +481,7 @@ impl Held {
             self.locker.queues.holder_left(self);
         }
         self.locker.watchdog.remove(self.id);
-        let before = self.mark_released();
+        let (before, class) = self.mark_released_observed();
         if before == Phase::Released {
             return Ok(());
         }
@@ -421,6 +493,14 @@ impl Held {
             // A release that went through told this process's waiters itself (and may have
             // handed the lock to one of them); otherwise the local head looks for itself.
             self.locker.queues.wake_local(&self.key);
+        }
+        if matches!(ours, Ok(false)) && valid && before == Phase::Held {
+            // Held until now by every local sign: the loss is learnt here.
+            crate::observe::lost_at_release(
+                &self.locker,
+                class.unwrap_or(crate::observe::DEFAULT_CLASS),
+                &self.key,
+            );
         }
         match ours {
             Ok(true) if valid && before == Phase::Held => Ok(()),
@@ -482,6 +562,7 @@ impl Held {
             Ok(Kept::NotOurs) => {
                 queues.holder_left(self);
                 self.locker.watchdog.remove(self.id);
+                self.end_observed(End::Lost(LossReason::Release));
                 self.mark_released();
                 drop(serial);
                 queues.wake_local(&self.key);

@@ -332,6 +332,8 @@ impl Watchdog {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let answer = tokio::time::timeout(bound, inner.call().renew(items)).await;
         let mut lost = Vec::new();
+        let answered = matches!(&answer, Ok(Ok(v)) if v.len() == items.len());
+        crate::observe::renewal_call(inner, sent.elapsed(), answered);
         let verdicts = match answer {
             Ok(Ok(verdicts)) if verdicts.len() == items.len() => verdicts,
             failed => {
@@ -347,6 +349,12 @@ impl Watchdog {
         let mut entries = self.entries();
         let mut unknown = 0usize;
         for ((held, item), verdict) in due.iter().zip(items).zip(verdicts) {
+            let outcome = match verdict {
+                Renewed::Yes => "renewed",
+                Renewed::Lost => "lost",
+                Renewed::Unknown => "undecided",
+            };
+            crate::observe::renewal(inner, held.observed_class(), outcome);
             match verdict {
                 Renewed::Yes => {
                     held.renewed(sent, item.lease);

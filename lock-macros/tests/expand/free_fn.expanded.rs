@@ -10,6 +10,7 @@ pub async fn reserve(
                 .map(|__lock_locker| __lock_locker.lock(__lock_key))
                 .map(|__lock_request| {
                     __lock_request
+                        .class("inventory:{sku}:{warehouse.id}")
                         .wait(::lock_core::__private::Duration::from_millis(2000))
                 }),
             async move {

@@ -3,7 +3,8 @@ pub async fn charge(order: &Order) -> Result<Receipt, PayError> {
     let __lock_key = ::std::format!("charge:{}", order.id);
     ::lock_core::__private::run_idempotent(
             ::lock_core::__private::global()
-                .map(|__lock_locker| __lock_locker.lock(__lock_key)),
+                .map(|__lock_locker| __lock_locker.lock(__lock_key))
+                .map(|__lock_request| __lock_request.class("charge:{order.id}")),
             ::lock_core::__private::stored()
                 .called_by({
                     let __lock_here = || ();
@@ -42,7 +43,7 @@ pub async fn payout(&self, id: u64) -> Result<u64, PayError> {
                     let __lock_locker: &::lock_core::Locker = &(self.locker);
                     __lock_locker.lock(__lock_key)
                 })
-                .map(|__lock_request| __lock_request.no_wait()),
+                .map(|__lock_request| __lock_request.class("payout:{id}").no_wait()),
             ::lock_core::__private::stored()
                 .called_by({
                     let __lock_here = || ();

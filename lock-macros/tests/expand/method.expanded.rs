@@ -11,6 +11,7 @@ impl Lottery {
                     })
                     .map(|__lock_request| {
                         __lock_request
+                            .class("user:{req.user_id}:draw:{self.draw_id}")
                             .no_wait()
                             .lease(::lock_core::__private::Duration::from_millis(90000))
                             .fenced()
@@ -44,9 +45,10 @@ impl Lottery {
                     _,
                     my_locks::LockError,
                 >({
-                    let __lock_locker: &my_locks::Locker = &(self.locker);
-                    __lock_locker.lock(__lock_key)
-                }),
+                        let __lock_locker: &my_locks::Locker = &(self.locker);
+                        __lock_locker.lock(__lock_key)
+                    })
+                    .map(|__lock_request| __lock_request.class("lottery:{{global}}")),
                 async move {
                     #[allow(
                         unknown_lints,

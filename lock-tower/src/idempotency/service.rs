@@ -198,6 +198,7 @@ fn missing_key<B>(header: &HeaderName) -> Response<ResponseBody<B>> {
     if header.as_str() == "idempotency-key" {
         return reject(&rejection);
     }
+    outcome("bad_request");
     let detail = format!(
         "This request must carry a {header} header (its idempotency key), and it carries none."
     );
@@ -325,8 +326,8 @@ where
         Err(error) => return Ok(reject(&from_lock_error(&key, error))),
     }
     let lock = match config.wait {
-        Some(wait) => locker.lock(&key).wait(wait),
-        None => locker.lock(&key).no_wait(),
+        Some(wait) => locker.lock(&key).class("idempotency").wait(wait),
+        None => locker.lock(&key).class("idempotency").no_wait(),
     };
     let guard = match lock.await {
         Ok(guard) => guard,
@@ -515,7 +516,10 @@ where
     };
     release(guard).await;
     Ok(match (outcome, answer) {
-        (None, Ok(body)) => Response::from_parts(parts, body),
+        (None, Ok(body)) => {
+            self::outcome("stored");
+            Response::from_parts(parts, body)
+        }
         (Some(rejection), _) | (None, Err(rejection)) => reject(&rejection),
     })
 }
@@ -773,6 +777,7 @@ fn answer_from_record<B>(
             response
                 .headers_mut()
                 .insert(REPLAYED, HeaderValue::from_static("true"));
+            outcome("replayed");
             response
         }
         Ok(Stored::TooLarge { status }) => reject(&IdempotencyRejection::NotStored { status }),
@@ -834,6 +839,19 @@ pub(crate) fn reject<B>(rejection: &IdempotencyRejection) -> Response<ResponseBo
     if let IdempotencyRejection::Misconfigured { reason } = rejection {
         tracing::error!(%reason, "idempotency layer failed (500)");
     }
+    outcome(match rejection {
+        IdempotencyRejection::Mismatch => "mismatch",
+        IdempotencyRejection::InFlight
+        | IdempotencyRejection::OutcomeUnknown
+        | IdempotencyRejection::NotStored { .. } => "conflict",
+        IdempotencyRejection::MissingKey
+        | IdempotencyRejection::InvalidKey { .. }
+        | IdempotencyRejection::BodyUnreadable
+        | IdempotencyRejection::BodyTooLarge { .. } => "bad_request",
+        IdempotencyRejection::Unavailable
+        | IdempotencyRejection::LeaseLost
+        | IdempotencyRejection::Misconfigured { .. } => "error",
+    });
     rejection
         .to_response()
         .map(|json| ResponseBody::full(Bytes::from(json)))
@@ -855,6 +873,15 @@ impl<S: fmt::Debug> fmt::Debug for IdempotencyService<S> {
             .field("config", &self.config)
             .finish()
     }
+}
+
+/// Counts one answer of the idempotency layer (`lock_idempotency_requests_total`, feature
+/// `metrics`): `stored` (the handler ran, its response stored), `replayed`, `conflict` (409:
+/// in flight, outcome unknown, response not stored), `mismatch` (422), `bad_request`, `error`.
+fn outcome(outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("lock_idempotency_requests_total", "outcome" => outcome).increment(1);
+    let _ = outcome;
 }
 
 #[cfg(test)]

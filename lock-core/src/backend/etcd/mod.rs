@@ -589,7 +589,11 @@ fn lease_refused(lease: Duration) -> LockError {
     ))
 }
 
-super::consensus_backend!(EtcdBackend, |this| this.inner.leases.reconnects.subscribe());
+super::consensus_backend!(EtcdBackend, "etcd", |this| this
+    .inner
+    .leases
+    .reconnects
+    .subscribe());
 
 #[cfg(test)]
 mod tests;

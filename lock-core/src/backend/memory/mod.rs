@@ -436,6 +436,10 @@ impl MemoryBackend {
 
 /// Every call answers in its first poll: the futures are ready values.
 impl super::Backend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn acquire<'a>(
         &'a self,
         key: &'a LockKey,

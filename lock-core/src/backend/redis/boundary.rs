@@ -20,6 +20,10 @@ use crate::token::Token;
 impl Backend for RedisBackend {
     super::super::forward_to_inherent!(RedisBackend);
 
+    fn kind(&self) -> &'static str {
+        self.inner.conn.kind()
+    }
+
     fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
         Box::pin(self.renew_verdicts(items))
     }

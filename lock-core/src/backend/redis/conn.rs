@@ -21,6 +21,19 @@ pub(crate) enum Conn {
     Sentinel(SentinelConn),
 }
 
+impl Conn {
+    /// The backend's kind (the metrics' `backend` label).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Conn::Single(_) => "redis",
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => "cluster",
+            #[cfg(feature = "sentinel")]
+            Conn::Sentinel(_) => "sentinel",
+        }
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

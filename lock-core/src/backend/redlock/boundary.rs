@@ -17,6 +17,10 @@ use crate::token::Token;
 impl Backend for RedlockBackend {
     super::super::forward_to_inherent!(RedlockBackend);
 
+    fn kind(&self) -> &'static str {
+        "redlock"
+    }
+
     fn renew<'a>(&'a self, items: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
         Box::pin(RedlockBackend::renew(self, items))
     }

@@ -468,7 +468,10 @@ fn timed_out(operation: &'static str, key: Option<&str>) -> LockError {
     )
 }
 
-super::consensus_backend!(ZooKeeperBackend, |this| this.inner.sessions.reconnects());
+super::consensus_backend!(ZooKeeperBackend, "zookeeper", |this| this
+    .inner
+    .sessions
+    .reconnects());
 
 #[cfg(test)]
 mod tests;

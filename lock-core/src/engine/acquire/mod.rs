@@ -16,6 +16,8 @@ use crate::engine::wait::{Local, Receives};
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::locker::{LockerInner, MAX_LEASE, validate_lease, validate_wait};
+use crate::observe;
+use tracing::Instrument;
 
 mod once;
 mod queued;
@@ -60,6 +62,8 @@ pub(crate) struct Options {
     pub(crate) watchdog: Option<bool>,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) fair: bool,
+    /// The class of its metrics and spans (see `LockRequest::class`).
+    pub(crate) class: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +74,7 @@ struct Spec {
     watchdog: bool,
     max_hold: Option<Duration>,
     fair: bool,
+    class: &'static str,
 }
 
 /// Checks a request for the lock on `key` (before any I/O) and returns its acquisition, which
@@ -80,6 +85,26 @@ pub(crate) fn acquire_owned(
     key: &str,
     options: Options,
 ) -> Result<impl Future<Output = Result<LockGuard, LockError>> + Send + 'static, LockError> {
+    let class = options.class.unwrap_or(observe::DEFAULT_CLASS);
+    let checked = check(inner, key, options, class);
+    let (key, spec) = checked.inspect_err(|_| observe::refused(inner, class))?;
+    let observed = observe::Acquiring::new(inner, &key, class);
+    let inner = inner.clone();
+    Ok(async move {
+        let span = observed.span.clone();
+        let result = within_wait(&inner, &key, spec).instrument(span).await;
+        observed.finish(&result);
+        result
+    })
+}
+
+/// The checks of [`acquire_owned`], before any I/O.
+fn check(
+    inner: &Arc<LockerInner>,
+    key: &str,
+    options: Options,
+    class: &'static str,
+) -> Result<(LockKey, Spec), LockError> {
     if let Some(e) = &inner.config.error {
         return Err(e.clone());
     }
@@ -91,6 +116,7 @@ pub(crate) fn acquire_owned(
         watchdog: options.watchdog.unwrap_or(inner.config.watchdog),
         max_hold: options.max_hold,
         fair: options.fair,
+        class,
     };
     validate_lease(spec.lease)?;
     validate_wait(spec.wait)?;
@@ -105,8 +131,7 @@ pub(crate) fn acquire_owned(
     if let Some(why) = inner.backend.refuses(spec.fenced, spec.fair) {
         return Err(LockError::config(why));
     }
-    let inner = inner.clone();
-    Ok(async move { within_wait(&inner, &key, spec).await })
+    Ok((key, spec))
 }
 
 /// The acquisition of [`acquire_owned`], bounded by the wait.
@@ -123,6 +148,7 @@ async fn within_wait(
     // future it awaits, instead of a future kept across both (twice its size in this one).
     let engine = || async {
         if spec.fair {
+            let _waiting = observe::Waiting::new(inner, spec.class);
             // Boxed for the same reason as `acquire`'s wait in the queue.
             Box::pin(acquire_fair(inner, key, &spec, start, &heard)).await
         } else {
@@ -192,6 +218,7 @@ async fn acquire(
         }
     }
     heard.store(true, Ordering::Relaxed);
+    let _waiting = observe::Waiting::new(inner, spec.class);
     // Boxed: the wait's state (local queue ticket, subscription, queued attempts) is large;
     // inline, it would size every acquire's future, moved and copied on the uncontended path.
     Box::pin(wait_in_queue(inner, key, spec, start, deadline)).await

@@ -309,6 +309,7 @@ impl QueuedWaiter {
         if guard.is_some() {
             self.acquired = true;
             self.inner.handovers.fetch_add(1, Ordering::Relaxed);
+            crate::observe::handed_over(&self.inner, self.spec.class);
         } else {
             self.renew_identity();
         }

@@ -41,10 +41,12 @@ async fn instrumented_inside(locker: &Locker, id: u64) -> Result<u64, AppError> 
     Ok(id)
 }
 
-/// Records, at the first entry into each span, whether the lock was already held.
+/// Records, at the first entry into each span of the functions (not lock-core's own
+/// `lock.acquire` and `lock.held`), whether the lock was already held.
 #[derive(Default)]
 struct LockAtEnter {
     next: AtomicU64,
+    functions: Mutex<Vec<u64>>,
     first_enter_held: Mutex<Vec<bool>>,
     entered: Mutex<Vec<u64>>,
 }
@@ -53,13 +55,20 @@ impl Subscriber for LockAtEnter {
     fn enabled(&self, _: &Metadata<'_>) -> bool {
         true
     }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(self.next.fetch_add(1, Ordering::SeqCst) + 1)
+    fn new_span(&self, attributes: &Attributes<'_>) -> Id {
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        if attributes.metadata().name().starts_with("instrumented_") {
+            self.functions.lock().unwrap().push(id);
+        }
+        Id::from_u64(id)
     }
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, _: &Event<'_>) {}
     fn enter(&self, span: &Id) {
+        if !self.functions.lock().unwrap().contains(&span.into_u64()) {
+            return;
+        }
         let mut entered = self.entered.lock().unwrap();
         if !entered.contains(&span.into_u64()) {
             entered.push(span.into_u64());

@@ -1,0 +1,816 @@
+//! Metrics and traces (issue 33, items 4 and 5): a recorder that keeps every series (metrics-util's
+//! `DebuggingRecorder`, installed for this test binary) checks that each scenario produces
+//! exactly the metrics it should, and a tracing layer collecting spans and events in memory
+//! checks the spans, their nesting and that no token reaches them.
+//!
+//! Tests share the process-wide recorder: each runs alone (`SERIAL`) and under its own class.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed expectation fails the test"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use lock_core::backend::LockKey;
+use lock_core::{LockError, Locker, RedisBackend};
+use lock_testkit::{RedisServer, eventually};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+/// A hang guard, never a speed claim.
+const SOON: Duration = Duration::from_secs(10);
+
+/// One test at a time: a snapshot drains the recorder for every test.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this binary");
+        snapshotter
+    })
+}
+
+/// A series: its name and labels.
+type Series = (String, BTreeMap<String, String>);
+
+/// Every series recorded since [`Recorded::start`], values added up over snapshots (a snapshot
+/// drains the recorder: counters and gauges restart from zero, histograms lose their samples).
+#[derive(Debug, Default)]
+struct Recorded {
+    counters: BTreeMap<Series, u64>,
+    gauges: BTreeMap<Series, f64>,
+    histograms: BTreeMap<Series, Vec<f64>>,
+}
+
+impl Recorded {
+    /// Drains what earlier tests left and starts from nothing.
+    fn start() -> Self {
+        drop(snapshotter().snapshot());
+        Recorded::default()
+    }
+
+    /// Adds what was recorded since the last call.
+    fn take(&mut self) -> &Self {
+        for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+            let labels = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let series = (key.key().name().to_owned(), labels);
+            match value {
+                DebugValue::Counter(n) => *self.counters.entry(series).or_default() += n,
+                DebugValue::Gauge(g) => *self.gauges.entry(series).or_default() += g.into_inner(),
+                DebugValue::Histogram(v) => self
+                    .histograms
+                    .entry(series)
+                    .or_default()
+                    .extend(v.into_iter().map(|x| x.into_inner())),
+            }
+        }
+        self
+    }
+
+    fn matches(series: &Series, name: &str, labels: &[(&str, &str)]) -> bool {
+        series.0 == name
+            && labels
+                .iter()
+                .all(|(k, v)| series.1.get(*k).is_some_and(|x| x == v))
+    }
+
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.counters
+            .iter()
+            .filter(|(s, _)| Self::matches(s, name, labels))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.gauges
+            .iter()
+            .filter(|(s, _)| Self::matches(s, name, labels))
+            .map(|(_, g)| g)
+            .sum()
+    }
+
+    fn samples(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        self.histograms
+            .iter()
+            .filter(|(s, _)| Self::matches(s, name, labels))
+            .flat_map(|(_, v)| v.iter().copied())
+            .collect()
+    }
+
+    /// Every series seen, whatever its kind.
+    fn series(&self) -> BTreeSet<Series> {
+        self.counters
+            .keys()
+            .chain(self.gauges.keys())
+            .chain(self.histograms.keys())
+            .cloned()
+            .collect()
+    }
+}
+
+const ACQUIRE: &str = "lock_acquire_duration_seconds";
+const HELD_DURATION: &str = "lock_held_duration_seconds";
+const HELD: &str = "lock_held";
+const WAITERS: &str = "lock_waiters";
+const LOST: &str = "lock_leases_lost_total";
+const RENEWALS: &str = "lock_renewals_total";
+const RENEWAL_DURATION: &str = "lock_renewal_duration_seconds";
+const HANDOVERS: &str = "lock_handovers_total";
+const LOCAL_HANDOFFS: &str = "lock_local_handoffs_total";
+
+#[tokio::test]
+async fn acquisitions_are_counted_by_outcome() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::memory();
+    let class = [("class", "outcomes"), ("backend", "memory")];
+    for _ in 0..5 {
+        let guard = locker.lock("order:1").class("outcomes").await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let held = locker.lock("order:1").class("outcomes").await.unwrap();
+    let busy = locker.try_lock("order:1").class("outcomes").await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let timeout = locker
+        .lock("order:1")
+        .class("outcomes")
+        .wait(Duration::from_millis(20))
+        .await;
+    assert!(
+        matches!(timeout, Err(LockError::Timeout { .. })),
+        "{timeout:?}"
+    );
+    let bad = locker.lock("").class("outcomes").await;
+    assert!(matches!(bad, Err(LockError::InvalidKey { .. })), "{bad:?}");
+    rec.take();
+    assert_eq!(rec.gauge(HELD, &class), 1.0, "one lock held now");
+    held.release().await.unwrap();
+    rec.take();
+
+    let outcome = |o: &str| {
+        rec.samples(ACQUIRE, &[class[0], class[1], ("outcome", o)])
+            .len()
+    };
+    assert_eq!(outcome("acquired"), 6);
+    assert_eq!(outcome("busy"), 1);
+    assert_eq!(outcome("timeout"), 1);
+    assert_eq!(outcome("error"), 1);
+    assert_eq!(
+        rec.samples(ACQUIRE, &class).len(),
+        9,
+        "one sample per acquisition"
+    );
+    // The timed-out acquisition waited its 20 ms at least.
+    let waited = rec.samples(ACQUIRE, &[class[0], ("outcome", "timeout")]);
+    assert!(waited[0] >= 0.02, "{waited:?}");
+    assert_eq!(
+        rec.samples(HELD_DURATION, &class).len(),
+        6,
+        "one per lock held"
+    );
+    assert_eq!(rec.gauge(HELD, &class), 0.0, "none held at the end");
+    assert_eq!(rec.gauge(WAITERS, &class), 0.0, "none waiting at the end");
+    assert_eq!(rec.counter(LOST, &class), 0);
+    // Nothing else under this class.
+    let names: BTreeSet<String> = rec
+        .series()
+        .into_iter()
+        .filter(|s| s.1.get("class").is_some_and(|c| c == "outcomes"))
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(
+        names,
+        [ACQUIRE, HELD, HELD_DURATION, WAITERS]
+            .map(String::from)
+            .into()
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_counted_once() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::memory();
+    let guard = locker
+        .lock("order:2")
+        .class("expiry")
+        .watchdog(false)
+        .lease(Duration::from_millis(30))
+        .await
+        .unwrap();
+    tokio::time::timeout(SOON, guard.lost()).await.unwrap();
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "{released:?}"
+    );
+    rec.take();
+    let class = ("class", "expiry");
+    assert_eq!(rec.counter(LOST, &[class, ("reason", "expired")]), 1);
+    assert_eq!(
+        rec.counter(LOST, &[class]),
+        1,
+        "the release adds no second loss"
+    );
+    assert_eq!(rec.samples(HELD_DURATION, &[class]).len(), 1);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+}
+
+#[tokio::test]
+async fn renewals_round_trips_and_a_deleted_lock_are_counted() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.unwrap();
+    let locker = Locker::builder(backend)
+        .lease(Duration::from_millis(300))
+        .build();
+    let guard = locker.lock("order:3").class("renewed").await.unwrap();
+    eventually("three renewals", SOON, async || {
+        locker.stats().renewal_calls >= 3
+    })
+    .await;
+    guard.release().await.unwrap();
+    let class = ("class", "renewed");
+    let backend = ("backend", "redis");
+    // A call in flight at the release is counted when its answer comes.
+    eventually("every renewal call answered", SOON, async || {
+        rec.take().counter(RENEWALS, &[class]) == locker.stats().renewal_calls
+    })
+    .await;
+    let calls = locker.stats().renewal_calls;
+    assert_eq!(
+        rec.samples(RENEWAL_DURATION, &[backend, ("outcome", "ok")])
+            .len() as u64,
+        calls,
+        "one round trip per call"
+    );
+    // One lock: one renewal per call, all renewed but perhaps one in flight at the release.
+    let renewed = rec.counter(RENEWALS, &[class, backend, ("outcome", "renewed")]);
+    assert!(renewed + 1 >= calls && renewed >= 2, "{renewed} of {calls}");
+    let lost_renewals = rec.counter(RENEWALS, &[class, ("outcome", "lost")]);
+    assert_eq!(rec.counter(LOST, &[class]), 0);
+
+    // Deleted behind its back: the next renewal finds it gone.
+    let guard = locker.lock("order:3").class("renewed").await.unwrap();
+    let name = LockKey::new(locker.prefix(), "order:3")
+        .unwrap()
+        .name()
+        .to_owned();
+    assert_eq!(server.del(&name).await, 1);
+    tokio::time::timeout(SOON, guard.lost()).await.unwrap();
+    drop(guard);
+    rec.take();
+    assert_eq!(
+        rec.counter(LOST, &[class, backend, ("reason", "renewal")]),
+        1
+    );
+    assert_eq!(rec.counter(LOST, &[class]), 1);
+    assert_eq!(
+        rec.counter(RENEWALS, &[class, ("outcome", "lost")]),
+        lost_renewals + 1
+    );
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+
+    // Deleted, then released before any renewal: the release is where the loss is learnt.
+    let guard = locker
+        .lock("order:3")
+        .class("renewed")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(server.del(&name).await, 1);
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "{released:?}"
+    );
+    rec.take();
+    assert_eq!(
+        rec.counter(LOST, &[class, backend, ("reason", "release")]),
+        1
+    );
+    assert_eq!(rec.counter(LOST, &[class]), 2);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+}
+
+#[tokio::test]
+async fn local_handoffs_handovers_and_waiters_are_counted() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    // Tasks of one locker wait for a held key: the first release hands the lock over through
+    // the backend, later ones pass it on locally (local hand-off).
+    let locker = Locker::memory();
+    let class = ("class", "handoff");
+    let memory = ("backend", "memory");
+    let waiters = 3;
+    let mut holder = locker.lock("hot").class("handoff").await.unwrap();
+    let (tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..waiters {
+        let (locker, tx) = (locker.clone(), tx.clone());
+        tokio::spawn(async move {
+            let _ = tx.send(locker.lock("hot").class("handoff").await);
+        });
+    }
+    eventually("the waiters", SOON, async || {
+        locker.stats().waiters == waiters
+    })
+    .await;
+    rec.take();
+    assert_eq!(
+        rec.gauge(WAITERS, &[class, memory]),
+        waiters as f64,
+        "waiting now"
+    );
+    for _ in 0..waiters {
+        holder.release().await.unwrap();
+        holder = tokio::time::timeout(SOON, handed.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    holder.release().await.unwrap();
+    rec.take();
+    let stats = locker.stats();
+    assert!(
+        stats.handovers >= 1 && stats.local_handoffs >= 1,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.handovers + stats.local_handoffs,
+        waiters as u64,
+        "{stats:?}"
+    );
+    assert_eq!(rec.counter(HANDOVERS, &[class, memory]), stats.handovers);
+    assert_eq!(
+        rec.counter(LOCAL_HANDOFFS, &[class, memory]),
+        stats.local_handoffs
+    );
+    assert_eq!(rec.gauge(WAITERS, &[class]), 0.0);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+    assert_eq!(rec.samples(HELD_DURATION, &[class]).len(), waiters + 1);
+    assert_eq!(
+        rec.samples(ACQUIRE, &[class, ("outcome", "acquired")])
+            .len(),
+        waiters + 1
+    );
+}
+
+#[tokio::test]
+async fn ten_thousand_keys_add_no_series() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::memory();
+    for i in 0..10 {
+        let guard = locker
+            .try_lock(format!("sku-{i}"))
+            .class("keys")
+            .await
+            .unwrap();
+        let busy = locker.try_lock(format!("sku-{i}")).class("keys").await;
+        assert!(busy.is_err());
+        guard.release().await.unwrap();
+    }
+    let before = rec.take().series();
+    for i in 10..10_010 {
+        let guard = locker
+            .try_lock(format!("sku-{i}"))
+            .class("keys")
+            .await
+            .unwrap();
+        let busy = locker.try_lock(format!("sku-{i}")).class("keys").await;
+        assert!(busy.is_err());
+        guard.release().await.unwrap();
+    }
+    let after = rec.take().series();
+    assert_eq!(before, after, "no new series");
+    assert_eq!(
+        rec.samples(ACQUIRE, &[("class", "keys"), ("outcome", "busy")])
+            .len(),
+        10_010
+    );
+    for (name, labels) in &after {
+        for value in labels.values() {
+            assert!(!value.contains("sku-"), "a key in {name} {labels:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_macro_names_its_key_template() {
+    static LOCKER: OnceLock<Locker> = OnceLock::new();
+    #[lock_core::distributed_lock(key = "inventory:{sku}", locker = LOCKER.get_or_init(Locker::memory))]
+    async fn reserve(sku: &str) -> Result<u32, LockError> {
+        let _ = sku;
+        Ok(1)
+    }
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    for sku in ["a", "b", "c"] {
+        assert_eq!(reserve(sku).await.unwrap(), 1);
+    }
+    rec.take();
+    let class = ("class", "inventory:{sku}");
+    assert_eq!(
+        rec.samples(ACQUIRE, &[class, ("outcome", "acquired")])
+            .len(),
+        3
+    );
+    assert_eq!(rec.samples(HELD_DURATION, &[class]).len(), 3);
+}
+
+/// What a tracing layer saw: spans (name, parent, fields) and events (span, fields).
+#[derive(Debug, Default)]
+struct Captured {
+    spans: BTreeMap<u64, Span>,
+    events: Vec<(Option<u64>, BTreeMap<String, String>)>,
+}
+
+#[derive(Debug, Clone)]
+struct Span {
+    name: &'static str,
+    parent: Option<u64>,
+    fields: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Captured>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Capture
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let parent = ctx
+            .span(id)
+            .and_then(|s| s.parent())
+            .map(|p| p.id().into_u64());
+        self.0.lock().unwrap().spans.insert(
+            id.into_u64(),
+            Span {
+                name: attrs.metadata().name(),
+                parent,
+                fields,
+            },
+        );
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if let Some(span) = self.0.lock().unwrap().spans.get_mut(&id.into_u64()) {
+            values.record(&mut Fields(&mut span.fields));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let span = ctx.event_span(event).map(|s| s.id().into_u64());
+        self.0.lock().unwrap().events.push((span, fields));
+    }
+}
+
+/// Whether `text` holds a run of 32 hexadecimal digits (a token's text form).
+fn has_hex_run(text: &str) -> bool {
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c.is_ascii_hexdigit() { run + 1 } else { 0 };
+        if run >= 32 {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn spans_nest_under_the_request_and_carry_no_token() {
+    use tracing::Instrument;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&server.url()).await.unwrap();
+    let locker = Locker::builder(backend)
+        .lease(Duration::from_millis(300))
+        .build();
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let name = LockKey::new(locker.prefix(), "order:9")
+        .unwrap()
+        .name()
+        .to_owned();
+    let mut values = Vec::new();
+    async {
+        let guard = locker
+            .lock("order:9")
+            .class("traced")
+            .fenced()
+            .await
+            .unwrap();
+        // The lock's value in Redis: what holds the token.
+        values.push(server.get(&name).await.expect("the lock's key"));
+        eventually("a renewal", SOON, async || {
+            locker.stats().renewal_calls >= 1
+        })
+        .await;
+        guard.release().await.unwrap();
+        let busy_holder = locker.lock("order:9").class("traced").await.unwrap();
+        values.push(server.get(&name).await.expect("the lock's key"));
+        let busy = locker.try_lock("order:9").class("traced").await;
+        assert!(busy.is_err());
+        // Deleted behind its back: lost, an event in its span.
+        assert_eq!(server.del(&name).await, 1);
+        tokio::time::timeout(SOON, busy_holder.lost())
+            .await
+            .unwrap();
+    }
+    .instrument(tracing::info_span!("request", id = 7))
+    .await;
+    // Under lock-tower's layer: the lock's spans go under the layer's request span.
+    {
+        use tower::ServiceExt;
+        let layer =
+            lock_tower::LockLayer::new(locker.clone(), lock_tower::HeaderKey::new("x-order"))
+                .class("layered");
+        let service = tower::ServiceBuilder::new().layer(layer).service_fn(
+            |_: http::Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            },
+        );
+        let request = http::Request::builder()
+            .header("x-order", "order:10")
+            .body(String::new())
+            .unwrap();
+        let response = service.oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    drop(_default);
+
+    let captured = capture.0.lock().unwrap();
+    let request = captured
+        .spans
+        .iter()
+        .find(|(_, s)| s.name == "request")
+        .map(|(id, _)| *id)
+        .unwrap();
+    let of = |name: &str| -> Vec<(u64, Span)> {
+        captured
+            .spans
+            .iter()
+            .filter(|(_, s)| s.name == name)
+            .map(|(id, s)| (*id, s.clone()))
+            .collect()
+    };
+    let class_of = |spans: Vec<(u64, Span)>, class: &str| -> Vec<(u64, Span)> {
+        spans
+            .into_iter()
+            .filter(|(_, s)| s.fields["class"] == class)
+            .collect()
+    };
+    let layered = class_of(of("lock.acquire"), "layered");
+    let layer_span = captured.spans.get(&layered[0].1.parent.unwrap()).unwrap();
+    assert_eq!(layered.len(), 1, "{layered:?}");
+    assert_eq!(layer_span.name, "lock_tower");
+    assert_eq!(layered[0].1.fields["outcome"], "acquired");
+    let layered_held = class_of(of("lock.held"), "layered");
+    assert_eq!(
+        layered_held[0].1.parent, layered[0].1.parent,
+        "{layered_held:?}"
+    );
+    let acquires = class_of(of("lock.acquire"), "traced");
+    let helds = class_of(of("lock.held"), "traced");
+    assert_eq!(acquires.len(), 3, "{acquires:?}");
+    assert_eq!(helds.len(), 2, "{helds:?}");
+    for (_, span) in acquires.iter().chain(&helds) {
+        assert_eq!(span.parent, Some(request), "{span:?}");
+        assert_eq!(span.fields["class"], "traced");
+        assert_eq!(span.fields["key"], "order:9");
+    }
+    let outcomes: Vec<&str> = acquires
+        .iter()
+        .map(|(_, s)| s.fields["outcome"].as_str())
+        .collect();
+    assert_eq!(outcomes, ["acquired", "acquired", "busy"]);
+    assert!(acquires[0].1.fields.contains_key("fence"), "{acquires:?}");
+    assert!(acquires[0].1.fields.contains_key("wait_us"));
+    assert_eq!(
+        acquires[0].1.fields.get("fence"),
+        helds[0].1.fields.get("fence")
+    );
+    // The loss is an event inside the second held lock's span.
+    let lost = captured.events.iter().find(|(span, f)| {
+        *span == Some(helds[1].0) && f.get("message").is_some_and(|m| m == "lock lease lost")
+    });
+    assert!(lost.is_some(), "{:?}", captured.events);
+
+    // No token anywhere: neither the lock's value in Redis nor anything token-like.
+    let text = format!("{:?}", *captured);
+    for value in &values {
+        assert!(!value.is_empty());
+        assert!(
+            !text.contains(value.as_str()),
+            "the lock's value {value:?} was captured"
+        );
+    }
+    assert!(
+        !has_hex_run(&text),
+        "a token-like string was captured: {text}"
+    );
+}
+
+#[tokio::test]
+async fn layer_answers_and_idempotency_outcomes_are_counted() {
+    use lock_tower::{HeaderKey, IdempotencyLayer, LockLayer};
+    use tower::ServiceExt;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::memory();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let app = {
+        let gate = gate.clone();
+        axum::Router::new()
+            .route(
+                "/pay",
+                axum::routing::post(move |body: String| {
+                    let gate = gate.clone();
+                    async move {
+                        if body == "slow" {
+                            gate.notified().await;
+                        }
+                        format!("paid {body}")
+                    }
+                }),
+            )
+            .layer(IdempotencyLayer::new(locker.clone()))
+            .layer(
+                LockLayer::new(locker.clone(), HeaderKey::new("x-order"))
+                    .class("checkout")
+                    .reject_when_busy(),
+            )
+    };
+    let request = |order: Option<&str>, key: &str, body: &'static str| {
+        let mut r = http::Request::post("/pay").header("idempotency-key", key);
+        if let Some(order) = order {
+            r = r.header("x-order", order);
+        }
+        r.body(axum::body::Body::from(body)).unwrap()
+    };
+    let send = async |order: Option<&str>, key: &str, body: &'static str| {
+        let response = app
+            .clone()
+            .oneshot(request(order, key, body))
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+
+    // Locked, and stored; the same again: locked, replayed; another body: locked, mismatch.
+    assert_eq!(send(Some("1"), "k1", "a").await, 200);
+    assert_eq!(send(Some("1"), "k1", "a").await, 200);
+    assert_eq!(send(Some("1"), "k1", "b").await, 422);
+    // No order header: through, unlocked (and stored under its own key).
+    assert_eq!(send(None, "k2", "a").await, 200);
+    // The order's lock held elsewhere: 409 busy, before the idempotency layer.
+    let key = LockLayer::new(locker.clone(), HeaderKey::new("x-order"))
+        .lock_key(b"2")
+        .unwrap();
+    let held = locker.lock(&key).await.unwrap();
+    assert_eq!(send(Some("2"), "k3", "a").await, 409);
+    held.release().await.unwrap();
+    // A request still running under its key: a second one is a conflict (409).
+    let slow = tokio::spawn(app.clone().oneshot(request(Some("3"), "k4", "slow")));
+    eventually("the slow request holds its locks", SOON, async || {
+        let now = rec.take();
+        now.gauge(HELD, &[("class", "checkout")]) == 1.0
+            && now.gauge(HELD, &[("class", "idempotency")]) == 1.0
+    })
+    .await;
+    assert_eq!(send(Some("4"), "k4", "slow").await, 409);
+    gate.notify_one();
+    assert_eq!(slow.await.unwrap().unwrap().status().as_u16(), 200);
+    rec.take();
+
+    let layer = |outcome: &str| {
+        rec.counter(
+            "lock_layer_requests_total",
+            &[("class", "checkout"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(layer("locked"), 5, "{:?}", rec.counters);
+    assert_eq!(layer("passed_through"), 1);
+    assert_eq!(layer("busy"), 1);
+    assert_eq!(
+        rec.counter("lock_layer_requests_total", &[("class", "checkout")]),
+        7
+    );
+    let idem =
+        |outcome: &str| rec.counter("lock_idempotency_requests_total", &[("outcome", outcome)]);
+    assert_eq!(idem("stored"), 3, "{:?}", rec.counters);
+    assert_eq!(idem("replayed"), 1);
+    assert_eq!(idem("mismatch"), 1);
+    assert_eq!(idem("conflict"), 1);
+    // The layer's locks carry its class; the idempotency layer's, its own.
+    assert_eq!(
+        rec.samples(ACQUIRE, &[("class", "checkout"), ("outcome", "acquired")])
+            .len(),
+        5
+    );
+    assert_eq!(
+        rec.samples(ACQUIRE, &[("class", "checkout"), ("outcome", "busy")])
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_backend_label_names_each_redis_backend() {
+    use lock_testkit::cluster::RedisCluster;
+    use lock_testkit::sentinel::RedisSentinelSet;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+
+    let cluster = RedisCluster::start().await;
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_cluster = Locker::redis_cluster(&urls).await.unwrap();
+
+    let set = RedisSentinelSet::start().await;
+    let urls = set.sentinel_urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_sentinel = Locker::redis_sentinel(&urls, set.master_name())
+        .await
+        .unwrap();
+
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let on_redlock = Locker::redlock(&urls).await.unwrap();
+
+    for (locker, kind) in [
+        (&on_cluster, "cluster"),
+        (&on_sentinel, "sentinel"),
+        (&on_redlock, "redlock"),
+    ] {
+        assert_eq!(locker.backend().kind(), kind);
+        let guard = locker.lock("order:5").class("kinds").await.unwrap();
+        guard.release().await.unwrap();
+    }
+    rec.take();
+    for kind in ["cluster", "sentinel", "redlock"] {
+        let backend = ("backend", kind);
+        let class = ("class", "kinds");
+        assert_eq!(
+            rec.samples(ACQUIRE, &[class, backend, ("outcome", "acquired")])
+                .len(),
+            1,
+            "{kind}"
+        );
+        assert_eq!(
+            rec.samples(HELD_DURATION, &[class, backend]).len(),
+            1,
+            "{kind}"
+        );
+    }
+    assert_eq!(rec.samples(ACQUIRE, &[("class", "kinds")]).len(), 3);
+}
