@@ -82,6 +82,50 @@ impl Tree {
     }
 }
 
+/// A holder of lock `job` and a waiter queued behind it with a ticket, each on a backend of
+/// its own: the set-up of the checks of a waiter's sessions and hand-overs.
+struct Queued {
+    holder: ZooKeeperBackend,
+    waiter: ZooKeeperBackend,
+    key: crate::key::LockKey,
+    held: crate::token::Token,
+    waiting: crate::token::Token,
+}
+
+impl Tree {
+    async fn held_and_queued(&self, ticket: &crate::backend::QueueTicket) -> Queued {
+        use crate::backend::AttemptOptions;
+        let (holder, waiter) = (self.backend().await, self.backend().await);
+        let key = crate::key::LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+        let (held, waiting) = (
+            crate::token::Token::generate(),
+            crate::token::Token::generate(),
+        );
+        let got = holder
+            .acquire_lock(&key, &held, LEASE, AttemptOptions::default())
+            .await
+            .unwrap();
+        assert!(matches!(got, Attempt::Acquired { .. }));
+        let busy = waiter
+            .acquire_lock(
+                &key,
+                &waiting,
+                LEASE,
+                crate::test_support::queued(ticket, true),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(busy, Attempt::Busy { .. }));
+        Queued {
+            holder,
+            waiter,
+            key,
+            held,
+            waiting,
+        }
+    }
+}
+
 impl Store for Tree {
     type Backend = ZooKeeperBackend;
 
@@ -343,28 +387,15 @@ async fn a_background_delete_stays_on_the_session_that_made_the_node() {
 /// lock to a node that went with the first session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_never_watches_on_a_session_its_node_was_not_made_on() {
-    use crate::backend::AttemptOptions;
-    use crate::key::LockKey;
-    use crate::test_support::{fair_ticket, queued};
-    use crate::token::Token;
-
     let tree = Tree::new("zk-watch-session").await;
-    let (holder, waiter) = (tree.backend().await, tree.backend().await);
-    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
-    let (t1, t2) = (Token::generate(), Token::generate());
-    let got = holder
-        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
-        .await
-        .unwrap();
-    assert!(matches!(got, Attempt::Acquired { .. }));
-    let ticket = fair_ticket("t0123456789abcdef");
-    let options = queued(&ticket, true);
+    let ticket = crate::test_support::fair_ticket("t0123456789abcdef");
+    let Queued {
+        waiter,
+        key,
+        waiting: t2,
+        ..
+    } = tree.held_and_queued(&ticket).await;
     let first = waiter.inner.sessions.current().await.unwrap();
-    let busy = waiter
-        .acquire_lock(&key, &t2, LEASE, options)
-        .await
-        .unwrap();
-    assert!(matches!(busy, Attempt::Busy { .. }));
     let id = ZooKeeperBackend::contender_id(&key, &t2);
     assert!(waiter.inner.contenders.lock().contains_key(&id));
     let ahead = format!(
@@ -390,27 +421,16 @@ async fn a_waiter_never_watches_on_a_session_its_node_was_not_made_on() {
 /// session would keep it at the queue, blocking the lock for as long as the process lives).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_leaves_after_a_new_session_deletes_its_node_there() {
-    use crate::backend::AttemptOptions;
-    use crate::key::LockKey;
-    use crate::test_support::{fair_ticket, queued};
-    use crate::token::Token;
-
     let tree = Tree::new("zk-leave-new-session").await;
-    let (holder, waiter) = (tree.backend().await, tree.backend().await);
-    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
-    let (t1, t2) = (Token::generate(), Token::generate());
-    let got = holder
-        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
-        .await
-        .unwrap();
-    assert!(matches!(got, Attempt::Acquired { .. }));
-    let ticket = fair_ticket("t0123456789abcdef");
+    let ticket = crate::test_support::fair_ticket("t0123456789abcdef");
+    let Queued {
+        holder,
+        waiter,
+        key,
+        held: t1,
+        waiting: t2,
+    } = tree.held_and_queued(&ticket).await;
     let first = waiter.inner.sessions.current().await.unwrap();
-    let busy = waiter
-        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
-        .await
-        .unwrap();
-    assert!(matches!(busy, Attempt::Busy { .. }));
 
     // The session ends; the next attempt's create on the new session is applied, its answer
     // lost (made here by hand: the backend still knows the first session's node only).
@@ -436,33 +456,22 @@ async fn a_waiter_that_leaves_after_a_new_session_deletes_its_node_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_handed_over_and_never_renewed_ends_at_its_lease() {
     use crate::backend::{AttemptOptions, Inbox};
-    use crate::key::LockKey;
-    use crate::test_support::queued;
     use crate::token::Token;
 
     let tree = Tree::new("zk-handover-end").await;
-    let (holder, waiter, third) = (
-        tree.backend().await,
-        tree.backend().await,
-        tree.backend().await,
-    );
-    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
-    let (t1, t2) = (Token::generate(), Token::generate());
-    let got = holder
-        .acquire_lock(&key, &t1, LEASE, AttemptOptions::default())
-        .await
-        .unwrap();
-    assert!(matches!(got, Attempt::Acquired { .. }));
-    let inbox = std::sync::Arc::new(Inbox::default());
-    assert!(crate::backend::Backend::subscribe(&waiter, &key, &inbox).await);
     let mut ticket = crate::test_support::fair_ticket("t0123456789abcdef");
     ticket.handover_lease = Duration::from_secs(1);
+    let Queued {
+        holder,
+        waiter,
+        key,
+        held: t1,
+        ..
+    } = tree.held_and_queued(&ticket).await;
+    let third = tree.backend().await;
+    let inbox = std::sync::Arc::new(Inbox::default());
+    assert!(crate::backend::Backend::subscribe(&waiter, &key, &inbox).await);
     inbox.expect(Some(&ticket.id));
-    let busy = waiter
-        .acquire_lock(&key, &t2, LEASE, queued(&ticket, true))
-        .await
-        .unwrap();
-    assert!(matches!(busy, Attempt::Busy { .. }));
     let released = Instant::now();
     assert!(holder.release_lock(&key, &t1).await.unwrap());
     within(inbox.notified()).await;
