@@ -55,8 +55,8 @@ pub(super) struct Request {
     pub(super) lease: Duration,
     /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
     pub(super) remaining: bool,
-    /// What the lock's value holds after the token (acquires only; see `super::stamp`).
-    pub(super) stamp: String,
+    /// The lock's value: the token and its stamp (acquires only; see `super::stamp_onto`).
+    pub(super) value: String,
     /// The one-key release (releases only; see release.rs).
     fast: bool,
     answer: oneshot::Sender<Result<Value, LockError>>,
@@ -70,8 +70,8 @@ pub(super) struct Entry<'a> {
     pub(super) lease: Duration,
     /// Whether a busy answer should tell how long the holder's lease runs (acquires only).
     pub(super) remaining: bool,
-    /// What the lock's value holds after the token (acquires only; see `super::stamp`).
-    pub(super) stamp: &'a str,
+    /// The lock's value: the token and its stamp (acquires only; see `super::stamp_onto`).
+    pub(super) value: &'a str,
     /// The one-key release (releases only; see release.rs).
     pub(super) fast: bool,
 }
@@ -180,7 +180,7 @@ pub(super) fn enter<'a>(backend: &'a RedisBackend, kind: Kind, entry: Entry<'_>)
         token,
         lease,
         remaining,
-        stamp,
+        value,
         fast,
     } = entry;
     let receiver = {
@@ -196,7 +196,7 @@ pub(super) fn enter<'a>(backend: &'a RedisBackend, kind: Kind, entry: Entry<'_>)
             token: token.clone(),
             lease,
             remaining,
-            stamp: stamp.to_owned(),
+            value: value.to_owned(),
             fast,
             answer,
         });
@@ -335,7 +335,7 @@ async fn acquire_pipeline(backend: &RedisBackend, batch: &[Request]) -> Result<V
     for r in batch {
         pipe.cmd("SET")
             .arg(r.key.name())
-            .arg(super::stamped(&r.token, &r.stamp))
+            .arg(&r.value)
             .arg("NX")
             .arg("PX")
             .arg(millis(r.lease))
@@ -544,7 +544,7 @@ mod tests {
             token,
             lease,
             remaining: false,
-            stamp: "",
+            value: token.as_str(),
             fast: false,
         }
     }
@@ -574,7 +574,7 @@ mod tests {
                     token,
                     lease: Duration::ZERO,
                     remaining: false,
-                    stamp: String::new(),
+                    value: String::new(),
                     fast,
                     answer,
                 });

@@ -271,12 +271,13 @@ impl RedisBackend {
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
         self.check_permissions_of(key).await?;
-        let stamp = stamp(holder);
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
             return self
-                .acquire_plain(key, token, lease, remaining, &stamp)
+                .acquire_plain(key, token, lease, remaining, holder)
                 .await;
         }
+        let mut stamp = String::new();
+        stamp_onto(&mut stamp, holder);
         let mut call = match ticket {
             None => ACQUIRE.prepare_invoke(),
             Some(_) => ACQUIRE_QUEUED.prepare_invoke(),
@@ -340,8 +341,12 @@ impl RedisBackend {
         token: &Token,
         lease: Duration,
         remaining: bool,
-        stamp: &str,
+        holder: &str,
     ) -> Result<Attempt, LockError> {
+        // The value in one allocation: the token, then its stamp.
+        let mut value = String::with_capacity(token.as_str().len() + holder.len() + 18);
+        value.push_str(token.as_str());
+        stamp_onto(&mut value, holder);
         // Sent at once while few acquires are in flight, else in the next batch (batch.rs);
         // never batched on a cluster node (a batch's keys would span slots).
         let slot = if self.inner.cluster {
@@ -352,7 +357,7 @@ impl RedisBackend {
                 token,
                 lease,
                 remaining,
-                stamp,
+                value: &value,
                 fast: false,
             };
             match batch::enter(self, batch::Kind::Acquire, entry) {
@@ -380,7 +385,7 @@ impl RedisBackend {
         };
         let mut set = redis::cmd("SET");
         set.arg(key.name())
-            .arg(stamped(token, stamp))
+            .arg(&value)
             .arg("NX")
             .arg("PX")
             .arg(millis(lease))
@@ -615,24 +620,19 @@ fn retriable(e: &redis::RedisError) -> bool {
     !e.is_timeout() && (e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error())
 }
 
-/// What a lock's value holds after its token (see release_fast.lua): `|<since>|<holder>|`,
-/// `since` in ms since 1970 by this process's clock; empty for a holder that names none.
-fn stamp(holder: &str) -> String {
+/// Appends to `out` what a lock's value holds after its token (see release_fast.lua):
+/// `|<since>|<holder>|`, `since` in ms since 1970 by this process's clock; nothing for a
+/// holder that names none.
+fn stamp_onto(out: &mut String, holder: &str) {
+    use std::fmt::Write as _;
     if holder.is_empty() {
-        return String::new();
+        return;
     }
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    format!("|{since}|{holder}|")
-}
-
-/// A lock's value: `token` and its `stamp`.
-fn stamped(token: &Token, stamp: &str) -> String {
-    let mut value = String::with_capacity(token.as_str().len() + stamp.len());
-    value.push_str(token.as_str());
-    value.push_str(stamp);
-    value
+    // Writing to a String cannot fail.
+    let _ = write!(out, "|{since}|{holder}|");
 }
 
 /// Milliseconds for PX/PEXPIRE, rounded up so a lease is never shorter than asked.

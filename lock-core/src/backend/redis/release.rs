@@ -239,7 +239,7 @@ impl RedisBackend {
                 token,
                 lease: Duration::ZERO,
                 remaining: false,
-                stamp: "",
+                value: "",
                 fast,
             },
         );
