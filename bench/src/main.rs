@@ -18,6 +18,7 @@
 
 mod child;
 mod clock;
+mod cycles;
 mod designs;
 mod machine;
 mod report;
@@ -102,6 +103,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (role, result) = match args.split_first() {
         Some((flag, args)) if flag == child::CHILD_FLAG => ("child error", child::main(args)),
+        Some((flag, args)) if flag == cycles::CYCLES_FLAG => ("cycles error", cycles::main(args)),
         _ => match parse_options(&args) {
             Ok(options) => ("error", run(&options)),
             Err(msg) => {
