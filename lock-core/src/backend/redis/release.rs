@@ -263,8 +263,14 @@ impl RedisBackend {
         fast: bool,
     ) -> Result<Value, LockError> {
         let script = script(fast, false, self.inner.sharded);
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash());
+        // Sized up front: built argument by argument, the buffer would grow (and copy) twice.
+        let names = if fast {
+            key.name().len()
+        } else {
+            key.name().len() + key.queue_name().len() + key.fence().len() + key.waiters().len()
+        };
+        let mut cmd = redis::Cmd::with_capacity(8, 48 + names + token.as_str().len());
+        cmd.arg("EVALSHA").arg(script.get_hash());
         if fast {
             cmd.arg(1).arg(key.name());
         } else {
