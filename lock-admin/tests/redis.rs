@@ -439,3 +439,32 @@ async fn redlock_answers_or_says_clearly_that_it_cannot_yet() {
         }
     }
 }
+
+/// `lock-admin list | head`: the reader closes the pipe early; the listing ends quietly
+/// with success, not an error about a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_whose_reader_goes_away_ends_quietly() {
+    let server = shared_server();
+    let url = server.url();
+    // More than a pipe holds (64 KiB): held locks written as the library writes them.
+    let fill = redis::Script::new(
+        r"
+        for i = 1, 5000 do
+          redis.call('SET', 'pipe:{job:' .. i .. '}', string.format('%032x|1764000000000|loader|', i), 'PX', 600000)
+        end
+        return 1",
+    );
+    let mut conn = server.client().await;
+    let _: i64 = fill.invoke_async(&mut conn).await.unwrap();
+    let mut child = spawn(&["--url", &url, "--prefix", "pipe:", "list"]);
+    let mut lines = stdout_of(&mut child);
+    assert!(lines.next().await.unwrap().contains("loader"));
+    drop(lines);
+    assert_eq!(exit_code(&mut child).await, 0);
+    let mut stderr = stderr_of(&mut child);
+    let mut said = String::new();
+    while let Some(line) = stderr.next().await {
+        said.push_str(&line);
+    }
+    assert_eq!(said, "", "nothing said of the closed pipe");
+}
