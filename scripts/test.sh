@@ -74,7 +74,7 @@ step "features: each crate with its default features off, and with each feature 
 features_of() {
   sed -n '/^\[features\]/,/^\[/p' "$1/Cargo.toml" | sed -n 's/^\([A-Za-z0-9_-]*\) *=.*/\1/p' | grep -vx default || true
 }
-for crate in lock-core lock-macros lock-tower; do
+for crate in lock-core lock-macros lock-tower lock-admin; do
   cargo check --quiet -p "$crate" --no-default-features
   for feature in $(features_of "$crate"); do
     echo "$crate: --no-default-features --features $feature" >&2

@@ -1,0 +1,470 @@
+//! `lock-admin` against one real redis-server holding locks (taken by lockers in this test
+//! with holder names): list, inspect, watch, unlock and its confirmation, `--json`, and an ACL
+//! user limited to the lock's prefix by the guide's rule. The tests share one server, each
+//! under its own key prefix.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed expectation fails the test"
+)]
+
+mod support;
+
+use lock_core::LockError;
+use support::{
+    SOON, admin, exit_code, holder, shared_server, spawn, stderr_of, stdout_of, until_waiters,
+};
+use tokio::io::AsyncWriteExt;
+
+/// The token of the lock `name` (its Redis key), read from its value: never in the output.
+async fn token_of(server: &lock_testkit::RedisServer, name: &str) -> String {
+    let value = server.get(name).await.expect("the lock's value");
+    let token = value.split('|').next().unwrap().to_owned();
+    assert!(token.len() >= 32, "{value}");
+    token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_held_locks_only_and_filters_by_pattern() {
+    let server = shared_server();
+    let url = server.url();
+    let billing = holder(&url, "ls:", "billing-7/pid 42").await;
+    let a = billing.lock("order:1").fenced().await.unwrap();
+    let b = billing.lock("order:2").await.unwrap();
+    let c = billing.lock("stock:1").await.unwrap();
+    // Taken and released: its fence counter stays, the lock is free, not listed.
+    billing
+        .lock("order:3")
+        .fenced()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let all = admin(&["--url", &url, "--prefix", "ls:", "list"], None).await;
+    assert_eq!(all.code, 0, "{all:?}");
+    let mut lines: Vec<&str> = all.stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines.len(), 3, "{all:?}");
+    for (line, key) in lines.iter().zip(["order:1", "order:2", "stock:1"]) {
+        assert!(
+            line.starts_with(&format!("{key}  held by \"billing-7/pid 42\" for ")),
+            "{line}"
+        );
+    }
+    assert!(
+        lines[0].contains(&format!("fence {}", a.fence().unwrap())),
+        "{}",
+        lines[0]
+    );
+    assert!(all.stderr.contains("3 held locks"), "{all:?}");
+
+    let orders = admin(
+        &[
+            "--url", &url, "--prefix", "ls:", "--json", "list", "order:*",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(orders.code, 0, "{orders:?}");
+    let mut states = orders.json_lines();
+    states.sort_by_key(|s| s["key"].as_str().unwrap().to_owned());
+    assert_eq!(states.len(), 2, "{orders:?}");
+    assert_eq!(states[0]["key"], "order:1");
+    assert_eq!(states[1]["key"], "order:2");
+    for s in &states {
+        assert_eq!(s["held"], true);
+        assert_eq!(s["holder"], "billing-7/pid 42");
+        assert!(s["held_for_ms"].as_u64().unwrap() < 60_000, "{s}");
+        let left = s["remaining_ms"].as_u64().unwrap();
+        assert!(left > 20_000 && left <= 30_000, "{s}");
+        assert_eq!(s["waiters"], 0);
+    }
+    assert_eq!(states[0]["fence"], a.fence().unwrap());
+    // Never a token.
+    for name in ["ls:{order:1}", "ls:{order:2}", "ls:{stock:1}"] {
+        let token = token_of(&server, name).await;
+        assert!(!all.stdout.contains(&token) && !orders.stdout.contains(&token));
+    }
+    // A pattern that matches nothing, and one under another prefix.
+    let none = admin(
+        &["--url", &url, "--prefix", "ls:", "list", "nothing:*"],
+        None,
+    )
+    .await;
+    assert_eq!((none.code, none.stdout.as_str()), (0, ""), "{none:?}");
+    let other = admin(&["--url", &url, "--prefix", "elsewhere:", "list"], None).await;
+    assert_eq!((other.code, other.stdout.as_str()), (0, ""), "{other:?}");
+    for g in [a, b, c] {
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_holder_fence_and_waiters_as_text_and_json() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "in:", "reports-3").await;
+    let guard = owner.lock("report").fenced().await.unwrap();
+    let fence = guard.fence().unwrap();
+    let other = holder(&url, "in:", "reports-4").await;
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move { other.lock("report").fair().wait(SOON).await }
+    });
+    until_waiters(&owner, "report", 1).await;
+
+    let text = admin(
+        &["--url", &url, "--prefix", "in:", "inspect", "report"],
+        None,
+    )
+    .await;
+    assert_eq!(text.code, 0, "{text:?}");
+    for line in [
+        "key        report".to_owned(),
+        "held       yes".to_owned(),
+        "holder     \"reports-3\"".to_owned(),
+        format!("fence      {fence}"),
+        "waiters    1".to_owned(),
+    ] {
+        assert!(text.stdout.contains(&line), "{line:?} in {}", text.stdout);
+    }
+    let json = admin(
+        &[
+            "--url", &url, "--prefix", "in:", "--json", "inspect", "report",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(json.code, 0, "{json:?}");
+    let state = &json.json_lines()[0];
+    assert_eq!(state["holder"], "reports-3");
+    assert_eq!(state["fence"], fence);
+    assert_eq!(state["waiters"], 1);
+    assert!(
+        state["held_for_ms"].is_u64() && state["remaining_ms"].is_u64(),
+        "{state}"
+    );
+    let token = token_of(&server, "in:{report}").await;
+    assert!(!text.stdout.contains(&token) && !json.stdout.contains(&token));
+
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    // Free: an answer too, with the last fence drawn (the waiter's lock was not fenced).
+    let free = admin(
+        &[
+            "--url", &url, "--prefix", "in:", "--json", "inspect", "report",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(free.code, 0, "{free:?}");
+    let state = &free.json_lines()[0];
+    assert_eq!(
+        (state["held"].as_bool(), state["holder"].is_null()),
+        (Some(false), true)
+    );
+    assert_eq!(state["fence"], fence);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_without_a_yes_is_refused_and_the_lock_stays_held() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "un:", "stuck-1").await;
+    let guard = owner.lock("vault").await.unwrap();
+    let args = ["--url", &url, "--prefix", "un:", "unlock", "vault"];
+    for (input, why) in [
+        (Some("n\n"), "not confirmed"),
+        (Some("yes please\n"), "not confirmed"),
+        (Some(""), "no answer"),
+        (None, "no answer"),
+    ] {
+        let ran = admin(&args, input).await;
+        assert_eq!(ran.code, 3, "{input:?}: {ran:?}");
+        assert!(
+            ran.stderr.contains(why) && ran.stderr.contains("nothing removed"),
+            "{ran:?}"
+        );
+        assert!(
+            ran.stderr.contains("stuck-1") && ran.stderr.contains("[y/N]"),
+            "{ran:?}"
+        );
+        assert_eq!(ran.stdout, "");
+        let state = owner.inspect("vault").await.unwrap();
+        assert_eq!(state.holder.as_deref(), Some("stuck-1"), "{input:?}");
+        assert!(guard.is_held());
+    }
+    // Nothing held: its own exit code, whether asked or not.
+    let none = admin(
+        &["--url", &url, "--prefix", "un:", "unlock", "nobody"],
+        Some("y\n"),
+    )
+    .await;
+    assert_eq!(none.code, 4, "{none:?}");
+    assert!(none.stderr.contains("not held"), "{none:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_after_a_y_removes_the_lock_and_the_waiter_gets_it() {
+    let server = shared_server();
+    let url = server.url();
+    let stuck = holder(&url, "uy:", "stuck-1").await;
+    let guard = stuck.lock("vault").fenced().await.unwrap();
+    let old = guard.fence().unwrap();
+    let next = holder(&url, "uy:", "next-2").await;
+    let waiter = tokio::spawn({
+        let next = next.clone();
+        async move { next.lock("vault").fenced().wait(SOON).await }
+    });
+    until_waiters(&stuck, "vault", 1).await;
+
+    let ran = admin(
+        &["--url", &url, "--prefix", "uy:", "unlock", "vault"],
+        Some("y\n"),
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout
+            .starts_with("removed: vault  held by \"stuck-1\" for "),
+        "{ran:?}"
+    );
+    let served = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("the waiter is served")
+        .unwrap()
+        .expect("the waiter gets the lock");
+    assert!(served.fence().unwrap() > old);
+    assert_eq!(
+        next.inspect("vault").await.unwrap().holder.as_deref(),
+        Some("next-2")
+    );
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    served.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_yes_removes_without_asking_and_prints_the_holder_as_json() {
+    let server = shared_server();
+    let url = server.url();
+    let stuck = holder(&url, "uj:", "stuck-9").await;
+    let guard = stuck.lock("vault").fenced().await.unwrap();
+    let fence = guard.fence().unwrap();
+    let token = token_of(&server, "uj:{vault}").await;
+    let args = [
+        "--url", &url, "--prefix", "uj:", "--json", "unlock", "vault", "--yes",
+    ];
+    // Stdin closed: --yes does not read it.
+    let ran = admin(&args, None).await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(!ran.stderr.contains("[y/N]"), "{ran:?}");
+    let out = &ran.json_lines()[0];
+    assert_eq!(out["key"], "vault");
+    assert_eq!(out["removed"]["holder"], "stuck-9");
+    assert_eq!(out["removed"]["fence"], fence);
+    assert!(!ran.stdout.contains(&token));
+    assert!(!stuck.inspect("vault").await.unwrap().held);
+    let again = admin(&args, None).await;
+    assert_eq!(again.code, 4, "{again:?}");
+    assert_eq!(again.json_lines()[0]["removed"], serde_json::Value::Null);
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}
+
+/// Between the question and the yes, the lock changed hands: the tool refuses to remove a
+/// holder the operator did not see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_refuses_when_the_lock_changed_hands_after_it_was_shown() {
+    let server = shared_server();
+    let url = server.url();
+    let first = holder(&url, "uc:", "first-1").await;
+    let second = holder(&url, "uc:", "second-2").await;
+    let guard = first.lock("vault").await.unwrap();
+    let mut child = spawn(&["--url", &url, "--prefix", "uc:", "unlock", "vault"]);
+    let mut stderr = stderr_of(&mut child);
+    // The block shown, then the question (it ends without a newline: read up to the block's
+    // last line, then the prompt is written with it).
+    loop {
+        let line = stderr.next().await.expect("the lock shown");
+        if line.starts_with("waiters") {
+            break;
+        }
+    }
+    guard.release().await.unwrap();
+    let taken = second.lock("vault").await.unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(exit_code(&mut child).await, 3);
+    let mut rest = String::new();
+    while let Some(line) = stderr.next().await {
+        rest.push_str(&line);
+    }
+    assert!(
+        rest.contains("changed hands") && rest.contains("second-2"),
+        "{rest}"
+    );
+    assert_eq!(
+        first.inspect("vault").await.unwrap().holder.as_deref(),
+        Some("second-2")
+    );
+    assert!(taken.is_held());
+    taken.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_each_change_of_holder_until_its_count() {
+    let server = shared_server();
+    let url = server.url();
+    let a = holder(&url, "wa:", "alpha").await;
+    let b = holder(&url, "wa:", "beta").await;
+    let mut child = spawn(&[
+        "--url",
+        &url,
+        "--prefix",
+        "wa:",
+        "--json",
+        "watch",
+        "job",
+        "--interval",
+        "20ms",
+        "--count",
+        "3",
+    ]);
+    let mut lines = stdout_of(&mut child);
+    let parse = |l: String| serde_json::from_str::<serde_json::Value>(&l).unwrap();
+    let first = parse(lines.next().await.unwrap());
+    assert_eq!(first["held"], false);
+    assert!(first["at_ms"].is_u64());
+    let g = a.lock("job").await.unwrap();
+    let held = parse(lines.next().await.unwrap());
+    assert_eq!(held["holder"], "alpha");
+    // A waiter is a change; a hand-over to it another.
+    let waiter = tokio::spawn(async move { b.lock("job").fair().wait(SOON).await });
+    let waiting = parse(lines.next().await.unwrap());
+    assert_eq!(
+        (waiting["holder"].as_str(), waiting["waiters"].as_u64()),
+        (Some("alpha"), Some(1))
+    );
+    g.release().await.unwrap();
+    let next = parse(lines.next().await.unwrap());
+    assert_eq!(next["holder"], "beta");
+    assert_eq!(lines.next().await, None, "three changes, then the end");
+    assert_eq!(exit_code(&mut child).await, 0);
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+
+    // --for ends a watch of a lock that does not change.
+    let ran = admin(
+        &[
+            "--url", &url, "--prefix", "wa:", "watch", "idle", "--for", "300ms",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert_eq!(ran.stdout.lines().count(), 1, "{ran:?}");
+    assert!(ran.stdout.contains("idle  free"), "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_refused_with_a_reason_and_code_2() {
+    let server = shared_server();
+    let url = server.url();
+    for (args, why) in [
+        (vec!["list"], "no backend"),
+        (vec!["--url", "memory:", "list"], "inside one process"),
+        (
+            vec!["--url", "redis://h1:1,h2:2/", "list"],
+            "redis+cluster://",
+        ),
+        (
+            vec!["--url", "redis+cluster://u:hunter2@h:99999", "list"],
+            "not a port",
+        ),
+        (vec!["--url", &url, "--prefix", "a{b", "list"], "prefix"),
+        (vec!["--url", &url, "list", ""], "empty"),
+        (vec!["--url", &url, "inspect", ""], "invalid lock key"),
+        (
+            vec!["--url", &url, "watch", "k", "--interval", "5"],
+            "no unit",
+        ),
+    ] {
+        let ran = admin(&args, None).await;
+        assert_eq!(ran.code, 2, "{args:?}: {ran:?}");
+        assert!(ran.stderr.contains(why), "{args:?}: {ran:?}");
+        assert!(!ran.stderr.contains("hunter2"), "{ran:?}");
+        assert!(!ran.stderr.contains("panicked"), "{ran:?}");
+    }
+    // Nobody there: a backend failure, code 1.
+    let ran = admin(&["--url", "redis://127.0.0.1:1/", "inspect", "k"], None).await;
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(ran.stderr.contains("cannot connect"), "{ran:?}");
+}
+
+/// Redlock: until lock-core inspects it, each command says so clearly (code 5); once it
+/// does, the same commands work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_answers_or_says_clearly_that_it_cannot_yet() {
+    let servers: Vec<lock_testkit::RedisServer> =
+        (0..3).map(|_| lock_testkit::RedisServer::start()).collect();
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    for command in [&["inspect", "k"][..], &["list"], &["unlock", "k", "--yes"]] {
+        let args: Vec<&str> = ["--url", url.as_str()]
+            .into_iter()
+            .chain(command.iter().copied())
+            .collect();
+        let ran = admin(&args, None).await;
+        match ran.code {
+            5 => assert!(
+                ran.stderr.contains("Redlock: this backend cannot"),
+                "{command:?}: {ran:?}"
+            ),
+            // Landed: a free lock inspected, nothing listed, nothing held to remove.
+            0 | 4 => assert!(!ran.stderr.contains("panicked"), "{command:?}: {ran:?}"),
+            _ => panic!("{command:?}: {ran:?}"),
+        }
+    }
+}
+
+/// `lock-admin list | head`: the reader closes the pipe early; the listing ends quietly
+/// with success, not an error about a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_whose_reader_goes_away_ends_quietly() {
+    let server = shared_server();
+    let url = server.url();
+    // More than a pipe holds (64 KiB): held locks written as the library writes them.
+    let fill = redis::Script::new(
+        r"
+        for i = 1, 5000 do
+          redis.call('SET', 'pipe:{job:' .. i .. '}', string.format('%032x|1764000000000|loader|', i), 'PX', 600000)
+        end
+        return 1",
+    );
+    let mut conn = server.client().await;
+    let _: i64 = fill.invoke_async(&mut conn).await.unwrap();
+    let mut child = spawn(&["--url", &url, "--prefix", "pipe:", "list"]);
+    let mut lines = stdout_of(&mut child);
+    assert!(lines.next().await.unwrap().contains("loader"));
+    drop(lines);
+    assert_eq!(exit_code(&mut child).await, 0);
+    let mut stderr = stderr_of(&mut child);
+    let mut said = String::new();
+    while let Some(line) = stderr.next().await {
+        said.push_str(&line);
+    }
+    assert_eq!(said, "", "nothing said of the closed pipe");
+}
