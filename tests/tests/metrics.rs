@@ -439,6 +439,8 @@ async fn the_macro_names_its_key_template() {
 struct Captured {
     spans: BTreeMap<u64, Span>,
     events: Vec<(Option<u64>, BTreeMap<String, String>)>,
+    /// Every span closed, in order, with its last fields (span ids are reused once closed).
+    closed: Vec<Span>,
 }
 
 #[derive(Debug, Clone)]
@@ -499,10 +501,26 @@ where
         }
     }
 
+    fn on_close(&self, id: tracing::span::Id, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let mut captured = self.0.lock().unwrap();
+        if let Some(span) = captured.spans.get(&id.into_u64()).cloned() {
+            captured.closed.push(span);
+        }
+    }
+
     fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
-        let span = ctx.event_span(event).map(|s| s.id().into_u64());
+        let span = ctx.event_span(event);
+        // The span's name and class, kept with the event (span ids are reused once closed).
+        if let Some(span) = &span {
+            fields.insert("@span".into(), span.name().into());
+            if let Some(class) = self.0.lock().unwrap().spans.get(&span.id().into_u64()) {
+                let class = class.fields.get("class").cloned().unwrap_or_default();
+                fields.insert("@class".into(), class);
+            }
+        }
+        let span = span.map(|s| s.id().into_u64());
         self.0.lock().unwrap().events.push((span, fields));
     }
 }
@@ -814,3 +832,229 @@ async fn the_backend_label_names_each_redis_backend() {
     }
     assert_eq!(rec.samples(ACQUIRE, &[("class", "kinds")]).len(), 3);
 }
+
+/// An acquisition dropped while it waits (a `tokio::time::timeout` around the request, in
+/// default and fair mode, and a client gone while its request waits in `LockLayer`) is counted
+/// once, as `cancelled`, with the time it waited; its span says so; it leaves no waiter counted
+/// and no lock held. Fails if a dropped acquisition records nothing (found by review: the
+/// longest waits, those callers gave up on, were missing from the histogram).
+#[tokio::test(flavor = "current_thread")]
+async fn a_cancelled_acquisition_is_counted_and_leaves_no_waiter() {
+    use lock_tower::{HeaderKey, LockLayer};
+    use tower::ServiceExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let capture = Capture::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    const GIVE_UP: Duration = Duration::from_millis(30);
+    let locker = Locker::memory();
+    let class = ("class", "cancelled");
+    let holder = locker.lock("order:c").class("cancelled").await.unwrap();
+    for fair in [false, true] {
+        let mut request = locker
+            .lock("order:c")
+            .class("cancelled")
+            .wait(Duration::from_secs(60));
+        if fair {
+            request = request.fair();
+        }
+        assert!(tokio::time::timeout(GIVE_UP, request).await.is_err());
+    }
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new("x-order")).class("cancelled");
+    let key = layer.lock_key(b"c").unwrap();
+    let layer_holder = locker.lock(&key).class("cancelled").await.unwrap();
+    let service =
+        tower::ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|_: http::Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            });
+    let request = http::Request::builder()
+        .header("x-order", "c")
+        .body(String::new())
+        .unwrap();
+    assert!(
+        tokio::time::timeout(GIVE_UP, service.oneshot(request))
+            .await
+            .is_err()
+    );
+    rec.take();
+    assert_eq!(rec.gauge(WAITERS, &[class]), 0.0, "no waiter left counted");
+    assert_eq!(rec.gauge(HELD, &[class]), 2.0, "the two holders");
+    holder.release().await.unwrap();
+    layer_holder.release().await.unwrap();
+    rec.take();
+    let cancelled = rec.samples(ACQUIRE, &[class, ("outcome", "cancelled")]);
+    assert_eq!(cancelled.len(), 3, "{:?}", rec.histograms);
+    assert!(cancelled.iter().all(|s| *s >= 0.03), "{cancelled:?}");
+    assert_eq!(rec.samples(ACQUIRE, &[class]).len(), 5);
+    assert_eq!(rec.samples(HELD_DURATION, &[class]).len(), 2);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+    assert_eq!(rec.gauge(WAITERS, &[class]), 0.0);
+    drop(_default);
+    let captured = capture.0.lock().unwrap();
+    let outcomes: Vec<&str> = captured
+        .closed
+        .iter()
+        .filter(|s| s.name == "lock.acquire" && s.fields["class"] == "cancelled")
+        .map(|s| s.fields.get("outcome").map_or("none", String::as_str))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            "acquired",
+            "cancelled",
+            "cancelled",
+            "acquired",
+            "cancelled"
+        ]
+    );
+}
+
+/// The memory backend, but its renewals wait while the gate is closed (and say when one does).
+#[derive(Debug, Clone)]
+struct Gated {
+    store: lock_core::MemoryBackend,
+    closed: Arc<std::sync::atomic::AtomicBool>,
+    gate: Arc<tokio::sync::Semaphore>,
+    entered: Arc<tokio::sync::Notify>,
+}
+
+impl Gated {
+    fn new() -> Self {
+        Gated {
+            store: lock_core::MemoryBackend::new(),
+            closed: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            entered: Arc::default(),
+        }
+    }
+}
+
+mod gated {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use lock_core::backend::{
+        Attempt, AttemptOptions, Backend, BoxFuture, Inbox, LockKey, Marked, Renewal, Renewed,
+        Token,
+    };
+    use lock_core::{IdempotencyState, LockError};
+
+    impl Backend for super::Gated {
+        fn acquire<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            lease: Duration,
+            options: AttemptOptions<'a>,
+        ) -> BoxFuture<'a, Result<Attempt, LockError>> {
+            self.store.acquire(key, token, lease, options)
+        }
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.release(key, token)
+        }
+        fn renew<'a>(
+            &'a self,
+            items: &'a [Renewal],
+        ) -> BoxFuture<'a, Result<Vec<Renewed>, LockError>> {
+            Box::pin(async move {
+                if self.closed.load(Ordering::SeqCst) {
+                    self.entered.notify_one();
+                    let _open = self.gate.acquire().await;
+                }
+                self.store.renew(items).await
+            })
+        }
+        fn subscribe<'a>(&'a self, key: &'a LockKey, inbox: &'a Arc<Inbox>) -> BoxFuture<'a, bool> {
+            self.store.subscribe(key, inbox)
+        }
+        fn unsubscribe(&self, key: &LockKey, inbox: &Arc<Inbox>) {
+            self.store.unsubscribe(key, inbox);
+        }
+        fn store_result<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            fingerprint: &'a str,
+            result: &'a [u8],
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store
+                .store_result(key, token, fingerprint, result, ttl)
+        }
+        fn mark_started<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            mark: &'a Token,
+            fingerprint: &'a str,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Result<Marked, LockError>> {
+            self.store.mark_started(key, token, mark, fingerprint, ttl)
+        }
+        fn clear_started<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            mark: &'a Token,
+        ) -> BoxFuture<'a, Result<bool, LockError>> {
+            self.store.clear_started(key, token, mark)
+        }
+        fn idempotency_state<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<IdempotencyState, LockError>> {
+            self.store.idempotency_state(key)
+        }
+    }
+}
+
+/// A renewal on its way when its lock is released is counted under the lock's class when its
+/// answer comes, as `released` (the backend's "not ours" is the release, not a loss), and no
+/// loss is counted. Fails if it is counted under `default` (found by review: the class was
+/// read from the lock's observation, gone once it ended) or as `lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_answered_after_the_release_keeps_its_class() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let backend = Gated::new();
+    let locker = Locker::builder(backend.clone())
+        .lease(Duration::from_millis(300))
+        .build();
+    let class = ("class", "in-flight");
+    let custom = ("backend", "custom");
+    let guard = locker.lock("order:r").class("in-flight").await.unwrap();
+    backend
+        .closed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::timeout(SOON, backend.entered.notified())
+        .await
+        .expect("a renewal is on its way");
+    guard.release().await.unwrap();
+    backend.gate.add_permits(1_000);
+    let calls = locker.stats().renewal_calls;
+    eventually("the renewal's answer", SOON, async || {
+        rec.take().counter(RENEWALS, &[custom]) == calls
+    })
+    .await;
+    assert_eq!(rec.counter(RENEWALS, &[("class", "default")]), 0);
+    assert_eq!(
+        rec.counter(RENEWALS, &[class, custom, ("outcome", "released")]),
+        1,
+        "{:?}",
+        rec.counters
+    );
+    assert_eq!(rec.counter(RENEWALS, &[("outcome", "lost")]), 0);
+    assert_eq!(rec.counter(LOST, &[]), 0);
+    assert_eq!(rec.gauge(HELD, &[class]), 0.0);
+}
+
