@@ -1058,3 +1058,128 @@ async fn a_renewal_answered_after_the_release_keeps_its_class() {
     assert_eq!(rec.gauge(HELD, &[class]), 0.0);
 }
 
+/// Each answer of `IdempotencyLayer` is counted once, under the layer's class and its locker's
+/// backend (`lock_idempotency_requests_total{class, backend, outcome}`), whichever path made
+/// it: the handler's response not stored (a 500) is `unstored`, a request without a key
+/// `passed_through`. Fails if the counter has no class or backend label, or if either answer
+/// is not counted (found by review).
+#[tokio::test]
+async fn idempotency_answers_carry_class_and_backend_and_are_all_counted() {
+    use lock_tower::IdempotencyLayer;
+    use tower::ServiceExt;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::memory();
+    let app = axum::Router::new()
+        .route(
+            "/pay",
+            axum::routing::post(|body: String| async move {
+                if body == "fail" {
+                    (http::StatusCode::INTERNAL_SERVER_ERROR, "failed")
+                } else {
+                    (http::StatusCode::OK, "paid")
+                }
+            }),
+        )
+        .layer(IdempotencyLayer::new(locker.clone()).class("payments"));
+    let send = async |key: Option<&str>, body: &'static str| {
+        let mut request = http::Request::post("/pay");
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        let request = request.body(axum::body::Body::from(body)).unwrap();
+        app.clone()
+            .oneshot(request)
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(send(Some("k1"), "a").await, 200);
+    assert_eq!(send(Some("k1"), "a").await, 200);
+    assert_eq!(send(Some("k1"), "b").await, 422);
+    assert_eq!(send(Some("k2"), "fail").await, 500);
+    assert_eq!(
+        send(Some("k2"), "fail").await,
+        500,
+        "not stored: runs again"
+    );
+    assert_eq!(send(None, "a").await, 200);
+    rec.take();
+    let name = "lock_idempotency_requests_total";
+    let labels = [("class", "payments"), ("backend", "memory")];
+    let idem = |outcome: &str| rec.counter(name, &[labels[0], labels[1], ("outcome", outcome)]);
+    assert_eq!(idem("stored"), 1, "{:?}", rec.counters);
+    assert_eq!(idem("replayed"), 1);
+    assert_eq!(idem("mismatch"), 1);
+    assert_eq!(idem("unstored"), 2);
+    assert_eq!(idem("passed_through"), 1);
+    assert_eq!(rec.counter(name, &[]), 6, "one per request");
+    assert_eq!(
+        rec.counter(name, &labels),
+        6,
+        "all under the layer's labels"
+    );
+    // Its locks carry its class.
+    assert_eq!(
+        rec.samples(ACQUIRE, &[("class", "payments"), ("outcome", "acquired")])
+            .len(),
+        3
+    );
+}
+
+/// A request whose lease is lost while its handler runs is answered once, `lease_lost`, not
+/// also `locked`; the layer's answers carry its locker's backend. Fails if `locked` is counted
+/// at the acquisition (found by review: two answers for one request).
+#[tokio::test]
+async fn a_layer_request_whose_lease_is_lost_is_counted_once() {
+    use lock_tower::{HeaderKey, LockLayer};
+    use tower::ServiceExt;
+
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let backend = lock_core::MemoryBackend::new();
+    let locker = Locker::builder(backend.clone())
+        .lease(Duration::from_millis(300))
+        .build();
+    let layer = LockLayer::new(locker.clone(), HeaderKey::new("x-order")).class("lost-layer");
+    let key = layer.lock_key(b"7").unwrap();
+    let service =
+        tower::ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|_: http::Request<String>| async {
+                std::future::pending::<()>().await;
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            });
+    let request = http::Request::builder()
+        .header("x-order", "7")
+        .body(String::new())
+        .unwrap();
+    let answer = tokio::spawn(service.oneshot(request));
+    eventually("the request holds its lock", SOON, async || {
+        rec.take().gauge(HELD, &[("class", "lost-layer")]) == 1.0
+    })
+    .await;
+    assert!(backend.force_delete(&key), "deleted behind its back");
+    let answer = tokio::time::timeout(SOON, answer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), 503);
+    rec.take();
+    let name = "lock_layer_requests_total";
+    let class = ("class", "lost-layer");
+    assert_eq!(
+        rec.counter(
+            name,
+            &[class, ("backend", "memory"), ("outcome", "lease_lost")]
+        ),
+        1,
+        "{:?}",
+        rec.counters
+    );
+    assert_eq!(rec.counter(name, &[class]), 1, "one answer");
+}
+
