@@ -914,6 +914,126 @@ async fn a_cancelled_acquisition_is_counted_and_leaves_no_waiter() {
     );
 }
 
+/// Every way a lock ends, or an acquisition does not get one, brings `lock_held` and
+/// `lock_waiters` back to zero, with one hold sample per lock held and one acquisition sample
+/// per acquisition: release, drop without release, a lease lost, a `run` whose body panics or
+/// is cancelled, reentrant use (counted once, under its outer lock), local hand-off, fair
+/// waiters, a busy `try_lock`, requests refused. An `extend` is not a renewal (the watchdog's
+/// alone are counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gauges_return_to_zero_on_every_path() {
+    let _serial = SERIAL.lock().await;
+    let mut rec = Recorded::start();
+    let locker = Locker::builder(lock_core::MemoryBackend::new())
+        .lease(Duration::from_secs(30))
+        .build();
+    const C: &str = "paths";
+    let class = ("class", C);
+    let lock = |key: &str| locker.lock(key).class(C);
+    let mut held = 0;
+
+    // Released; extended first (no renewal counted); dropped without release.
+    let guard = lock("p:release").await.unwrap();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    guard.release().await.unwrap();
+    drop(lock("p:drop").await.unwrap());
+    held += 2;
+    // Lost: its lease ran out unrenewed.
+    let guard = lock("p:lost")
+        .watchdog(false)
+        .lease(Duration::from_millis(30))
+        .await
+        .unwrap();
+    tokio::time::timeout(SOON, guard.lost()).await.unwrap();
+    drop(guard);
+    held += 1;
+    // A run whose body panics; one cancelled while its body runs.
+    let panicked = tokio::spawn(lock("p:panic").run(async { panic!("the body panics") })).await;
+    assert!(panicked.unwrap_err().is_panic());
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(20),
+        lock("p:cancel").run(std::future::pending::<()>()),
+    )
+    .await;
+    assert!(cancelled.is_err());
+    held += 2;
+    // Reentrant use: one lock held, whatever the inner requests do.
+    let inner_locker = locker.clone();
+    let inside = lock("p:reentrant")
+        .run(async {
+            let inner = inner_locker.lock("p:reentrant").class(C).await.unwrap();
+            assert!(inner.is_reentrant());
+            let gauge = rec.take().gauge(HELD, &[class]);
+            drop(inner);
+            inner_locker
+                .lock("p:reentrant")
+                .class(C)
+                .run(async {})
+                .await
+                .unwrap();
+            gauge
+        })
+        .await
+        .unwrap();
+    assert_eq!(inside, 1.0, "a reentrant lock is not counted again");
+    held += 1;
+    // Waiters: local hand-off (default mode), then fair waiters.
+    for fair in [false, true] {
+        let mut holder = lock("p:hot").await.unwrap();
+        let (tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..3 {
+            let (tx, request) = (tx.clone(), lock("p:hot"));
+            let request = if fair { request.fair() } else { request };
+            tokio::spawn(async move {
+                let _ = tx.send(request.await);
+            });
+        }
+        eventually("the waiters", SOON, async || {
+            rec.take().gauge(WAITERS, &[class]) == 3.0
+        })
+        .await;
+        for _ in 0..3 {
+            holder.release().await.unwrap();
+            holder = tokio::time::timeout(SOON, handed.recv())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        }
+        holder.release().await.unwrap();
+        held += 4;
+    }
+    assert!(locker.stats().local_handoffs >= 1, "{:?}", locker.stats());
+    // Busy, and refused before any I/O.
+    let holder = lock("p:busy").await.unwrap();
+    assert!(locker.try_lock("p:busy").class(C).await.is_err());
+    holder.release().await.unwrap();
+    held += 1;
+    assert!(lock("").await.is_err());
+    assert!(lock("p:refused").max_hold(Duration::ZERO).await.is_err());
+
+    eventually("every lock ended", SOON, async || {
+        let now = rec.take();
+        now.gauge(HELD, &[class]) == 0.0 && now.gauge(WAITERS, &[class]) == 0.0
+    })
+    .await;
+    assert_eq!(rec.samples(HELD_DURATION, &[class]).len(), held);
+    assert_eq!(
+        rec.samples(ACQUIRE, &[class, ("outcome", "acquired")])
+            .len(),
+        held
+    );
+    assert_eq!(rec.samples(ACQUIRE, &[class, ("outcome", "busy")]).len(), 1);
+    assert_eq!(
+        rec.samples(ACQUIRE, &[class, ("outcome", "error")]).len(),
+        2
+    );
+    assert_eq!(rec.samples(ACQUIRE, &[class]).len(), held + 3);
+    assert_eq!(rec.counter(LOST, &[class]), 1);
+    assert_eq!(rec.counter(LOST, &[class, ("reason", "expired")]), 1);
+    assert_eq!(rec.counter(RENEWALS, &[class]), 0, "extend is no renewal");
+}
+
 /// The memory backend, but its renewals wait while the gate is closed (and say when one does).
 #[derive(Debug, Clone)]
 struct Gated {
@@ -1183,3 +1303,69 @@ async fn a_layer_request_whose_lease_is_lost_is_counted_once() {
     assert_eq!(rec.counter(name, &[class]), 1, "one answer");
 }
 
+/// A lock handed over by a release is an event in the waiter's `lock.acquire` span, and a
+/// local hand-off one in the giver's `lock.held` span (a loss: see
+/// `spans_nest_under_the_request_and_carry_no_token`).
+#[tokio::test(flavor = "current_thread")]
+async fn hand_overs_are_events_in_their_spans() {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let _serial = SERIAL.lock().await;
+    let capture = Capture::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    const C: &str = "handover-events";
+    // Through the backend: two lockers.
+    let backend = lock_core::MemoryBackend::new();
+    let a = Locker::builder(backend.clone()).build();
+    let b = Locker::builder(backend).build();
+    let holder = a.lock("h").class(C).await.unwrap();
+    let waiter = tokio::spawn(b.lock("h").class(C).wait(SOON));
+    eventually("the waiter", SOON, async || b.stats().waiters == 1).await;
+    holder.release().await.unwrap();
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(b.stats().handovers, 1);
+    guard.release().await.unwrap();
+    // Within one locker: local hand-off.
+    let mut holder = a.lock("h").class(C).await.unwrap();
+    let (tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..3 {
+        let (tx, request) = (tx.clone(), a.lock("h").class(C).wait(SOON));
+        tokio::spawn(async move {
+            let _ = tx.send(request.await);
+        });
+    }
+    eventually("the waiters", SOON, async || a.stats().waiters == 3).await;
+    for _ in 0..3 {
+        holder.release().await.unwrap();
+        holder = handed.recv().await.unwrap().unwrap();
+    }
+    holder.release().await.unwrap();
+    let passes = a.stats().local_handoffs;
+    assert!(passes >= 1);
+    drop(_default);
+    let captured = capture.0.lock().unwrap();
+    let events = |message: &str, span: &str| {
+        captured
+            .events
+            .iter()
+            .filter(|(_, f)| {
+                f.get("message").is_some_and(|m| m == message)
+                    && f.get("@span").is_some_and(|s| s == span)
+                    && f.get("@class").is_some_and(|c| c == C)
+            })
+            .count()
+    };
+    assert_eq!(
+        events("lock handed over by its release", "lock.acquire") as u64,
+        1 + a.stats().handovers,
+        "{:?}",
+        captured.events
+    );
+    assert_eq!(
+        events("lock passed on within the locker", "lock.held") as u64,
+        passes,
+        "{:?}",
+        captured.events
+    );
+}
