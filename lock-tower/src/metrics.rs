@@ -32,6 +32,7 @@ pub struct LockLayerMetrics {
     /// The layer's class: the `class` label of its answers and of its locks.
     pub(crate) class: &'static str,
     /// Its locker's backend (`Backend::kind`): the `backend` label of its answers.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) backend: &'static str,
 }
 

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::Response;
 
 use super::rejection::IdempotencyRejection;
-use super::service::{Answered, Labels, reject};
+use super::service::{Labels, reject};
 use crate::body::ResponseBody;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -85,7 +85,9 @@ impl<B, E> Future for IdempotencyFuture<B, E> {
         #[cfg(feature = "metrics")]
         {
             let named = match &mut output {
-                Ok(response) => response.extensions_mut().remove::<Answered>(),
+                Ok(response) => response
+                    .extensions_mut()
+                    .remove::<super::service::Answered>(),
                 Err(_) => None,
             };
             let outcome = named.map_or(self.otherwise, |a| a.0);

@@ -896,6 +896,7 @@ impl<S: fmt::Debug> fmt::Debug for IdempotencyService<S> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Labels {
     pub(crate) class: &'static str,
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) backend: &'static str,
 }
 
@@ -905,6 +906,7 @@ pub(crate) struct Labels {
 /// stored), `mismatch` (422), `bad_request`, `error`. An answer without one is the handler's
 /// own, not stored (`unstored`), or a request without a key (`passed_through`).
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Answered(pub(crate) &'static str);
 
 /// `response`, naming its outcome (feature `metrics`; without it, as it is).
