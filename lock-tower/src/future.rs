@@ -103,7 +103,7 @@ where
         key: &str,
     ) -> Self {
         let head = request.method() == http::Method::HEAD;
-        let span = tracing::debug_span!("lock_tower", key = %LogKey(key));
+        let span = tracing::info_span!("lock_tower", key = %LogKey(key));
         span.in_scope(|| tracing::trace!(wait = ?shared.options.wait, "acquiring lock"));
         ResponseFuture {
             state: State::Acquiring {

@@ -537,6 +537,48 @@ fn has_hex_run(text: &str) -> bool {
     false
 }
 
+/// Under the usual production filter (INFO), the lock's spans still nest under the layer's
+/// request span: the two crates' spans are at one level, so a filter keeps both or neither.
+#[tokio::test(flavor = "current_thread")]
+async fn the_layers_span_survives_an_info_filter() {
+    use tower::ServiceExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let _serial = SERIAL.lock().await;
+    let locker = Locker::memory();
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(capture.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let layer =
+        lock_tower::LockLayer::new(locker, lock_tower::HeaderKey::new("x-order")).class("filtered");
+    let service =
+        tower::ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|_: http::Request<String>| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            });
+    let request = http::Request::builder()
+        .header("x-order", "order:11")
+        .body(String::new())
+        .unwrap();
+    assert_eq!(service.oneshot(request).await.unwrap().status(), 200);
+    drop(_default);
+    let captured = capture.0.lock().unwrap();
+    let acquire = captured
+        .spans
+        .values()
+        .find(|s| s.name == "lock.acquire")
+        .expect("the acquisition's span, at INFO");
+    let parent = acquire.parent.and_then(|p| captured.spans.get(&p));
+    assert_eq!(
+        parent.map(|p| p.name),
+        Some("lock_tower"),
+        "the acquisition's span has the layer's as parent under an INFO filter: {acquire:?}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn spans_nest_under_the_request_and_carry_no_token() {
     use tracing::Instrument;
