@@ -234,6 +234,7 @@ async fn inspect_answers_from_a_quorum_and_fails_without_one() {
         .build();
     all_reachable(&holder, &servers).await;
     let guard = holder.lock("job").await.unwrap();
+    let second = holder.lock("second").await.unwrap();
     // On exactly three servers, by hand: with one of them down nobody can tell.
     let s: Vec<&RedisServer> = servers.iter().collect();
     write_on(&s[..3], "bare", &stamped("bare quorum")).await;
@@ -249,6 +250,28 @@ async fn inspect_answers_from_a_quorum_and_fails_without_one() {
         listed(&operator, "*").await.is_err(),
         "a listing meeting it"
     );
+    // A stalled server is not waited for once a quorum settles the answer (waiting for it
+    // would take the response timeout, 500 ms here).
+    servers[1].pause();
+    let asked = Instant::now();
+    let state = operator.inspect("job").await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        state.held && state.holder.as_deref() == Some("holder"),
+        "3 of 5 answer"
+    );
+    println!("inspect on Redlock with a server down and one stalled: {took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    // Nor by a removal: it is decided once fewer than a quorum are unheard.
+    let asked = Instant::now();
+    let removed = operator.force_unlock("second").await.unwrap();
+    let took = asked.elapsed();
+    assert_eq!(removed.unwrap().holder.as_deref(), Some("holder"));
+    println!("force_unlock on Redlock with a server down and one stalled: {took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    tokio::time::timeout(Duration::from_secs(10), second.lost())
+        .await
+        .expect("the evicted holder is told");
     servers[1].stop();
     assert!(operator.inspect("job").await.unwrap().held, "3 of 5 up");
     assert_eq!(

@@ -9,6 +9,7 @@
 //! acquisition; free when the servers heard show no quorum and those not heard could not
 //! complete one; else the answer is a [`NoQuorum`](super::NoQuorum) error, never a guess.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,22 +34,49 @@ enum Judged {
 
 impl RedlockBackend {
     /// Every server's view of `keys` (`None`: not connected, failed, or no answer within the
-    /// response timeout), asked of all at once.
-    async fn views(&self, keys: &[LockKey]) -> Vec<Option<Vec<Seen>>> {
+    /// response timeout), asked of all at once, each in a task of its own (a read left
+    /// behind is never cut off half-way on its connection). Not waited for once every key's
+    /// verdict is known whatever the rest answer and the servers `needed` answered: a stalled
+    /// server does not hold up an answer a quorum settles (its state would only have raised
+    /// the lease left and the waiters counted, which are then the lower ones).
+    async fn views(&self, keys: &[LockKey], needed: &[usize]) -> Vec<Option<Vec<Seen>>> {
         let bound = self.inner.settings.response_timeout;
-        gather(
-            self.inner.servers.iter().map(|s| async move {
-                let b = s.get()?;
-                match tokio::time::timeout(bound, b.redlock_inspect(keys)).await {
-                    Ok(Ok(seen)) if seen.len() == keys.len() => Some(seen),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "a Redlock server failed an inspect");
-                        None
+        let (quorum, n) = (self.inner.quorum, self.inner.servers.len());
+        let shared: Arc<[LockKey]> = keys.into();
+        let tasks: Vec<_> = self
+            .inner
+            .servers
+            .iter()
+            .map(|s| {
+                let (b, keys) = (s.get()?.clone(), shared.clone());
+                background::spawn(async move {
+                    match tokio::time::timeout(bound, b.redlock_inspect(&keys)).await {
+                        Ok(Ok(seen)) if seen.len() == keys.len() => Some(seen),
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "a Redlock server failed an inspect");
+                            None
+                        }
+                        _ => None,
                     }
-                    _ => None,
+                })
+            })
+            .collect();
+        gather(
+            tasks
+                .into_iter()
+                .map(|t| async move { t?.await.ok().flatten() }),
+            |answers| {
+                if needed.iter().any(|&i| answers[i].is_none()) {
+                    return false;
                 }
-            }),
-            |_| false,
+                let heard: Vec<&Vec<Seen>> = answers.iter().flatten().flatten().collect();
+                heard.len() >= quorum
+                    && (0..keys.len()).all(|k| {
+                        let views: Vec<Option<&Seen>> = heard.iter().map(|v| v.get(k)).collect();
+                        let most = most_held(&views).map_or(0, |(_, count)| count);
+                        most >= quorum || most + (n - heard.len()) < quorum
+                    })
+            },
         )
         .await
         .into_iter()
@@ -78,17 +106,7 @@ impl RedlockBackend {
         }
         let mut state = LockState::free(key.user());
         state.waiters = heard.iter().map(|s| s.state.waiters).max().unwrap_or(0);
-        // The acquisition held on the most servers heard (a majority is at most one).
-        let mut best: Option<(&Digest, usize)> = None;
-        for digest in heard.iter().filter_map(|s| s.digest.as_ref()) {
-            let count = heard
-                .iter()
-                .filter(|s| s.digest.as_ref() == Some(digest))
-                .count();
-            if best.is_none_or(|(_, most)| count > most) {
-                best = Some((digest, count));
-            }
-        }
+        let best = most_held(views);
         let most = best.map_or(0, |(_, count)| count);
         let Some((digest, _)) = best.filter(|_| most >= quorum) else {
             if most + (n - heard.len()) >= quorum {
@@ -120,7 +138,7 @@ impl RedlockBackend {
 
     pub(crate) async fn inspect_lock(&self, key: &LockKey) -> Result<LockState, LockError> {
         let started = Instant::now();
-        let views = self.views(std::slice::from_ref(key)).await;
+        let views = self.views(std::slice::from_ref(key), &[]).await;
         let views: Vec<Option<&Seen>> = views.iter().map(|v| v.as_ref()?.first()).collect();
         match self.judge("inspect", key, &views, started.elapsed())? {
             Judged::Free(state) | Judged::Held(state, _) => Ok(state),
@@ -140,13 +158,14 @@ impl RedlockBackend {
         key: &LockKey,
     ) -> Result<Option<LockState>, LockError> {
         let started = Instant::now();
-        let views = self.views(std::slice::from_ref(key)).await;
+        let views = self.views(std::slice::from_ref(key), &[]).await;
         let views: Vec<Option<&Seen>> = views.iter().map(|v| v.as_ref()?.first()).collect();
         let (state, digest) = match self.judge("force_unlock", key, &views, started.elapsed())? {
             Judged::Free(_) => return Ok(None),
             Judged::Held(state, digest) => (state, digest),
         };
         let bound = self.inner.settings.response_timeout * 2;
+        let quorum = self.inner.quorum;
         let tasks: Vec<_> = self
             .inner
             .servers
@@ -168,7 +187,15 @@ impl RedlockBackend {
                     _ => None,
                 }
             }),
-            |_| false,
+            // Decided once fewer than a quorum are unheard: a stalled server is not waited for
+            // (its removal still reaches it, in its task).
+            |answers| {
+                answers
+                    .iter()
+                    .filter(|a| !matches!(a, Some(Some(_))))
+                    .count()
+                    < quorum
+            },
         )
         .await;
         let removed = answers
@@ -180,7 +207,7 @@ impl RedlockBackend {
             .filter(|a| matches!(a, Some(Some(_))))
             .count();
         let unknown = answers.len() - heard;
-        if unknown >= self.inner.quorum {
+        if unknown >= quorum {
             // The servers not heard may still hold it on a quorum.
             if removed > 0 {
                 tracing::warn!(
@@ -244,7 +271,10 @@ impl RedlockBackend {
         let mut locks = Vec::new();
         if !keys.is_empty() {
             let started = Instant::now();
-            let views = self.views(&keys).await;
+            // The servers scanned so far, this one included, must answer (or fail): whether
+            // an earlier one holds a key's acquisition decides where it is listed.
+            let scanned: Vec<usize> = (0..=server).filter(|j| !skipped.contains(j)).collect();
+            let views = self.views(&keys, &scanned).await;
             if views[server].is_none() {
                 return Err(unanswered(server));
             }
@@ -271,6 +301,23 @@ impl RedlockBackend {
         };
         Ok(ListPage::new(locks, next))
     }
+}
+
+/// The acquisition held on the most of the servers heard (`None`: not heard), and on how many
+/// (a majority can hold one only).
+fn most_held<'a>(views: &[Option<&'a Seen>]) -> Option<(&'a Digest, usize)> {
+    let mut best: Option<(&Digest, usize)> = None;
+    for digest in views.iter().flatten().filter_map(|s| s.digest.as_ref()) {
+        let count = views
+            .iter()
+            .flatten()
+            .filter(|s| s.digest.as_ref() == Some(digest))
+            .count();
+        if best.is_none_or(|(_, most)| count > most) {
+            best = Some((digest, count));
+        }
+    }
+    best
 }
 
 /// `<server> <scan cursor> <servers passed over, comma-separated, or ->`.
