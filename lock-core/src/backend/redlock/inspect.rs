@@ -149,10 +149,10 @@ impl RedlockBackend {
     /// removed on every server that still holds it, by force_unlock.lua given its digest: a
     /// server where another acquisition holds the key (a contender's minority) is left alone.
     /// Each server's call is sent once (a lost answer counts as unknown, it is not resent),
-    /// in a task of its own that runs to its end whatever the caller does. Its state as inspected; `None` when no
-    /// quorum held it, or when it was gone from every server by the time the removal came
-    /// (released meanwhile). A [`NoQuorum`](super::NoQuorum) error when the servers not heard
-    /// may still hold it on a quorum.
+    /// in a task of its own that runs to its end whatever the caller does. Its state as
+    /// inspected; `None` when no quorum held it, or when no server heard removed it (released
+    /// meanwhile). A [`NoQuorum`](super::NoQuorum) error when the servers not heard may still
+    /// hold it on a quorum.
     pub(crate) async fn force_unlock_lock(
         &self,
         key: &LockKey,
