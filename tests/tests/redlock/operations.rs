@@ -3,7 +3,8 @@
 //! from a minority); `force_unlock` removes that acquisition only (another token on a server,
 //! a contender's minority, is left alone), wakes a waiter at once and the old holder learns;
 //! a listing reports each held lock once, also with a server down; too few servers is an
-//! error, never a guess; no token (nor its digest) in a state, an error or a log line.
+//! error, never a guess, and so is a removal whose answers are lost on a majority (logged);
+//! no token (nor its digest) in a state, an error or a log line.
 //!
 //! Values "held elsewhere" are written straight onto the servers in the library's format
 //! (`<token>|<since ms>|<holder>|`), as another client's acquisition would leave them.
@@ -388,4 +389,94 @@ async fn no_token_nor_its_digest_in_states_errors_or_logs() {
         assert!(!text.contains(&token), "the token in: {text}");
         assert!(!text.contains(&digest), "the token's digest in: {text}");
     }
+}
+
+/// A removal whose answers are lost on a majority of the servers: the call reached them (each
+/// removed the lock, once), but the operator cannot know it, so it gets a `NoQuorum` error
+/// (not "removed", not "nothing held") and an audit warning naming the servers that did answer;
+/// the lock is gone everywhere and the next holder takes it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_removal_whose_answers_are_lost_on_a_majority_is_an_error_and_logged() {
+    use lock_testkit::proxy::Proxy;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let captured = Captured::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));
+    let servers = servers(3);
+    let stuck = Locker::builder(backend(&urls(&servers)).await)
+        .lease(Duration::from_secs(3))
+        .holder("stuck holder")
+        .build();
+    all_reachable(&stuck, &servers).await;
+    let mut proxies = Vec::new();
+    for s in &servers[..2] {
+        proxies.push(Proxy::start(format!("127.0.0.1:{}", s.port()).parse().unwrap()).await);
+    }
+    let mut through: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://{}/", p.addr()))
+        .collect();
+    through.push(servers[2].url());
+    let through: Vec<&str> = through.iter().map(String::as_str).collect();
+    let operator = Locker::builder(
+        RedlockBackend::builder(&through)
+            .response_timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .unwrap(),
+    )
+    .build();
+    // The removal's script is loaded on every server, so the call below is one EVALSHA each.
+    let warm = stuck.lock("warm").await.unwrap();
+    assert!(operator.force_unlock("warm").await.unwrap().is_some());
+    drop(warm);
+    let held = stuck.lock("vault").await.unwrap();
+    let value = servers[0].get("lock:{vault}").await.unwrap();
+    let token = value.split('|').next().unwrap().to_owned();
+    let digest: String = servers[0]
+        .query(
+            redis::cmd("EVAL")
+                .arg("return redis.sha1hex(ARGV[1])")
+                .arg(0)
+                .arg(&token)
+                .clone(),
+        )
+        .await;
+    // Only the removal carries the digest: it reaches the servers, their answers are held back.
+    for p in &proxies {
+        p.freeze_after(digest.as_bytes());
+    }
+    let call = tokio::spawn({
+        let operator = operator.clone();
+        async move { operator.force_unlock("vault").await }
+    });
+    for p in &proxies {
+        p.wait_frozen().await;
+    }
+    // Each ran once, before its answer was lost.
+    for s in &servers {
+        assert!(!s.exists("lock:{vault}").await);
+    }
+    for p in &proxies {
+        p.cut();
+        p.restore();
+    }
+    let e = call.await.unwrap().expect_err("two of three answers lost");
+    let q = no_quorum(&e).unwrap_or_else(|| panic!("not a NoQuorum error: {e:?}"));
+    assert_eq!((q.answered, q.quorum, q.servers), (1, 2, 3));
+    let logs = captured.0.lock().unwrap().clone();
+    assert!(
+        logs.contains("force_unlock removed the lock on some Redlock servers only")
+            && logs.contains("removed_on=1"),
+        "{logs}"
+    );
+    assert!(!logs.contains(&token) && !logs.contains(&digest));
+    // The stuck holder learns; the next holder takes the lock and keeps it.
+    tokio::time::timeout(Duration::from_secs(6), held.lost())
+        .await
+        .expect("the evicted holder is told");
+    let next = operator.lock("vault").await.unwrap();
+    assert!(operator.inspect("vault").await.unwrap().held);
+    next.release().await.unwrap();
 }
