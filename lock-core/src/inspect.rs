@@ -308,7 +308,8 @@ impl Locker {
 
     /// The state of lock `key` (under this locker's prefix), without taking it: held or not,
     /// the lease left, the last fence, the holder and for how long, the waiters. One read
-    /// (one round trip on Redis).
+    /// (one round trip on Redis; on Redlock one per server, at once, judged over the
+    /// majority, as `RedlockBackend` describes).
     ///
     /// # Errors
     /// [`LockError::InvalidKey`], [`LockError::Backend`] when the backend cannot answer, and
@@ -334,7 +335,9 @@ impl Locker {
     /// fenced writes are refused; the old holder learns at its next renewal (`lost()`
     /// resolves, `run` is cancelled, its release says [`LockError::LeaseLost`]). Each removal
     /// is logged at `warn` level, target `lock_core::audit`, with the key and the holder
-    /// removed.
+    /// removed. On Redlock the step is atomic on each server and removes only the
+    /// acquisition a majority of them hold; Redlock keeps no fence, so the old holder is not
+    /// fenced off until it learns.
     ///
     /// # Errors
     /// As [`inspect`](Self::inspect).
@@ -370,7 +373,8 @@ impl Locker {
 
     /// The held locks whose keys match `pattern` ([`KeyPattern`]: `order:*`) under this
     /// locker's prefix, as a stream, page by page: the backend is read one page at a time
-    /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`), so memory stays
+    /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`; Redlock: on
+    /// N − majority + 1 of its servers, each lock once), so memory stays
     /// bounded whatever the number of keys. A lock taken or released while the listing runs
     /// may or may not be in it; a failover or a resharding while it runs may leave locks out
     /// (list again). An invalid pattern is the stream's only item, an error.

@@ -10,12 +10,17 @@
 -- KEYS[2]  the queue (list of waiter tickets, oldest first)
 -- KEYS[3]  the fencing counter
 -- KEYS[4]  the waiters (hash: ticket -> entry, see handoff.lua)
+-- ARGV[1]  optional (Redlock): the digest of the acquisition to remove (see inspect.lua); a
+--          lock whose token does not digest to it is left alone, answering 0
 --
--- Returns 0 when nobody held it, else {pttl, since, holder, fence, message}: the lock's PTTL,
+-- Returns 0 when nobody held it (or another acquisition than ARGV[1]'s), else {pttl, since, holder, fence, message}: the lock's PTTL,
 -- its stamp (see inspect.lua), the counter's value, and 'released' or the message published
 -- to its waiters (handed over or announced, as release.lua's).
 local value = redis.call('GET', KEYS[1])
 if not value then
+  return 0
+end
+if ARGV[1] and redis.sha1hex(string.match(value, '^[^|+]*')) ~= ARGV[1] then
   return 0
 end
 local since, holder = string.match(value, '^%x+|(%d+)|(.*)|%+?$')
