@@ -344,12 +344,12 @@ async fn inspect_pipeline<C: ConnectionLike + Send>(
 
 /// The digest of a lock's token as inspect.lua answers it for a Redlock (SHA-1 hex): the
 /// servers that answer the same digest hold the same acquisition. Compared, and sent back to
-/// force_unlock.lua, never shown: `Debug` prints no digit of it.
-#[cfg(feature = "redlock")]
+/// force_unlock.lua, never shown: `Debug` prints no digit of it. (Without the `redlock`
+/// feature only the type is used: the single-server removal passes none.)
+#[cfg_attr(not(feature = "redlock"), allow(dead_code))]
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Digest(String);
 
-#[cfg(feature = "redlock")]
 impl std::fmt::Debug for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Digest(<redacted>)")
