@@ -27,8 +27,8 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::{
-    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Listeners, Renewal, Renewed,
-    validate_timeouts,
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, KeyPattern, ListPage, Listeners,
+    Renewal, Renewed, validate_timeouts,
 };
 use crate::LockError;
 use crate::idempotency::{IdempotencyState, Marked};
@@ -475,3 +475,25 @@ super::consensus_backend!(ZooKeeperBackend, "zookeeper", |this| this
 
 #[cfg(test)]
 mod tests;
+
+impl ZooKeeperBackend {
+    async fn inspect_lock(&self, _key: &LockKey) -> Result<crate::LockState, LockError> {
+        Err(LockError::config("this backend cannot inspect locks"))
+    }
+
+    async fn force_unlock_lock(
+        &self,
+        _key: &LockKey,
+    ) -> Result<Option<crate::LockState>, LockError> {
+        Err(LockError::config("this backend cannot force an unlock"))
+    }
+
+    async fn list_locks(
+        &self,
+        _prefix: &str,
+        _pattern: &KeyPattern,
+        _cursor: Option<&str>,
+    ) -> Result<ListPage, LockError> {
+        Err(LockError::config("this backend cannot list locks"))
+    }
+}
