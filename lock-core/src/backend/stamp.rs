@@ -96,17 +96,22 @@ pub(crate) fn parse(value: &[u8]) -> Option<Stamp> {
     })
 }
 
-/// The value `queued` (a `q` stamp) says once its entry holds the lock, since `at`; `None`
-/// when `queued` is no queued stamp (nothing to rewrite).
-pub(crate) fn held_since(queued: &[u8], at: u64) -> Option<Vec<u8>> {
-    let stamp = parse(queued)?;
-    if !matches!(stamp.since, Since::Queued(_)) {
-        return None;
-    }
-    let fair = std::str::from_utf8(fair_part(queued))
+/// The value `written` (a stamp) says once its entry holds the lock since `at`; `None` when
+/// `written` holds no stamp (nothing to rewrite).
+pub(crate) fn held_since(written: &[u8], at: u64) -> Option<Vec<u8>> {
+    let stamp = parse(written)?;
+    let fair = std::str::from_utf8(fair_part(written))
         .ok()
         .and_then(|f| f.strip_prefix("fair:"));
     Some(value(fair, Since::Held(at), stamp.lease, &stamp.holder))
+}
+
+/// When a queued stamp says its entry queued (ms since 1970); `None` for another value.
+pub(crate) fn queued_at(value: &[u8]) -> Option<u64> {
+    match parse(value)?.since {
+        Since::Queued(at) => Some(at),
+        Since::Held(_) => None,
+    }
 }
 
 /// Whether `value` is a queued stamp (its entry is to be rewritten once it holds).
@@ -157,7 +162,11 @@ mod tests {
         let granted = held_since(&fair, 900).unwrap();
         assert_eq!(fair_part(&granted), b"fair:t42");
         assert_eq!(parse(&granted).unwrap().since, Since::Held(900));
-        assert_eq!(held_since(&held, 900), None);
+        assert_eq!(
+            parse(&held_since(&held, 900).unwrap()).unwrap().since,
+            Since::Held(900)
+        );
+        assert_eq!((queued_at(&fair), queued_at(&held)), (Some(5), None));
         // Entries of older versions, and values this crate did not write.
         for old in [
             &b""[..],
