@@ -106,17 +106,13 @@ pub(crate) fn held_since(written: &[u8], at: u64) -> Option<Vec<u8>> {
     Some(value(fair, Since::Held(at), stamp.lease, &stamp.holder))
 }
 
-/// When a queued stamp says its entry queued (ms since 1970); `None` for another value.
+/// When a queued stamp says its entry queued (ms since 1970); `None` for another value (its
+/// entry is not to be rewritten once it holds).
 pub(crate) fn queued_at(value: &[u8]) -> Option<u64> {
     match parse(value)?.since {
         Since::Queued(at) => Some(at),
         Since::Held(_) => None,
     }
-}
-
-/// Whether `value` is a queued stamp (its entry is to be rewritten once it holds).
-pub(crate) fn is_queued(value: &[u8]) -> bool {
-    parse(value).is_some_and(|s| matches!(s.since, Since::Queued(_)))
 }
 
 impl Stamp {
@@ -158,7 +154,6 @@ mod tests {
         assert_eq!(stamp.shown_holder(), None);
         // Queued: the wait is never counted as holding.
         assert_eq!(stamp.held_for(1_000_000), None);
-        assert!(is_queued(&fair) && !is_queued(&held));
         let granted = held_since(&fair, 900).unwrap();
         assert_eq!(fair_part(&granted), b"fair:t42");
         assert_eq!(parse(&granted).unwrap().since, Since::Held(900));

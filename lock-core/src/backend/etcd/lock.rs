@@ -474,8 +474,12 @@ impl EtcdBackend {
                     .get_mut(&ck)
                     .filter(|c| c.create_revision == revision)
                     .and_then(|c| c.queued.take());
+                // A task of its own: this one may be aborted once the lock is held (a lock
+                // without the watchdog puts its end's task in its place).
                 if let Some(queued) = queued {
-                    restamp_held(shared, &ck, revision, &queued).await;
+                    crate::background::spawn(async move {
+                        restamp_held(shared, &ck, revision, &queued).await;
+                    });
                 }
             } else {
                 listeners.lock().wake(&name, ticket.as_bytes());
@@ -832,7 +836,7 @@ fn found(ranges: &[Vec<KeyValue>], ck: &str, key: &LockKey) -> Result<Taken, Loc
 
 /// The value of our key `kv` when its stamp says "queued" (to be rewritten once it holds).
 fn queued_of(kv: &KeyValue) -> Option<Vec<u8>> {
-    stamp::is_queued(kv.value()).then(|| kv.value().to_vec())
+    stamp::queued_at(kv.value()).map(|_| kv.value().to_vec())
 }
 
 /// Our key `ck` (created at `revision`, its value `queued`, a stamp saying "queued") holds the
