@@ -317,7 +317,8 @@ impl EtcdBackend {
                 watch.abort();
             }
             c.ends = Some(Instant::now() + lease);
-            queued.or_else(|| c.queued.take())
+            let known = c.queued.take();
+            queued.or(known)
         };
         if let Some(queued) = restamp {
             let (inner, ck) = (Arc::downgrade(&self.inner), ck.to_owned());
