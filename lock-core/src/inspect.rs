@@ -44,10 +44,14 @@ pub struct LockState {
     pub key: String,
     /// Whether someone holds it now.
     pub held: bool,
-    /// How long the holder's lease still runs (renewals move it on), when held.
+    /// How long the holder's lease still runs (renewals move it on), when held. On etcd, in
+    /// whole seconds, from the holder's etcd lease; on ZooKeeper, which counts no lease down,
+    /// the lease the holder took the lock with (see each backend's docs).
     pub remaining: Option<Duration>,
     /// The last fence drawn for the key (by any holder, this one or an earlier one), when a
     /// fenced lock was ever taken and the backend keeps its counter; the next one is larger.
+    /// On etcd and ZooKeeper, the holder entry's revision, while held (nothing keeps it once
+    /// the lock is free).
     pub fence: Option<u64>,
     /// Who holds it: the identity of the holder's locker ([`crate::LockerBuilder::holder`]),
     /// when held and recorded (a lock taken by an older version of this crate has none).
