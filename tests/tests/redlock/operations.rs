@@ -480,3 +480,57 @@ async fn a_removal_whose_answers_are_lost_on_a_majority_is_an_error_and_logged()
     assert!(operator.inspect("vault").await.unwrap().held);
     next.release().await.unwrap();
 }
+
+/// One page of `pattern` straight from the backend (`Backend::list_page`, public), from `cursor`.
+async fn page(
+    backend: &RedlockBackend,
+    pattern: &str,
+    cursor: Option<&str>,
+) -> Result<lock_core::backend::ListPage, LockError> {
+    use lock_core::backend::{Backend, KeyPattern};
+    let pattern = KeyPattern::new(pattern).unwrap();
+    backend.list_page("lock:", &pattern, cursor).await
+}
+
+/// A server scanned earlier in a listing that fails later cannot say whether it holds a lock
+/// found on a later server: it was listed from the earlier one already, so the page is an
+/// error (the caller lists again), never the same lock a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_not_listed_twice_when_a_server_scanned_earlier_fails() {
+    let mut servers = servers(5);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    for i in 0..10 {
+        write_on(&s, &format!("dup:{i}"), &stamped("everywhere")).await;
+    }
+    let operator = backend(&urls(&servers)).await;
+    let mut seen: Vec<String> = Vec::new();
+    let first = page(&operator, "dup:*", None).await.unwrap();
+    seen.extend(first.locks.iter().map(|l| l.key.clone()));
+    let mut cursor = first.next;
+    assert_eq!(seen.len(), 10, "all found on the first server scanned");
+    assert!(
+        cursor.as_deref().is_some_and(|c| c.starts_with("1 ")),
+        "{cursor:?}"
+    );
+    // The first server, scanned already, goes down before the second is.
+    servers[0].stop();
+    while let Some(c) = cursor {
+        match page(&operator, "dup:*", Some(&c)).await {
+            Ok(next) => {
+                seen.extend(next.locks.iter().map(|l| l.key.clone()));
+                cursor = next.next;
+            }
+            Err(e) => {
+                println!("the listing after the first server went down: {e}");
+                break;
+            }
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a lock listed twice: {seen:?}");
+    // Listed again from the start: each once, from the servers up.
+    let operator = Locker::builder(operator).build();
+    assert_eq!(listed(&operator, "dup:*").await.unwrap().len(), 10);
+}
