@@ -534,3 +534,75 @@ async fn a_lock_is_not_listed_twice_when_a_server_scanned_earlier_fails() {
     let operator = Locker::builder(operator).build();
     assert_eq!(listed(&operator, "dup:*").await.unwrap().len(), 10);
 }
+
+/// `Backend::list_page` is public: a cursor it did not make (garbage, another backend's, one
+/// naming servers it does not have) is a typed error at once, and one it could have made
+/// (any scan position) ends: never a panic, never a listing without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_listing_cursors_are_refused_or_end() {
+    let servers = servers(3);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    for i in 0..20 {
+        write_on(&s, &format!("c:{i}"), &stamped("everywhere")).await;
+    }
+    let operator = backend(&urls(&servers)).await;
+    for bad in [
+        "",
+        " ",
+        "0",
+        "0 0",
+        "0 0 - -",
+        "3 0 -",
+        "9 0 -",
+        "18446744073709551616 0 -",
+        "0 18446744073709551616 -",
+        "-1 0 -",
+        "0 -1 -",
+        "2 0 -",
+        "1 0 1",
+        "1 0 0,0",
+        "2 0 1,0",
+        "0 0 ,",
+        "0 0 0",
+        "127.0.0.1:6379 0",
+        "17",
+        "0\t0\t-",
+        "0  0 -",
+        "0 0 -\n",
+        "１ 0 -",
+    ] {
+        let answer = tokio::time::timeout(Duration::from_secs(5), page(&operator, "*", Some(bad)))
+            .await
+            .unwrap_or_else(|_| panic!("{bad:?}: no answer"));
+        match answer {
+            Err(LockError::InvalidConfig { .. }) => {}
+            other => panic!("cursor {bad:?}: {other:?}"),
+        }
+    }
+    // Any scan position on any server is a place a listing could be: it ends.
+    for start in [
+        "0 0 -",
+        "0 18446744073709551615 -",
+        "0 123456789 -",
+        "1 7 0",
+        "2 0 0,1",
+    ] {
+        let mut cursor = Some(start.to_owned());
+        let mut pages = 0;
+        while let Some(c) = cursor {
+            pages += 1;
+            assert!(pages < 1000, "{start:?}: no end after {pages} pages");
+            let next = tokio::time::timeout(Duration::from_secs(5), page(&operator, "*", Some(&c)))
+                .await
+                .unwrap_or_else(|_| panic!("{c:?}: no answer"));
+            match next {
+                Ok(p) => cursor = p.next,
+                // A scan of the servers too few to find every lock: refused, not guessed.
+                Err(e) => {
+                    assert!(no_quorum(&e).is_some(), "{start:?} at {c:?}: {e:?}");
+                    break;
+                }
+            }
+        }
+    }
+}
