@@ -606,3 +606,110 @@ async fn hostile_listing_cursors_are_refused_or_end() {
         }
     }
 }
+
+/// One acquisition's value takes several forms across the servers (bare token, marked with
+/// '+', stamped, stamped and marked), and all are that acquisition, as the release scripts
+/// read the token (the head before '|' or '+'); a token one digit off, or one with a digit
+/// more, is another acquisition. Held and removed only where the forms of the one token are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_form_of_one_token_is_one_acquisition_and_no_other_is() {
+    let servers = servers(5);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    let token = lock_core::backend::Token::generate();
+    let t = token.as_str();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let last = if t.ends_with('0') { '1' } else { '0' };
+    let off_by_one = format!("{}{last}|{since}|off by one|", &t[..t.len() - 1]);
+    let longer = format!("{t}0|{since}|longer|");
+    // Two forms of other tokens beside two of the one token: no majority holds one.
+    write_on(&s[..1], "forms", &format!("{t}+")).await;
+    write_on(&s[1..2], "forms", &format!("{t}|{since}|forms holder|+")).await;
+    write_on(&s[2..3], "forms", &off_by_one).await;
+    write_on(&s[3..4], "forms", &longer).await;
+    let operator = locker(&servers, Duration::from_secs(5)).await;
+    let state = operator.inspect("forms").await.unwrap();
+    assert!(!state.held, "two of five hold the token: {state:?}");
+    assert_eq!(operator.force_unlock("forms").await.unwrap(), None);
+    // The bare token on the fifth: three of five hold it, in three forms.
+    write_on(&s[4..], "forms", t).await;
+    let state = operator.inspect("forms").await.unwrap();
+    assert!(state.held, "{state:?}");
+    assert_eq!(state.holder.as_deref(), Some("forms holder"));
+    let removed = operator
+        .force_unlock("forms")
+        .await
+        .unwrap()
+        .expect("removed");
+    assert_eq!(removed.holder.as_deref(), Some("forms holder"));
+    for i in [0, 1, 4] {
+        assert!(!servers[i].exists("lock:{forms}").await, "server {i}");
+    }
+    assert_eq!(servers[2].get("lock:{forms}").await, Some(off_by_one));
+    assert_eq!(servers[3].get("lock:{forms}").await, Some(longer));
+}
+
+/// The Redlock callers drop a server's pending call once the outcome is decided. On the
+/// connection a server's backend uses (redis-rs's multiplexed `ConnectionManager`), a request
+/// dropped at any point (before it is written, written and unanswered, single or pipelined)
+/// shifts no later answer: every answer that arrives is its own request's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_requests_shift_no_later_answer_on_a_shared_connection() {
+    use redis::AsyncCommands as _;
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let conn = client.get_connection_manager().await.unwrap();
+    let keys = 64u64;
+    {
+        let mut c = conn.clone();
+        for i in 0..keys {
+            let () = c.set(format!("k{i}"), format!("v{i}")).await.unwrap();
+        }
+    }
+    let mut rng = Rng::new(now_us());
+    let (mut answered, mut dropped) = (0u64, 0u64);
+    for _ in 0..200 {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let mut c = conn.clone();
+            let (i, j) = (rng.range(0, keys), rng.range(0, keys));
+            let pipelined = rng.chance(50);
+            let cut = Duration::from_micros(rng.range(0, 400));
+            calls.spawn(async move {
+                let call = async {
+                    if pipelined {
+                        let (a, b): (String, String) = redis::pipe()
+                            .get(format!("k{i}"))
+                            .cmd("EVAL")
+                            .arg("return redis.call('GET', KEYS[1])")
+                            .arg(1)
+                            .arg(format!("k{j}"))
+                            .query_async(&mut c)
+                            .await
+                            .unwrap();
+                        assert_eq!((a, b), (format!("v{i}"), format!("v{j}")));
+                    } else {
+                        let a: String = c.get(format!("k{i}")).await.unwrap();
+                        assert_eq!(a, format!("v{i}"));
+                    }
+                };
+                tokio::time::timeout(cut, call).await.is_ok()
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            if done.unwrap() {
+                answered += 1;
+            } else {
+                dropped += 1;
+            }
+        }
+    }
+    println!("shared connection: {answered} answered, {dropped} dropped mid-flight");
+    assert!(answered > 100 && dropped > 100, "{answered} / {dropped}");
+    // And after all that, a plain call gets its own answer.
+    let mut c = conn.clone();
+    let v: String = c.get("k7").await.unwrap();
+    assert_eq!(v, "v7");
+}
