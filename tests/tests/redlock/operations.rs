@@ -713,3 +713,53 @@ async fn dropped_requests_shift_no_later_answer_on_a_shared_connection() {
     let v: String = c.get("k7").await.unwrap();
     assert_eq!(v, "v7");
 }
+
+/// An even number of servers: four, a majority of three, a listing scanning two. A lock on
+/// three is held, listed once and removed; a two-two split is free (no majority holds
+/// either), never listed nor removed; with one server down a lock on exactly three (that one
+/// among them) cannot be told, and a listing passes the down server over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_servers_judge_over_three() {
+    let mut servers = servers(4);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    let split = (stamped("left"), stamped("right"));
+    write_on(&s[..2], "split", &split.0).await;
+    write_on(&s[2..], "split", &split.1).await;
+    write_on(&s[1..], "three", &stamped("three of four")).await;
+    write_on(&s[..3], "edge", &stamped("edge")).await;
+    write_on(&s[..2], "two", &stamped("two of four")).await;
+    let operator = locker(&servers, Duration::from_secs(5)).await;
+    assert!(!operator.inspect("split").await.unwrap().held);
+    assert!(!operator.inspect("two").await.unwrap().held);
+    assert_eq!(operator.force_unlock("split").await.unwrap(), None);
+    assert_eq!(servers[0].get("lock:{split}").await, Some(split.0.clone()));
+    assert_eq!(servers[3].get("lock:{split}").await, Some(split.1.clone()));
+    let three = operator.inspect("three").await.unwrap();
+    assert_eq!(three.holder.as_deref(), Some("three of four"), "{three:?}");
+    assert_eq!(
+        keys_of(&listed(&operator, "*").await.unwrap()),
+        ["edge", "three"]
+    );
+    servers[0].stop();
+    // Three of four answer: "edge" is on two of them and maybe on the fourth.
+    let e = operator.inspect("edge").await.unwrap_err();
+    assert!(no_quorum(&e).is_some(), "{e:?}");
+    assert!(operator.inspect("three").await.unwrap().held);
+    assert!(listed(&operator, "three").await.unwrap().len() == 1);
+    assert!(listed(&operator, "*").await.is_err(), "edge cannot be told");
+    let removed = operator.force_unlock("three").await.unwrap();
+    assert_eq!(removed.unwrap().holder.as_deref(), Some("three of four"));
+    // Answered once fewer than three are unheard: the last removal may still be on its way.
+    eventually(
+        "removed on every server up",
+        Duration::from_secs(5),
+        async || {
+            let mut gone = true;
+            for server in &servers[1..] {
+                gone &= !server.exists("lock:{three}").await;
+            }
+            gone
+        },
+    )
+    .await;
+}
