@@ -480,3 +480,286 @@ async fn a_removal_whose_answers_are_lost_on_a_majority_is_an_error_and_logged()
     assert!(operator.inspect("vault").await.unwrap().held);
     next.release().await.unwrap();
 }
+
+/// One page of `pattern` straight from the backend (`Backend::list_page`, public), from `cursor`.
+async fn page(
+    backend: &RedlockBackend,
+    pattern: &str,
+    cursor: Option<&str>,
+) -> Result<lock_core::backend::ListPage, LockError> {
+    use lock_core::backend::{Backend, KeyPattern};
+    let pattern = KeyPattern::new(pattern).unwrap();
+    backend.list_page("lock:", &pattern, cursor).await
+}
+
+/// A server scanned earlier in a listing that fails later cannot say whether it holds a lock
+/// found on a later server: it was listed from the earlier one already, so the page is an
+/// error (the caller lists again), never the same lock a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_not_listed_twice_when_a_server_scanned_earlier_fails() {
+    let mut servers = servers(5);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    for i in 0..10 {
+        write_on(&s, &format!("dup:{i}"), &stamped("everywhere")).await;
+    }
+    let operator = backend(&urls(&servers)).await;
+    let mut seen: Vec<String> = Vec::new();
+    let first = page(&operator, "dup:*", None).await.unwrap();
+    seen.extend(first.locks.iter().map(|l| l.key.clone()));
+    let mut cursor = first.next;
+    assert_eq!(seen.len(), 10, "all found on the first server scanned");
+    assert!(
+        cursor.as_deref().is_some_and(|c| c.starts_with("1 ")),
+        "{cursor:?}"
+    );
+    // The first server, scanned already, goes down before the second is.
+    servers[0].stop();
+    while let Some(c) = cursor {
+        match page(&operator, "dup:*", Some(&c)).await {
+            Ok(next) => {
+                seen.extend(next.locks.iter().map(|l| l.key.clone()));
+                cursor = next.next;
+            }
+            Err(e) => {
+                println!("the listing after the first server went down: {e}");
+                break;
+            }
+        }
+    }
+    let mut unique = seen.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), seen.len(), "a lock listed twice: {seen:?}");
+    // Listed again from the start: each once, from the servers up.
+    let operator = Locker::builder(operator).build();
+    assert_eq!(listed(&operator, "dup:*").await.unwrap().len(), 10);
+}
+
+/// `Backend::list_page` is public: a cursor it did not make (garbage, another backend's, one
+/// naming servers it does not have) is a typed error at once, and one it could have made
+/// (any scan position) ends: never a panic, never a listing without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_listing_cursors_are_refused_or_end() {
+    let servers = servers(3);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    for i in 0..20 {
+        write_on(&s, &format!("c:{i}"), &stamped("everywhere")).await;
+    }
+    let operator = backend(&urls(&servers)).await;
+    for bad in [
+        "",
+        " ",
+        "0",
+        "0 0",
+        "0 0 - -",
+        "3 0 -",
+        "9 0 -",
+        "18446744073709551616 0 -",
+        "0 18446744073709551616 -",
+        "-1 0 -",
+        "0 -1 -",
+        "2 0 -",
+        "1 0 1",
+        "1 0 0,0",
+        "2 0 1,0",
+        "0 0 ,",
+        "0 0 0",
+        "127.0.0.1:6379 0",
+        "17",
+        "0\t0\t-",
+        "0  0 -",
+        "0 0 -\n",
+        "１ 0 -",
+    ] {
+        let answer = tokio::time::timeout(Duration::from_secs(5), page(&operator, "*", Some(bad)))
+            .await
+            .unwrap_or_else(|_| panic!("{bad:?}: no answer"));
+        match answer {
+            Err(LockError::InvalidConfig { .. }) => {}
+            other => panic!("cursor {bad:?}: {other:?}"),
+        }
+    }
+    // Any scan position on any server is a place a listing could be: it ends.
+    for start in [
+        "0 0 -",
+        "0 18446744073709551615 -",
+        "0 123456789 -",
+        "1 7 0",
+        "2 0 0,1",
+    ] {
+        let mut cursor = Some(start.to_owned());
+        let mut pages = 0;
+        while let Some(c) = cursor {
+            pages += 1;
+            assert!(pages < 1000, "{start:?}: no end after {pages} pages");
+            let next = tokio::time::timeout(Duration::from_secs(5), page(&operator, "*", Some(&c)))
+                .await
+                .unwrap_or_else(|_| panic!("{c:?}: no answer"));
+            match next {
+                Ok(p) => cursor = p.next,
+                // A scan of the servers too few to find every lock: refused, not guessed.
+                Err(e) => {
+                    assert!(no_quorum(&e).is_some(), "{start:?} at {c:?}: {e:?}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One acquisition's value takes several forms across the servers (bare token, marked with
+/// '+', stamped, stamped and marked), and all are that acquisition, as the release scripts
+/// read the token (the head before '|' or '+'); a token one digit off, or one with a digit
+/// more, is another acquisition. Held and removed only where the forms of the one token are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_form_of_one_token_is_one_acquisition_and_no_other_is() {
+    let servers = servers(5);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    let token = lock_core::backend::Token::generate();
+    let t = token.as_str();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let last = if t.ends_with('0') { '1' } else { '0' };
+    let off_by_one = format!("{}{last}|{since}|off by one|", &t[..t.len() - 1]);
+    let longer = format!("{t}0|{since}|longer|");
+    // Two forms of other tokens beside two of the one token: no majority holds one.
+    write_on(&s[..1], "forms", &format!("{t}+")).await;
+    write_on(&s[1..2], "forms", &format!("{t}|{since}|forms holder|+")).await;
+    write_on(&s[2..3], "forms", &off_by_one).await;
+    write_on(&s[3..4], "forms", &longer).await;
+    let operator = locker(&servers, Duration::from_secs(5)).await;
+    let state = operator.inspect("forms").await.unwrap();
+    assert!(!state.held, "two of five hold the token: {state:?}");
+    assert_eq!(operator.force_unlock("forms").await.unwrap(), None);
+    // The bare token on the fifth: three of five hold it, in three forms.
+    write_on(&s[4..], "forms", t).await;
+    let state = operator.inspect("forms").await.unwrap();
+    assert!(state.held, "{state:?}");
+    assert_eq!(state.holder.as_deref(), Some("forms holder"));
+    let removed = operator
+        .force_unlock("forms")
+        .await
+        .unwrap()
+        .expect("removed");
+    assert_eq!(removed.holder.as_deref(), Some("forms holder"));
+    for i in [0, 1, 4] {
+        assert!(!servers[i].exists("lock:{forms}").await, "server {i}");
+    }
+    assert_eq!(servers[2].get("lock:{forms}").await, Some(off_by_one));
+    assert_eq!(servers[3].get("lock:{forms}").await, Some(longer));
+}
+
+/// The Redlock callers drop a server's pending call once the outcome is decided. On the
+/// connection a server's backend uses (redis-rs's multiplexed `ConnectionManager`), a request
+/// dropped at any point (before it is written, written and unanswered, single or pipelined)
+/// shifts no later answer: every answer that arrives is its own request's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_requests_shift_no_later_answer_on_a_shared_connection() {
+    use redis::AsyncCommands as _;
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let conn = client.get_connection_manager().await.unwrap();
+    let keys = 64u64;
+    {
+        let mut c = conn.clone();
+        for i in 0..keys {
+            let () = c.set(format!("k{i}"), format!("v{i}")).await.unwrap();
+        }
+    }
+    let mut rng = Rng::new(now_us());
+    let (mut answered, mut dropped) = (0u64, 0u64);
+    for _ in 0..200 {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let mut c = conn.clone();
+            let (i, j) = (rng.range(0, keys), rng.range(0, keys));
+            let pipelined = rng.chance(50);
+            let cut = Duration::from_micros(rng.range(0, 400));
+            calls.spawn(async move {
+                let call = async {
+                    if pipelined {
+                        let (a, b): (String, String) = redis::pipe()
+                            .get(format!("k{i}"))
+                            .cmd("EVAL")
+                            .arg("return redis.call('GET', KEYS[1])")
+                            .arg(1)
+                            .arg(format!("k{j}"))
+                            .query_async(&mut c)
+                            .await
+                            .unwrap();
+                        assert_eq!((a, b), (format!("v{i}"), format!("v{j}")));
+                    } else {
+                        let a: String = c.get(format!("k{i}")).await.unwrap();
+                        assert_eq!(a, format!("v{i}"));
+                    }
+                };
+                tokio::time::timeout(cut, call).await.is_ok()
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            if done.unwrap() {
+                answered += 1;
+            } else {
+                dropped += 1;
+            }
+        }
+    }
+    println!("shared connection: {answered} answered, {dropped} dropped mid-flight");
+    assert!(answered > 100 && dropped > 100, "{answered} / {dropped}");
+    // And after all that, a plain call gets its own answer.
+    let mut c = conn.clone();
+    let v: String = c.get("k7").await.unwrap();
+    assert_eq!(v, "v7");
+}
+
+/// An even number of servers: four, a majority of three, a listing scanning two. A lock on
+/// three is held, listed once and removed; a two-two split is free (no majority holds
+/// either), never listed nor removed; with one server down a lock on exactly three (that one
+/// among them) cannot be told, and a listing passes the down server over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_servers_judge_over_three() {
+    let mut servers = servers(4);
+    let s: Vec<&RedisServer> = servers.iter().collect();
+    let split = (stamped("left"), stamped("right"));
+    write_on(&s[..2], "split", &split.0).await;
+    write_on(&s[2..], "split", &split.1).await;
+    write_on(&s[1..], "three", &stamped("three of four")).await;
+    write_on(&s[..3], "edge", &stamped("edge")).await;
+    write_on(&s[..2], "two", &stamped("two of four")).await;
+    let operator = locker(&servers, Duration::from_secs(5)).await;
+    assert!(!operator.inspect("split").await.unwrap().held);
+    assert!(!operator.inspect("two").await.unwrap().held);
+    assert_eq!(operator.force_unlock("split").await.unwrap(), None);
+    assert_eq!(servers[0].get("lock:{split}").await, Some(split.0.clone()));
+    assert_eq!(servers[3].get("lock:{split}").await, Some(split.1.clone()));
+    let three = operator.inspect("three").await.unwrap();
+    assert_eq!(three.holder.as_deref(), Some("three of four"), "{three:?}");
+    assert_eq!(
+        keys_of(&listed(&operator, "*").await.unwrap()),
+        ["edge", "three"]
+    );
+    servers[0].stop();
+    // Three of four answer: "edge" is on two of them and maybe on the fourth.
+    let e = operator.inspect("edge").await.unwrap_err();
+    assert!(no_quorum(&e).is_some(), "{e:?}");
+    assert!(operator.inspect("three").await.unwrap().held);
+    assert!(listed(&operator, "three").await.unwrap().len() == 1);
+    assert!(listed(&operator, "*").await.is_err(), "edge cannot be told");
+    let removed = operator.force_unlock("three").await.unwrap();
+    assert_eq!(removed.unwrap().holder.as_deref(), Some("three of four"));
+    // Answered once fewer than three are unheard: the last removal may still be on its way.
+    eventually(
+        "removed on every server up",
+        Duration::from_secs(5),
+        async || {
+            let mut gone = true;
+            for server in &servers[1..] {
+                gone &= !server.exists("lock:{three}").await;
+            }
+            gone
+        },
+    )
+    .await;
+}

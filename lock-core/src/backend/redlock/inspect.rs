@@ -230,7 +230,9 @@ impl RedlockBackend {
     /// only that many are scanned, in turn (the first that answer: one down at the start of
     /// its turn is passed over and the next scanned instead); a lock found on server `i` is
     /// listed when `i` holds the quorum's acquisition and no server scanned before it does,
-    /// so each is listed once with nothing remembered between pages. The cursor is
+    /// so each is listed once with nothing remembered between pages (a server scanned before
+    /// that does not answer then makes the page an error: it may have listed the lock). The
+    /// cursor is
     /// `<server> <scan cursor> <servers passed over, or ->`.
     pub(crate) async fn list_locks(
         &self,
@@ -286,10 +288,16 @@ impl RedlockBackend {
                     continue;
                 };
                 let holds = |j: usize| seen[j].and_then(|s| s.digest.as_ref()) == Some(&digest);
-                let earlier = (0..server).any(|j| !skipped.contains(&j) && holds(j));
-                if holds(server) && !earlier {
-                    locks.push(state);
+                let scanned_before = (0..server).filter(|j| !skipped.contains(j));
+                if !holds(server) || scanned_before.clone().any(holds) {
+                    continue;
                 }
+                // A server scanned before that does not answer now may be where this lock was
+                // listed already: it cannot be told, so the page is an error, not a repeat.
+                if let Some(j) = scanned_before.clone().find(|&j| seen[j].is_none()) {
+                    return Err(scanned_unheard(j));
+                }
+                locks.push(state);
             }
         }
         let next = if next != 0 {
@@ -359,6 +367,22 @@ fn bad_cursor(cursor: &str) -> LockError {
     LockError::config(format!(
         "listing cursor {cursor:?} was not made by this backend"
     ))
+}
+
+/// Server `i`, scanned earlier in the listing, did not answer for a lock found later.
+fn scanned_unheard(i: usize) -> LockError {
+    LockError::backend(
+        "list",
+        None,
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "Redlock server {} of the list, scanned earlier in this listing, did not answer: \
+                 whether it listed a lock already cannot be told; list again from the start",
+                i + 1
+            ),
+        ),
+    )
 }
 
 /// Server `i` did not answer (not connected, or not within the response timeout).
