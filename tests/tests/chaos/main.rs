@@ -32,7 +32,9 @@
 //! - `fence-backwards`: a fence drawn after another one was returned is larger; no fence is
 //!   drawn twice. Across restarts, FLUSHALL and failovers too.
 //! - `wait-bound`: a wait returns (whatever the result) within its bound plus a tolerance
-//!   (`CHAOS_TOLERANCE_MS`, 150 ms), unless its own process was stopped meanwhile.
+//!   (`CHAOS_TOLERANCE_MS`, 150 ms) plus the longest time its process was not scheduled
+//!   meanwhile (the worker's lag probe, a thread outside the runtime), unless its process was
+//!   stopped.
 //! - `no-ttl`: at the end, no key on any data node lives without a TTL except the documented
 //!   ones ([`DOCUMENTED_WITHOUT_TTL`]).
 //! - `process`: every worker ends with exit code 0 after `STOP`, within a bound, no panic; no
