@@ -468,3 +468,50 @@ async fn a_listing_whose_reader_goes_away_ends_quietly() {
     }
     assert_eq!(said, "", "nothing said of the closed pipe");
 }
+
+/// A key an attacker chose (an application that locks on user input) holding terminal escape
+/// sequences and bidirectional overrides: the human output shows them escaped, never raw
+/// (they would repaint the operator's terminal), and the JSON output keeps the key exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_keys_are_shown_escaped_never_raw() {
+    let server = shared_server();
+    let url = server.url();
+    let app = holder(&url, "esc:", "app-1").await;
+    let key = "order:\u{1b}[2J\u{1b}]0;pwned\u{7}\u{202e}gnp.exe\r\nfake-line";
+    let guard = app.lock(key).await.unwrap();
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}'))
+            || text.contains("\nfake-line")
+    };
+    let base = ["--url", url.as_str(), "--prefix", "esc:"];
+    for command in [
+        vec!["list"],
+        vec!["inspect", key],
+        vec!["watch", key, "--count", "1", "--for", "200ms"],
+        vec!["unlock", key],
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(command.clone()).collect();
+        let ran = admin(&args, Some("n\n")).await;
+        assert!(ran.code == 0 || ran.code == 3, "{command:?}: {ran:?}");
+        assert!(!raw(&ran.stdout), "{command:?} stdout: {:?}", ran.stdout);
+        assert!(!raw(&ran.stderr), "{command:?} stderr: {:?}", ran.stderr);
+        assert!(
+            ran.stdout.contains("\\u{1b}[2J") || ran.stderr.contains("\\u{1b}[2J"),
+            "{command:?}: {ran:?}"
+        );
+        let json_args: Vec<&str> = base
+            .iter()
+            .copied()
+            .chain(["--json"])
+            .chain(command.iter().copied().filter(|c| *c != "unlock"))
+            .collect();
+        if command[0] != "unlock" {
+            let ran = admin(&json_args, None).await;
+            assert_eq!(ran.code, 0, "{json_args:?}: {ran:?}");
+            assert_eq!(ran.json_lines()[0]["key"], key, "{ran:?}");
+        }
+    }
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
