@@ -9,9 +9,10 @@ use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
 use super::RedisBackend;
+use super::permissions::is_refusal;
 use crate::LockError;
 use crate::backend::{KeyPattern, ListPage};
-use crate::inspect::LockState;
+use crate::inspect::{LockState, Unlocked};
 use crate::key::LockKey;
 
 static INSPECT: LazyLock<Script> =
@@ -48,9 +49,20 @@ impl RedisBackend {
             .arg(key.name())
             .arg(key.fence())
             .arg(key.waiters());
-        let reply = self
-            .evalsha(&INSPECT, &cmd, "inspect", Some(key.user()))
-            .await?;
+        // Retried once after a dropped connection, as other reads are.
+        let mut conn = self.inner.conn.clone();
+        let answer = match super::evalsha_once(&mut conn, &INSPECT, &cmd).await {
+            Err(e) if super::retriable(&e) => super::evalsha_once(&mut conn, &INSPECT, &cmd).await,
+            answer => answer,
+        };
+        let reply = match answer {
+            Ok(reply) => reply,
+            Err(e) if is_refusal(&e) => {
+                let prefix = key.name().split_once('{').map_or("", |(p, _)| p);
+                return Err(self.explain_refusal(prefix, "inspect", &e).await);
+            }
+            Err(e) => return Err(LockError::backend("inspect", Some(key.user()), e)),
+        };
         state_of(key, &reply).ok_or_else(|| {
             LockError::protocol(
                 "inspect",
@@ -64,6 +76,32 @@ impl RedisBackend {
         &self,
         key: &LockKey,
     ) -> Result<Option<LockState>, LockError> {
+        match self.force_unlock_script(key, None).await? {
+            Unlocked::Removed(state) => Ok(Some(state)),
+            Unlocked::NotHeld | Unlocked::ChangedHands(_) => Ok(None),
+        }
+    }
+
+    pub(crate) async fn force_unlock_seen_lock(
+        &self,
+        key: &LockKey,
+        seen: &LockState,
+    ) -> Result<Unlocked, LockError> {
+        self.force_unlock_script(key, Some(seen)).await
+    }
+
+    /// force_unlock.lua: whoever holds the lock (`seen` is `None`), or only the holding `seen`.
+    async fn force_unlock_script(
+        &self,
+        key: &LockKey,
+        seen: Option<&LockState>,
+    ) -> Result<Unlocked, LockError> {
+        // Once per prefix, as before a lock: the script deletes the lock before it pops the
+        // queue and hands over; a command refused half-way would leave the lock deleted and
+        // its waiters unwoken.
+        self.check_permissions_of(key)
+            .await
+            .map_err(|e| super::permissions::for_operation(e, "nothing was removed"))?;
         let script: &Script = if self.inner.sharded {
             &FORCE_UNLOCK_SHARDED
         } else {
@@ -76,17 +114,27 @@ impl RedisBackend {
             .arg(key.queue_name())
             .arg(key.fence())
             .arg(key.waiters());
-        // Sent once, never again after a dropped connection (as other calls are): without a
-        // token to check, a second run would remove whoever holds the lock by then (the
-        // waiter the first run handed it to).
+        match seen {
+            None => cmd.arg("0"),
+            Some(seen) => cmd
+                .arg("1")
+                .arg(seen.since.map(since_ms).unwrap_or_default())
+                .arg(seen.fence.map(|f| f.to_string()).unwrap_or_default()),
+        };
+        // Sent once, never again after a dropped connection or a timeout (as other calls
+        // are): without a token to check, a second run would remove whoever holds the lock by
+        // then (the waiter the first run handed it to).
         let mut conn = self.inner.conn.clone();
         let reply = super::evalsha_once(&mut conn, script, &cmd)
             .await
             .map_err(|e| {
-                let lost = if super::retriable(&e) {
-                    "; the lock may have been removed before the answer was lost: inspect it"
-                } else {
+                // Refused before it reached the server: nothing was removed. Anything else
+                // (a timeout, a dropped connection, an error inside the script) may have
+                // come after the removal.
+                let lost = if e.is_connection_refusal() {
                     ""
+                } else {
+                    "; the outcome is unknown (the lock may have been removed before the answer was lost): inspect it"
                 };
                 LockError::backend(
                     "force_unlock",
@@ -95,14 +143,19 @@ impl RedisBackend {
                 )
             })?;
         let items = match &reply {
-            Value::Int(0) => return Ok(None),
+            Value::Int(0) => return Ok(Unlocked::NotHeld),
+            Value::Array(items) if items.len() == 6 => {
+                // Another holding than the one seen: nothing touched.
+                let state = removed_state(key, [&items[0], &items[1], &items[2], &items[3]]);
+                return Ok(Unlocked::ChangedHands(state));
+            }
             Value::Array(items) if items.len() == 5 => items,
             _ => {
                 return Err(LockError::protocol(
                     "force_unlock",
                     key.user(),
                     format!(
-                        "the force_unlock script answered {reply:?}; the lock may have been removed: inspect it"
+                        "the force_unlock script answered {reply:?}; the outcome is unknown (the lock may have been removed): inspect it"
                     ),
                 ));
             }
@@ -119,7 +172,7 @@ impl RedisBackend {
         self.inner
             .subscriber
             .deliver(key.channel_name(), message.as_bytes());
-        Ok(Some(removed))
+        Ok(Unlocked::Removed(removed))
     }
 
     /// One `SCAN` step on the server (or on one primary of a cluster, the cursor naming it),
@@ -198,7 +251,7 @@ impl RedisBackend {
         at: u64,
     ) -> Result<(u64, Vec<LockState>), LockError> {
         // Names as bytes: a key of the prefix that is not UTF-8 is no lock of ours, skipped.
-        let (next, names): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        let scanned: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
             .arg(at)
             .arg("MATCH")
             .arg(format!("{}*", escape_glob(prefix)))
@@ -207,8 +260,11 @@ impl RedisBackend {
             .arg("TYPE")
             .arg("string")
             .query_async(conn)
-            .await
-            .map_err(|e| LockError::backend("list", None, e))?;
+            .await;
+        let (next, names) = match scanned {
+            Ok(page) => page,
+            Err(e) => return Err(self.list_failure(prefix, e).await),
+        };
         let keys: Vec<LockKey> = names
             .iter()
             .filter_map(|name| std::str::from_utf8(name).ok())
@@ -227,18 +283,19 @@ impl RedisBackend {
                 .arg(key.fence())
                 .arg(key.waiters());
         }
-        let replies: Vec<Value> = match pipe.query_async(conn).await {
+        let answer = match pipe.query_async(conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                INSPECT
-                    .prepare_invoke()
-                    .load_async(conn)
-                    .await
-                    .map_err(|e| LockError::backend("list", None, e))?;
-                pipe.query_async(conn).await
+                match INSPECT.prepare_invoke().load_async(conn).await {
+                    Ok(_) => pipe.query_async(conn).await,
+                    Err(e) => Err(e),
+                }
             }
             answer => answer,
-        }
-        .map_err(|e| LockError::backend("list", None, e))?;
+        };
+        let replies: Vec<Value> = match answer {
+            Ok(replies) => replies,
+            Err(e) => return Err(self.list_failure(prefix, e).await),
+        };
         let mut locks = Vec::with_capacity(keys.len());
         for (key, reply) in keys.iter().zip(&replies) {
             let state = state_of(key, reply).ok_or_else(|| {
@@ -254,6 +311,18 @@ impl RedisBackend {
             }
         }
         Ok((next, locks))
+    }
+}
+
+impl RedisBackend {
+    /// A listing's failed read `e`: a permission Redis refused is named
+    /// ([`explain_refusal`](RedisBackend::explain_refusal)), anything else is the backend's.
+    async fn list_failure(&self, prefix: &str, e: redis::RedisError) -> LockError {
+        if is_refusal(&e) {
+            self.explain_refusal(prefix, "list", &e).await
+        } else {
+            LockError::backend("list", None, e)
+        }
     }
 }
 
@@ -275,7 +344,9 @@ fn state_of(key: &LockKey, reply: &Value) -> Option<LockState> {
     state.held = true;
     state.remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
     state.holder = holder_of(holder);
-    state.held_for = match (number(since)?, number(now)?) {
+    let since = number(since)?;
+    state.since = since.map(from_ms);
+    state.held_for = match (since, number(now)?) {
         (Some(since), Some(now)) => Some(Duration::from_millis(now.saturating_sub(since))),
         _ => None,
     };
@@ -294,9 +365,9 @@ fn removed_state(key: &LockKey, [pttl, since, holder, fence]: [&Value; 4]) -> Lo
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
     state.holder = holder_of(holder);
-    state.held_for = number(since)
-        .flatten()
-        .map(|since| Duration::from_millis(now.saturating_sub(since)));
+    let since = number(since).flatten();
+    state.since = since.map(from_ms);
+    state.held_for = since.map(|since| Duration::from_millis(now.saturating_sub(since)));
     state.fence = number(fence).flatten();
     state
 }
@@ -310,6 +381,18 @@ fn holder_of(v: &Value) -> Option<String> {
         _ => return None,
     };
     (!bytes.is_empty()).then(|| crate::inspect::shown_holder(&String::from_utf8_lossy(bytes)))
+}
+
+/// A stamp's milliseconds since 1970 as a time.
+fn from_ms(ms: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// A time as a stamp writes it: milliseconds since 1970, in digits.
+fn since_ms(at: std::time::SystemTime) -> String {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+        .to_string()
 }
 
 fn int(v: &Value) -> Option<i64> {
