@@ -77,6 +77,25 @@ fn quoted(key: &str) -> String {
     }
 }
 
+/// `key` as one word for a shell command line (single-quoted unless plain; escaped as
+/// [`quoted`] does when it holds what a terminal would not show as itself).
+pub(crate) fn shell_word(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_' | '.' | '/' | '@'));
+    if plain {
+        key.to_owned()
+    } else if key
+        .chars()
+        .all(|c| c.escape_debug().len() == 1 || c == '\'' || c == '"' || c == '\\')
+    {
+        format!("'{}'", key.replace('\'', "'\\''"))
+    } else {
+        quoted(key)
+    }
+}
+
 /// Milliseconds, saturating.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

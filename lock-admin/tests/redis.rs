@@ -515,3 +515,102 @@ async fn hostile_keys_are_shown_escaped_never_raw() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
+
+/// Between the question and the yes, the same holder released the lock and took it again
+/// (same holder name, unfenced: the same fence, a `since` 50 ms later): another holding, which
+/// the operator did not confirm. The tool refuses, and the new holding stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_refuses_a_new_holding_by_the_same_holder() {
+    let server = shared_server();
+    let url = server.url();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let set = |token: char, since: u128| {
+        let value = format!("{}|{since}|worker-1|", token.to_string().repeat(32));
+        server.query::<()>(
+            redis::cmd("SET")
+                .arg("rs:{vault}")
+                .arg(value)
+                .arg("PX")
+                .arg(60_000)
+                .clone(),
+        )
+    };
+    set('a', now_ms - 5_000).await;
+    let mut child = spawn(&["--url", &url, "--prefix", "rs:", "unlock", "vault"]);
+    let mut stderr = stderr_of(&mut child);
+    loop {
+        let line = stderr.next().await.expect("the lock shown");
+        if line.starts_with("waiters") {
+            break;
+        }
+    }
+    // Released, and taken again by the same holder 50 ms after its first acquire.
+    set('b', now_ms - 4_950).await;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(exit_code(&mut child).await, 3);
+    let mut rest = String::new();
+    while let Some(line) = stderr.next().await {
+        rest.push_str(&line);
+    }
+    assert!(rest.contains("changed hands"), "{rest}");
+    let value = server
+        .get("rs:{vault}")
+        .await
+        .expect("the new holding stays");
+    assert!(value.starts_with("bbbb"), "{value}");
+}
+
+/// `unlock --yes` whose answer is lost (the request reached Redis, the answer never comes
+/// back before the timeout): the tool says the outcome is unknown and to inspect, exits 6 (not
+/// 0, not a plain failure), and does not send it again (the waiter it was handed to keeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_whose_answer_is_lost_says_unknown_and_is_sent_once() {
+    let server = shared_server();
+    let proxy =
+        lock_testkit::proxy::Proxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+            .await;
+    let stuck = holder(&server.url(), "ul:", "stuck-1").await;
+    let _guard = stuck.lock("vault").await.unwrap();
+    let next = holder(&server.url(), "ul:", "next-2").await;
+    let waiter = tokio::spawn({
+        let next = next.clone();
+        async move { next.lock("vault").wait(SOON).await }
+    });
+    until_waiters(&stuck, "vault", 1).await;
+    // The force unlock's script names the queue; nothing else lock-admin sends does.
+    proxy.freeze_after(b"ul:{vault}:queue");
+    let url = format!("redis://{}/", proxy.addr());
+    let ran = admin(
+        &["--url", &url, "--prefix", "ul:", "unlock", "vault", "--yes"],
+        None,
+    )
+    .await;
+    assert_eq!(proxy.frozen(), 1, "{ran:?}");
+    assert_eq!(ran.code, 6, "{ran:?}");
+    assert!(
+        ran.stderr.contains("outcome is unknown") && ran.stderr.contains("inspect"),
+        "{ran:?}"
+    );
+    assert!(
+        !ran.stderr.contains("removed:") && ran.stdout.is_empty(),
+        "{ran:?}"
+    );
+    // It ran once: the waiter was handed the lock and keeps it.
+    let served = tokio::time::timeout(SOON, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.inspect("vault").await.unwrap().holder.as_deref(),
+        Some("next-2")
+    );
+    assert!(served.is_held());
+    served.release().await.unwrap();
+    proxy.cut();
+}

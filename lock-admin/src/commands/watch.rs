@@ -3,9 +3,10 @@
 //! The lock is re-inspected every `--interval` (no backend offers a notification of another
 //! holder's acquire that a tool could subscribe to without taking part in the lock). Two
 //! looks show the same holding when the holder, the fence and the instant it took the lock
-//! agree; that instant is read as "now less `held_for`", so it wobbles by the round trip: a
-//! holder that takes the lock again within [`SAME_SINCE`] of its previous acquire, unfenced,
-//! is taken for the same holding.
+//! agree. That instant is the one the backend recorded ([`lock_core::LockState::since`], on
+//! Redis) when it has one, compared exactly; otherwise it is read as "now less `held_for`",
+//! which wobbles by the round trip: a holder that takes the lock again within [`SAME_SINCE`]
+//! of its previous acquire, unfenced, is then taken for the same holding.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,8 +35,11 @@ pub(super) struct Seen {
     holder: Option<String>,
     fence: Option<u64>,
     waiters: usize,
-    /// When the holder took it, on this process's monotonic clock.
+    /// When the holder took it, on this process's monotonic clock (read from `held_for`).
     since: Option<Instant>,
+    /// When the holder took it, as the backend recorded it: the same at every look at one
+    /// holding (`None` where the backend does not record it).
+    stamp: Option<std::time::SystemTime>,
 }
 
 impl Seen {
@@ -47,6 +51,7 @@ impl Seen {
             fence: state.fence,
             waiters: state.waiters,
             since: state.held_for.and_then(|d| at.checked_sub(d)),
+            stamp: state.since,
         }
     }
 
@@ -55,9 +60,11 @@ impl Seen {
         self.held == other.held
             && self.holder == other.holder
             && self.fence == other.fence
-            && match (self.since, other.since) {
-                (Some(a), Some(b)) => a.max(b) - a.min(b) <= SAME_SINCE,
-                (a, b) => a.is_none() && b.is_none(),
+            && match (self.stamp, other.stamp, self.since, other.since) {
+                // The recorded instant: exact.
+                (Some(a), Some(b), ..) => a == b,
+                (_, _, Some(a), Some(b)) => a.max(b) - a.min(b) <= SAME_SINCE,
+                (_, _, a, b) => a.is_none() && b.is_none(),
             }
     }
 
