@@ -455,7 +455,9 @@ impl Locker {
     /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`), so memory stays
     /// bounded whatever the number of keys. A lock taken or released while the listing runs
     /// may or may not be in it; a failover or a resharding while it runs may leave locks out
-    /// (list again). An invalid pattern is the stream's only item, an error.
+    /// (list again). An invalid pattern is the stream's only item, an error; so is a
+    /// listing through a `RedisBackend` connected to one node of a Redis Cluster
+    /// ([`LockError::InvalidConfig`]: that node's `SCAN` would miss the other shards' locks).
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {

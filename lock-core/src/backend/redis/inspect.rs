@@ -187,6 +187,12 @@ impl RedisBackend {
         if let Some(topology) = &self.inner.topology {
             return self.list_cluster(topology, prefix, pattern, cursor).await;
         }
+        if self.inner.cluster {
+            // A node of a cluster, reached as one server: its SCAN sees its own shard only.
+            return Err(LockError::config(
+                "the server is a node of a Redis Cluster: a listing of one node would miss the locks the other shards hold; connect with RedisClusterBackend (lock-admin: --url redis+cluster://h1:p1,h2:p2)",
+            ));
+        }
         let at = match cursor {
             None => 0,
             Some(c) => c.parse().map_err(|_| bad_cursor(c))?,
