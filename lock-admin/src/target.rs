@@ -84,8 +84,8 @@ impl Target {
     /// Parses a `--url` (see the module's table).
     pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
         let url = url.trim();
-        let shown = mask(url);
-        let fail = |why: String| UrlError(format!("bad --url {shown:?}: {why}"));
+        let shown = bounded(&mask(url), 200);
+        let fail = |why: String| UrlError(format!("bad --url {shown:?}: {}", bounded(&why, 300)));
         if url.is_empty() {
             return Err(UrlError(format!(
                 "--url is empty: give one of {SCHEMES} (or set LOCK_ADMIN_URL)"
@@ -265,6 +265,19 @@ impl Target {
             }
         }
     }
+}
+
+/// `text` cut to about `max` bytes (on a character), saying how long it was: an error quotes
+/// the URL, which may be huge.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..cut], text.len())
 }
 
 /// The pieces of `[userinfo@]h1,h2[/path][?query]`.
@@ -682,6 +695,45 @@ mod tests {
                 assert!(!message.contains(piece), "{url}: {piece} in {message}");
             }
         }
+    }
+
+    /// Every short string over the URL's separators (and a few letters, digits and a
+    /// non-ASCII one), after each scheme: an error or a target, never a panic; and a huge URL
+    /// gives a short error.
+    #[test]
+    fn no_url_makes_the_parser_panic() {
+        let alphabet: Vec<char> = ":/@?#[],%=&a1é".chars().collect();
+        let schemes = [
+            "",
+            "redis://",
+            "redis+unix://",
+            "redis+cluster://",
+            "redis+sentinel://",
+            "redlock://",
+            "etcd://",
+            "zookeeper://",
+        ];
+        let mut tried = 0;
+        for scheme in schemes {
+            for n in 0..=4_u32 {
+                for mut i in 0..alphabet.len().pow(n) {
+                    let mut url = scheme.to_owned();
+                    for _ in 0..n {
+                        url.push(alphabet[i % alphabet.len()]);
+                        i /= alphabet.len();
+                    }
+                    let _ = Target::parse(&url);
+                    let _ = mask(&url);
+                    tried += 1;
+                }
+            }
+        }
+        assert!(tried > 300_000, "{tried}");
+        let huge = format!("redis://u:pw@h:1,{}:1", "h".repeat(1_000_000));
+        let e = err(&huge);
+        assert!(e.len() < 1_000, "{}", e.len());
+        let e = err(&format!("redis://u:pw@h:{}", "9".repeat(1_000_000)));
+        assert!(e.len() < 1_000, "{}", e.len());
     }
 
     #[test]

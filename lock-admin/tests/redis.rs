@@ -614,3 +614,225 @@ async fn unlock_whose_answer_is_lost_says_unknown_and_is_sent_once() {
     served.release().await.unwrap();
     proxy.cut();
 }
+
+/// `watch` through a backend that goes away and comes back: the failure is said once (not a
+/// line per look), the watch goes on, says when the backend answers again, prints the changes
+/// after it, and ends by `--for` with success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_says_once_that_the_backend_is_gone_and_when_it_is_back() {
+    let server = shared_server();
+    let proxy =
+        lock_testkit::proxy::Proxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+            .await;
+    let url = format!("redis://{}/", proxy.addr());
+    let app = holder(&server.url(), "wd:", "app-1").await;
+    let mut child = spawn(&[
+        "--url",
+        &url,
+        "--prefix",
+        "wd:",
+        "--json",
+        "watch",
+        "job",
+        "--interval",
+        "20ms",
+        "--for",
+        "8s",
+    ]);
+    let mut out = stdout_of(&mut child);
+    let mut err = stderr_of(&mut child);
+    let first: serde_json::Value = serde_json::from_str(&out.next().await.unwrap()).unwrap();
+    assert_eq!(first["held"], false);
+    proxy.cut();
+    let gone = err.next().await.expect("the failure said");
+    assert!(gone.contains("still watching"), "{gone}");
+    // Many looks fail meanwhile (one each 20 ms): none says it again.
+    let looked = proxy.accepted();
+    lock_testkit::eventually("more looks while it is gone", SOON, async || {
+        proxy.accepted() >= looked + 5
+    })
+    .await;
+    proxy.restore();
+    let back = err.next().await.expect("the recovery said");
+    assert!(back.contains("answers again"), "{back}");
+    let guard = app.lock("job").await.unwrap();
+    let held: serde_json::Value = serde_json::from_str(&out.next().await.unwrap()).unwrap();
+    assert_eq!(held["holder"], "app-1");
+    assert_eq!(exit_code(&mut child).await, 0);
+    assert_eq!(err.next().await, None, "nothing more said");
+    guard.release().await.unwrap();
+}
+
+/// Keys and a prefix holding glob characters: the prefix is matched literally (another prefix
+/// that its unescaped glob would match is not listed), `\` makes a pattern character literal,
+/// `[` is literal, and each lock is listed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_patterns_with_glob_characters_match_literally_where_escaped() {
+    let server = shared_server();
+    let url = server.url();
+    let app = holder(&url, "g?[*]:", "app-1").await;
+    let other = holder(&url, "gx[a]:", "app-2").await;
+    let mut guards = Vec::new();
+    for key in ["st*r", "st?r", "st[r]", "star", "x{y}"] {
+        guards.push(app.lock(key).await.unwrap());
+    }
+    guards.push(other.lock("star").await.unwrap());
+    let list = async |pattern: &str| {
+        let ran = admin(
+            &[
+                "--url", &url, "--prefix", "g?[*]:", "--json", "list", pattern,
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(ran.code, 0, "{ran:?}");
+        let mut keys: Vec<String> = ran
+            .json_lines()
+            .iter()
+            .map(|s| s["key"].as_str().unwrap().to_owned())
+            .collect();
+        keys.sort_unstable();
+        keys
+    };
+    assert_eq!(list("*").await, ["st*r", "st?r", "st[r]", "star", "x{y}"]);
+    assert_eq!(list("st\\*r").await, ["st*r"]);
+    assert_eq!(list("st\\?r").await, ["st?r"]);
+    assert_eq!(list("st?r").await, ["st*r", "st?r", "star"]);
+    assert_eq!(list("st[r]").await, ["st[r]"]);
+    assert_eq!(list("x{y}").await, ["x{y}"]);
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+/// Only `unlock`'s own `--yes`, or a `y` typed after the lock is shown, removes a lock: `--yes`
+/// before the subcommand, `--yes=false`, an environment variable, a key spelled `--yes` or an
+/// answer longer than a line remove nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_is_confirmed_only_by_its_own_flag_or_a_typed_yes() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "uf:", "owner-1").await;
+    let guard = owner.lock("vault").await.unwrap();
+    let yes_line = format!("{}\n", "y".repeat(5_000));
+    for (args, input, code) in [
+        (vec!["--yes", "unlock", "vault"], None, 2),
+        (vec!["unlock", "vault", "--yes=false"], None, 2),
+        (vec!["unlock", "vault", "--yes", "--yes"], None, 2),
+        (vec!["unlock", "--", "--yes"], Some("y\n"), 4),
+        (vec!["unlock", "vault"], Some(yes_line.as_str()), 3),
+        (vec!["unlock", "vault"], Some("yes\ny\n"), 0),
+    ] {
+        if code == 0 {
+            // Last: the only one that removes, with a typed yes.
+            assert!(guard.is_held());
+        }
+        let mut all = vec!["--url", url.as_str(), "--prefix", "uf:"];
+        all.extend(args.iter().copied());
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-admin"));
+        command
+            .args(&all)
+            .env_remove("LOCK_ADMIN_URL")
+            .env("LOCK_ADMIN_YES", "1")
+            .env("YES", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(input) = input {
+            let _ = stdin.write_all(input.as_bytes()).await;
+        }
+        drop(stdin);
+        let output = tokio::time::timeout(SOON, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        if code != 0 {
+            assert_eq!(
+                owner.inspect("vault").await.unwrap().holder.as_deref(),
+                Some("owner-1"),
+                "{args:?}"
+            );
+        }
+    }
+    assert!(!owner.inspect("vault").await.unwrap().held);
+}
+
+/// Never a token, on stdout or stderr, text or JSON, of any subcommand: the lock's and its
+/// queued waiter's tokens are read raw from Redis and looked for in everything printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_subcommand_prints_a_token() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "tk:", "owner-1").await;
+    let guard = owner.lock("vault").fenced().await.unwrap();
+    let waiter = holder(&url, "tk:", "waiter-2").await;
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("vault").fair().wait(SOON).await }
+    });
+    until_waiters(&owner, "vault", 1).await;
+    let mut tokens = vec![token_of(&server, "tk:{vault}").await];
+    // The waiter's entries (ticket -> 'expiry|...') and queue, whatever they hold.
+    let entries: Vec<String> = server
+        .query(redis::cmd("HVALS").arg("tk:{vault}:waiters").clone())
+        .await;
+    let queued: Vec<String> = server
+        .query(
+            redis::cmd("LRANGE")
+                .arg("tk:{vault}:queue")
+                .arg(0)
+                .arg(-1)
+                .clone(),
+        )
+        .await;
+    for text in entries.iter().chain(&queued) {
+        tokens.extend(
+            text.split(['|', ':'])
+                .filter(|part| part.len() >= 16)
+                .map(str::to_owned),
+        );
+    }
+    let mut printed = String::new();
+    for json in [false, true] {
+        for command in [
+            vec!["list"],
+            vec!["inspect", "vault"],
+            vec!["watch", "vault", "--for", "100ms"],
+            vec!["unlock", "vault"],
+        ] {
+            let mut args = vec!["--url", url.as_str(), "--prefix", "tk:"];
+            if json {
+                args.push("--json");
+            }
+            args.extend(command);
+            let ran = admin(&args, Some("n\n")).await;
+            printed.push_str(&ran.stdout);
+            printed.push_str(&ran.stderr);
+        }
+    }
+    let ran = admin(
+        &[
+            "--url", &url, "--prefix", "tk:", "--json", "unlock", "vault", "--yes",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    printed.push_str(&ran.stdout);
+    printed.push_str(&ran.stderr);
+    assert!(printed.contains("owner-1"), "{printed}");
+    for token in &tokens {
+        assert!(
+            !printed.contains(token.as_str()),
+            "{token} printed: {printed}"
+        );
+    }
+    let served = waiting.await.unwrap().unwrap();
+    drop(guard);
+    served.release().await.unwrap();
+}

@@ -117,7 +117,10 @@ async fn changes(
     loop {
         match cx.admin.locker.inspect(key).await {
             Ok(state) => {
-                failing = false;
+                if failing {
+                    note("lock-admin: the backend answers again");
+                    failing = false;
+                }
                 let seen = Seen::of(&state, Instant::now());
                 if last.as_ref().is_none_or(|l| l.changed(&seen)) {
                     print(&state, out)?;
