@@ -479,6 +479,18 @@ async fn hostile_keys_are_shown_escaped_never_raw() {
     let app = holder(&url, "esc:", "app-1").await;
     let key = "order:\u{1b}[2J\u{1b}]0;pwned\u{7}\u{202e}gnp.exe\r\nfake-line";
     let guard = app.lock(key).await.unwrap();
+    // A key under the prefix that is not UTF-8 (no lock of the library's): the output stays
+    // UTF-8 and the JSON valid.
+    let () = server
+        .query(
+            redis::cmd("SET")
+                .arg(&b"esc:{\xff\xfe\x1b[2J}"[..])
+                .arg("0123456789abcdef0123456789abcdef|1764000000000|x|")
+                .arg("PX")
+                .arg(60_000)
+                .clone(),
+        )
+        .await;
     let raw = |text: &str| {
         text.chars()
             .any(|c| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}'))
@@ -835,4 +847,24 @@ async fn no_subcommand_prints_a_token() {
     let served = waiting.await.unwrap().unwrap();
     drop(guard);
     served.release().await.unwrap();
+}
+
+/// A one-server URL naming a Sentinel (which keeps no locks): every command says to use the
+/// Sentinel scheme (exit 2), not "unknown command EVALSHA".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_server_url_of_a_sentinel_says_to_use_the_sentinel_scheme() {
+    let sentinel = lock_testkit::RedisServer::builder().sentinel().start();
+    let url = sentinel.url();
+    for command in [&["inspect", "k"][..], &["list"], &["unlock", "k", "--yes"]] {
+        let args: Vec<&str> = ["--url", url.as_str()]
+            .into_iter()
+            .chain(command.iter().copied())
+            .collect();
+        let ran = admin(&args, None).await;
+        assert_eq!(ran.code, 2, "{command:?}: {ran:?}");
+        assert!(
+            ran.stderr.contains("redis+sentinel://"),
+            "{command:?}: {ran:?}"
+        );
+    }
 }

@@ -409,7 +409,8 @@ impl Locker {
     /// `force_unlock`'s.
     ///
     /// A holding whose `since` is not recorded (a lock taken by an older version of this
-    /// crate) is told from another only by its fence.
+    /// crate) is told from another only by its fence. A `seen` that is not held removes
+    /// nothing.
     ///
     /// # Errors
     /// As [`inspect`](Self::inspect); [`LockError::InvalidConfig`] on a backend that cannot
@@ -435,6 +436,15 @@ impl Locker {
     /// ```
     pub async fn force_unlock_seen(&self, seen: &LockState) -> Result<Unlocked, LockError> {
         let key = LockKey::new(&self.inner.config.prefix, &seen.key)?;
+        if !seen.held {
+            // A free lock seen is no holding to remove, whatever holds it now.
+            let now = self.inner.backend.inspect(&key).await?;
+            return Ok(if now.held {
+                Unlocked::ChangedHands(now)
+            } else {
+                Unlocked::NotHeld
+            });
+        }
         let answer = self.inner.backend.force_unlock_seen(&key, seen).await?;
         if let Unlocked::Removed(state) = &answer {
             tracing::warn!(

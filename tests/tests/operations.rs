@@ -322,6 +322,18 @@ async fn force_unlock_seen_removes_only_the_holding_seen() {
     let server = RedisServer::start();
     let app = locker(&server, Duration::from_secs(5)).await;
     let operator = locker(&server, Duration::from_secs(5)).await;
+    // A free lock seen removes nothing, even a holding without a stamp (an older version's,
+    // written here by hand: no since, no fence, as the free state has none).
+    let free = operator.inspect("vault").await.unwrap();
+    server
+        .set("lock:{vault}", "0123456789abcdef0123456789abcdef")
+        .await;
+    assert!(matches!(
+        operator.force_unlock_seen(&free).await.unwrap(),
+        Unlocked::ChangedHands(_)
+    ));
+    assert!(server.exists("lock:{vault}").await);
+    server.del("lock:{vault}").await;
     let first = app.lock("vault").await.unwrap();
     let seen = operator.inspect("vault").await.unwrap();
     assert!(seen.since.is_some(), "{seen:?}");

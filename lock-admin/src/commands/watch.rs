@@ -208,6 +208,24 @@ mod tests {
         assert!(!first.same_holding(&Seen::of(&held("a", 300, Some(3), 0), t1)));
     }
 
+    /// Where the backend records when a holding began, a new acquire by the same holder (same
+    /// name, same fence: unfenced) is a change however soon it comes, and the same holding
+    /// read with a wobbling `held_for` is not.
+    #[test]
+    fn a_recorded_since_tells_a_new_holding_by_the_same_holder() {
+        let t0 = Instant::now();
+        let stamped = |held_for_ms: u64, since_ms: u64| {
+            let mut s = held("a", held_for_ms, None, 0);
+            s.since = Some(UNIX_EPOCH + Duration::from_millis(since_ms));
+            s
+        };
+        let first = Seen::of(&stamped(5_000, 1_000_000), t0);
+        // Re-taken 1 ms later by the same holder: within SAME_SINCE, still a change.
+        assert!(first.changed(&Seen::of(&stamped(4_999, 1_000_001), t0)));
+        // The same holding, its held_for read 300 ms off (a slow round trip): no change.
+        assert!(!first.changed(&Seen::of(&stamped(5_300, 1_000_000), t0)));
+    }
+
     #[test]
     fn clock_reads_utc() {
         assert_eq!(
