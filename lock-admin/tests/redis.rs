@@ -594,9 +594,17 @@ async fn unlock_whose_answer_is_lost_says_unknown_and_is_sent_once() {
         async move { next.lock("vault").wait(SOON).await }
     });
     until_waiters(&stuck, "vault", 1).await;
+    let url = format!("redis://{}/", proxy.addr());
+    // Its script loaded on the server (a first EVALSHA answered NOSCRIPT would be the one
+    // frozen, and the script never run): a force unlock of a free lock.
+    let warm = admin(
+        &["--url", &url, "--prefix", "ul:", "unlock", "warm", "--yes"],
+        None,
+    )
+    .await;
+    assert_eq!(warm.code, 4, "{warm:?}");
     // The force unlock's script names the queue; nothing else lock-admin sends does.
     proxy.freeze_after(b"ul:{vault}:queue");
-    let url = format!("redis://{}/", proxy.addr());
     let ran = admin(
         &["--url", &url, "--prefix", "ul:", "unlock", "vault", "--yes"],
         None,
@@ -867,4 +875,60 @@ async fn a_one_server_url_of_a_sentinel_says_to_use_the_sentinel_scheme() {
             "{command:?}: {ran:?}"
         );
     }
+}
+
+/// Redlock has no compare-and-remove of a holding seen (`force_unlock_seen` answers that it
+/// cannot): `unlock` looks again after the yes and removes the lock only if it is still the
+/// holding shown, and refuses (exit 3, nothing removed) when the same holder took it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_on_redlock_looks_again_before_removing() {
+    let servers: Vec<lock_testkit::RedisServer> =
+        (0..3).map(|_| lock_testkit::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(lock_testkit::RedisServer::url).collect();
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = lock_core::RedlockBackend::connect(&urls).await.unwrap();
+    let app = lock_core::Locker::builder(backend)
+        .prefix("rl:")
+        .holder("app-1")
+        .build();
+    // Taken, shown, then released and taken again by the same holder: refused.
+    let first = app.lock("vault").await.unwrap();
+    let mut child = spawn(&["--url", &url, "--prefix", "rl:", "unlock", "vault"]);
+    let mut stderr = stderr_of(&mut child);
+    loop {
+        let line = stderr.next().await.expect("the lock shown");
+        if line.starts_with("waiters") {
+            break;
+        }
+    }
+    first.release().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    let second = app.lock("vault").await.unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(exit_code(&mut child).await, 3);
+    assert!(second.is_held());
+    assert!(app.inspect("vault").await.unwrap().held);
+    // Shown and confirmed, unchanged: removed.
+    let ran = admin(
+        &["--url", &url, "--prefix", "rl:", "unlock", "vault"],
+        Some("y\n"),
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout.starts_with("removed: vault  held by \"app-1\""),
+        "{ran:?}"
+    );
+    assert!(!app.inspect("vault").await.unwrap().held);
+    assert!(matches!(
+        second.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
 }

@@ -44,10 +44,14 @@ pub struct LockState {
     pub key: String,
     /// Whether someone holds it now.
     pub held: bool,
-    /// How long the holder's lease still runs (renewals move it on), when held.
+    /// How long the holder's lease still runs (renewals move it on), when held. On etcd, in
+    /// whole seconds, from the holder's etcd lease; on ZooKeeper, which counts no lease down,
+    /// the lease the holder took the lock with (see each backend's docs).
     pub remaining: Option<Duration>,
     /// The last fence drawn for the key (by any holder, this one or an earlier one), when a
     /// fenced lock was ever taken and the backend keeps its counter; the next one is larger.
+    /// On etcd and ZooKeeper, the holder entry's revision, while held (nothing keeps it once
+    /// the lock is free).
     pub fence: Option<u64>,
     /// Who holds it: the identity of the holder's locker ([`crate::LockerBuilder::holder`]),
     /// when held and recorded (a lock taken by an older version of this crate has none).
@@ -340,7 +344,8 @@ impl Locker {
 
     /// The state of lock `key` (under this locker's prefix), without taking it: held or not,
     /// the lease left, the last fence, the holder and for how long, the waiters. One read
-    /// (one round trip on Redis).
+    /// (one round trip on Redis; on Redlock one per server, at once, judged over the
+    /// majority, as `RedlockBackend` describes).
     ///
     /// # Errors
     /// [`LockError::InvalidKey`], [`LockError::Backend`] when the backend cannot answer, and
@@ -366,7 +371,9 @@ impl Locker {
     /// fenced writes are refused; the old holder learns at its next renewal (`lost()`
     /// resolves, `run` is cancelled, its release says [`LockError::LeaseLost`]). Each removal
     /// is logged at `warn` level, target `lock_core::audit`, with the key and the holder
-    /// removed.
+    /// removed. On Redlock the step is atomic on each server and removes only the
+    /// acquisition a majority of them hold; Redlock keeps no fence, so the old holder is not
+    /// fenced off until it learns.
     ///
     /// # Errors
     /// As [`inspect`](Self::inspect).
@@ -462,7 +469,8 @@ impl Locker {
 
     /// The held locks whose keys match `pattern` ([`KeyPattern`]: `order:*`) under this
     /// locker's prefix, as a stream, page by page: the backend is read one page at a time
-    /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`), so memory stays
+    /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`; Redlock: on
+    /// N − majority + 1 of its servers, each lock once), so memory stays
     /// bounded whatever the number of keys. A lock taken or released while the listing runs
     /// may or may not be in it; a failover or a resharding while it runs may leave locks out
     /// (list again). An invalid pattern is the stream's only item, an error; so is a

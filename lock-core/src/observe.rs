@@ -145,19 +145,10 @@ impl Acquiring {
 
     /// The acquisition ended with `result`: its sample, its span's fields, and for a lock
     /// acquired the start of its `lock.held` span and `lock_held` count.
-    pub(crate) fn finish(self, result: &Result<crate::LockGuard, LockError>) {
-        let Some(start) = self.start else {
-            return;
-        };
-        let took = start.elapsed();
+    pub(crate) fn finish(mut self, result: &Result<crate::LockGuard, LockError>) {
         let outcome = outcome(result);
-        acquired_sample(self.class, self.backend, outcome, took);
-        if !self.span.is_disabled() {
-            self.span.record("outcome", outcome);
-            self.span.record(
-                "wait_us",
-                u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-            );
+        if !self.ended(outcome) {
+            return;
         }
         if let Ok(guard) = result {
             let held = guard.held();
@@ -182,6 +173,37 @@ impl Acquiring {
                 held.observe(Holding::new(span, self.class, self.backend));
             }
         }
+    }
+}
+
+impl Acquiring {
+    /// Records how the acquisition ended (`outcome`): its sample and its span's fields, once.
+    /// `false` when it is not observed (or was recorded already).
+    fn ended(&mut self, outcome: &'static str) -> bool {
+        let Some(start) = self.start.take() else {
+            return false;
+        };
+        let took = start.elapsed();
+        acquired_sample(self.class, self.backend, outcome, took);
+        if !self.span.is_disabled() {
+            self.span.record("outcome", outcome);
+            self.span.record(
+                "wait_us",
+                u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            );
+        }
+        true
+    }
+}
+
+impl Drop for Acquiring {
+    /// Dropped before its answer: the caller gave up (a `tokio::time::timeout` around the
+    /// request, an HTTP client gone while its request waited in a layer). Counted as
+    /// `cancelled`, with the time it waited: otherwise the longest waits, those callers gave up
+    /// on, would be missing from the histogram. Its `lock_waiters` count ends with it (see
+    /// [`Waiting`]).
+    fn drop(&mut self) {
+        self.ended("cancelled");
     }
 }
 
@@ -336,7 +358,8 @@ pub(crate) fn renewal_call(inner: &LockerInner, took: Duration, ok: bool) {
     let _ = (inner, took, ok);
 }
 
-/// The verdict of one lock's renewal: `renewed`, `lost` or `undecided`.
+/// The verdict of one lock's renewal: `renewed`, `lost`, `undecided`, or `released` (released
+/// while the renewal was on its way: "not ours" then is no loss).
 pub(crate) fn renewal(inner: &LockerInner, class: Option<&'static str>, outcome: &'static str) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(

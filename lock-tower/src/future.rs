@@ -103,7 +103,7 @@ where
         key: &str,
     ) -> Self {
         let head = request.method() == http::Method::HEAD;
-        let span = tracing::debug_span!("lock_tower", key = %LogKey(key));
+        let span = tracing::info_span!("lock_tower", key = %LogKey(key));
         span.in_scope(|| tracing::trace!(wait = ?shared.options.wait, "acquiring lock"));
         ResponseFuture {
             state: State::Acquiring {
@@ -237,6 +237,7 @@ where
                                     tracing::trace!(
                                         "response ready; the lock is held until its body ends"
                                     );
+                                    shared.metrics.answered_locked();
                                     return Poll::Ready(Ok(
                                         response.map(|body| ResponseBody::holding(body, h, length))
                                     ));
@@ -261,7 +262,10 @@ where
                         (Some(Ok(_)), Err(lost)) => {
                             Ok(shared.reject(&Rejection::LeaseLost { key: lost.key }))
                         }
-                        (Some(output), _) => output.map(|r| r.map(ResponseBody::new)),
+                        (Some(output), _) => {
+                            shared.metrics.answered_locked();
+                            output.map(|r| r.map(ResponseBody::new))
+                        }
                         (None, _) => Ok(shared.reject(&polled_after_completion())),
                     });
                 }

@@ -85,6 +85,8 @@ impl<K> LockLayer<K> {
     /// # drop(layer);
     /// ```
     pub fn new(locker: Locker, extractor: K) -> Self {
+        let mut metrics = LockLayerMetrics::default();
+        metrics.backend = locker.backend().kind();
         LockLayer {
             locker,
             extractor: Arc::new(extractor),
@@ -99,7 +101,7 @@ impl<K> LockLayer<K> {
                 max_key_len: DEFAULT_MAX_KEY_LEN,
             },
             on_rejection: None,
-            metrics: LockLayerMetrics::default(),
+            metrics,
         }
     }
 

@@ -31,6 +31,9 @@ pub struct LockLayerMetrics {
     inner: Arc<Counters>,
     /// The layer's class: the `class` label of its answers and of its locks.
     pub(crate) class: &'static str,
+    /// Its locker's backend (`Backend::kind`): the `backend` label of its answers.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) backend: &'static str,
 }
 
 impl Default for LockLayerMetrics {
@@ -38,6 +41,7 @@ impl Default for LockLayerMetrics {
         LockLayerMetrics {
             inner: Arc::default(),
             class: "default",
+            backend: "custom",
         }
     }
 }
@@ -196,9 +200,18 @@ impl LockLayerMetrics {
         ::metrics::counter!(
             "lock_layer_requests_total",
             "class" => self.class,
+            "backend" => self.backend,
             "outcome" => outcome
         )
         .increment(1);
+    }
+
+    /// A request that ran under the lock was answered with its service's output (counted
+    /// then, not at its acquisition: a request whose lease is lost is answered `lease_lost`
+    /// instead, and counted once).
+    pub(crate) fn answered_locked(&self) {
+        #[cfg(feature = "metrics")]
+        self.answer("locked");
     }
 
     /// A lock was acquired after `took` (`waited`: the key was locked when the request came);
@@ -212,8 +225,6 @@ impl LockLayerMetrics {
         c.acquire_micros_total
             .fetch_add(micros(took), Ordering::Relaxed);
         c.in_flight.fetch_add(1, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        self.answer("locked");
     }
 
     /// A lock acquired by a request is no longer held by it, after `held`.

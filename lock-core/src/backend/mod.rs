@@ -40,6 +40,8 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod stamp;
 mod types;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
@@ -664,6 +666,34 @@ macro_rules! consensus_backend {
             fn reconnects(&self) -> Option<watch::Receiver<u64>> {
                 let $this = self;
                 Some($reconnects)
+            }
+
+            /// The holder is the first contender entry; its stamp names the holder and its
+            /// age, and the entries behind it are the waiters (see the backend's docs for
+            /// what `remaining` and `fence` mean on it).
+            fn inspect<'a>(
+                &'a self,
+                key: &'a LockKey,
+            ) -> BoxFuture<'a, Result<crate::LockState, LockError>> {
+                Box::pin(self.inspect_lock(key))
+            }
+
+            /// Deletes the holder's entry, conditioned on that very entry: the waiter watching
+            /// it is handed the lock at once.
+            fn force_unlock<'a>(
+                &'a self,
+                key: &'a LockKey,
+            ) -> BoxFuture<'a, Result<Option<crate::LockState>, LockError>> {
+                Box::pin(self.force_unlock_lock(key))
+            }
+
+            fn list_page<'a>(
+                &'a self,
+                prefix: &'a str,
+                pattern: &'a KeyPattern,
+                cursor: Option<&'a str>,
+            ) -> BoxFuture<'a, Result<ListPage, LockError>> {
+                Box::pin(self.list_locks(prefix, pattern, cursor))
             }
         }
     };

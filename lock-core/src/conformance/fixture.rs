@@ -24,6 +24,7 @@ pub(super) struct Fixture {
     consecutive_fences: bool,
     stress_iterations: u64,
     min_lease: Option<Duration>,
+    last_fence_kept: bool,
 }
 
 impl Fixture {
@@ -36,7 +37,13 @@ impl Fixture {
             consecutive_fences: false,
             stress_iterations: suite.stress_iterations,
             min_lease: suite.min_lease,
+            last_fence_kept: suite.last_fence_kept,
         }
+    }
+
+    /// Whether a released lock's last fence is still shown ([`Suite::last_fence_kept`]).
+    pub(super) fn last_fence_kept(&self) -> bool {
+        self.last_fence_kept
     }
 
     pub(super) fn with_fences(self, consecutive: bool) -> Self {

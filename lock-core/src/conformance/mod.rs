@@ -265,6 +265,7 @@ pub struct Suite {
     consecutive_fences: bool,
     min_lease: Option<Duration>,
     busy_hint: bool,
+    last_fence_kept: bool,
     stress_iterations: u64,
     only: Option<String>,
 }
@@ -282,6 +283,7 @@ impl std::fmt::Debug for Suite {
             .field("consecutive_fences", &self.consecutive_fences)
             .field("min_lease", &self.min_lease)
             .field("busy_hint", &self.busy_hint)
+            .field("last_fence_kept", &self.last_fence_kept)
             .field("stress_iterations", &self.stress_iterations)
             .finish_non_exhaustive()
     }
@@ -392,6 +394,7 @@ impl Suite {
             consecutive_fences: false,
             min_lease: None,
             busy_hint: true,
+            last_fence_kept: true,
             stress_iterations: 500,
             only: None,
         }
@@ -561,6 +564,26 @@ impl Suite {
     pub fn busy_hint(self, reported: bool) -> Self {
         Suite {
             busy_hint: reported,
+            ..self
+        }
+    }
+
+    /// Whether [`Backend::inspect`] still shows a lock's last fence once it is released
+    /// (default `true`: a fence counter that outlives its lock, as Redis's). A consensus store
+    /// (etcd, ZooKeeper) draws each fence from the holder entry's place in its log, and keeps
+    /// nothing of it once the entry is deleted: with `false`, the check asserts that a free lock
+    /// shows no fence rather than a made-up one (the next fence is larger all the same, which
+    /// the fencing checks assert).
+    ///
+    /// ```
+    /// # let suite = lock_core::conformance::Suite::new(|| async { Ok(lock_core::backend::IntoBackend::into_backend(lock_core::MemoryBackend::new())) });
+    /// let suite = suite.last_fence_kept(false);
+    /// # drop(suite);
+    /// ```
+    #[must_use]
+    pub fn last_fence_kept(self, kept: bool) -> Self {
+        Suite {
+            last_fence_kept: kept,
             ..self
         }
     }

@@ -85,6 +85,10 @@ pub(crate) struct Held {
     /// Its span and metric labels while it is held (see [`observe`](Self::observe)); taken
     /// when it ends.
     obs: Mutex<Option<Holding>>,
+    /// The class its metrics count it under (see [`class`](Self::class)): set when it is
+    /// observed, or by the local hand-off that passed it; kept after it ends, for a renewal
+    /// answered after its release.
+    class: OnceLock<&'static str>,
 }
 
 /// What an acquire attempt that succeeded knows about the new lock.
@@ -173,17 +177,20 @@ impl Held {
             current: OnceLock::new(),
             mark: Mutex::new(None),
             obs: Mutex::new(None),
+            class: OnceLock::new(),
         })
     }
 
     /// Local hand-off: passes this lock (token, lease in the backend, validity deadline) to
     /// another task of the same locker, which asked for `lease` (the watchdog renews with it
     /// from now on) and `max_hold`. This acquisition ends (released) and the lease's news goes
-    /// to the new one. `None` when this one was no longer held: nothing is passed.
+    /// to the new one, counted in metrics under the receiver's `class`. `None` when this one was
+    /// no longer held: nothing is passed.
     pub(crate) fn pass_to(
         self: &Arc<Self>,
         lease: Duration,
         max_hold: Option<Duration>,
+        class: &'static str,
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
@@ -210,6 +217,7 @@ impl Held {
             current: OnceLock::from(current.clone()),
             mark: Mutex::new(None),
             obs: Mutex::new(None),
+            class: OnceLock::from(class),
         });
         // From here a renewal answer or a loss that reaches this acquisition (or an earlier
         // holder of the lease) reaches `next` too; then this one ends. Had it been lost just
@@ -386,6 +394,7 @@ impl Held {
     pub(crate) fn observe(&self, holding: Holding) {
         self.state.change(|s| {
             if s.phase == Phase::Held {
+                let _ = self.class.set(holding.class);
                 holding.started();
                 *self.obs.lock() = Some(holding);
                 s.observed = true;
@@ -394,9 +403,19 @@ impl Held {
         });
     }
 
-    /// The class this lock is observed under, while it is held.
-    pub(crate) fn observed_class(&self) -> Option<&'static str> {
-        self.obs.lock().as_ref().map(|h| h.class)
+    /// The class this lock is counted under: the one it was observed under, or given by the
+    /// local hand-off that passed it, also after it ended (a renewal in flight at its release
+    /// is counted when its answer comes).
+    pub(crate) fn class(&self) -> Option<&'static str> {
+        self.class.get().copied()
+    }
+
+    /// Whether this acquisition was released and passed to nobody: a renewal answer for it
+    /// no longer says anything about a held lease.
+    pub(crate) fn released_for_good(&self) -> bool {
+        // `pass_to` names its successor before it ends this acquisition: one seen released
+        // here with no successor was released, not passed.
+        self.snapshot().phase == Phase::Released && self.successor().is_none()
     }
 
     /// The held lock's span (`Span::none()` when not observed).
@@ -847,10 +866,10 @@ mod tests {
         let guard = locker.lock("lineage").await.unwrap();
         let first = guard.held().clone();
         let second = first
-            .pass_to(Duration::from_secs(30), None)
+            .pass_to(Duration::from_secs(30), None, "test")
             .expect("passed");
         let third = second
-            .pass_to(Duration::from_secs(30), None)
+            .pass_to(Duration::from_secs(30), None, "test")
             .expect("passed again");
         assert!(Arc::ptr_eq(first.renewing(), second.renewing()));
         assert!(Arc::ptr_eq(second.renewing(), third.renewing()));

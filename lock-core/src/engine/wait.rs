@@ -111,6 +111,8 @@ struct Waiter {
 pub(crate) struct Receives {
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
+    /// The waiter's class (its metrics' label).
+    pub(crate) class: &'static str,
 }
 
 /// What a releasing holder does with its lock (see [`WaitQueues::pass_on`]).
@@ -214,7 +216,7 @@ impl WaitQueues {
         {
             return PassOn::AskBackend;
         }
-        let Some(next) = held.pass_to(receives.lease, receives.max_hold) else {
+        let Some(next) = held.pass_to(receives.lease, receives.max_hold, receives.class) else {
             q.holder = None;
             return PassOn::Release;
         };

@@ -351,10 +351,13 @@ impl Watchdog {
         for ((held, item), verdict) in due.iter().zip(items).zip(verdicts) {
             let outcome = match verdict {
                 Renewed::Yes => "renewed",
+                // Released while its renewal was on its way: the release removed it, which
+                // is no loss.
+                Renewed::Lost if held.released_for_good() => "released",
                 Renewed::Lost => "lost",
                 Renewed::Unknown => "undecided",
             };
-            crate::observe::renewal(inner, held.observed_class(), outcome);
+            crate::observe::renewal(inner, held.class(), outcome);
             match verdict {
                 Renewed::Yes => {
                     held.renewed(sent, item.lease);

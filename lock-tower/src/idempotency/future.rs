@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use http::Response;
 
 use super::rejection::IdempotencyRejection;
-use super::service::reject;
+use super::service::{Labels, reject};
 use crate::body::ResponseBody;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -43,23 +43,35 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 #[must_use = "futures do nothing unless polled"]
 pub struct IdempotencyFuture<B, E> {
     inner: BoxFuture<Result<Response<ResponseBody<B>>, E>>,
+    /// Where its answer is counted (`lock_idempotency_requests_total`, feature `metrics`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    labels: Labels,
+    /// The outcome of an answer that names none (see [`Answered`]): the handler's own
+    /// response or error, passed on.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    otherwise: &'static str,
 }
 
 impl<B: Send + 'static, E: Send + 'static> IdempotencyFuture<B, E> {
+    /// `future`'s answer, counted as the outcome it names, else as `otherwise`.
     pub(crate) fn new(
+        labels: Labels,
+        otherwise: &'static str,
         future: impl Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static,
     ) -> Self {
         IdempotencyFuture {
             inner: Box::pin(future),
+            labels,
+            otherwise,
         }
     }
 
-    pub(crate) fn rejected(rejection: IdempotencyRejection) -> Self {
-        Self::answered(reject(&rejection))
+    pub(crate) fn rejected(labels: Labels, rejection: IdempotencyRejection) -> Self {
+        Self::answered(labels, reject(&rejection))
     }
 
-    pub(crate) fn answered(response: Response<ResponseBody<B>>) -> Self {
-        Self::new(std::future::ready(Ok(response)))
+    pub(crate) fn answered(labels: Labels, response: Response<ResponseBody<B>>) -> Self {
+        Self::new(labels, "error", std::future::ready(Ok(response)))
     }
 }
 
@@ -67,7 +79,27 @@ impl<B, E> Future for IdempotencyFuture<B, E> {
     type Output = Result<Response<ResponseBody<B>>, E>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+        #[cfg_attr(not(feature = "metrics"), allow(unused_mut))]
+        let mut output = std::task::ready!(self.inner.as_mut().poll(cx));
+        // Counted here, once per answer, whichever path made it.
+        #[cfg(feature = "metrics")]
+        {
+            let named = match &mut output {
+                Ok(response) => response
+                    .extensions_mut()
+                    .remove::<super::service::Answered>(),
+                Err(_) => None,
+            };
+            let outcome = named.map_or(self.otherwise, |a| a.0);
+            ::metrics::counter!(
+                "lock_idempotency_requests_total",
+                "class" => self.labels.class,
+                "backend" => self.labels.backend,
+                "outcome" => outcome
+            )
+            .increment(1);
+        }
+        Poll::Ready(output)
     }
 }
 

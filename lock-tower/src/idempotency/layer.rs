@@ -8,7 +8,7 @@ use http::HeaderName;
 use lock_core::{DEFAULT_RESULT_TTL, Locker, MAX_RESULT_TTL};
 use tower_layer::Layer;
 
-use super::service::IdempotencyService;
+use super::service::{IdempotencyService, Labels};
 use crate::extract::KeyExtractor;
 
 /// Runs each request with an `Idempotency-Key` at most once per key within the TTL, and
@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub(crate) max_body: usize,
     pub(crate) key_prefix: String,
     pub(crate) detach: bool,
+    /// The class of its locks and answers, and its locker's backend (metrics' labels).
+    pub(crate) labels: Labels,
 }
 
 impl Clone for Config {
@@ -60,6 +62,7 @@ impl Clone for Config {
             max_body: self.max_body,
             key_prefix: self.key_prefix.clone(),
             detach: self.detach,
+            labels: self.labels,
         }
     }
 }
@@ -132,8 +135,13 @@ impl IdempotencyLayer {
     /// # drop(layer);
     /// ```
     pub fn new(locker: Locker) -> Self {
+        let labels = Labels {
+            class: "idempotency",
+            backend: locker.backend().kind(),
+        };
         IdempotencyLayer {
             shared: Arc::new(Config {
+                labels,
                 locker,
                 header: Ok(HeaderName::from_static("idempotency-key")),
                 ttl: DEFAULT_RESULT_TTL,
@@ -150,6 +158,18 @@ impl IdempotencyLayer {
     fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
         f(Arc::make_mut(&mut self.shared));
         self
+    }
+
+    /// Names this layer's locks and answers in metrics and spans (the `class` label of
+    /// lock-core's metrics and of `lock_idempotency_requests_total`, feature `metrics`): a
+    /// fixed name for the route or the resource, never a key. Default `"idempotency"`.
+    ///
+    /// ```
+    /// let layer = lock_tower::IdempotencyLayer::new(lock_core::Locker::memory()).class("payments");
+    /// # drop(layer);
+    /// ```
+    pub fn class(self, class: &'static str) -> Self {
+        self.with(|c| c.labels.class = class)
     }
 
     /// Takes the key from header `name` (any case; a `&str`, a `String` or an

@@ -116,11 +116,14 @@ where
             Ok(header) => header,
             Err(name) => {
                 // Before the handler: no request can be told apart from one with a key.
-                return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {
-                    reason: format!(
-                        "IdempotencyLayer::header({name:?}) is not a valid header name"
-                    ),
-                });
+                return IdempotencyFuture::rejected(
+                    config.labels,
+                    IdempotencyRejection::Misconfigured {
+                        reason: format!(
+                            "IdempotencyLayer::header({name:?}) is not a valid header name"
+                        ),
+                    },
+                );
             }
         };
         let mut values = parts.headers.get_all(header).iter();
@@ -130,9 +133,12 @@ where
             _ => None,
         };
         if let Some(how) = several {
-            return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
-                reason: format!("the {header} header {how}; send one key").into(),
-            });
+            return IdempotencyFuture::rejected(
+                config.labels,
+                IdempotencyRejection::InvalidKey {
+                    reason: format!("the {header} header {how}; send one key").into(),
+                },
+            );
         }
         // The draft's sf-string (`"abc"`) and the bare value (`abc`) are one key.
         let key = match parts
@@ -143,23 +149,29 @@ where
             None => None,
             Some(Ok(key)) => Some(key.into_owned()).filter(|k| !k.is_empty()),
             Some(Err(why)) => {
-                return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
-                    reason: format!("the {header} header is malformed: {why}").into(),
-                });
+                return IdempotencyFuture::rejected(
+                    config.labels,
+                    IdempotencyRejection::InvalidKey {
+                        reason: format!("the {header} header is malformed: {why}").into(),
+                    },
+                );
             }
         };
         let Some(key) = key else {
             if config.require_key {
-                return IdempotencyFuture::answered(missing_key(header));
+                return IdempotencyFuture::answered(config.labels, missing_key(header));
             }
             let future = service.call(Request::from_parts(parts, body));
-            return IdempotencyFuture::new(async move {
+            return IdempotencyFuture::new(config.labels, "passed_through", async move {
                 future.await.map(|r| r.map(ResponseBody::new))
             });
         };
         if let Err(reason) = config.check_ttl() {
             // Before the handler: a result that cannot be stored must not be produced.
-            return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured { reason });
+            return IdempotencyFuture::rejected(
+                config.labels,
+                IdempotencyRejection::Misconfigured { reason },
+            );
         }
         let principal = match &config.scope {
             Scope::Shared => Vec::new(),
@@ -167,21 +179,28 @@ where
             Scope::Custom(scope) => match scope.extract(&mut parts) {
                 Ok(p) => p.map(|p| p.as_bytes().to_vec()).unwrap_or_default(),
                 Err(e) if e.is_misconfigured() => {
-                    return IdempotencyFuture::rejected(IdempotencyRejection::Misconfigured {
-                        reason: e.reason().to_owned(),
-                    });
+                    return IdempotencyFuture::rejected(
+                        config.labels,
+                        IdempotencyRejection::Misconfigured {
+                            reason: e.reason().to_owned(),
+                        },
+                    );
                 }
                 Err(e) => {
-                    return IdempotencyFuture::rejected(IdempotencyRejection::InvalidKey {
-                        reason: e.reason().to_owned().into(),
-                    });
+                    return IdempotencyFuture::rejected(
+                        config.labels,
+                        IdempotencyRejection::InvalidKey {
+                            reason: e.reason().to_owned().into(),
+                        },
+                    );
                 }
             },
         };
         let Some(record_key) = config.record_key(&principal, &key) else {
-            return IdempotencyFuture::rejected(IdempotencyRejection::MissingKey);
+            return IdempotencyFuture::rejected(config.labels, IdempotencyRejection::MissingKey);
         };
-        IdempotencyFuture::new(async move {
+        // The handler's own answers (an error, a response not stored) name no outcome.
+        IdempotencyFuture::new(config.labels, "unstored", async move {
             let request = match read_body(parts, body, config.max_body).await {
                 Ok(request) => request,
                 Err(rejection) => return Ok(reject(&rejection)),
@@ -198,13 +217,13 @@ fn missing_key<B>(header: &HeaderName) -> Response<ResponseBody<B>> {
     if header.as_str() == "idempotency-key" {
         return reject(&rejection);
     }
-    outcome("bad_request");
     let detail = format!(
         "This request must carry a {header} header (its idempotency key), and it carries none."
     );
-    rejection
+    let response = rejection
         .to_response_saying(&detail)
-        .map(|json| ResponseBody::full(Bytes::from(json)))
+        .map(|json| ResponseBody::full(Bytes::from(json)));
+    answered(response, "bad_request")
 }
 
 /// Whether a key header's value lists several keys (`a, b`). A comma in a quoted string
@@ -326,8 +345,8 @@ where
         Err(error) => return Ok(reject(&from_lock_error(&key, error))),
     }
     let lock = match config.wait {
-        Some(wait) => locker.lock(&key).class("idempotency").wait(wait),
-        None => locker.lock(&key).class("idempotency").no_wait(),
+        Some(wait) => locker.lock(&key).class(config.labels.class).wait(wait),
+        None => locker.lock(&key).class(config.labels.class).no_wait(),
     };
     let guard = match lock.await {
         Ok(guard) => guard,
@@ -516,10 +535,7 @@ where
     };
     release(guard).await;
     Ok(match (outcome, answer) {
-        (None, Ok(body)) => {
-            self::outcome("stored");
-            Response::from_parts(parts, body)
-        }
+        (None, Ok(body)) => answered(Response::from_parts(parts, body), "stored"),
         (Some(rejection), _) | (None, Err(rejection)) => reject(&rejection),
     })
 }
@@ -777,8 +793,7 @@ fn answer_from_record<B>(
             response
                 .headers_mut()
                 .insert(REPLAYED, HeaderValue::from_static("true"));
-            outcome("replayed");
-            response
+            answered(response, "replayed")
         }
         Ok(Stored::TooLarge { status }) => reject(&IdempotencyRejection::NotStored { status }),
         Err(error) => {
@@ -839,7 +854,7 @@ pub(crate) fn reject<B>(rejection: &IdempotencyRejection) -> Response<ResponseBo
     if let IdempotencyRejection::Misconfigured { reason } = rejection {
         tracing::error!(%reason, "idempotency layer failed (500)");
     }
-    outcome(match rejection {
+    let outcome = match rejection {
         IdempotencyRejection::Mismatch => "mismatch",
         IdempotencyRejection::InFlight
         | IdempotencyRejection::OutcomeUnknown
@@ -851,10 +866,11 @@ pub(crate) fn reject<B>(rejection: &IdempotencyRejection) -> Response<ResponseBo
         IdempotencyRejection::Unavailable
         | IdempotencyRejection::LeaseLost
         | IdempotencyRejection::Misconfigured { .. } => "error",
-    });
-    rejection
+    };
+    let response = rejection
         .to_response()
-        .map(|json| ResponseBody::full(Bytes::from(json)))
+        .map(|json| ResponseBody::full(Bytes::from(json)));
+    answered(response, outcome)
 }
 
 impl<S: Clone> Clone for IdempotencyService<S> {
@@ -875,13 +891,37 @@ impl<S: fmt::Debug> fmt::Debug for IdempotencyService<S> {
     }
 }
 
-/// Counts one answer of the idempotency layer (`lock_idempotency_requests_total`, feature
-/// `metrics`): `stored` (the handler ran, its response stored), `replayed`, `conflict` (409:
-/// in flight, outcome unknown, response not stored), `mismatch` (422), `bad_request`, `error`.
-fn outcome(outcome: &'static str) {
+/// The labels of one idempotency layer's answers (`lock_idempotency_requests_total`, feature
+/// `metrics`): its class and its locker's backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Labels {
+    pub(crate) class: &'static str,
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) backend: &'static str,
+}
+
+/// The outcome an answer of the idempotency layer names, taken off the response and counted by
+/// [`IdempotencyFuture`] (once per answer, whichever path made it): `stored` (the handler ran,
+/// its response stored), `replayed`, `conflict` (409: in flight, outcome unknown, response not
+/// stored), `mismatch` (422), `bad_request`, `error`. An answer without one is the handler's
+/// own, not stored (`unstored`), or a request without a key (`passed_through`).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct Answered(pub(crate) &'static str);
+
+/// `response`, naming its outcome (feature `metrics`; without it, as it is).
+fn answered<B>(response: Response<B>, outcome: &'static str) -> Response<B> {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!("lock_idempotency_requests_total", "outcome" => outcome).increment(1);
-    let _ = outcome;
+    {
+        let mut response = response;
+        response.extensions_mut().insert(Answered(outcome));
+        response
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = outcome;
+        response
+    }
 }
 
 #[cfg(test)]

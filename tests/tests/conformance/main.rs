@@ -494,6 +494,8 @@ fn on_etcd() {
     })
     .probe(EtcdProbe(cluster.client()))
     .min_lease(lock_core::ETCD_MIN_LEASE)
+    // A fence is the holder key's create revision: nothing keeps it once the key is deleted.
+    .last_fence_kept(false)
     .stress_iterations(100)
     .prefix("conf:");
     let report = run_kit(&runtime, "etcd", suite, "ETCD_CHECK");
@@ -612,6 +614,8 @@ fn on_zookeeper() {
     })
     .probe(ZkProbe(hosts))
     .busy_hint(false)
+    // A fence is the holder node's czxid: nothing keeps it once the node is deleted.
+    .last_fence_kept(false)
     .stress_iterations(100)
     .prefix("conf:");
     let report = run_kit(&runtime, "zookeeper", suite, "ZOOKEEPER_CHECK");

@@ -8,6 +8,8 @@
 //!   sees a section entering while another is inside.
 //! - Four processes queue a fair waiter each, one after the other: they are served in that
 //!   order, each release waking only the next waiter.
+//! - An operator of this process inspects a lock an agent process holds, and forces it open:
+//!   the waiting agent is served at once, the stuck one's fenced write and release refused.
 
 use std::time::Duration;
 
@@ -15,7 +17,9 @@ use lock_testkit::RedisServer;
 use lock_testkit::etcd::EtcdCluster;
 use lock_tests::worker::WorkerArgs;
 
-use super::consensus::{fair_workers_are_served_in_order, sections_through_faults};
+use super::consensus::{
+    fair_workers_are_served_in_order, operations_across_processes, sections_through_faults,
+};
 use super::{
     LEASE, QUEUE_LEASE, contenders, fault_round, hold_queue, locker, queue_fences, shared,
     until_contenders,
@@ -65,6 +69,28 @@ async fn fair_waiters_of_four_processes_are_served_in_creation_order_one_wakeup_
         async |n| until_contenders(&etcd, ns, n).await,
         async || queue_fences(&etcd, ns).await,
         async || contenders(&etcd, ns).await.is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_inspects_and_forces_open_a_lock_another_process_holds() {
+    let cluster = shared().await;
+    let (urls, ns) = (cluster.urls(), "procs-operations/");
+    let store = RedisServer::start();
+    let args = WorkerArgs::serve(&store.url())
+        .etcd(&urls.join(","))
+        .etcd_namespace(ns)
+        .wait_ms(10_000);
+    let holder = "agent-7/pid of a lock-worker";
+    let operator = locker(&urls, ns).await;
+    // A lease of whole seconds: etcd's remaining time is counted in them.
+    operations_across_processes(
+        &args.clone().holder(holder),
+        &args.holder("agent-8"),
+        holder,
+        Duration::from_secs(10),
+        &operator,
     )
     .await;
 }

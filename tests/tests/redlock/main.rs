@@ -1,7 +1,8 @@
 //! Redlock (issue 17): one lock over 5 independent redis-server processes, held while 3 of
-//! them hold it. Four modules: `faults` (quorum under faults), `connect` (joining, doubles),
+//! them hold it. Five modules: `faults` (quorum under faults), `connect` (joining, doubles),
 //! `waiting` (contention, split votes, take-backs), `renewal` (each lock of a renewal batch on
-//! its own: verdict, per-server bound; every server gets an extend; issue 29).
+//! its own: verdict, per-server bound; every server gets an extend; issue 29), `operations`
+//! (inspect, force_unlock, list; issue 33).
 //!
 //! - `every_subset_of_servers_down_or_stalled`: all 32 subsets of 5 servers down (killed) or
 //!   stalled (SIGSTOP), both kinds mixed: acquired when 3 or more answer; else refused with a
@@ -20,6 +21,11 @@
 //!   attempt of a waiter writes a token of its own.
 //! - one server under two URLs is refused at connect, and left out when it joins later (else,
 //!   with 2 of 5 down, it and its double made a majority).
+//!
+//! - `operations`: inspect, force_unlock and list judged over the quorum (issue 33): a
+//!   minority is never held nor listed nor removed, force_unlock removes the quorum's
+//!   acquisition only and wakes the waiter, each lock listed once with a server down, too few
+//!   servers an error, no token nor its digest in a state, an error or a log line.
 //!
 //! One set of 5 servers per test, short leases: the binary runs in well under a minute.
 
@@ -40,6 +46,7 @@ use lock_tests::chaos::{Rng, now_us};
 
 mod connect;
 mod faults;
+mod operations;
 mod renewal;
 mod waiting;
 

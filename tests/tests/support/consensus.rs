@@ -593,3 +593,91 @@ async fn worker_attempts(workers: &mut [ChildProcess]) -> Vec<u64> {
     }
     all
 }
+
+/// What the people on call do, across OS processes: `stuck` and `next` are `lock-worker
+/// serve` command lines (their lock service, lease and holder identity; `stuck` names itself
+/// `holder`), `store` the Redis server of their fenced writes, `operator` a locker of this
+/// process on the same lock service. `inspect` from here sees the agent's holder, age, fence
+/// and waiter; `force_unlock` hands the lock to the waiting agent at once (printed; within
+/// 500 ms, where its own timer would take longer); the stuck agent's fenced write is refused
+/// and its release says `LeaseLost`; after the release, nothing is held.
+pub async fn operations_across_processes(
+    stuck: &WorkerArgs,
+    next: &WorkerArgs,
+    holder: &str,
+    lease: Duration,
+    operator: &Locker,
+) {
+    let spawn = |args: &WorkerArgs| ChildProcess::spawn(WORKER, args.to_args());
+    let (mut stuck, mut next) = (spawn(stuck), spawn(next));
+    for agent in [&mut stuck, &mut next] {
+        agent.expect_line("READY", Duration::from_secs(20)).await;
+    }
+    assert!(!operator.inspect("vault").await.unwrap().held);
+    let lease_ms = lease.as_millis();
+    let sent = Instant::now();
+    let answer = stuck.ask(&format!("HOLD vault {lease_ms} 1")).await;
+    let answered = Instant::now();
+    let old: u64 = answer
+        .strip_prefix("HELD vault fence=")
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("the agent could not hold the lock: {answer}"));
+    let state = operator.inspect("vault").await.unwrap();
+    let (age_low, age_high) = (answered.elapsed(), sent.elapsed());
+    assert!(state.held, "{state:?}");
+    assert_eq!(state.holder.as_deref(), Some(holder));
+    assert_eq!(state.fence, Some(old));
+    assert_eq!(state.waiters, 0);
+    let held_for = state.held_for.expect("the age of the lock");
+    // Stamped between our command and its answer, within 50 ms of two clocks on one host.
+    let slack = Duration::from_millis(50);
+    assert!(
+        held_for + slack >= age_low && held_for <= age_high + slack,
+        "held for {held_for:?}; taken between {age_low:?} and {age_high:?} ago"
+    );
+    let remaining = state.remaining.expect("the lease left");
+    assert!(remaining <= lease, "{remaining:?} left of {lease:?}");
+    println!("inspect across processes: held for {held_for:?}, {remaining:?} left");
+
+    // A fenced waiter in the other agent queues.
+    next.send("WAIT vault w1 order fenced keep").await;
+    eventually("the waiter queued", Duration::from_secs(10), async || {
+        operator.inspect("vault").await.unwrap().waiters == 1
+    })
+    .await;
+    let start = Instant::now();
+    let removed = operator
+        .force_unlock("vault")
+        .await
+        .unwrap()
+        .expect("a held lock removed");
+    let done = next.line().await;
+    let woken = start.elapsed();
+    println!("force_unlock across processes: the waiter was served {woken:?} after the call");
+    assert_eq!(removed.holder.as_deref(), Some(holder));
+    assert_eq!(removed.fence, Some(old));
+    let fence: u64 = done
+        .strip_prefix("DONE w1 fence=")
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("the waiter: {done}"));
+    assert!(fence > old, "{fence} after {old}");
+    assert!(woken < Duration::from_millis(500), "served {woken:?} after");
+    assert!(operator.inspect("vault").await.unwrap().held);
+
+    // The new holder writes first; the stuck one's fenced write is refused, its release too.
+    assert!(
+        next.ask("WRITE vault store")
+            .await
+            .starts_with("WRITE vault ok")
+    );
+    let write = stuck.ask("WRITE vault store").await;
+    assert!(write.starts_with("WRITE vault rejected"), "{write}");
+    assert_eq!(
+        stuck.ask("RELEASE vault").await,
+        "RELEASED vault err=LeaseLost"
+    );
+    assert_eq!(next.ask("RELEASE vault").await, "RELEASED vault ok");
+    assert_eq!(operator.force_unlock("vault").await.unwrap(), None);
+    let after = operator.inspect("vault").await.unwrap();
+    assert!(!after.held && after.holder.is_none() && after.held_for.is_none());
+}

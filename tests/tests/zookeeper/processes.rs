@@ -9,6 +9,8 @@
 //!   highest it accepted, and sees a section entering while another is inside.
 //! - Four processes queue a fair waiter each, one after the other: they are served in that
 //!   order, each release waking only the next waiter.
+//! - An operator of this process inspects a lock an agent process holds, and forces it open:
+//!   the waiting agent is served at once, the stuck one's fenced write and release refused.
 
 use std::time::Duration;
 
@@ -16,7 +18,9 @@ use lock_testkit::RedisServer;
 use lock_testkit::zookeeper::{ZkClient, ZooKeeperEnsemble};
 use lock_tests::worker::WorkerArgs;
 
-use super::consensus::{fair_workers_are_served_in_order, sections_through_faults};
+use super::consensus::{
+    fair_workers_are_served_in_order, operations_across_processes, sections_through_faults,
+};
 use super::{
     LEASE, SESSION, contenders, fault_round, hold_queue, locker, queue_fences, tree,
     until_contenders,
@@ -73,6 +77,23 @@ async fn fair_waiters_of_four_processes_are_served_in_creation_order_one_wakeup_
         async |n| until_contenders(&zk, "queue", n).await,
         async || queue_fences(&zk).await,
         async || contenders(&zk, "queue").await.is_empty(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_inspects_and_forces_open_a_lock_another_process_holds() {
+    let hosts = tree("procs-operations").await;
+    let store = RedisServer::start();
+    let args = on_zookeeper(WorkerArgs::serve(&store.url()), &hosts).wait_ms(10_000);
+    let holder = "agent-7/pid of a lock-worker";
+    let operator = locker(&hosts).await;
+    operations_across_processes(
+        &args.clone().holder(holder),
+        &args.holder("agent-8"),
+        holder,
+        LEASE,
+        &operator,
     )
     .await;
 }

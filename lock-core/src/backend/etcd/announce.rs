@@ -1,5 +1,5 @@
 //! Fair waiters heard across processes. A fair waiter's contender key carries `fair:<ticket>`
-//! as its value; while this process has listeners for a lock (a local queue, whose holder may
+//! at the start of its value (its stamp follows, see `backend::stamp`); while this process has listeners for a lock (a local queue, whose holder may
 //! pass the lock between its tasks), one watch of the lock's contender prefix turns each new
 //! fair key into a [`FairWaiting`](crate::backend::notify::Announcement::FairWaiting)
 //! announcement: the holder's next release asks etcd whether anyone else queues, and gives the
@@ -98,8 +98,10 @@ async fn announce(shared: Weak<Shared>, prefix: String, name: String, mut from: 
                     let Some(kv) = event.kv() else { continue };
                     from = from.max(kv.mod_revision() + 1);
                     let created = event.event_type() == EventType::Put && kv.version() == 1;
-                    if created && kv.value().starts_with(UNHEARD) {
-                        shared.listeners.lock().wake(&name, kv.value());
+                    let fair = crate::backend::stamp::fair_part(kv.value());
+                    if created && fair.starts_with(UNHEARD) {
+                        // The announcement alone, not the holder's stamp after it.
+                        shared.listeners.lock().wake(&name, fair);
                         shared.fair_heard.fetch_add(1, Ordering::Relaxed);
                     }
                 }

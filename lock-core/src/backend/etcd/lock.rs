@@ -13,25 +13,28 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use super::lease::Health;
-use super::{Contender, EtcdBackend, lease_refused, lease_ttl};
+use super::{Contender, EtcdBackend, Shared, lease_refused, lease_ttl};
 use crate::LockError;
+use crate::backend::stamp::{self, Since};
 use crate::backend::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
 use crate::key::LockKey;
 use crate::token::Token;
 
 /// What one acquire transaction found.
 enum Taken {
-    /// Our key is the holder: its create revision and the lease it is on.
-    Ours(i64, i64),
+    /// Our key is the holder: its create revision, the lease it is on, and its value when its
+    /// stamp still says "queued".
+    Ours(i64, i64, Option<Vec<u8>>),
     /// Someone else holds the lock; a single attempt created nothing. The holder's etcd
     /// lease, when the answer named it.
     Busy(Option<i64>),
-    /// Our key waits: its create revision and lease, and the contender just ahead of it when
-    /// the transaction saw it.
+    /// Our key waits: its create revision and lease, the contender just ahead of it when
+    /// the transaction saw it, and our key's value when its stamp says "queued".
     Queued {
         revision: i64,
         lease: i64,
         ahead: Option<Ahead>,
+        queued: Option<Vec<u8>>,
     },
 }
 
@@ -80,7 +83,7 @@ impl EtcdBackend {
             // The keepalive (when one is needed) runs beside the transaction: the lease then
             // runs at least `lease` from `start`, before which the engine started counting.
             let (taken, cover) = tokio::join!(
-                self.take(key, &ck, lease_id, ticket),
+                self.take(key, &ck, lease_id, ticket, (lease, options.holder)),
                 leases.cover(ttl, lease_id, start, lease, key)
             );
             let lease_gone =
@@ -109,7 +112,7 @@ impl EtcdBackend {
                         _ => None,
                     },
                 }),
-                Taken::Ours(revision, on) => {
+                Taken::Ours(revision, on, queued) => {
                     // Ours only with the lease confirmed: else the engine's in-flight release
                     // takes it back.
                     cover?;
@@ -117,7 +120,7 @@ impl EtcdBackend {
                         self.inner.contenders.lock().remove(&ck);
                         return Ok(Attempt::Busy { remaining: None });
                     }
-                    self.hold(&ck, revision, ttl, lease_id, lease);
+                    self.hold(&ck, revision, (ttl, lease_id), lease, queued);
                     if options.unrenewed {
                         self.end_at_lease(key, &ck, lease);
                     }
@@ -127,6 +130,7 @@ impl EtcdBackend {
                     revision,
                     lease: on,
                     ahead,
+                    queued,
                 } => {
                     let waiter = Waiter {
                         lease,
@@ -135,7 +139,14 @@ impl EtcdBackend {
                         covered: matches!(cover, Ok(Health::Alive)),
                     };
                     match self
-                        .queue(key, &ck, waiter, (revision, ttl, lease_id, on), ahead)
+                        .queue(
+                            key,
+                            &ck,
+                            waiter,
+                            (revision, ttl, lease_id, on),
+                            ahead,
+                            queued,
+                        )
                         .await?
                     {
                         true => {
@@ -175,41 +186,46 @@ impl EtcdBackend {
     /// One acquire transaction. A single attempt creates its key only when the lock has no
     /// contender at all (so a busy answer leaves nothing behind); a waiter creates its key if
     /// it has none (an attempt sent again finds it) and reads the holder, and the contender
-    /// ahead of a key it just created.
+    /// ahead of a key it just created. A key is created with its stamp (`backend::stamp`):
+    /// "held since now" when the lock has no contender, else "queued since now". `stamping` is
+    /// the lock's lease and its taker's identity.
     async fn take(
         &self,
         key: &LockKey,
         ck: &str,
         lease_id: i64,
         waiter: Option<&QueueTicket>,
+        stamping: (Duration, &str),
     ) -> Result<Taken, LockError> {
         let prefix = self.queue_prefix(key);
         // A fair waiter says so in its key: holders of other processes hear of it (`announce`).
-        let value = match waiter {
-            Some(ticket) if ticket.strict => format!("fair:{}", ticket.id),
-            _ => String::new(),
-        };
-        let put = TxnOp::put(ck, value, Some(PutOptions::new().with_lease(lease_id)));
-        let mine = TxnOp::get(ck, Some(GetOptions::new().with_keys_only()));
+        let fair = waiter.filter(|t| t.strict).map(|t| t.id.as_str());
+        let (lease, holder) = stamping;
+        let now = stamp::now_ms();
+        let held = stamp::value(fair, Since::Held(now), lease, holder);
+        let put_value =
+            |value: Vec<u8>| TxnOp::put(ck, value, Some(PutOptions::new().with_lease(lease_id)));
+        // With its value: a key found again tells whether its stamp still says "queued".
+        let mine = TxnOp::get(ck, None);
+        let nobody =
+            || Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix();
         if waiter.is_none() {
             // Our own key, created by this attempt sent before (its answer lost), is ours: it
             // was made when the lock had no contender, so it is the first.
             let txn = Txn::new()
-                .when([
-                    Compare::create_revision(prefix.as_str(), CompareOp::Equal, 0).with_prefix(),
-                ])
-                .and_then([put])
+                .when([nobody()])
+                .and_then([put_value(held)])
                 .or_else([
                     mine,
                     TxnOp::get(prefix.as_str(), Some(ordered(SortOrder::Ascend, 1))),
                 ]);
             let answer = self.txn("acquire", Some(key), txn).await?;
             if answer.succeeded() {
-                return Ok(Taken::Ours(revision_of(&answer, key)?, lease_id));
+                return Ok(Taken::Ours(revision_of(&answer, key)?, lease_id, None));
             }
             let ranges = ranges(&answer);
             return Ok(match ranges.first().and_then(|r| r.first()) {
-                Some(ours) => Taken::Ours(ours.create_revision(), ours.lease()),
+                Some(ours) => Taken::Ours(ours.create_revision(), ours.lease(), queued_of(ours)),
                 None => Taken::Busy(
                     ranges
                         .get(1)
@@ -237,6 +253,15 @@ impl EtcdBackend {
                 return found(&ranges(&answer), ck, key);
             }
         }
+        // Created "held" when nobody contends (it is the first), else "queued": decided in the
+        // same transaction, so the stamp never counts a wait as holding.
+        let queued = stamp::value(fair, Since::Queued(now), lease, holder);
+        let put = TxnOp::txn(
+            Txn::new()
+                .when([nobody()])
+                .and_then([put_value(held)])
+                .or_else([put_value(queued.clone())]),
+        );
         let txn = Txn::new()
             .when([Compare::create_revision(ck, CompareOp::Equal, 0)])
             .and_then([
@@ -255,7 +280,7 @@ impl EtcdBackend {
             return Err(malformed(key));
         };
         if holds(first, ck) {
-            return Ok(Taken::Ours(revision, lease_id));
+            return Ok(Taken::Ours(revision, lease_id, None));
         }
         let ahead = last
             .iter()
@@ -269,18 +294,40 @@ impl EtcdBackend {
             revision,
             lease: lease_id,
             ahead,
+            queued: Some(queued),
         })
     }
 
     /// Remembers our key as the holder of a lock of `lease` (no watch needed any more): it
-    /// ends a lease from now unless renewed (see `expire_ended`).
-    fn hold(&self, ck: &str, revision: i64, ttl: u64, lease_id: i64, lease: Duration) {
-        let mut contenders = self.inner.contenders.lock();
-        let c = note(&mut contenders, ck, revision, ttl, lease_id);
-        if let Some(watch) = c.watch.take() {
-            watch.abort();
+    /// ends a lease from now unless renewed (see `expire_ended`). `on` is the lease length and
+    /// etcd lease the key is on; `queued`, its value when its stamp says "queued" (then
+    /// rewritten "held since now", in the background).
+    fn hold(
+        &self,
+        ck: &str,
+        revision: i64,
+        on: (u64, i64),
+        lease: Duration,
+        queued: Option<Vec<u8>>,
+    ) {
+        let restamp = {
+            let mut contenders = self.inner.contenders.lock();
+            let c = note(&mut contenders, ck, revision, on.0, on.1);
+            if let Some(watch) = c.watch.take() {
+                watch.abort();
+            }
+            c.ends = Some(Instant::now() + lease);
+            let known = c.queued.take();
+            queued.or(known)
+        };
+        if let Some(queued) = restamp {
+            let (inner, ck) = (Arc::downgrade(&self.inner), ck.to_owned());
+            crate::background::spawn(async move {
+                if let Some(inner) = inner.upgrade() {
+                    restamp_held(inner, &ck, revision, &queued).await;
+                }
+            });
         }
-        c.ends = Some(Instant::now() + lease);
     }
 
     /// Our key waits behind another: watches the deletion of the one just ahead (unless a
@@ -294,6 +341,7 @@ impl EtcdBackend {
         waiter: Waiter<'_>,
         state: (i64, u64, i64, i64),
         ahead: Option<Ahead>,
+        queued: Option<Vec<u8>>,
     ) -> Result<bool, LockError> {
         let (revision, ttl, lease_id, on) = state;
         if on != lease_id && !self.rebind(key, ck, revision, lease_id).await? {
@@ -304,6 +352,9 @@ impl EtcdBackend {
         {
             let mut contenders = self.inner.contenders.lock();
             let c = note(&mut contenders, ck, revision, ttl, lease_id);
+            if queued.is_some() {
+                c.queued = queued;
+            }
             if let Some(generation) = waiter.ticket.map(|t| t.generation)
                 && waiter.covered
                 && lease_id == on
@@ -314,7 +365,7 @@ impl EtcdBackend {
                 if let Some(watch) = c.watch.take() {
                     watch.abort();
                 }
-                c.watch = self.watch_deletion(key, &waiter, revision, ahead, c.turn.clone());
+                c.watch = self.watch_deletion(key, ck, &waiter, revision, ahead, c.turn.clone());
                 return Ok(false);
             }
             if c.watch.as_ref().is_some_and(|w| !w.is_finished()) {
@@ -341,7 +392,7 @@ impl EtcdBackend {
         };
         let Some(found) = before.first() else {
             // Nobody ahead: ours.
-            self.hold(ck, revision, ttl, lease_id, waiter.lease);
+            self.hold(ck, revision, (ttl, lease_id), waiter.lease, None);
             return Ok(true);
         };
         let ahead = Ahead {
@@ -351,7 +402,7 @@ impl EtcdBackend {
         };
         let mut contenders = self.inner.contenders.lock();
         if let Some(c) = contenders.get_mut(ck) {
-            c.watch = self.watch_deletion(key, &waiter, revision, ahead, c.turn.clone());
+            c.watch = self.watch_deletion(key, ck, &waiter, revision, ahead, c.turn.clone());
         }
         Ok(false)
     }
@@ -381,10 +432,12 @@ impl EtcdBackend {
     /// attempt whose keepalive was confirmed (`turn`; the lease runs a lock's lease from it),
     /// with our key's revision as the fence, and no round trip. Otherwise, and on any end of
     /// the watch (an error, a compaction, a member without a leader), a turn message wakes it
-    /// to try: maybe free.
+    /// to try: maybe free. A hand-over rewrites our key's stamp "held since now", after the
+    /// waiter was told (see `backend::stamp`).
     fn watch_deletion(
         &self,
         key: &LockKey,
+        ck: &str,
         waiter: &Waiter<'_>,
         revision: i64,
         ahead: Ahead,
@@ -392,6 +445,7 @@ impl EtcdBackend {
     ) -> Option<tokio::task::JoinHandle<()>> {
         let client = self.inner.client.watch_client();
         let listeners = Arc::downgrade(&self.inner.listeners);
+        let (shared, ck) = (Arc::downgrade(&self.inner), ck.to_owned());
         let name = key.name().to_owned();
         let ticket = waiter
             .ticket
@@ -411,6 +465,23 @@ impl EtcdBackend {
             if gone && ahead.holder && generation > 0 && ticket != "released" {
                 let grant = format!("{ticket}:{generation}:{fence}");
                 listeners.lock().wake(&name, grant.as_bytes());
+                drop(listeners);
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let queued = shared
+                    .contenders
+                    .lock()
+                    .get_mut(&ck)
+                    .filter(|c| c.create_revision == revision)
+                    .and_then(|c| c.queued.take());
+                // A task of its own: this one may be aborted once the lock is held (a lock
+                // without the watchdog puts its end's task in its place).
+                if let Some(queued) = queued {
+                    crate::background::spawn(async move {
+                        restamp_held(shared, &ck, revision, &queued).await;
+                    });
+                }
             } else {
                 listeners.lock().wake(&name, ticket.as_bytes());
             }
@@ -721,6 +792,7 @@ fn note<'m>(
         watch: None,
         ends: None,
         turn: Arc::default(),
+        queued: None,
     });
     if c.create_revision != revision {
         if let Some(watch) = c.watch.take() {
@@ -728,6 +800,7 @@ fn note<'m>(
         }
         c.create_revision = revision;
         c.turn = Arc::default();
+        c.queued = None;
     }
     c.ttl = ttl;
     c.lease_id = lease_id;
@@ -748,13 +821,51 @@ fn found(ranges: &[Vec<KeyValue>], ck: &str, key: &LockKey) -> Result<Taken, Loc
         return Err(malformed(key));
     };
     if holds(first, ck) {
-        return Ok(Taken::Ours(ours.create_revision(), ours.lease()));
+        return Ok(Taken::Ours(
+            ours.create_revision(),
+            ours.lease(),
+            queued_of(ours),
+        ));
     }
     Ok(Taken::Queued {
         revision: ours.create_revision(),
         lease: ours.lease(),
         ahead: None,
+        queued: queued_of(ours),
     })
+}
+
+/// The value of our key `kv` when its stamp says "queued" (to be rewritten once it holds).
+fn queued_of(kv: &KeyValue) -> Option<Vec<u8>> {
+    stamp::queued_at(kv.value()).map(|_| kv.value().to_vec())
+}
+
+/// Our key `ck` (created at `revision`, its value `queued`, a stamp saying "queued") holds the
+/// lock: its stamp is rewritten "held since now" (the clock read after the lock was ours, so
+/// the age shown never counts the wait). One transaction that changes neither the fence (the
+/// create revision) nor the lease (`ignore_lease`), made only while the key is the one created
+/// with that value: a key deleted meanwhile (released, forced) is never created again. Best
+/// effort: until it lands, or if it fails, `inspect` shows no age.
+async fn restamp_held(inner: Arc<Shared>, ck: &str, revision: i64, queued: &[u8]) {
+    let Some(held) = stamp::held_since(queued, stamp::now_ms()) else {
+        return;
+    };
+    let txn = Txn::new()
+        .when([
+            Compare::create_revision(ck, CompareOp::Equal, revision),
+            Compare::value(ck, CompareOp::Equal, queued),
+        ])
+        .and_then([TxnOp::put(
+            ck,
+            held,
+            Some(PutOptions::new().with_ignore_lease()),
+        )]);
+    if let Err(e) = (EtcdBackend { inner })
+        .txn("stamp the holder", None, txn)
+        .await
+    {
+        tracing::debug!(error = %e, "rewriting a new holder's stamp failed; inspect shows no age for it");
+    }
 }
 
 /// What `queue` needs of a waiter's attempt: its lease, its ticket, whether it asked for a

@@ -6,7 +6,8 @@
 //!   bound to the backend's etcd lease for the lock's lease length. The holder is the contender
 //!   with the lowest create revision; its create revision is the fence (strictly increasing per
 //!   key, whatever the cluster goes through: revisions come from the Raft log). The token is in
-//!   the name, so an attempt sent again finds its own key.
+//!   the name, so an attempt sent again finds its own key. Its value is the taker's stamp
+//!   (identity, lease, since when it holds or queues: `backend::stamp`), for `inspect`.
 //! - `N K/result`: the idempotency record (a result or a "started" mark), bound to a lease of
 //!   the record's TTL, written only while our contender key still exists.
 //!
@@ -21,8 +22,8 @@ use etcd_client::{Client, Txn, TxnResponse};
 use tokio::sync::watch;
 
 use super::{
-    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Listeners, Renewal, Renewed,
-    validate_timeouts,
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, KeyPattern, ListPage, Listeners,
+    Renewal, Renewed, validate_timeouts,
 };
 use crate::LockError;
 use crate::idempotency::{IdempotencyState, Marked};
@@ -31,6 +32,7 @@ use crate::sync::Mutex;
 use crate::token::Token;
 
 mod announce;
+mod inspect;
 mod lease;
 mod lock;
 mod record;
@@ -63,6 +65,12 @@ const PING_INTERVAL: Duration = Duration::from_secs(10);
 /// [`ETCD_MIN_LEASE`]; the etcd lease behind a lock runs one second past the lock's lease (so
 /// that an acquire rarely needs a keepalive of its own), which is how long etcd may keep the
 /// lock of a holder that died.
+///
+/// Operators may [`inspect`](crate::Locker::inspect), [`list`](crate::Locker::list) and
+/// [`force_unlock`](crate::Locker::force_unlock) its locks: the fence shown is the holder key's
+/// create revision (none once the lock is free: nothing keeps it), `remaining` is its etcd
+/// lease's time to live less the second added (whole seconds), and `held_for` is counted from
+/// the taker's clock (see the guide's "Operating it" chapter).
 ///
 /// Clones share the client, the leases and the remembered acquisitions.
 ///
@@ -151,6 +159,9 @@ struct Contender {
     /// The generation of this waiter's latest attempt whose keepalive was confirmed (0: none):
     /// the lease runs at least a lock's lease from that attempt, so a handover may name it.
     turn: Arc<std::sync::atomic::AtomicU64>,
+    /// The key's value while its stamp says "queued" (see `backend::stamp`): rewritten "held"
+    /// once the key holds the lock.
+    queued: Option<Vec<u8>>,
 }
 
 impl Drop for Contender {

@@ -76,7 +76,7 @@ impl RedisBackend {
         &self,
         key: &LockKey,
     ) -> Result<Option<LockState>, LockError> {
-        match self.force_unlock_script(key, None).await? {
+        match self.force_unlock_of(key, None, None).await? {
             Unlocked::Removed(state) => Ok(Some(state)),
             Unlocked::NotHeld | Unlocked::ChangedHands(_) => Ok(None),
         }
@@ -87,13 +87,30 @@ impl RedisBackend {
         key: &LockKey,
         seen: &LockState,
     ) -> Result<Unlocked, LockError> {
-        self.force_unlock_script(key, Some(seen)).await
+        self.force_unlock_of(key, None, Some(seen)).await
     }
 
-    /// force_unlock.lua: whoever holds the lock (`seen` is `None`), or only the holding `seen`.
-    async fn force_unlock_script(
+    /// Removes `key`'s lock on this server only if it is the acquisition `digest` names (see
+    /// [`Digest`]), as [`force_unlock_lock`](Self::force_unlock_lock) does otherwise: one of
+    /// a Redlock's servers. Whether it removed it.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn redlock_force_unlock(
         &self,
         key: &LockKey,
+        digest: &Digest,
+    ) -> Result<bool, LockError> {
+        Ok(matches!(
+            self.force_unlock_of(key, Some(digest), None).await?,
+            Unlocked::Removed(_)
+        ))
+    }
+
+    /// force_unlock.lua: of whoever holds the lock, or only of the acquisition `digest`
+    /// (Redlock), or only of the holding `seen` (its since and fence).
+    async fn force_unlock_of(
+        &self,
+        key: &LockKey,
+        digest: Option<&Digest>,
         seen: Option<&LockState>,
     ) -> Result<Unlocked, LockError> {
         // Once per prefix, as before a lock: the script deletes the lock before it pops the
@@ -114,13 +131,14 @@ impl RedisBackend {
             .arg(key.queue_name())
             .arg(key.fence())
             .arg(key.waiters());
-        match seen {
-            None => cmd.arg("0"),
-            Some(seen) => cmd
-                .arg("1")
-                .arg(seen.since.map(since_ms).unwrap_or_default())
-                .arg(seen.fence.map(|f| f.to_string()).unwrap_or_default()),
-        };
+        // ARGV: the digest ('' for any acquisition), then the holding seen's since and fence.
+        if digest.is_some() || seen.is_some() {
+            cmd.arg(digest.map_or("", |d| d.0.as_str()));
+        }
+        if let Some(seen) = seen {
+            cmd.arg(seen.since.map(since_ms).unwrap_or_default())
+                .arg(seen.fence.map(|f| f.to_string()).unwrap_or_default());
+        }
         // Sent once, never again after a dropped connection or a timeout (as other calls
         // are): without a token to check, a second run would remove whoever holds the lock by
         // then (the waiter the first run handed it to).
@@ -256,49 +274,14 @@ impl RedisBackend {
         pattern: &KeyPattern,
         at: u64,
     ) -> Result<(u64, Vec<LockState>), LockError> {
-        // Names as bytes: a key of the prefix that is not UTF-8 is no lock of ours, skipped.
-        let scanned: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("SCAN")
-            .arg(at)
-            .arg("MATCH")
-            .arg(format!("{}*", escape_glob(prefix)))
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("string")
-            .query_async(conn)
-            .await;
-        let (next, names) = match scanned {
+        let (next, keys) = match scan_keys(conn, prefix, pattern, at).await {
             Ok(page) => page,
             Err(e) => return Err(self.list_failure(prefix, e).await),
         };
-        let keys: Vec<LockKey> = names
-            .iter()
-            .filter_map(|name| std::str::from_utf8(name).ok())
-            .filter_map(|name| LockKey::from_name(prefix, name))
-            .filter(|key| pattern.matches(key.user()))
-            .collect();
         if keys.is_empty() {
             return Ok((next, Vec::new()));
         }
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("EVALSHA")
-                .arg(INSPECT.get_hash())
-                .arg(3)
-                .arg(key.name())
-                .arg(key.fence())
-                .arg(key.waiters());
-        }
-        let answer = match pipe.query_async(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                match INSPECT.prepare_invoke().load_async(conn).await {
-                    Ok(_) => pipe.query_async(conn).await,
-                    Err(e) => Err(e),
-                }
-            }
-            answer => answer,
-        };
-        let replies: Vec<Value> = match answer {
+        let replies = match inspect_pipeline(conn, &keys, false).await {
             Ok(replies) => replies,
             Err(e) => return Err(self.list_failure(prefix, e).await),
         };
@@ -318,6 +301,146 @@ impl RedisBackend {
         }
         Ok((next, locks))
     }
+
+    /// One `SCAN` step on this server for a Redlock listing: the next cursor, and the lock
+    /// keys found under `prefix` that match `pattern`.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn redlock_scan(
+        &self,
+        prefix: &str,
+        pattern: &KeyPattern,
+        at: u64,
+    ) -> Result<(u64, Vec<LockKey>), LockError> {
+        let mut conn = self.inner.conn.clone();
+        scan_keys(&mut conn, prefix, pattern, at)
+            .await
+            .map_err(|e| LockError::backend("list", None, e))
+    }
+
+    /// This server's view of each of `keys` for a Redlock (inspect.lua with the holder's
+    /// digest), in one pipeline; read-only, so sent again once after a dropped connection.
+    #[cfg(feature = "redlock")]
+    pub(crate) async fn redlock_inspect(&self, keys: &[LockKey]) -> Result<Vec<Seen>, LockError> {
+        let mut conn = self.inner.conn.clone();
+        let replies = match inspect_pipeline(&mut conn, keys, true).await {
+            Err(e) if super::retriable(&e) => inspect_pipeline(&mut conn, keys, true).await,
+            answer => answer,
+        }
+        .map_err(|e| LockError::backend("inspect", None, e))?;
+        keys.iter()
+            .zip(&replies)
+            .map(|(key, reply)| {
+                seen_of(key, reply).ok_or_else(|| {
+                    // Not the reply itself: it holds the digest.
+                    LockError::protocol(
+                        "inspect",
+                        key.user(),
+                        "the inspect script's answer is not the state of a lock".to_owned(),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// `SCAN at MATCH <prefix>* COUNT .. TYPE string` on `conn`: the next cursor, and the lock keys
+/// found whose keys match `pattern`.
+async fn scan_keys<C: ConnectionLike + Send>(
+    conn: &mut C,
+    prefix: &str,
+    pattern: &KeyPattern,
+    at: u64,
+) -> redis::RedisResult<(u64, Vec<LockKey>)> {
+    // Names as bytes: a key of the prefix that is not UTF-8 is no lock of ours, skipped.
+    let (next, names): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        .arg(at)
+        .arg("MATCH")
+        .arg(format!("{}*", escape_glob(prefix)))
+        .arg("COUNT")
+        .arg(SCAN_COUNT)
+        .arg("TYPE")
+        .arg("string")
+        .query_async(conn)
+        .await?;
+    let keys: Vec<LockKey> = names
+        .iter()
+        .filter_map(|name| std::str::from_utf8(name).ok())
+        .filter_map(|name| LockKey::from_name(prefix, name))
+        .filter(|key| pattern.matches(key.user()))
+        .collect();
+    Ok((next, keys))
+}
+
+/// inspect.lua for each of `keys` (with the holder's digest when `digest`), in one pipeline on
+/// `conn`, loading the script after `NOSCRIPT`.
+async fn inspect_pipeline<C: ConnectionLike + Send>(
+    conn: &mut C,
+    keys: &[LockKey],
+    digest: bool,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        let cmd = pipe
+            .cmd("EVALSHA")
+            .arg(INSPECT.get_hash())
+            .arg(3)
+            .arg(key.name())
+            .arg(key.fence())
+            .arg(key.waiters());
+        if digest {
+            cmd.arg("1");
+        }
+    }
+    match pipe.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            INSPECT.prepare_invoke().load_async(conn).await?;
+            pipe.query_async(conn).await
+        }
+        answer => answer,
+    }
+}
+
+/// The digest of a lock's token as inspect.lua answers it for a Redlock (SHA-1 hex): the
+/// servers that answer the same digest hold the same acquisition. Compared, and sent back to
+/// force_unlock.lua, never shown: `Debug` prints no digit of it. (Without the `redlock`
+/// feature only the type is used: the single-server removal passes none.)
+#[cfg_attr(not(feature = "redlock"), allow(dead_code))]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Digest(String);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Digest(<redacted>)")
+    }
+}
+
+/// What one Redlock server holds for a key: the state as inspect.lua reads it, and the
+/// holder's digest when held.
+#[cfg(feature = "redlock")]
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    pub(crate) state: LockState,
+    pub(crate) digest: Option<Digest>,
+}
+
+/// What inspect.lua answered for `key` with the digest: the state's six items, then the digest.
+#[cfg(feature = "redlock")]
+fn seen_of(key: &LockKey, reply: &Value) -> Option<Seen> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    let [state @ .., digest] = items.as_slice() else {
+        return None;
+    };
+    let state = parse_state(key, state)?;
+    let digest = text(digest)?;
+    let valid = digest.len() == 40 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+    let digest = match (state.held, digest.is_empty()) {
+        (false, true) => None,
+        (true, false) if valid => Some(Digest(digest.to_owned())),
+        _ => return None,
+    };
+    Some(Seen { state, digest })
 }
 
 impl RedisBackend {
@@ -337,7 +460,12 @@ fn state_of(key: &LockKey, reply: &Value) -> Option<LockState> {
     let Value::Array(items) = reply else {
         return None;
     };
-    let [pttl, since, holder, fence, waiters, now] = items.as_slice() else {
+    parse_state(key, items)
+}
+
+/// The state of `{pttl, since, holder, fence, waiters, now}`.
+fn parse_state(key: &LockKey, items: &[Value]) -> Option<LockState> {
+    let [pttl, since, holder, fence, waiters, now] = items else {
         return None;
     };
     let mut state = LockState::free(key.user());

@@ -20,6 +20,8 @@ pub(crate) mod connect;
 mod eviction;
 mod idempotency;
 mod inspect;
+#[cfg(feature = "redlock")]
+pub(crate) use inspect::{Digest, Seen};
 mod permissions;
 #[cfg(feature = "redlock")]
 mod redlock_waiter;

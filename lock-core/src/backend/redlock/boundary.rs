@@ -7,8 +7,12 @@ use tokio::sync::watch;
 
 use super::RedlockBackend;
 use crate::LockError;
-use crate::backend::{Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Renewal, Renewed};
+use crate::backend::{
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, KeyPattern, ListPage, Renewal,
+    Renewed,
+};
 use crate::idempotency::{IdempotencyState, Marked};
+use crate::inspect::LockState;
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -48,6 +52,29 @@ impl Backend for RedlockBackend {
         RedlockBackend::leave_queue(self, key, ticket);
         let _ = token;
         Box::pin(async { Ok(()) })
+    }
+
+    /// The quorum's view: held when a quorum of servers hold one acquisition.
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<LockState, LockError>> {
+        Box::pin(self.inspect_lock(key))
+    }
+
+    /// The quorum's acquisition, removed on every server that holds it (no other).
+    fn force_unlock<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<LockState>, LockError>> {
+        Box::pin(self.force_unlock_lock(key))
+    }
+
+    /// `SCAN` on N − quorum + 1 servers in turn, each lock listed once.
+    fn list_page<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a KeyPattern,
+        cursor: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<ListPage, LockError>> {
+        Box::pin(self.list_locks(prefix, pattern, cursor))
     }
 
     /// The queue is kept in this process (the servers keep none).

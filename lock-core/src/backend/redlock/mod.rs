@@ -25,6 +25,9 @@
 //! - waiting: a waiter subscribes on every server (a release message from any wakes it); no
 //!   cross-process queue tickets (each server would order its queue differently).
 //! - fencing and fair mode are refused (see [`FENCING_REFUSED`]).
+//! - inspect, force_unlock and list (see `inspect`): every server answers its state and a
+//!   digest of its token; held when a quorum hold one acquisition, removed only where that
+//!   acquisition is, listed from N - quorum + 1 servers each lock once.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -47,6 +50,7 @@ mod acquire;
 mod boundary;
 mod connect;
 mod idempotency;
+mod inspect;
 mod release;
 mod renew;
 mod take_back;
@@ -154,6 +158,15 @@ pub struct NoQuorum {
 /// - **Fencing is refused** ([`LockError::InvalidConfig`], before any I/O): tokens drawn from
 ///   counters on independent servers are not strictly increasing once a server loses its data
 ///   or clocks differ (see the guide's Redlock chapter).
+/// - **Operations** ([`Locker::inspect`](crate::Locker::inspect), [`list`](crate::Locker::list),
+///   [`force_unlock`](crate::Locker::force_unlock)) are judged over the quorum: a lock is held
+///   when a quorum of servers hold the same acquisition (compared by a digest of its token,
+///   which never leaves the servers), never from a minority; `force_unlock` removes that
+///   acquisition only, on every server holding it; a listing scans N − quorum + 1 servers and
+///   reports each held lock once. When the servers that did not answer could complete a
+///   quorum, the answer is a [`NoQuorum`] error, never a guess. No fence is reported (none is
+///   kept), so a holder evicted by `force_unlock` is not fenced off: it learns at its next
+///   renewal.
 /// - **A server restarted empty** must stay down for at least the longest lease first (or run
 ///   with `appendonly yes` and `appendfsync always`): otherwise a lock it forgot can be taken
 ///   by a second holder on a new majority.

@@ -9,8 +9,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::session::Session;
-use super::{Contender, ZooKeeperBackend, backend_error, timed_out};
+use super::{Contender, Shared, ZooKeeperBackend, backend_error, timed_out};
 use crate::LockError;
+use crate::backend::stamp::{self, Since};
 use crate::backend::{Attempt, AttemptOptions, Kept, QueueTicket, Renewal, Renewed};
 use crate::key::LockKey;
 use crate::token::Token;
@@ -20,8 +21,8 @@ const MAX_READS: usize = 1000;
 
 /// A contender node's name: `<kind>-<token>-<sequence>`, the kind `q` for a waiter, `f` for a
 /// fair waiter, `t` for a single attempt (deleted before it answers, unless it holds).
-struct Node<'a> {
-    name: &'a str,
+pub(super) struct Node<'a> {
+    pub(super) name: &'a str,
     /// The sequence ZooKeeper appended, as an unsigned 32-bit count (see [`sequence_of`]).
     sequence: i64,
 }
@@ -44,7 +45,7 @@ fn sequence_of(name: &str) -> Option<i64> {
 
 /// The contender nodes among `children`, in queue order (other children, the record, are
 /// left out).
-fn queue(children: &[String]) -> Vec<Node<'_>> {
+pub(super) fn queue(children: &[String]) -> Vec<Node<'_>> {
     let mut nodes: Vec<Node<'_>> = children
         .iter()
         .filter(|c| is_contender(c))
@@ -112,6 +113,13 @@ impl ZooKeeperBackend {
         let ticket = options.ticket.filter(|t| !t.ttl.is_zero());
         let id = Self::contender_id(key, token);
         let dir = self.lock_path(key);
+        // The node's stamp: a single attempt's node holds if it is first (else it goes before
+        // the attempt answers); a waiter's queues, and is rewritten once it holds.
+        let since = match ticket {
+            None => Since::Held(stamp::now_ms()),
+            Some(_) => Since::Queued(stamp::now_ms()),
+        };
+        let data = stamp::value(None, since, lease, options.holder);
         let mut created_now = false;
         for _ in 0..3 {
             let known = self
@@ -125,7 +133,9 @@ impl ZooKeeperBackend {
                 Some(known) => known,
                 None => {
                     created_now = true;
-                    let made = self.create_node(&session, key, &dir, token, ticket).await?;
+                    let made = self
+                        .create_node(&session, key, &dir, token, ticket, &data)
+                        .await?;
                     if made.1 <= 0 {
                         // No fence to give from it: refused, never passed on as 0.
                         self.delete_in_background(&session, made.0, key.name());
@@ -145,14 +155,15 @@ impl ZooKeeperBackend {
                             watch: None,
                             ends: None,
                             turn: Arc::default(),
+                            written: Some(data.clone()),
                         },
                     );
                     made
                 }
             };
             let place = self.place(&session, key, &dir, &path, token).await;
-            let place = match place {
-                Ok((place, _)) => place,
+            let (place, alone_since) = match place {
+                Ok((place, _, pzxid)) => (place, created_now && pzxid == czxid),
                 Err(e) => {
                     if ticket.is_none() && created_now {
                         // A single attempt that cannot tell: its node goes (or the engine's
@@ -168,6 +179,7 @@ impl ZooKeeperBackend {
                     // Its session outlives it: a lock not renewed (the watchdog off, or
                     // stopped at `max_hold`) ends at its lease all the same.
                     self.end_at_lease(key, &id, lease);
+                    self.stamp_holder(&session, &id, alone_since);
                     return Ok(acquired(czxid, options.fenced));
                 }
                 Place::Behind(ahead, holder) => {
@@ -210,6 +222,7 @@ impl ZooKeeperBackend {
         dir: &str,
         token: &Token,
         ticket: Option<&QueueTicket>,
+        data: &[u8],
     ) -> Result<(String, i64), LockError> {
         let kind = match ticket {
             Some(t) if t.strict => 'f',
@@ -221,7 +234,7 @@ impl ZooKeeperBackend {
         let options = zk::CreateMode::EphemeralSequential.with_acls(acls);
         let mut failure = None;
         for _ in 0..3 {
-            let made = session.client.create(&prefix, &[], &options);
+            let made = session.client.create(&prefix, data, &options);
             match tokio::time::timeout(self.inner.request_timeout, made).await {
                 Ok(Ok((stat, sequence))) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
                 Ok(Err(zk::Error::NoNode)) => {
@@ -271,7 +284,7 @@ impl ZooKeeperBackend {
             Some(Err(e)) => return Err(backend_error("acquire", Some(key.user()), e)),
             None => return Err(timed_out("acquire", Some(key.user()))),
         }
-        let Some(children) = children? else {
+        let Some((children, _)) = children? else {
             return Ok(None);
         };
         let Some(name) = queue(&children)
@@ -288,8 +301,10 @@ impl ZooKeeperBackend {
         Ok(stat.map(|s| (path, s.czxid)))
     }
 
-    /// Where our node `path` stands in `dir`'s queue. Another node of our token (a create
-    /// whose answer was lost, sent again) is deleted: only one may queue.
+    /// Where our node `path` stands in `dir`'s queue, how many contenders there are, and the
+    /// zxid of the last change to `dir`'s children (its `pzxid`: our node's czxid when
+    /// nothing came or went since it was made). Another node of our token (a create whose
+    /// answer was lost, sent again) is deleted: only one may queue.
     async fn place(
         &self,
         session: &Arc<Session>,
@@ -297,9 +312,9 @@ impl ZooKeeperBackend {
         dir: &str,
         path: &str,
         token: &Token,
-    ) -> Result<(Place, usize), LockError> {
-        let Some(children) = self.children(session, key, dir).await? else {
-            return Ok((Place::Gone, 0));
+    ) -> Result<(Place, usize, i64), LockError> {
+        let Some((children, pzxid)) = self.children(session, key, dir).await? else {
+            return Ok((Place::Gone, 0, 0));
         };
         let nodes = queue(&children);
         let ours = path.rsplit('/').next().unwrap_or_default();
@@ -314,28 +329,57 @@ impl ZooKeeperBackend {
             .filter(|n| n.name == ours || !of_token(n.name, token))
             .collect();
         let Some(at) = nodes.iter().position(|n| n.name == ours) else {
-            return Ok((Place::Gone, nodes.len()));
+            return Ok((Place::Gone, nodes.len(), pzxid));
         };
         let place = match at {
             0 => Place::First,
             _ => Place::Behind(format!("{dir}/{}", nodes[at - 1].name), at == 1),
         };
-        Ok((place, nodes.len()))
+        Ok((place, nodes.len(), pzxid))
     }
 
-    /// The children of `dir`; `None` when it is gone.
+    /// The children of `dir`, and the zxid of their last change (`pzxid`); `None` when it is
+    /// gone.
     async fn children(
         &self,
         session: &Session,
         key: &LockKey,
         dir: &str,
-    ) -> Result<Option<Vec<String>>, LockError> {
-        match self.within(session.client.list_children(dir)).await {
-            Some(Ok(children)) => Ok(Some(children)),
+    ) -> Result<Option<(Vec<String>, i64)>, LockError> {
+        match self.within(session.client.get_children(dir)).await {
+            Some(Ok((children, stat))) => Ok(Some((children, stat.pzxid))),
             Some(Err(zk::Error::NoNode)) => Ok(None),
             Some(Err(e)) => Err(backend_error("acquire", Some(key.user()), e)),
             None => Err(timed_out("acquire", Some(key.user()))),
         }
+    }
+
+    /// Our node (known as `id`, on `session`) holds the lock: its stamp is rewritten "held
+    /// since now" unless it says so already and the node has been first since it was made
+    /// (`alone_since`: nothing came or went in the queue since; a waiter's node then holds
+    /// since it queued). In the background, off the acquire's path, with a `setData` on the
+    /// data version it was created with: never its czxid (the fence), never a node deleted
+    /// meanwhile made again. Until it lands `inspect` shows no age for a waiter's node; a
+    /// single attempt's node is stamped "held" when made, and a holder ahead of it that left
+    /// between its create and its look at the queue is counted in its age until then.
+    fn stamp_holder(&self, session: &Arc<Session>, id: &str, alone_since: bool) {
+        let (path, written) = {
+            let mut contenders = self.inner.contenders.lock();
+            let Some(c) = contenders.get_mut(id) else {
+                return;
+            };
+            let Some(written) = c.written.take() else {
+                return;
+            };
+            (c.path.clone(), written)
+        };
+        let at = match stamp::queued_at(&written) {
+            Some(queued) if alone_since => queued,
+            // Held since it was made, and nothing ahead left since: right as written.
+            None if alone_since => return,
+            _ => stamp::now_ms(),
+        };
+        restamp_in_background(&self.inner, session, path, &written, at);
     }
 
     /// Our node is the holder: nothing to watch any more.
@@ -369,7 +413,7 @@ impl ZooKeeperBackend {
     )]
     pub(super) async fn wait_behind(
         &self,
-        session: &Session,
+        session: &Arc<Session>,
         key: &LockKey,
         id: &str,
         ticket: &QueueTicket,
@@ -404,17 +448,26 @@ impl ZooKeeperBackend {
         };
         let ticket_id = ticket.id.clone();
         let gone_already = stat.is_none();
+        let (session, timeout) = (session.clone(), self.inner.request_timeout);
         let task = crate::background::spawn(async move {
-            let event = if gone_already {
-                None
-            } else {
-                Some(watcher.changed().await)
-            };
+            let mut watcher = watcher;
+            let deleted = gone_already
+                || loop {
+                    let event = watcher.changed().await;
+                    if event.event_type != zk::EventType::NodeDataChanged {
+                        break event.event_type == zk::EventType::NodeDeleted;
+                    }
+                    // The node ahead rewrote its stamp (it was handed the lock): watched again.
+                    let again = session.client.check_and_watch_stat(&ahead);
+                    match tokio::time::timeout(timeout, again).await {
+                        Ok(Ok((None, _))) => break true,
+                        Ok(Ok((Some(_), next))) => watcher = next,
+                        _ => break false,
+                    }
+                };
             let Some(inner) = shared.upgrade() else {
                 return;
             };
-            let deleted =
-                gone_already || event.is_some_and(|e| e.event_type == zk::EventType::NodeDeleted);
             let generation = turn.load(Ordering::Acquire);
             if deleted && holder && generation > 0 {
                 // Ours holds now: it ends at the hand-over's lease unless renewed, as an
@@ -430,6 +483,8 @@ impl ZooKeeperBackend {
                 backend.end_at_lease(&owned_key, &owned_id, handover_lease);
                 let grant = format!("{ticket_id}:{generation}:{fence}");
                 inner.listeners.lock().wake(&name, grant.as_bytes());
+                // After the waiter was told: held since now.
+                backend.stamp_holder(&session, &owned_id, false);
             } else {
                 inner.listeners.lock().wake(&name, ticket_id.as_bytes());
             }
@@ -633,14 +688,14 @@ impl ZooKeeperBackend {
         };
         let dir = self.lock_path(key);
         match self.place(&session, key, &dir, &path, token).await? {
-            (Place::First, 1) => Ok(Kept::Alone),
-            (Place::First, _) => Ok(if self.release_lock(key, token).await? {
+            (Place::First, 1, _) => Ok(Kept::Alone),
+            (Place::First, ..) => Ok(if self.release_lock(key, token).await? {
                 Kept::Released
             } else {
                 Kept::NotOurs
             }),
             // Gone, or (impossible while our node lives) behind another: not ours.
-            (Place::Gone | Place::Behind(..), _) => {
+            (Place::Gone | Place::Behind(..), ..) => {
                 if let Some(c) = self.inner.contenders.lock().remove(&id) {
                     self.delete_in_background(&session, c.path.clone(), key.name());
                 }
@@ -834,6 +889,28 @@ impl ZooKeeperBackend {
             }
         });
     }
+}
+
+/// Rewrites node `path`'s stamp (`written`, as created) "held since `at`", on `session` (the
+/// one that made it), in the background: a `setData` on data version 0, so a node rewritten
+/// already, or deleted (released, forced, its session ended), is left alone, never made again.
+fn restamp_in_background(
+    inner: &Arc<Shared>,
+    session: &Arc<Session>,
+    path: String,
+    written: &[u8],
+    at: u64,
+) {
+    let Some(held) = stamp::held_since(written, at) else {
+        return;
+    };
+    let (session, timeout) = (session.clone(), inner.request_timeout);
+    crate::background::spawn(async move {
+        let sent = session.client.set_data(&path, &held, Some(0));
+        if !matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(_))) {
+            tracing::debug!("rewriting a new holder's stamp failed; inspect shows no age for it");
+        }
+    });
 }
 
 fn acquired(czxid: i64, fenced: bool) -> Attempt {

@@ -10,7 +10,8 @@
 //!   sequence; its czxid (the zxid that created it, epoch and counter) is the fence: strictly
 //!   increasing per lock across leader elections and restarts of the ensemble. The token is in
 //!   the name, so a create whose answer was lost is found on retry (Curator's "protected"
-//!   mode, ZOOKEEPER-1262).
+//!   mode, ZOOKEEPER-1262). Its data is the taker's stamp (identity, lease, since when it holds
+//!   or queues: `backend::stamp`), for `inspect`.
 //! - `R/K/result`: the idempotency record, a TTL node written in a multi-op that checks our
 //!   contender node still exists.
 //!
@@ -27,8 +28,8 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::{
-    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, Listeners, Renewal, Renewed,
-    validate_timeouts,
+    Attempt, AttemptOptions, Backend, BoxFuture, Inbox, Kept, KeyPattern, ListPage, Listeners,
+    Renewal, Renewed, validate_timeouts,
 };
 use crate::LockError;
 use crate::idempotency::{IdempotencyState, Marked};
@@ -37,6 +38,7 @@ use crate::sync::Mutex;
 use crate::token::Token;
 
 mod announce;
+mod inspect;
 mod lock;
 mod record;
 mod session;
@@ -62,6 +64,14 @@ const REQUEST_OVERHEAD: usize = 4096;
 /// a longer one is refused with [`LockError::InvalidConfig`]. A holder that dies frees its
 /// locks when its session expires (the session timeout, whatever the lease); a lock taken
 /// with `watchdog(false)` ends at its lease.
+///
+/// Operators may [`inspect`](crate::Locker::inspect), [`list`](crate::Locker::list) and
+/// [`force_unlock`](crate::Locker::force_unlock) its locks: the fence shown is the holder
+/// node's czxid (none once the lock is free: nothing keeps it), `remaining` is the lease the
+/// holder took the lock with (nothing in ZooKeeper counts it down; a dead holder's node lasts
+/// until its session expires), and `held_for` is counted from the taker's clock (see the
+/// guide's "Operating it" chapter). Listing reads the root's children whole (ZooKeeper does
+/// not page them), then 100 locks at a time.
 ///
 /// Clones share the session and the remembered acquisitions.
 ///
@@ -143,6 +153,9 @@ struct Contender {
     /// The generation of this waiter's latest answered attempt (0: none): its session was
     /// alive then, so a handover may name it.
     turn: Arc<std::sync::atomic::AtomicU64>,
+    /// The node's data as created (its stamp, see `backend::stamp`) until it is known to hold
+    /// the lock: then rewritten "held since" when the stamp does not say so already.
+    written: Option<Vec<u8>>,
 }
 
 impl Drop for Contender {

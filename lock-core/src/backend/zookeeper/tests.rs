@@ -491,3 +491,5 @@ async fn a_lock_handed_over_and_never_renewed_ends_at_its_lease() {
         .unwrap();
     assert!(matches!(next, Attempt::Acquired { .. }), "{next:?}");
 }
+
+mod inspect;

@@ -238,6 +238,7 @@ async fn wait_in_queue(
     let receives = (inner.config.local.on && spec.watchdog && !spec.fenced).then_some(Receives {
         lease: spec.lease,
         max_hold: spec.max_hold,
+        class: spec.class,
     });
     let ticket = inner.queues.join(inner, key, receives);
     // A lock handed over with a lease shorter than asked for is renewed soon after it comes

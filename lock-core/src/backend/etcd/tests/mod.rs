@@ -1001,3 +1001,5 @@ async fn an_attempt_landing_after_its_release_leaves_no_orphan() {
 }
 
 mod local;
+
+mod inspect;
