@@ -20,6 +20,9 @@ pub(crate) mod code {
     /// Not allowed or not possible: the Redis user lacks a permission, or the backend cannot
     /// inspect, list or force unlock (yet).
     pub(crate) const NOT_PERMITTED: u8 = 5;
+    /// `unlock` cannot say what it removed: its answer was lost (the lock may or may not have
+    /// been removed), or it removed another holding than the one confirmed.
+    pub(crate) const UNCERTAIN: u8 = 6;
 }
 
 /// The text of `--help` on exit codes.
@@ -30,7 +33,9 @@ pub(crate) const EXIT_CODES: &str = "Exit codes:
   3  unlock refused: not confirmed, or the lock changed hands since it was shown
   4  unlock found nothing held: nothing was removed
   5  not permitted: the Redis user lacks a permission, or the backend cannot inspect, list
-     or force unlock";
+     or force unlock
+  6  unlock's outcome is unknown (its answer was lost: the lock may or may not have been
+     removed; inspect it), or it removed another holding than the one confirmed";
 
 /// A failed command: what to print, and the exit code.
 #[derive(Debug)]

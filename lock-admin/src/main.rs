@@ -180,6 +180,26 @@ fn write_failure(e: &std::io::Error) -> Failure {
     }
 }
 
+/// `text` with every character a terminal would not show as itself (controls, escape
+/// sequences, line separators, bidirectional overrides) escaped, and cut to 4 KiB: an error
+/// may quote what a user typed or a server answered.
+fn printable(text: &str) -> String {
+    const MAX: usize = 4096;
+    let mut out = String::with_capacity(text.len().min(MAX));
+    for c in text.chars() {
+        if out.len() >= MAX {
+            out.push_str(&format!("... ({} bytes)", text.len()));
+            break;
+        }
+        if c.escape_debug().len() > 1 && !matches!(c, '"' | '\'' | '\\') {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Writes a message for the operator (prompts, summaries, errors) to stderr.
 pub(crate) fn note(text: &str) {
     let mut err = std::io::stderr().lock();
@@ -213,7 +233,7 @@ fn main() {
         Err(failure) => {
             let _ = out.flush();
             if !failure.message.is_empty() {
-                note(&format!("lock-admin: {}", failure.message));
+                note(&format!("lock-admin: {}", printable(&failure.message)));
             }
             failure.code
         }
@@ -245,6 +265,20 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn messages_are_printable_and_bounded() {
+        assert_eq!(
+            printable("a \"b\" \u{1b}[2J\u{202e}c\n"),
+            "a \"b\" \\u{1b}[2J\\u{202e}c\\n"
+        );
+        let long = printable(&"x".repeat(100_000));
+        assert!(
+            long.len() < 4200 && long.ends_with("(100000 bytes)"),
+            "{}",
+            long.len()
+        );
     }
 
     #[test]

@@ -62,13 +62,37 @@ pub(crate) fn block(state: &LockState) -> String {
     .join("\n")
 }
 
-/// A key as typed, quoted only when it holds a space or a quote (keys hold no control
-/// characters: the library refuses them).
+/// A key as typed, quoted (and escaped) when it holds a space, a quote, or anything a
+/// terminal would not show as itself: the library takes any key, so an application that
+/// locks on user input lets its users choose control characters, escape sequences and
+/// bidirectional overrides that would repaint the operator's terminal.
 fn quoted(key: &str) -> String {
-    if key.contains([' ', '"', '\'']) || key.is_empty() {
-        format!("{key:?}")
-    } else {
+    let plain = !key.is_empty()
+        && !key.contains([' ', '"', '\'', '\\'])
+        && key.chars().all(|c| c.escape_debug().len() == 1);
+    if plain {
         key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// `key` as one word for a shell command line (single-quoted unless plain; escaped as
+/// [`quoted`] does when it holds what a terminal would not show as itself).
+pub(crate) fn shell_word(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_' | '.' | '/' | '@'));
+    if plain {
+        key.to_owned()
+    } else if key
+        .chars()
+        .all(|c| c.escape_debug().len() == 1 || c == '\'' || c == '"' || c == '\\')
+    {
+        format!("'{}'", key.replace('\'', "'\\''"))
+    } else {
+        quoted(key)
     }
 }
 
@@ -112,6 +136,11 @@ mod tests {
             "order:42  held by \"web-1/pid 7\" for 12.3s, 27.7s left, fence 17, 2 waiting"
         );
         assert_eq!(line(&LockState::free("a b")), "\"a b\"  free, 0 waiting");
+        assert_eq!(
+            line(&LockState::free("k\u{1b}[2J\u{202e}x")),
+            "\"k\\u{1b}[2J\\u{202e}x\"  free, 0 waiting"
+        );
+        assert_eq!(line(&LockState::free("ünï:1")), "ünï:1  free, 0 waiting");
         assert!(block(&held()).contains("holder     \"web-1/pid 7\""));
         assert!(block(&LockState::free("k")).contains("holder     -"));
         assert_eq!(

@@ -84,8 +84,8 @@ impl Target {
     /// Parses a `--url` (see the module's table).
     pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
         let url = url.trim();
-        let shown = mask(url);
-        let fail = |why: String| UrlError(format!("bad --url {shown:?}: {why}"));
+        let shown = bounded(&mask(url), 200);
+        let fail = |why: String| UrlError(format!("bad --url {shown:?}: {}", bounded(&why, 300)));
         if url.is_empty() {
             return Err(UrlError(format!(
                 "--url is empty: give one of {SCHEMES} (or set LOCK_ADMIN_URL)"
@@ -107,8 +107,9 @@ impl Target {
         match scheme.as_str() {
             "redis" | "rediss" | "redis+unix" | "unix" => {
                 if scheme.starts_with("redis") && !scheme.ends_with("unix") {
-                    let authority = rest.split(['/', '?']).next().unwrap_or("");
-                    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                    let (login, after) = split_login(rest);
+                    login.map(check_login).transpose().map_err(fail)?;
+                    let hosts = after.split(['/', '?', '#']).next().unwrap_or("");
                     if hosts.contains(',') {
                         return Err(fail(
                             "several hosts in a one-server URL: use redis+cluster://, redis+sentinel://h1,h2/MASTER or redlock:// for several".to_owned(),
@@ -216,10 +217,14 @@ impl Target {
                     parts.query("sentinel_password"),
                 ) {
                     (None, None) => String::new(),
+                    // Decoded, then encoded for the URL: a '/' or '@' in them stays theirs.
                     (user, password) => format!(
                         "{}{}@",
-                        user.unwrap_or(""),
-                        password.map(|p| format!(":{p}")).unwrap_or_default()
+                        encode(&decode(user.unwrap_or(""))?),
+                        match password {
+                            Some(p) => format!(":{}", encode(&decode(p)?)),
+                            None => String::new(),
+                        }
                     ),
                 };
                 Ok(Target::Sentinel {
@@ -262,6 +267,19 @@ impl Target {
     }
 }
 
+/// `text` cut to about `max` bytes (on a character), saying how long it was: an error quotes
+/// the URL, which may be huge.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..cut], text.len())
+}
+
 /// The pieces of `[userinfo@]h1,h2[/path][?query]`.
 struct Parts<'a> {
     userinfo: Option<&'a str>,
@@ -272,15 +290,14 @@ struct Parts<'a> {
 
 impl<'a> Parts<'a> {
     fn split(rest: &'a str) -> Result<Self, String> {
+        // The user info first (all before the last '@'): a password is never read as a host,
+        // a path or a query.
+        let (userinfo, rest) = split_login(rest);
+        userinfo.map(check_login).transpose()?;
         if rest.contains('#') {
             return Err("a fragment (#...) has no meaning here".to_owned());
         }
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        // The user info may hold a '/' (a password): the hosts end at the first '/' after '@'.
-        let (userinfo, rest) = match rest.rsplit_once('@') {
-            Some((u, r)) => (Some(u), r),
-            None => (None, rest),
-        };
         let (hosts, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
@@ -415,38 +432,79 @@ fn decode(text: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "a percent-escape that is not UTF-8".to_owned())
 }
 
-/// `url` with the password of its user info replaced by `***`.
-pub(crate) fn mask(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((rest, query)) => (rest, format!("?{}", mask_query(query))),
-        None => (rest, String::new()),
-    };
-    let Some(at) = rest.rfind('@') else {
-        return format!("{scheme}://{rest}{query}");
-    };
-    let (userinfo, after) = rest.split_at(at);
-    let masked = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None if userinfo.is_empty() => String::new(),
-        // A lone word is the user; masked anyway, some put a token there.
-        None => "***".to_owned(),
-    };
-    format!("{scheme}://{masked}{after}{query}")
+/// The user info of `rest` (what follows `scheme://`) and what follows it: everything before
+/// the last `@`, so that a password holding `/`, `?`, `#` or `@` is never taken for a host, a
+/// path or a query (and never echoed as one).
+fn split_login(rest: &str) -> (Option<&str>, &str) {
+    match rest.rsplit_once('@') {
+        Some((login, after)) => (Some(login), after),
+        None => (None, rest),
+    }
 }
 
-/// A query with the value of every `*password*` option masked.
-fn mask_query(query: &str) -> String {
-    query
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((k, _)) if k.contains("password") => format!("{k}=***"),
-            _ => p.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+/// Refuses a user info the URLs built from it would read differently (redis-rs and the other
+/// clients stop the user info at the first `/`, `?` or `#`): never echoing it.
+fn check_login(login: &str) -> Result<(), String> {
+    if login.contains(['/', '?', '#']) {
+        return Err("the user or password holds '/', '?' or '#' (or a query value an '@'): percent-encode it (%2F, %3F, %23, %40)".to_owned());
+    }
+    Ok(())
+}
+
+/// `url` with the password of its user info replaced by `***`, and the value of every
+/// `*password*=` option too. The user info is all before the last `@` (a password may hold
+/// `/`, `?`, `#` or `@` unencoded); a URL without a scheme is masked the same way.
+pub(crate) fn mask(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let (login, after) = split_login(rest);
+    let masked = match login {
+        None => String::new(),
+        Some("") => "@".to_owned(),
+        Some(login) => match login.split_once(':') {
+            Some((user, _)) if !user.contains(['/', '?', '#', '&', '=']) => {
+                format!("{user}:***@")
+            }
+            // A lone word is the user; masked anyway, some put a token there.
+            _ => "***@".to_owned(),
+        },
+    };
+    format!("{scheme}{masked}{}", mask_options(after))
+}
+
+/// `text` with the value of every option whose name holds `pass` (`sentinel_password=`,
+/// redis-rs's `?pass=` of a socket URL) masked to the next `&`, wherever it stands.
+fn mask_options(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let name_start = rest[..eq].rfind(['?', '&', '/', '@']).map_or(0, |i| i + 1);
+        let value_end = rest[eq..].find('&').map_or(rest.len(), |i| eq + i);
+        out.push_str(&rest[..=eq]);
+        if rest[name_start..eq].to_ascii_lowercase().contains("pass") {
+            out.push_str("***");
+        } else {
+            out.push_str(&rest[eq + 1..value_end]);
+        }
+        rest = &rest[value_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Percent-encodes `text` for a URL's user info (all but the unreserved characters).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -601,6 +659,81 @@ mod tests {
         ] {
             let _ = Target::parse(url);
         }
+    }
+
+    /// Passwords as people type them: with `?`, `/`, `#`, `@` or `:` unencoded, or a URL
+    /// without its scheme. Whatever the parser makes of it, no piece of the password is
+    /// printed.
+    #[test]
+    fn passwords_with_url_characters_never_leak_into_errors() {
+        for (url, secret) in [
+            ("redis://ops:Zq7?Xk9@h:1/", &["Zq7", "Xk9"][..]),
+            ("redis://ops:Zq7/Xk9@h:1/", &["Zq7", "Xk9"]),
+            ("redis://ops:Zq7#Xk9@h:1/", &["Zq7", "Xk9"]),
+            ("redis+cluster://ops:Zq7?Xk9@h:1", &["Zq7", "Xk9"]),
+            ("redis+cluster://ops:Zq7/Xk9@h:1", &["Zq7", "Xk9"]),
+            ("redlock://ops:Zq7@Xk9@h1,h2,h3:99999", &["Zq7", "Xk9"]),
+            ("ops:hunter2@10.0.0.1:6379", &["hunter2"]),
+            ("htp://ops:hunter2@h", &["hunter2"]),
+            ("etcd://root:Zq7?Xk9@e1:0", &["Zq7", "Xk9"]),
+            (
+                "redis+sentinel://s1/m?sentinel_user=a@b&sentinel_password=hunter2",
+                &["hunter2"],
+            ),
+            (
+                "redis+sentinel://s1/m?sentinel_password=hun/ter&x=1",
+                &["hun/ter"],
+            ),
+            ("unix:///run/redis.sock?pass=hunter2&db=x#", &["hunter2"]),
+        ] {
+            let message = match Target::parse(url) {
+                Err(e) => e.0,
+                // Taken: the target itself never shows the password either.
+                Ok(t) => format!("{t:?}"),
+            };
+            for piece in secret {
+                assert!(!message.contains(piece), "{url}: {piece} in {message}");
+            }
+        }
+    }
+
+    /// Every short string over the URL's separators (and a few letters, digits and a
+    /// non-ASCII one), after each scheme: an error or a target, never a panic; and a huge URL
+    /// gives a short error.
+    #[test]
+    fn no_url_makes_the_parser_panic() {
+        let alphabet: Vec<char> = ":/@?#[],%=&a1é".chars().collect();
+        let schemes = [
+            "",
+            "redis://",
+            "redis+unix://",
+            "redis+cluster://",
+            "redis+sentinel://",
+            "redlock://",
+            "etcd://",
+            "zookeeper://",
+        ];
+        let mut tried = 0;
+        for scheme in schemes {
+            for n in 0..=4_u32 {
+                for mut i in 0..alphabet.len().pow(n) {
+                    let mut url = scheme.to_owned();
+                    for _ in 0..n {
+                        url.push(alphabet[i % alphabet.len()]);
+                        i /= alphabet.len();
+                    }
+                    let _ = Target::parse(&url);
+                    let _ = mask(&url);
+                    tried += 1;
+                }
+            }
+        }
+        assert!(tried > 300_000, "{tried}");
+        let huge = format!("redis://u:pw@h:1,{}:1", "h".repeat(1_000_000));
+        let e = err(&huge);
+        assert!(e.len() < 1_000, "{}", e.len());
+        let e = err(&format!("redis://u:pw@h:{}", "9".repeat(1_000_000)));
+        assert!(e.len() < 1_000, "{}", e.len());
     }
 
     #[test]

@@ -119,6 +119,15 @@ async fn list_inspect_and_unlock_on_a_cluster() {
     let yes = run(with(&["--json", "unlock", "job:7", "--yes"]), None).await;
     assert_eq!(yes.code, 0, "{yes:?}");
     assert_eq!(yes.json_lines()[0]["removed"]["holder"], "shard-app");
+    // One node's URL as a one-server URL: a listing of that node alone would miss the other
+    // shards' locks, silently; refused, naming the cluster scheme.
+    let one = format!("redis://{}/", hosts[0]);
+    let partial = admin(&["--url", &one, "--prefix", "cl:", "list"], None).await;
+    assert_eq!(partial.code, 2, "{partial:?}");
+    assert!(
+        partial.stderr.contains("redis+cluster://") && partial.stdout.is_empty(),
+        "{partial:?}"
+    );
     for (i, g) in guards.into_iter().enumerate() {
         let released = g.release().await;
         if i == 3 || i == 7 {

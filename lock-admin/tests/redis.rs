@@ -468,3 +468,467 @@ async fn a_listing_whose_reader_goes_away_ends_quietly() {
     }
     assert_eq!(said, "", "nothing said of the closed pipe");
 }
+
+/// A key an attacker chose (an application that locks on user input) holding terminal escape
+/// sequences and bidirectional overrides: the human output shows them escaped, never raw
+/// (they would repaint the operator's terminal), and the JSON output keeps the key exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_keys_are_shown_escaped_never_raw() {
+    let server = shared_server();
+    let url = server.url();
+    let app = holder(&url, "esc:", "app-1").await;
+    let key = "order:\u{1b}[2J\u{1b}]0;pwned\u{7}\u{202e}gnp.exe\r\nfake-line";
+    let guard = app.lock(key).await.unwrap();
+    // A key under the prefix that is not UTF-8 (no lock of the library's): the output stays
+    // UTF-8 and the JSON valid.
+    let () = server
+        .query(
+            redis::cmd("SET")
+                .arg(&b"esc:{\xff\xfe\x1b[2J}"[..])
+                .arg("0123456789abcdef0123456789abcdef|1764000000000|x|")
+                .arg("PX")
+                .arg(60_000)
+                .clone(),
+        )
+        .await;
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}'))
+            || text.contains("\nfake-line")
+    };
+    let base = ["--url", url.as_str(), "--prefix", "esc:"];
+    for command in [
+        vec!["list"],
+        vec!["inspect", key],
+        vec!["watch", key, "--count", "1", "--for", "200ms"],
+        vec!["unlock", key],
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(command.clone()).collect();
+        let ran = admin(&args, Some("n\n")).await;
+        assert!(ran.code == 0 || ran.code == 3, "{command:?}: {ran:?}");
+        assert!(!raw(&ran.stdout), "{command:?} stdout: {:?}", ran.stdout);
+        assert!(!raw(&ran.stderr), "{command:?} stderr: {:?}", ran.stderr);
+        assert!(
+            ran.stdout.contains("\\u{1b}[2J") || ran.stderr.contains("\\u{1b}[2J"),
+            "{command:?}: {ran:?}"
+        );
+        let json_args: Vec<&str> = base
+            .iter()
+            .copied()
+            .chain(["--json"])
+            .chain(command.iter().copied().filter(|c| *c != "unlock"))
+            .collect();
+        if command[0] != "unlock" {
+            let ran = admin(&json_args, None).await;
+            assert_eq!(ran.code, 0, "{json_args:?}: {ran:?}");
+            assert_eq!(ran.json_lines()[0]["key"], key, "{ran:?}");
+        }
+    }
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
+/// Between the question and the yes, the same holder released the lock and took it again
+/// (same holder name, unfenced: the same fence, a `since` 50 ms later): another holding, which
+/// the operator did not confirm. The tool refuses, and the new holding stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_refuses_a_new_holding_by_the_same_holder() {
+    let server = shared_server();
+    let url = server.url();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let set = |token: char, since: u128| {
+        let value = format!("{}|{since}|worker-1|", token.to_string().repeat(32));
+        server.query::<()>(
+            redis::cmd("SET")
+                .arg("rs:{vault}")
+                .arg(value)
+                .arg("PX")
+                .arg(60_000)
+                .clone(),
+        )
+    };
+    set('a', now_ms - 5_000).await;
+    let mut child = spawn(&["--url", &url, "--prefix", "rs:", "unlock", "vault"]);
+    let mut stderr = stderr_of(&mut child);
+    loop {
+        let line = stderr.next().await.expect("the lock shown");
+        if line.starts_with("waiters") {
+            break;
+        }
+    }
+    // Released, and taken again by the same holder 50 ms after its first acquire.
+    set('b', now_ms - 4_950).await;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(exit_code(&mut child).await, 3);
+    let mut rest = String::new();
+    while let Some(line) = stderr.next().await {
+        rest.push_str(&line);
+    }
+    assert!(rest.contains("changed hands"), "{rest}");
+    let value = server
+        .get("rs:{vault}")
+        .await
+        .expect("the new holding stays");
+    assert!(value.starts_with("bbbb"), "{value}");
+}
+
+/// `unlock --yes` whose answer is lost (the request reached Redis, the answer never comes
+/// back before the timeout): the tool says the outcome is unknown and to inspect, exits 6 (not
+/// 0, not a plain failure), and does not send it again (the waiter it was handed to keeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_whose_answer_is_lost_says_unknown_and_is_sent_once() {
+    let server = shared_server();
+    let proxy =
+        lock_testkit::proxy::Proxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+            .await;
+    let stuck = holder(&server.url(), "ul:", "stuck-1").await;
+    let _guard = stuck.lock("vault").await.unwrap();
+    let next = holder(&server.url(), "ul:", "next-2").await;
+    let waiter = tokio::spawn({
+        let next = next.clone();
+        async move { next.lock("vault").wait(SOON).await }
+    });
+    until_waiters(&stuck, "vault", 1).await;
+    let url = format!("redis://{}/", proxy.addr());
+    // Its script loaded on the server (a first EVALSHA answered NOSCRIPT would be the one
+    // frozen, and the script never run): a force unlock of a free lock.
+    let warm = admin(
+        &["--url", &url, "--prefix", "ul:", "unlock", "warm", "--yes"],
+        None,
+    )
+    .await;
+    assert_eq!(warm.code, 4, "{warm:?}");
+    // The force unlock's script names the queue; nothing else lock-admin sends does.
+    proxy.freeze_after(b"ul:{vault}:queue");
+    let ran = admin(
+        &["--url", &url, "--prefix", "ul:", "unlock", "vault", "--yes"],
+        None,
+    )
+    .await;
+    assert_eq!(proxy.frozen(), 1, "{ran:?}");
+    assert_eq!(ran.code, 6, "{ran:?}");
+    assert!(
+        ran.stderr.contains("outcome is unknown") && ran.stderr.contains("inspect"),
+        "{ran:?}"
+    );
+    assert!(
+        !ran.stderr.contains("removed:") && ran.stdout.is_empty(),
+        "{ran:?}"
+    );
+    // It ran once: the waiter was handed the lock and keeps it.
+    let served = tokio::time::timeout(SOON, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.inspect("vault").await.unwrap().holder.as_deref(),
+        Some("next-2")
+    );
+    assert!(served.is_held());
+    served.release().await.unwrap();
+    proxy.cut();
+}
+
+/// `watch` through a backend that goes away and comes back: the failure is said once (not a
+/// line per look), the watch goes on, says when the backend answers again, prints the changes
+/// after it, and ends by `--for` with success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_says_once_that_the_backend_is_gone_and_when_it_is_back() {
+    let server = shared_server();
+    let proxy =
+        lock_testkit::proxy::Proxy::start(format!("127.0.0.1:{}", server.port()).parse().unwrap())
+            .await;
+    let url = format!("redis://{}/", proxy.addr());
+    let app = holder(&server.url(), "wd:", "app-1").await;
+    let mut child = spawn(&[
+        "--url",
+        &url,
+        "--prefix",
+        "wd:",
+        "--json",
+        "watch",
+        "job",
+        "--interval",
+        "20ms",
+        "--for",
+        "8s",
+    ]);
+    let mut out = stdout_of(&mut child);
+    let mut err = stderr_of(&mut child);
+    let first: serde_json::Value = serde_json::from_str(&out.next().await.unwrap()).unwrap();
+    assert_eq!(first["held"], false);
+    proxy.cut();
+    let gone = err.next().await.expect("the failure said");
+    assert!(gone.contains("still watching"), "{gone}");
+    // Many looks fail meanwhile (one each 20 ms): none says it again.
+    let looked = proxy.accepted();
+    lock_testkit::eventually("more looks while it is gone", SOON, async || {
+        proxy.accepted() >= looked + 5
+    })
+    .await;
+    proxy.restore();
+    let back = err.next().await.expect("the recovery said");
+    assert!(back.contains("answers again"), "{back}");
+    let guard = app.lock("job").await.unwrap();
+    let held: serde_json::Value = serde_json::from_str(&out.next().await.unwrap()).unwrap();
+    assert_eq!(held["holder"], "app-1");
+    assert_eq!(exit_code(&mut child).await, 0);
+    assert_eq!(err.next().await, None, "nothing more said");
+    guard.release().await.unwrap();
+}
+
+/// Keys and a prefix holding glob characters: the prefix is matched literally (another prefix
+/// that its unescaped glob would match is not listed), `\` makes a pattern character literal,
+/// `[` is literal, and each lock is listed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_patterns_with_glob_characters_match_literally_where_escaped() {
+    let server = shared_server();
+    let url = server.url();
+    let app = holder(&url, "g?[*]:", "app-1").await;
+    let other = holder(&url, "gx[a]:", "app-2").await;
+    let mut guards = Vec::new();
+    for key in ["st*r", "st?r", "st[r]", "star", "x{y}"] {
+        guards.push(app.lock(key).await.unwrap());
+    }
+    guards.push(other.lock("star").await.unwrap());
+    let list = async |pattern: &str| {
+        let ran = admin(
+            &[
+                "--url", &url, "--prefix", "g?[*]:", "--json", "list", pattern,
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(ran.code, 0, "{ran:?}");
+        let mut keys: Vec<String> = ran
+            .json_lines()
+            .iter()
+            .map(|s| s["key"].as_str().unwrap().to_owned())
+            .collect();
+        keys.sort_unstable();
+        keys
+    };
+    assert_eq!(list("*").await, ["st*r", "st?r", "st[r]", "star", "x{y}"]);
+    assert_eq!(list("st\\*r").await, ["st*r"]);
+    assert_eq!(list("st\\?r").await, ["st?r"]);
+    assert_eq!(list("st?r").await, ["st*r", "st?r", "star"]);
+    assert_eq!(list("st[r]").await, ["st[r]"]);
+    assert_eq!(list("x{y}").await, ["x{y}"]);
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+/// Only `unlock`'s own `--yes`, or a `y` typed after the lock is shown, removes a lock: `--yes`
+/// before the subcommand, `--yes=false`, an environment variable, a key spelled `--yes` or an
+/// answer longer than a line remove nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_is_confirmed_only_by_its_own_flag_or_a_typed_yes() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "uf:", "owner-1").await;
+    let guard = owner.lock("vault").await.unwrap();
+    let yes_line = format!("{}\n", "y".repeat(5_000));
+    for (args, input, code) in [
+        (vec!["--yes", "unlock", "vault"], None, 2),
+        (vec!["unlock", "vault", "--yes=false"], None, 2),
+        (vec!["unlock", "vault", "--yes", "--yes"], None, 2),
+        (vec!["unlock", "--", "--yes"], Some("y\n"), 4),
+        (vec!["unlock", "vault"], Some(yes_line.as_str()), 3),
+        (vec!["unlock", "vault"], Some("yes\ny\n"), 0),
+    ] {
+        if code == 0 {
+            // Last: the only one that removes, with a typed yes.
+            assert!(guard.is_held());
+        }
+        let mut all = vec!["--url", url.as_str(), "--prefix", "uf:"];
+        all.extend(args.iter().copied());
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-admin"));
+        command
+            .args(&all)
+            .env_remove("LOCK_ADMIN_URL")
+            .env("LOCK_ADMIN_YES", "1")
+            .env("YES", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if let Some(input) = input {
+            let _ = stdin.write_all(input.as_bytes()).await;
+        }
+        drop(stdin);
+        let output = tokio::time::timeout(SOON, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        if code != 0 {
+            assert_eq!(
+                owner.inspect("vault").await.unwrap().holder.as_deref(),
+                Some("owner-1"),
+                "{args:?}"
+            );
+        }
+    }
+    assert!(!owner.inspect("vault").await.unwrap().held);
+}
+
+/// Never a token, on stdout or stderr, text or JSON, of any subcommand: the lock's and its
+/// queued waiter's tokens are read raw from Redis and looked for in everything printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_subcommand_prints_a_token() {
+    let server = shared_server();
+    let url = server.url();
+    let owner = holder(&url, "tk:", "owner-1").await;
+    let guard = owner.lock("vault").fenced().await.unwrap();
+    let waiter = holder(&url, "tk:", "waiter-2").await;
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock("vault").fair().wait(SOON).await }
+    });
+    until_waiters(&owner, "vault", 1).await;
+    let mut tokens = vec![token_of(&server, "tk:{vault}").await];
+    // The waiter's entries (ticket -> 'expiry|...') and queue, whatever they hold.
+    let entries: Vec<String> = server
+        .query(redis::cmd("HVALS").arg("tk:{vault}:waiters").clone())
+        .await;
+    let queued: Vec<String> = server
+        .query(
+            redis::cmd("LRANGE")
+                .arg("tk:{vault}:queue")
+                .arg(0)
+                .arg(-1)
+                .clone(),
+        )
+        .await;
+    for text in entries.iter().chain(&queued) {
+        tokens.extend(
+            text.split(['|', ':'])
+                .filter(|part| part.len() >= 16)
+                .map(str::to_owned),
+        );
+    }
+    let mut printed = String::new();
+    for json in [false, true] {
+        for command in [
+            vec!["list"],
+            vec!["inspect", "vault"],
+            vec!["watch", "vault", "--for", "100ms"],
+            vec!["unlock", "vault"],
+        ] {
+            let mut args = vec!["--url", url.as_str(), "--prefix", "tk:"];
+            if json {
+                args.push("--json");
+            }
+            args.extend(command);
+            let ran = admin(&args, Some("n\n")).await;
+            printed.push_str(&ran.stdout);
+            printed.push_str(&ran.stderr);
+        }
+    }
+    let ran = admin(
+        &[
+            "--url", &url, "--prefix", "tk:", "--json", "unlock", "vault", "--yes",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    printed.push_str(&ran.stdout);
+    printed.push_str(&ran.stderr);
+    assert!(printed.contains("owner-1"), "{printed}");
+    for token in &tokens {
+        assert!(
+            !printed.contains(token.as_str()),
+            "{token} printed: {printed}"
+        );
+    }
+    let served = waiting.await.unwrap().unwrap();
+    drop(guard);
+    served.release().await.unwrap();
+}
+
+/// A one-server URL naming a Sentinel (which keeps no locks): every command says to use the
+/// Sentinel scheme (exit 2), not "unknown command EVALSHA".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_server_url_of_a_sentinel_says_to_use_the_sentinel_scheme() {
+    let sentinel = lock_testkit::RedisServer::builder().sentinel().start();
+    let url = sentinel.url();
+    for command in [&["inspect", "k"][..], &["list"], &["unlock", "k", "--yes"]] {
+        let args: Vec<&str> = ["--url", url.as_str()]
+            .into_iter()
+            .chain(command.iter().copied())
+            .collect();
+        let ran = admin(&args, None).await;
+        assert_eq!(ran.code, 2, "{command:?}: {ran:?}");
+        assert!(
+            ran.stderr.contains("redis+sentinel://"),
+            "{command:?}: {ran:?}"
+        );
+    }
+}
+
+/// Redlock has no compare-and-remove of a holding seen (`force_unlock_seen` answers that it
+/// cannot): `unlock` looks again after the yes and removes the lock only if it is still the
+/// holding shown, and refuses (exit 3, nothing removed) when the same holder took it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_on_redlock_looks_again_before_removing() {
+    let servers: Vec<lock_testkit::RedisServer> =
+        (0..3).map(|_| lock_testkit::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(lock_testkit::RedisServer::url).collect();
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = lock_core::RedlockBackend::connect(&urls).await.unwrap();
+    let app = lock_core::Locker::builder(backend)
+        .prefix("rl:")
+        .holder("app-1")
+        .build();
+    // Taken, shown, then released and taken again by the same holder: refused.
+    let first = app.lock("vault").await.unwrap();
+    let mut child = spawn(&["--url", &url, "--prefix", "rl:", "unlock", "vault"]);
+    let mut stderr = stderr_of(&mut child);
+    loop {
+        let line = stderr.next().await.expect("the lock shown");
+        if line.starts_with("waiters") {
+            break;
+        }
+    }
+    first.release().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    let second = app.lock("vault").await.unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    assert_eq!(exit_code(&mut child).await, 3);
+    assert!(second.is_held());
+    assert!(app.inspect("vault").await.unwrap().held);
+    // Shown and confirmed, unchanged: removed.
+    let ran = admin(
+        &["--url", &url, "--prefix", "rl:", "unlock", "vault"],
+        Some("y\n"),
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout.starts_with("removed: vault  held by \"app-1\""),
+        "{ran:?}"
+    );
+    assert!(!app.inspect("vault").await.unwrap().held);
+    assert!(matches!(
+        second.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+}

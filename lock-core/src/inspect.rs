@@ -66,6 +66,14 @@ pub struct LockState {
     /// waiters) in the default mode, one per waiter in fair mode. Waiters of a backend
     /// without a queue are not counted.
     pub waiters: usize,
+    /// When the current holder took it (its acquire, or the hand-over that gave it the lock),
+    /// when held and recorded: on Redis the instant stamped in the lock's value (the taker's
+    /// clock, the server's for a hand-over, to the millisecond). Unlike
+    /// [`held_for`](Self::held_for) it reads the same at every look at one holding: two states
+    /// with the same `since` and fence show one holding, a new acquire by the same holder has
+    /// another `since` ([`Locker::force_unlock_seen`] removes a lock only if it is still the
+    /// holding seen).
+    pub since: Option<std::time::SystemTime>,
 }
 
 impl LockState {
@@ -86,6 +94,7 @@ impl LockState {
             holder: None,
             held_for: None,
             waiters: 0,
+            since: None,
         }
     }
 }
@@ -117,6 +126,29 @@ impl ListPage {
     pub fn new(locks: Vec<LockState>, next: Option<String>) -> Self {
         ListPage { locks, next }
     }
+}
+
+/// What [`Locker::force_unlock_seen`] did.
+///
+/// ```
+/// let answer = lock_core::Unlocked::NotHeld;
+/// assert!(!matches!(answer, lock_core::Unlocked::Removed(_)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unlocked {
+    /// The holding seen was removed: its state just before.
+    Removed(LockState),
+    /// Nobody held the lock: nothing touched.
+    NotHeld,
+    /// Another holding holds the lock now (its state): nothing touched.
+    ChangedHands(LockState),
+}
+
+/// Whether `now` (the backend's state of a lock) is the holding `seen` showed: the same
+/// `since` and the same last fence (for backends comparing in memory).
+pub(crate) fn same_holding(seen: &LockState, now: &LockState) -> bool {
+    seen.held && now.held && seen.since == now.since && seen.fence == now.fence
 }
 
 /// A pattern on lock keys (as callers name them, without the prefix), in the glob syntax of
@@ -375,13 +407,75 @@ impl Locker {
         Ok(removed)
     }
 
+    /// Removes lock `seen.key` as [`force_unlock`](Self::force_unlock) does, in one atomic
+    /// step, but only if it is still the holding `seen` shows (a state from
+    /// [`inspect`](Self::inspect) or [`list`](Self::list)): the same [`LockState::since`] and
+    /// the same last fence. A lock that changed hands since (another holder, or a new acquire
+    /// by the same one) is left alone and answered as [`Unlocked::ChangedHands`]: an operator
+    /// who confirmed one holding never removes another. Each removal is logged as
+    /// `force_unlock`'s.
+    ///
+    /// A holding whose `since` is not recorded (a lock taken by an older version of this
+    /// crate) is told from another only by its fence. A `seen` that is not held removes
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect); [`LockError::InvalidConfig`] on a backend that cannot
+    /// compare (use `inspect` and [`force_unlock`](Self::force_unlock) there, knowing the
+    /// lock may change hands between the two).
+    ///
+    /// ```
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// use lock_core::Unlocked;
+    /// let locker = lock_core::Locker::memory();
+    /// let stuck = locker.lock("report").await?;
+    /// let seen = locker.inspect("report").await?;
+    /// // Released and taken again by the same holder: not the holding seen.
+    /// stuck.release().await?;
+    /// let again = locker.lock("report").await?;
+    /// assert!(matches!(locker.force_unlock_seen(&seen).await?, Unlocked::ChangedHands(_)));
+    /// assert!(again.is_held());
+    /// let seen = locker.inspect("report").await?;
+    /// assert!(matches!(locker.force_unlock_seen(&seen).await?, Unlocked::Removed(_)));
+    /// assert!(matches!(locker.force_unlock_seen(&seen).await?, Unlocked::NotHeld));
+    /// # drop(again); Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub async fn force_unlock_seen(&self, seen: &LockState) -> Result<Unlocked, LockError> {
+        let key = LockKey::new(&self.inner.config.prefix, &seen.key)?;
+        if !seen.held {
+            // A free lock seen is no holding to remove, whatever holds it now.
+            let now = self.inner.backend.inspect(&key).await?;
+            return Ok(if now.held {
+                Unlocked::ChangedHands(now)
+            } else {
+                Unlocked::NotHeld
+            });
+        }
+        let answer = self.inner.backend.force_unlock_seen(&key, seen).await?;
+        if let Unlocked::Removed(state) = &answer {
+            tracing::warn!(
+                target: "lock_core::audit",
+                key = %key.display(),
+                holder = state.holder.as_deref().unwrap_or("(unrecorded)"),
+                held_for_ms = state.held_for.map(|d| d.as_millis()),
+                fence = state.fence,
+                by = %self.holder(),
+                "force_unlock removed a held lock"
+            );
+        }
+        Ok(answer)
+    }
+
     /// The held locks whose keys match `pattern` ([`KeyPattern`]: `order:*`) under this
     /// locker's prefix, as a stream, page by page: the backend is read one page at a time
     /// as the stream is polled (Redis: `SCAN` on every primary, never `KEYS`; Redlock: on
     /// N − majority + 1 of its servers, each lock once), so memory stays
     /// bounded whatever the number of keys. A lock taken or released while the listing runs
     /// may or may not be in it; a failover or a resharding while it runs may leave locks out
-    /// (list again). An invalid pattern is the stream's only item, an error.
+    /// (list again). An invalid pattern is the stream's only item, an error; so is a
+    /// listing through a `RedisBackend` connected to one node of a Redis Cluster
+    /// ([`LockError::InvalidConfig`]: that node's `SCAN` would miss the other shards' locks).
     ///
     /// ```
     /// # async fn demo() -> Result<(), lock_core::LockError> {

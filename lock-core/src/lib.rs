@@ -46,7 +46,7 @@ pub use idempotency::{
     DEFAULT_RESULT_TTL, IdempotencyRecord, IdempotencyState, MAX_FINGERPRINT_LEN, MAX_RESULT_LEN,
     MAX_RESULT_TTL,
 };
-pub use inspect::{HeldLocks, LockState, MAX_HOLDER_LEN};
+pub use inspect::{HeldLocks, LockState, MAX_HOLDER_LEN, Unlocked};
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
 pub use locker::{
     DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,

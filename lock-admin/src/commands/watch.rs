@@ -3,9 +3,10 @@
 //! The lock is re-inspected every `--interval` (no backend offers a notification of another
 //! holder's acquire that a tool could subscribe to without taking part in the lock). Two
 //! looks show the same holding when the holder, the fence and the instant it took the lock
-//! agree; that instant is read as "now less `held_for`", so it wobbles by the round trip: a
-//! holder that takes the lock again within [`SAME_SINCE`] of its previous acquire, unfenced,
-//! is taken for the same holding.
+//! agree. That instant is the one the backend recorded ([`lock_core::LockState::since`], on
+//! Redis) when it has one, compared exactly; otherwise it is read as "now less `held_for`",
+//! which wobbles by the round trip: a holder that takes the lock again within [`SAME_SINCE`]
+//! of its previous acquire, unfenced, is then taken for the same holding.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,8 +35,11 @@ pub(super) struct Seen {
     holder: Option<String>,
     fence: Option<u64>,
     waiters: usize,
-    /// When the holder took it, on this process's monotonic clock.
+    /// When the holder took it, on this process's monotonic clock (read from `held_for`).
     since: Option<Instant>,
+    /// When the holder took it, as the backend recorded it: the same at every look at one
+    /// holding (`None` where the backend does not record it).
+    stamp: Option<std::time::SystemTime>,
 }
 
 impl Seen {
@@ -47,6 +51,7 @@ impl Seen {
             fence: state.fence,
             waiters: state.waiters,
             since: state.held_for.and_then(|d| at.checked_sub(d)),
+            stamp: state.since,
         }
     }
 
@@ -55,9 +60,11 @@ impl Seen {
         self.held == other.held
             && self.holder == other.holder
             && self.fence == other.fence
-            && match (self.since, other.since) {
-                (Some(a), Some(b)) => a.max(b) - a.min(b) <= SAME_SINCE,
-                (a, b) => a.is_none() && b.is_none(),
+            && match (self.stamp, other.stamp, self.since, other.since) {
+                // The recorded instant: exact.
+                (Some(a), Some(b), ..) => a == b,
+                (_, _, Some(a), Some(b)) => a.max(b) - a.min(b) <= SAME_SINCE,
+                (_, _, a, b) => a.is_none() && b.is_none(),
             }
     }
 
@@ -110,7 +117,10 @@ async fn changes(
     loop {
         match cx.admin.locker.inspect(key).await {
             Ok(state) => {
-                failing = false;
+                if failing {
+                    note("lock-admin: the backend answers again");
+                    failing = false;
+                }
                 let seen = Seen::of(&state, Instant::now());
                 if last.as_ref().is_none_or(|l| l.changed(&seen)) {
                     print(&state, out)?;
@@ -196,6 +206,24 @@ mod tests {
         assert!(first.changed(&Seen::of(&held("a", 300, Some(3), 0), t1)));
         assert!(first.changed(&Seen::of(&LockState::free("k"), t1)));
         assert!(!first.same_holding(&Seen::of(&held("a", 300, Some(3), 0), t1)));
+    }
+
+    /// Where the backend records when a holding began, a new acquire by the same holder (same
+    /// name, same fence: unfenced) is a change however soon it comes, and the same holding
+    /// read with a wobbling `held_for` is not.
+    #[test]
+    fn a_recorded_since_tells_a_new_holding_by_the_same_holder() {
+        let t0 = Instant::now();
+        let stamped = |held_for_ms: u64, since_ms: u64| {
+            let mut s = held("a", held_for_ms, None, 0);
+            s.since = Some(UNIX_EPOCH + Duration::from_millis(since_ms));
+            s
+        };
+        let first = Seen::of(&stamped(5_000, 1_000_000), t0);
+        // Re-taken 1 ms later by the same holder: within SAME_SINCE, still a change.
+        assert!(first.changed(&Seen::of(&stamped(4_999, 1_000_001), t0)));
+        // The same holding, its held_for read 300 ms off (a slow round trip): no change.
+        assert!(!first.changed(&Seen::of(&stamped(5_300, 1_000_000), t0)));
     }
 
     #[test]

@@ -389,6 +389,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         Box::pin(async { Err(cannot("force an unlock")) })
     }
 
+    /// Removes `key`'s lock as [`force_unlock`](Self::force_unlock) does, in the same atomic
+    /// step, only if it is still the holding `seen` showed (the same
+    /// [`LockState::since`] and last fence); else touches nothing and answers the holding now.
+    /// The default cannot.
+    fn force_unlock_seen<'a>(
+        &'a self,
+        key: &'a LockKey,
+        seen: &'a LockState,
+    ) -> BoxFuture<'a, Result<crate::Unlocked, LockError>> {
+        let _ = (key, seen);
+        Box::pin(async { Err(cannot("force an unlock of a holding seen")) })
+    }
+
     /// One page of the held locks under `prefix` whose keys match `pattern`, from `cursor`
     /// (`None`: the first page; else a [`ListPage::next`] this backend returned). A page is
     /// bounded (a `SCAN` step on Redis): a listing holds one page in memory at a time. The

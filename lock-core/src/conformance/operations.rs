@@ -176,11 +176,56 @@ async fn list_streams_the_held_locks_under_a_pattern(fx: Fixture) {
     assert!(listed(&b, "*").await.is_empty(), "released locks listed");
 }
 
+/// `force_unlock_seen` removes the holding seen and nothing else: a new acquire by the same
+/// holder (same identity, same fence: unfenced) is another holding, left alone. A backend that
+/// cannot compare in one step says so (`InvalidConfig`) and touches nothing.
+async fn force_unlock_seen_removes_only_the_holding_seen(fx: Fixture) {
+    let holder = fx.builder().await.holder(HOLDER).build();
+    let operator = fx.locker().await;
+    let first = holder.lock("seen").await.expect("acquire");
+    let seen = operator.inspect("seen").await.expect("inspect");
+    first.release().await.expect("release");
+    // A stamp to the millisecond needs a new millisecond.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let second = holder.lock("seen").await.expect("acquire again");
+    match operator.force_unlock_seen(&seen).await {
+        Err(LockError::InvalidConfig { .. }) => {
+            assert!(second.is_held());
+            second.release().await.expect("release");
+            return;
+        }
+        Ok(crate::Unlocked::ChangedHands(now)) => {
+            assert_eq!(now.holder.as_deref(), Some(HOLDER), "{now:?}");
+        }
+        other => panic!("a new holding removed or misread: {other:?}"),
+    }
+    assert!(operator.inspect("seen").await.expect("inspect").held);
+    let now = operator.inspect("seen").await.expect("inspect");
+    match operator.force_unlock_seen(&now).await {
+        Ok(crate::Unlocked::Removed(removed)) => {
+            assert_eq!(removed.holder.as_deref(), Some(HOLDER));
+        }
+        other => panic!("the holding seen: {other:?}"),
+    }
+    assert_eq!(
+        operator
+            .force_unlock_seen(&now)
+            .await
+            .expect("force_unlock_seen"),
+        crate::Unlocked::NotHeld
+    );
+    match second.release().await {
+        Err(LockError::LeaseLost { .. }) => {}
+        other => panic!("the evicted holder's release: {other:?}"),
+    }
+}
+
 checks! {
     inspect_shows_holder_lease_and_age_and_nothing_after_release: [Operations],
     inspect_shows_the_last_fence: [Operations, Fencing],
     inspect_counts_the_queued_waiters: [Operations, Fair],
     force_unlock_hands_the_lock_on_and_the_old_holder_learns: [Operations, Fencing],
     force_unlock_of_a_free_lock_removes_nothing: [Operations],
+    force_unlock_seen_removes_only_the_holding_seen: [Operations],
     list_streams_the_held_locks_under_a_pattern: [Operations],
 }

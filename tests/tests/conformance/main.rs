@@ -206,6 +206,7 @@ kit!(operations:
     inspect_counts_the_queued_waiters,
     force_unlock_hands_the_lock_on_and_the_old_holder_learns,
     force_unlock_of_a_free_lock_removes_nothing,
+    force_unlock_seen_removes_only_the_holding_seen,
     list_streams_the_held_locks_under_a_pattern,
 );
 

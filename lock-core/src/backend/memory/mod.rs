@@ -569,6 +569,14 @@ impl super::Backend for MemoryBackend {
         ready(Ok(self.force_unlock_now(key)))
     }
 
+    fn force_unlock_seen<'a>(
+        &'a self,
+        key: &'a LockKey,
+        seen: &'a crate::LockState,
+    ) -> BoxFuture<'a, Result<crate::Unlocked, LockError>> {
+        ready(Ok(self.force_unlock_seen_now(key, seen)))
+    }
+
     fn list_page<'a>(
         &'a self,
         prefix: &'a str,

@@ -26,8 +26,23 @@ impl Table {
             state.remaining = Some(e.expires - now);
             state.holder = (!e.holder.is_empty()).then(|| crate::inspect::shown_holder(&e.holder));
             state.held_for = Some(now - e.since);
+            state.since = Some(wall_clock(e.since));
         }
         state
+    }
+}
+
+/// `at` on the wall clock, by one pairing of the two clocks taken once per process: the same
+/// instant always reads the same (`LockState::since` tells holdings apart by it).
+fn wall_clock(at: Instant) -> std::time::SystemTime {
+    static ANCHOR: std::sync::OnceLock<(Instant, std::time::SystemTime)> =
+        std::sync::OnceLock::new();
+    let (instant, wall) = *ANCHOR.get_or_init(|| (Instant::now(), std::time::SystemTime::now()));
+    match at.checked_duration_since(instant) {
+        Some(after) => wall + after,
+        None => wall
+            .checked_sub(instant.duration_since(at))
+            .unwrap_or(std::time::UNIX_EPOCH),
     }
 }
 
@@ -46,6 +61,21 @@ impl MemoryBackend {
         t.locks.remove(key.name());
         t.hand_over(key, now);
         Some(state)
+    }
+
+    pub(super) fn force_unlock_seen_now(&self, key: &LockKey, seen: &LockState) -> crate::Unlocked {
+        let now = Instant::now();
+        let mut t = self.table();
+        let state = t.state(key, now);
+        if !state.held {
+            return crate::Unlocked::NotHeld;
+        }
+        if !crate::inspect::same_holding(seen, &state) {
+            return crate::Unlocked::ChangedHands(state);
+        }
+        t.locks.remove(key.name());
+        t.hand_over(key, now);
+        crate::Unlocked::Removed(state)
     }
 
     /// The held locks after `cursor` (a lock name) in name order, a page at a time: the

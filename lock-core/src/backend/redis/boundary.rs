@@ -57,6 +57,14 @@ impl Backend for RedisBackend {
         Box::pin(self.force_unlock_lock(key))
     }
 
+    fn force_unlock_seen<'a>(
+        &'a self,
+        key: &'a LockKey,
+        seen: &'a LockState,
+    ) -> BoxFuture<'a, Result<crate::Unlocked, LockError>> {
+        Box::pin(self.force_unlock_seen_lock(key, seen))
+    }
+
     fn list_page<'a>(
         &'a self,
         prefix: &'a str,

@@ -109,7 +109,9 @@ impl RedisBackend {
         key: &LockKey,
     ) -> Result<IdempotencyState, LockError> {
         // Once per key prefix, as before a first acquire (a success is remembered).
-        self.check_permissions_of(key).await?;
+        self.check_permissions_of(key)
+            .await
+            .map_err(|e| super::permissions::for_operation(e, "nothing was locked"))?;
         let mut call = RESULT_STATE.prepare_invoke();
         call.key(key.name()).key(key.result());
         let reply = self

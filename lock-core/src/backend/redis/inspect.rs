@@ -9,9 +9,10 @@ use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
 use super::RedisBackend;
+use super::permissions::is_refusal;
 use crate::LockError;
 use crate::backend::{KeyPattern, ListPage};
-use crate::inspect::LockState;
+use crate::inspect::{LockState, Unlocked};
 use crate::key::LockKey;
 
 static INSPECT: LazyLock<Script> =
@@ -48,9 +49,20 @@ impl RedisBackend {
             .arg(key.name())
             .arg(key.fence())
             .arg(key.waiters());
-        let reply = self
-            .evalsha(&INSPECT, &cmd, "inspect", Some(key.user()))
-            .await?;
+        // Retried once after a dropped connection, as other reads are.
+        let mut conn = self.inner.conn.clone();
+        let answer = match super::evalsha_once(&mut conn, &INSPECT, &cmd).await {
+            Err(e) if super::retriable(&e) => super::evalsha_once(&mut conn, &INSPECT, &cmd).await,
+            answer => answer,
+        };
+        let reply = match answer {
+            Ok(reply) => reply,
+            Err(e) if is_refusal(&e) => {
+                let prefix = key.name().split_once('{').map_or("", |(p, _)| p);
+                return Err(self.explain_refusal(prefix, "inspect", &e).await);
+            }
+            Err(e) => return Err(LockError::backend("inspect", Some(key.user()), e)),
+        };
         state_of(key, &reply).ok_or_else(|| {
             LockError::protocol(
                 "inspect",
@@ -64,7 +76,18 @@ impl RedisBackend {
         &self,
         key: &LockKey,
     ) -> Result<Option<LockState>, LockError> {
-        self.force_unlock_of(key, None).await
+        match self.force_unlock_of(key, None, None).await? {
+            Unlocked::Removed(state) => Ok(Some(state)),
+            Unlocked::NotHeld | Unlocked::ChangedHands(_) => Ok(None),
+        }
+    }
+
+    pub(crate) async fn force_unlock_seen_lock(
+        &self,
+        key: &LockKey,
+        seen: &LockState,
+    ) -> Result<Unlocked, LockError> {
+        self.force_unlock_of(key, None, Some(seen)).await
     }
 
     /// Removes `key`'s lock on this server only if it is the acquisition `digest` names (see
@@ -76,15 +99,26 @@ impl RedisBackend {
         key: &LockKey,
         digest: &Digest,
     ) -> Result<bool, LockError> {
-        Ok(self.force_unlock_of(key, Some(digest)).await?.is_some())
+        Ok(matches!(
+            self.force_unlock_of(key, Some(digest), None).await?,
+            Unlocked::Removed(_)
+        ))
     }
 
-    /// force_unlock.lua, of whoever holds the lock (`None`) or of the acquisition `digest`.
+    /// force_unlock.lua: of whoever holds the lock, or only of the acquisition `digest`
+    /// (Redlock), or only of the holding `seen` (its since and fence).
     async fn force_unlock_of(
         &self,
         key: &LockKey,
         digest: Option<&Digest>,
-    ) -> Result<Option<LockState>, LockError> {
+        seen: Option<&LockState>,
+    ) -> Result<Unlocked, LockError> {
+        // Once per prefix, as before a lock: the script deletes the lock before it pops the
+        // queue and hands over; a command refused half-way would leave the lock deleted and
+        // its waiters unwoken.
+        self.check_permissions_of(key)
+            .await
+            .map_err(|e| super::permissions::for_operation(e, "nothing was removed"))?;
         let script: &Script = if self.inner.sharded {
             &FORCE_UNLOCK_SHARDED
         } else {
@@ -97,20 +131,28 @@ impl RedisBackend {
             .arg(key.queue_name())
             .arg(key.fence())
             .arg(key.waiters());
-        if let Some(digest) = digest {
-            cmd.arg(&digest.0);
+        // ARGV: the digest ('' for any acquisition), then the holding seen's since and fence.
+        if digest.is_some() || seen.is_some() {
+            cmd.arg(digest.map_or("", |d| d.0.as_str()));
         }
-        // Sent once, never again after a dropped connection (as other calls are): without a
-        // token to check, a second run would remove whoever holds the lock by then (the
-        // waiter the first run handed it to).
+        if let Some(seen) = seen {
+            cmd.arg(seen.since.map(since_ms).unwrap_or_default())
+                .arg(seen.fence.map(|f| f.to_string()).unwrap_or_default());
+        }
+        // Sent once, never again after a dropped connection or a timeout (as other calls
+        // are): without a token to check, a second run would remove whoever holds the lock by
+        // then (the waiter the first run handed it to).
         let mut conn = self.inner.conn.clone();
         let reply = super::evalsha_once(&mut conn, script, &cmd)
             .await
             .map_err(|e| {
-                let lost = if super::retriable(&e) {
-                    "; the lock may have been removed before the answer was lost: inspect it"
-                } else {
+                // Refused before it reached the server: nothing was removed. Anything else
+                // (a timeout, a dropped connection, an error inside the script) may have
+                // come after the removal.
+                let lost = if e.is_connection_refusal() {
                     ""
+                } else {
+                    "; the outcome is unknown (the lock may have been removed before the answer was lost): inspect it"
                 };
                 LockError::backend(
                     "force_unlock",
@@ -119,14 +161,19 @@ impl RedisBackend {
                 )
             })?;
         let items = match &reply {
-            Value::Int(0) => return Ok(None),
+            Value::Int(0) => return Ok(Unlocked::NotHeld),
+            Value::Array(items) if items.len() == 6 => {
+                // Another holding than the one seen: nothing touched.
+                let state = removed_state(key, [&items[0], &items[1], &items[2], &items[3]]);
+                return Ok(Unlocked::ChangedHands(state));
+            }
             Value::Array(items) if items.len() == 5 => items,
             _ => {
                 return Err(LockError::protocol(
                     "force_unlock",
                     key.user(),
                     format!(
-                        "the force_unlock script answered {reply:?}; the lock may have been removed: inspect it"
+                        "the force_unlock script answered {reply:?}; the outcome is unknown (the lock may have been removed): inspect it"
                     ),
                 ));
             }
@@ -143,7 +190,7 @@ impl RedisBackend {
         self.inner
             .subscriber
             .deliver(key.channel_name(), message.as_bytes());
-        Ok(Some(removed))
+        Ok(Unlocked::Removed(removed))
     }
 
     /// One `SCAN` step on the server (or on one primary of a cluster, the cursor naming it),
@@ -157,6 +204,12 @@ impl RedisBackend {
         #[cfg(feature = "cluster")]
         if let Some(topology) = &self.inner.topology {
             return self.list_cluster(topology, prefix, pattern, cursor).await;
+        }
+        if self.inner.cluster {
+            // A node of a cluster, reached as one server: its SCAN sees its own shard only.
+            return Err(LockError::config(
+                "the server is a node of a Redis Cluster: a listing of one node would miss the locks the other shards hold; connect with RedisClusterBackend (lock-admin: --url redis+cluster://h1:p1,h2:p2)",
+            ));
         }
         let at = match cursor {
             None => 0,
@@ -221,13 +274,17 @@ impl RedisBackend {
         pattern: &KeyPattern,
         at: u64,
     ) -> Result<(u64, Vec<LockState>), LockError> {
-        let (next, keys) = scan_keys(conn, prefix, pattern, at).await?;
+        let (next, keys) = match scan_keys(conn, prefix, pattern, at).await {
+            Ok(page) => page,
+            Err(e) => return Err(self.list_failure(prefix, e).await),
+        };
         if keys.is_empty() {
             return Ok((next, Vec::new()));
         }
-        let replies = inspect_pipeline(conn, &keys, false)
-            .await
-            .map_err(|e| LockError::backend("list", None, e))?;
+        let replies = match inspect_pipeline(conn, &keys, false).await {
+            Ok(replies) => replies,
+            Err(e) => return Err(self.list_failure(prefix, e).await),
+        };
         let mut locks = Vec::with_capacity(keys.len());
         for (key, reply) in keys.iter().zip(&replies) {
             let state = state_of(key, reply).ok_or_else(|| {
@@ -255,7 +312,9 @@ impl RedisBackend {
         at: u64,
     ) -> Result<(u64, Vec<LockKey>), LockError> {
         let mut conn = self.inner.conn.clone();
-        scan_keys(&mut conn, prefix, pattern, at).await
+        scan_keys(&mut conn, prefix, pattern, at)
+            .await
+            .map_err(|e| LockError::backend("list", None, e))
     }
 
     /// This server's view of each of `keys` for a Redlock (inspect.lua with the holder's
@@ -291,7 +350,7 @@ async fn scan_keys<C: ConnectionLike + Send>(
     prefix: &str,
     pattern: &KeyPattern,
     at: u64,
-) -> Result<(u64, Vec<LockKey>), LockError> {
+) -> redis::RedisResult<(u64, Vec<LockKey>)> {
     // Names as bytes: a key of the prefix that is not UTF-8 is no lock of ours, skipped.
     let (next, names): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
         .arg(at)
@@ -302,8 +361,7 @@ async fn scan_keys<C: ConnectionLike + Send>(
         .arg("TYPE")
         .arg("string")
         .query_async(conn)
-        .await
-        .map_err(|e| LockError::backend("list", None, e))?;
+        .await?;
     let keys: Vec<LockKey> = names
         .iter()
         .filter_map(|name| std::str::from_utf8(name).ok())
@@ -385,6 +443,18 @@ fn seen_of(key: &LockKey, reply: &Value) -> Option<Seen> {
     Some(Seen { state, digest })
 }
 
+impl RedisBackend {
+    /// A listing's failed read `e`: a permission Redis refused is named
+    /// ([`explain_refusal`](RedisBackend::explain_refusal)), anything else is the backend's.
+    async fn list_failure(&self, prefix: &str, e: redis::RedisError) -> LockError {
+        if is_refusal(&e) {
+            self.explain_refusal(prefix, "list", &e).await
+        } else {
+            LockError::backend("list", None, e)
+        }
+    }
+}
+
 /// The state inspect.lua answered for `key`: `{pttl, since, holder, fence, waiters, now}`.
 fn state_of(key: &LockKey, reply: &Value) -> Option<LockState> {
     let Value::Array(items) = reply else {
@@ -408,7 +478,9 @@ fn parse_state(key: &LockKey, items: &[Value]) -> Option<LockState> {
     state.held = true;
     state.remaining = u64::try_from(pttl).ok().map(Duration::from_millis);
     state.holder = holder_of(holder);
-    state.held_for = match (number(since)?, number(now)?) {
+    let since = number(since)?;
+    state.since = since.map(from_ms);
+    state.held_for = match (since, number(now)?) {
         (Some(since), Some(now)) => Some(Duration::from_millis(now.saturating_sub(since))),
         _ => None,
     };
@@ -427,9 +499,9 @@ fn removed_state(key: &LockKey, [pttl, since, holder, fence]: [&Value; 4]) -> Lo
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
     state.holder = holder_of(holder);
-    state.held_for = number(since)
-        .flatten()
-        .map(|since| Duration::from_millis(now.saturating_sub(since)));
+    let since = number(since).flatten();
+    state.since = since.map(from_ms);
+    state.held_for = since.map(|since| Duration::from_millis(now.saturating_sub(since)));
     state.fence = number(fence).flatten();
     state
 }
@@ -443,6 +515,18 @@ fn holder_of(v: &Value) -> Option<String> {
         _ => return None,
     };
     (!bytes.is_empty()).then(|| crate::inspect::shown_holder(&String::from_utf8_lossy(bytes)))
+}
+
+/// A stamp's milliseconds since 1970 as a time.
+fn from_ms(ms: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// A time as a stamp writes it: milliseconds since 1970, in digits.
+fn since_ms(at: std::time::SystemTime) -> String {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+        .to_string()
 }
 
 fn int(v: &Value) -> Option<i64> {

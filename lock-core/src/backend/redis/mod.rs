@@ -272,7 +272,9 @@ impl RedisBackend {
         } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
-        self.check_permissions_of(key).await?;
+        self.check_permissions_of(key)
+            .await
+            .map_err(|e| permissions::for_operation(e, "nothing was locked"))?;
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
             return self
                 .acquire_plain(key, token, lease, remaining, holder)

@@ -17,6 +17,10 @@ use crate::sync::Mutex;
 
 static PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/probe.lua")));
 
+/// The operators' reads' check (inspect.lua and SCAN), run after a refusal to name it.
+static PROBE_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/probe_inspect.lua")));
+
 /// The lock name the permission check stands in for a lock of a prefix (it writes nothing).
 const PROBE_NAME: &str = "__lock_probe__";
 
@@ -25,6 +29,27 @@ pub(super) const ACL_HINT: &str = "see \"Permissions\" in the guide's Redis chap
 
 pub(super) fn is_noperm(e: &redis::RedisError) -> bool {
     e.code() == Some("NOPERM")
+}
+
+/// Whether `e` is Redis refusing a permission: `NOPERM`, or a command or key refused inside a
+/// script (Redis names neither then: "The user executing the script can't run this command").
+pub(super) fn is_refusal(e: &redis::RedisError) -> bool {
+    is_noperm(e)
+        || e.to_string()
+            .contains("The user executing the script can't")
+}
+
+/// The permission check's refusal `e` (see [`RedisBackend::check_permissions`]) with what
+/// the refused operation left: its `outcome` ("nothing was locked", "nothing was removed");
+/// any other error as it is.
+pub(super) fn for_operation(e: LockError, outcome: &str) -> LockError {
+    match e {
+        LockError::InvalidConfig { what } if what.ends_with(ACL_HINT) => {
+            let head = what[..what.len() - ACL_HINT.len()].trim_end_matches([':', ' ']);
+            LockError::config(format!("{head}; {outcome}: {ACL_HINT}"))
+        }
+        other => other,
+    }
 }
 
 impl RedisBackend {
@@ -132,56 +157,103 @@ impl RedisBackend {
         if refused.is_empty() {
             return Ok(());
         }
-        // Each refusal is `<kind> <COMMAND> <name>`; told once per kind, commands and names
-        // each listed once.
-        let mut kinds: [(&str, Vec<String>, Vec<String>); 3] = [
-            ("key", Vec::new(), Vec::new()),
-            ("channel", Vec::new(), Vec::new()),
-            ("command", Vec::new(), Vec::new()),
-        ];
-        for item in &refused {
-            let text = match item {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                other => format!("{other:?}"),
-            };
-            let mut parts = text.splitn(3, ' ');
-            let (kind, command, name) = (parts.next(), parts.next(), parts.next());
-            let Some((_, commands, names)) = kinds.iter_mut().find(|(k, ..)| Some(*k) == kind)
-            else {
-                let (_, commands, _) = &mut kinds[2];
-                commands.push(display_key(&text));
-                continue;
-            };
-            for (list, value) in [(commands, command), (names, name.filter(|n| *n != "-"))] {
-                if let Some(value) = value.map(display_key)
-                    && !list.contains(&value)
-                {
-                    list.push(value);
-                }
+        Err(LockError::config(format!(
+            "the Redis user lacks permissions the lock needs for prefix {shown:?}: {}: {ACL_HINT}",
+            describe(&refused, &shown, "+@read +@write")
+        )))
+    }
+}
+
+/// The refusals a permission check answered (`<kind> <COMMAND> <name>`), said once per kind,
+/// commands and names each listed once; keys are granted by `~<prefix>*` and `key_grant`.
+fn describe(refused: &[Value], shown: &str, key_grant: &str) -> String {
+    // Each refusal is `<kind> <COMMAND> <name>`; told once per kind, commands and names
+    // each listed once.
+    let mut kinds: [(&str, Vec<String>, Vec<String>); 3] = [
+        ("key", Vec::new(), Vec::new()),
+        ("channel", Vec::new(), Vec::new()),
+        ("command", Vec::new(), Vec::new()),
+    ];
+    for item in refused {
+        let text = match item {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        let mut parts = text.splitn(3, ' ');
+        let (kind, command, name) = (parts.next(), parts.next(), parts.next());
+        let Some((_, commands, names)) = kinds.iter_mut().find(|(k, ..)| Some(*k) == kind) else {
+            let (_, commands, _) = &mut kinds[2];
+            commands.push(display_key(&text));
+            continue;
+        };
+        for (list, value) in [(commands, command), (names, name.filter(|n| *n != "-"))] {
+            if let Some(value) = value.map(display_key)
+                && !list.contains(&value)
+            {
+                list.push(value);
             }
         }
-        let missing: Vec<String> = kinds
-            .iter()
-            .filter(|(_, commands, _)| !commands.is_empty())
-            .map(|(kind, commands, names)| match *kind {
-                "key" => format!(
-                    "{} on keys {} (grant ~{shown}* and +@read +@write)",
-                    commands.join(", "),
-                    names.join(", ")
-                ),
-                "channel" => format!(
-                    "{} on channel {} (grant &{shown}* and +@pubsub)",
-                    commands.join(", "),
-                    names.join(", ")
-                ),
-                _ => format!("the commands {}", commands.join(", ")),
-            })
-            .collect();
-        Err(LockError::config(format!(
-            "the Redis user lacks permissions the lock needs for prefix {shown:?}: {}; nothing was locked: {ACL_HINT}",
-            missing.join("; ")
-        )))
+    }
+    kinds
+        .iter()
+        .filter(|(_, commands, _)| !commands.is_empty())
+        .map(|(kind, commands, names)| match *kind {
+            "key" => format!(
+                "{} on keys {} (grant ~{shown}* and {key_grant})",
+                commands.join(", "),
+                names.join(", ")
+            ),
+            "channel" => format!(
+                "{} on channel {} (grant &{shown}* and +@pubsub)",
+                commands.join(", "),
+                names.join(", ")
+            ),
+            _ if commands.len() == 1 => format!("the command {}", commands[0]),
+            _ => format!("the commands {}", commands.join(", ")),
+        })
+        .collect::<Vec<String>>()
+        .join("; ")
+}
+
+impl RedisBackend {
+    /// After Redis refused the operators' read `doing` ("inspect", "list") of the locks of
+    /// `prefix` with `refused`: the reads' permission check (probe_inspect.lua, which writes
+    /// nothing) names what is missing, as a [`LockError::InvalidConfig`] pointing to the
+    /// guide's ACL rule. Reads refused half-way leave nothing half done: they are not checked
+    /// before, only explained after.
+    pub(super) async fn explain_refusal(
+        &self,
+        prefix: &str,
+        doing: &'static str,
+        refused: &redis::RedisError,
+    ) -> LockError {
+        let shown = display_key(prefix);
+        let probe_key = match LockKey::new(prefix, PROBE_NAME) {
+            Ok(k) => k,
+            Err(e) => return e,
+        };
+        let mut call = PROBE_INSPECT.prepare_invoke();
+        call.key(probe_key.name())
+            .key(probe_key.fence())
+            .key(probe_key.waiters())
+            .arg(if doing == "list" { "1" } else { "0" });
+        let mut conn = self.inner.conn.clone();
+        let missing = match call.invoke_async::<Value>(&mut conn).await {
+            Ok(Value::Array(items)) if !items.is_empty() => describe(&items, &shown, "+@read"),
+            Err(e) if is_refusal(&e) => format!(
+                "the commands EVALSHA, SCRIPT LOAD (grant +@scripting; {})",
+                display_key(&e.to_string())
+            ),
+            // Nothing more to name: Redis's own words.
+            _ => format!(
+                "a permission Redis names so: {}",
+                display_key(&refused.to_string())
+            ),
+        };
+        LockError::config(format!(
+            "the Redis user may not {doing} the locks of prefix {shown:?}: it lacks {missing}; nothing was read: {ACL_HINT}"
+        ))
     }
 }
 
@@ -236,40 +308,54 @@ mod tests {
         for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}")) {
             let path = entry.unwrap_or_else(|e| panic!("{dir}: {e}")).path();
             // inspect.lua is the operators' (`Locker::inspect`, `list`), never run by a lock:
-            // a user without its HVALS gets the refusal, naming the command, from the call.
+            // probe_inspect.lua names what a refused one lacks (below).
             if path.extension().is_none_or(|e| e != "lua")
                 || path.ends_with("probe.lua")
+                || path.ends_with("probe_inspect.lua")
                 || path.ends_with("inspect.lua")
             {
                 continue;
             }
             scripts += 1;
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            for call in ["redis.call(", "redis.pcall("] {
-                for rest in text.split(call).skip(1) {
-                    let rest = rest.trim_start();
-                    let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"')
-                    else {
-                        panic!(
-                            "{}: a command name that is not a literal ({}...): keep the permission check complete by hand",
-                            path.display(),
-                            &rest[..rest.len().min(30)]
-                        );
-                    };
-                    let name: String = rest[1..].chars().take_while(|c| *c != quote).collect();
-                    let name = name.to_ascii_uppercase();
-                    let listed = ["'", "\""]
-                        .iter()
-                        .any(|q| probe.contains(&format!("{q}{name}{q}")));
-                    assert!(
-                        listed,
-                        "{} runs {name}, which scripts/probe.lua does not check",
-                        path.display()
-                    );
-                }
-            }
+            assert_checked(&path, probe, "probe.lua");
         }
         assert!(scripts >= 5, "read {scripts} scripts from {dir}");
+        let inspect = assert_checked(
+            std::path::Path::new(&format!("{dir}/inspect.lua")),
+            include_str!("scripts/probe_inspect.lua"),
+            "probe_inspect.lua",
+        );
+        assert!(inspect >= 4, "inspect.lua runs {inspect} commands");
+    }
+
+    /// Every command the script at `path` runs is named in `probe`; how many calls it makes.
+    fn assert_checked(path: &std::path::Path, probe: &str, probe_name: &str) -> usize {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut commands = 0;
+        for call in ["redis.call(", "redis.pcall("] {
+            for rest in text.split(call).skip(1) {
+                let rest = rest.trim_start();
+                let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"') else {
+                    panic!(
+                        "{}: a command name that is not a literal ({}...): keep the permission check complete by hand",
+                        path.display(),
+                        &rest[..rest.len().min(30)]
+                    );
+                };
+                let name: String = rest[1..].chars().take_while(|c| *c != quote).collect();
+                let name = name.to_ascii_uppercase();
+                let listed = ["'", "\""]
+                    .iter()
+                    .any(|q| probe.contains(&format!("{q}{name}{q}")));
+                assert!(
+                    listed,
+                    "{} runs {name}, which scripts/{probe_name} does not check",
+                    path.display()
+                );
+                commands += 1;
+            }
+        }
+        commands
     }
 }

@@ -1,5 +1,5 @@
 //! What `connect` learns of the server: its major version and whether it runs in cluster
-//! mode, from `HELLO` or, on older servers, `INFO`.
+//! mode, from `HELLO` or, on older servers, `INFO`; a Sentinel is refused.
 
 use super::conn::Conn;
 use redis::Value;
@@ -18,6 +18,9 @@ pub(super) struct ServerInfo {
 pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError> {
     let hello_error = match redis::cmd("HELLO").query_async::<Value>(conn).await {
         Ok(reply) => {
+            if hello_field(&reply, "mode").as_deref() == Some("sentinel") {
+                return Err(sentinel_refused());
+            }
             if let Some(version) = hello_field(&reply, "version") {
                 return Ok(ServerInfo {
                     major: major_version(&version),
@@ -35,6 +38,7 @@ pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError
             .await
     };
     match (info("server").await, info("cluster").await) {
+        (Ok(server), _) if server.contains("redis_mode:sentinel") => Err(sentinel_refused()),
         (Ok(server), Ok(cluster)) => Ok(ServerInfo {
             major: server_major_version(&server),
             cluster: cluster.contains("cluster_enabled:1"),
@@ -46,6 +50,14 @@ pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError
             _ => Err(LockError::backend("connect", None, e)),
         },
     }
+}
+
+/// A Sentinel answered where a data server was expected: it keeps no keys (its commands are
+/// not the lock's), so nothing would work.
+fn sentinel_refused() -> LockError {
+    LockError::config(
+        "the server is a Redis Sentinel, which keeps no locks: connect with RedisSentinelBackend naming the primary it watches (lock-admin: --url redis+sentinel://h1:26379,h2:26379/MASTER)",
+    )
 }
 
 /// A field of a `HELLO` answer: a map in RESP3, a flat list of names and values in RESP2.

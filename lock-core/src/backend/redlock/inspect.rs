@@ -122,6 +122,9 @@ impl RedlockBackend {
             .collect();
         state.held = true;
         state.holder = holding.iter().find_map(|s| s.holder.clone());
+        // The acquisition's stamp (one value written to every server): tells this holding from
+        // a later one by the same holder.
+        state.since = holding.iter().find_map(|s| s.since);
         let mut ages: Vec<Duration> = holding.iter().filter_map(|s| s.held_for).collect();
         ages.sort_unstable();
         state.held_for = ages.get(ages.len().saturating_sub(1) / 2).copied();
