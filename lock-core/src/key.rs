@@ -332,10 +332,22 @@ mod tests {
         // held lock's key back from its name, and must not skip these.
         let hashed = names("x}");
         let tag = &hashed.name()["lock:{".len()..hashed.name().find('}').unwrap_or(0)];
-        for user in ["#0", "#", "#0123456789abcdef", tag, "#0123456789abcdefX", "x}", "#{"] {
+        for user in [
+            "#0",
+            "#",
+            "#0123456789abcdef",
+            tag,
+            "#0123456789abcdefX",
+            "x}",
+            "#{",
+        ] {
             let key = names(user);
             let back = LockKey::from_name("lock:", key.name());
-            assert_eq!(back.map(|k| k.user().to_owned()).as_deref(), Some(user), "{user}");
+            assert_eq!(
+                back.map(|k| k.user().to_owned()).as_deref(),
+                Some(user),
+                "{user}"
+            );
             assert_eq!(user_of_name("lock:", key.name()), Some(user), "{user}");
         }
     }
