@@ -119,6 +119,8 @@ impl EtcdBackend {
     /// holder finds its key gone at its next renewal. A transaction sent again after a
     /// dropped connection keeps the condition, so it can never remove the next holder; if
     /// its answer says nothing was deleted, the first one may have been: an error says so.
+    /// The same transaction leaves a mark on the holder key's lease (`lock::forced_key`) for
+    /// the evicted holder's release.
     pub(super) async fn force_unlock_lock(
         &self,
         key: &LockKey,

@@ -106,6 +106,8 @@ impl ZooKeeperBackend {
     /// lock at once; the evicted holder finds its node gone at its next renewal. A delete sent
     /// again after a connection loss keeps the condition, so it can never remove the next
     /// holder; if it then finds no node, the first may have removed it: an error says so.
+    /// The lock's node records the removed node's name in the same `multi` (see
+    /// `lock::FORCED`): the evicted holder's release sent again reads it there.
     pub(super) async fn force_unlock_lock(
         &self,
         key: &LockKey,

@@ -143,12 +143,19 @@ async fn a_forced_out_holder_learns_at_its_renewal() {
         "the evicted holder's fenced write was accepted"
     );
     within(held.lost()).await;
+    assert_eq!(marks(&etcd).await.len(), 1, "the removal's mark");
     assert!(matches!(
         held.release().await,
         Err(LockError::LeaseLost { .. })
     ));
     assert!(operator.inspect("job").await.unwrap().held);
     next.release().await.unwrap();
+    // The evicted holder's release, which read the mark, deleted it.
+    let gone = Instant::now();
+    while !marks(&etcd).await.is_empty() {
+        assert!(gone.elapsed() < Duration::from_secs(5), "the mark stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The marks force unlock left under `lock:{job}/forced/`: each one's etcd lease.
