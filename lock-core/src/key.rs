@@ -236,11 +236,15 @@ impl LockKey {
 /// checking it (no hashing: [`LockKey::from_name`] checks); `None` when it has not the shape.
 pub(crate) fn user_of_name<'a>(prefix: &str, name: &'a str) -> Option<&'a str> {
     let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
-    match rest.strip_prefix('#') {
-        // A hashed key: `#` and 16 hex digits, `}`, then the key itself.
-        Some(hashed) => hashed.get(17..),
-        None => rest.strip_suffix('}'),
+    // A hashed key: `#` and 16 hex digits, `}`, then the key itself, which holds a brace. A
+    // plain key holds none (it ends at the name's only `}`), though it may start with `#`.
+    if let Some(hashed) = rest.strip_prefix('#')
+        && hashed.as_bytes().get(16) == Some(&b'}')
+        && let Some(user) = hashed.get(17..).filter(|u| u.contains(['{', '}']))
+    {
+        return Some(user);
     }
+    rest.strip_suffix('}')
 }
 
 fn validate_key(user: &str) -> Result<(), LockError> {
@@ -320,6 +324,32 @@ mod tests {
         assert_eq!(k.channel_name(), "lock:{order:42}:released");
         assert_eq!(k.waiters(), "lock:{order:42}:waiters");
         assert_eq!(k.user(), "order:42");
+    }
+
+    #[test]
+    fn names_read_back_as_their_keys_even_when_a_key_starts_with_a_hash_sign() {
+        // A plain key may start with `#` (only a brace makes a key hashed): `list` reads every
+        // held lock's key back from its name, and must not skip these.
+        let hashed = names("x}");
+        let tag = &hashed.name()["lock:{".len()..hashed.name().find('}').unwrap_or(0)];
+        for user in [
+            "#0",
+            "#",
+            "#0123456789abcdef",
+            tag,
+            "#0123456789abcdefX",
+            "x}",
+            "#{",
+        ] {
+            let key = names(user);
+            let back = LockKey::from_name("lock:", key.name());
+            assert_eq!(
+                back.map(|k| k.user().to_owned()).as_deref(),
+                Some(user),
+                "{user}"
+            );
+            assert_eq!(user_of_name("lock:", key.name()), Some(user), "{user}");
+        }
     }
 
     #[test]

@@ -324,3 +324,44 @@ async fn a_contender_key_nobody_holds_stops_blocking_its_lock_though_its_lease_l
     guard.release().await.expect("release");
     kept.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_out_holder_whose_release_is_sent_again_hears_lease_lost() {
+    let cluster = shared().await;
+    let (etcd, ns) = (cluster.client(), "forced-resent/");
+    let proxy = cluster.proxy(0).await;
+    let first = locker(&through(std::slice::from_ref(&proxy)), ns).await;
+    let operator = locker(&cluster.urls(), ns).await;
+    let guard = first.lock("pay").fenced().await.expect("lock");
+    let key = contenders(&etcd, ns).await.remove(0).key;
+    let len = u8::try_from(key.len()).expect("a short key");
+    assert!(len < 126, "one-byte lengths only");
+    let mut needle = vec![0x1a, len + 2, 0x0a, len];
+    needle.extend_from_slice(&key);
+    // An operator removes the holder's key, before the holder's next renewal (a third of the
+    // lease) tells it.
+    let removed = operator.force_unlock("pay").await.expect("force_unlock");
+    assert!(removed.is_some());
+    // The holder's release finds its key gone; its answer is lost with the connection, and the
+    // release sent again on a new one finds the key gone too, while the holder's lease lives:
+    // the key went by the operator's hand, not the release's.
+    proxy.freeze_after(&needle);
+    let release = tokio::spawn(guard.release());
+    proxy.wait_frozen().await;
+    proxy.cut();
+    proxy.restore();
+    let answer = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("the release hung")
+        .expect("task");
+    assert!(proxy.accepted() >= 2, "the release was not sent again");
+    assert!(
+        matches!(answer, Err(LockError::LeaseLost { .. })),
+        "a release of a lock an operator removed: {answer:?}"
+    );
+    // Nothing of the removal is left behind once the holder knows.
+    eventually("no key left", Duration::from_secs(5), async || {
+        etcd.range_prefix(ns).await.is_empty()
+    })
+    .await;
+}

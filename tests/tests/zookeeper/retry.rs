@@ -254,3 +254,39 @@ async fn a_waiter_giving_up_while_its_create_is_unanswered_leaves_no_node() {
     );
     next.unwrap().release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_out_holder_whose_release_is_sent_again_hears_lease_lost() {
+    let (hosts, zk, proxy, through) = tree_and_proxy("forced-resent").await;
+    // Its requests wait longer than the connection's drop: the release is sent again on the
+    // next connection instead of going on in the background.
+    let patient = backend_with(&through, SESSION, Duration::from_secs(5)).await;
+    let first = Locker::builder(patient).lease(LEASE).build();
+    let operator = locker(&hosts).await;
+    let guard = first.lock("pay").fenced().await.expect("lock");
+    let old = contenders(&zk, "pay").await.remove(0);
+    let path = format!("{}{}/{}", root(&hosts), lock_dir("pay"), old.name);
+    let mut needle = vec![0, 0, 0, 2];
+    needle.extend_from_slice(&u32::try_from(path.len()).unwrap().to_be_bytes());
+    needle.extend_from_slice(path.as_bytes());
+    // An operator removes the holder's node, before the holder's next renewal tells it.
+    let removed = operator.force_unlock("pay").await.expect("force_unlock");
+    assert!(removed.is_some());
+    // The holder's release finds its node gone; its answer is lost with the connection, and
+    // the delete sent again on the same live session finds no node either: the operator's
+    // removal, not the release's own first delete.
+    proxy.freeze_after(&needle);
+    let release = tokio::spawn(guard.release());
+    proxy.wait_frozen().await;
+    proxy.cut();
+    proxy.restore();
+    let answer = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("the release hung")
+        .expect("task");
+    assert!(proxy.accepted() >= 2, "the release was not sent again");
+    assert!(
+        matches!(answer, Err(LockError::LeaseLost { .. })),
+        "a release of a lock an operator removed: {answer:?}"
+    );
+}

@@ -20,7 +20,8 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
 };
 
 use super::EtcdBackend;
@@ -37,6 +38,17 @@ const PAGE_KEYS: i64 = 500;
 /// Locks inspected in one transaction of a listing page: one range each, within etcd's
 /// default `--max-txn-ops` of 128.
 const PER_TXN: usize = 128;
+
+/// What one try of a force unlock's delete did.
+#[derive(Debug, PartialEq)]
+pub(super) enum Removal {
+    /// The holder key read was removed: its state from just before.
+    Removed(LockState),
+    /// It was gone (its holder left): nothing removed.
+    Gone,
+    /// It is still there, moved to another etcd lease: to be read again.
+    Moved,
+}
 
 /// What one read of a lock's contenders found: the holder key, and how many keys there are.
 pub(super) struct Found {
@@ -107,39 +119,77 @@ impl EtcdBackend {
     /// holder finds its key gone at its next renewal. A transaction sent again after a
     /// dropped connection keeps the condition, so it can never remove the next holder; if
     /// its answer says nothing was deleted, the first one may have been: an error says so.
+    /// The same transaction leaves a mark on the holder key's lease (`lock::forced_key`) for
+    /// the evicted holder's release.
     pub(super) async fn force_unlock_lock(
         &self,
         key: &LockKey,
     ) -> Result<Option<LockState>, LockError> {
-        let found = self.read_holder(key, "force_unlock").await?;
-        self.remove_holder(key, &found).await
+        // A holder key moved to another lease (an `extend`) between the read and the delete is
+        // read again: the same key (its create revision), never the next holder's.
+        for _ in 0..3 {
+            let found = self.read_holder(key, "force_unlock").await?;
+            match self.remove_holder(key, &found).await? {
+                Removal::Moved => {}
+                Removal::Removed(state) => return Ok(Some(state)),
+                Removal::Gone => return Ok(None),
+            }
+        }
+        Err(LockError::backend(
+            "force_unlock",
+            Some(key.user()),
+            std::io::Error::other(
+                "the holder's key kept moving between leases; nothing was removed",
+            ),
+        ))
     }
 
     /// The delete of [`force_unlock_lock`](Self::force_unlock_lock), of the holder key `found`
-    /// names (read before).
+    /// names (read before), on the lease read: with it, a mark on that lease (see
+    /// `lock::forced_key`) tells the evicted holder's release that an operator removed its key.
     pub(super) async fn remove_holder(
         &self,
         key: &LockKey,
         found: &Found,
-    ) -> Result<Option<LockState>, LockError> {
+    ) -> Result<Removal, LockError> {
         let Some(holder) = &found.holder else {
-            return Ok(None);
+            return Ok(Removal::Gone);
         };
         // Read before the delete: after it, the lease may be gone with it.
         let state = self.state(key, found).await;
         let ck = holder.key().to_vec();
+        let mut ours = vec![Compare::create_revision(
+            ck.clone(),
+            CompareOp::Equal,
+            holder.create_revision(),
+        )];
+        let mut removal = vec![TxnOp::delete(ck.clone(), None)];
+        // The mark that tells the evicted holder's release (sent again after a dropped
+        // connection, it finds its key gone) that an operator removed it: on the key's lease,
+        // so it never outlives its holder (and the key still on that lease: else etcd would
+        // refuse the mark's lease, or keep it past the holder's).
+        if holder.lease() != 0 {
+            ours.push(Compare::lease(ck.clone(), CompareOp::Equal, holder.lease()));
+            let mark = super::lock::forced_key(&String::from_utf8_lossy(&ck));
+            let on = PutOptions::new().with_lease(holder.lease());
+            removal.push(TxnOp::put(mark, "", Some(on)));
+        }
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                ck.clone(),
-                CompareOp::Equal,
-                holder.create_revision(),
-            )])
-            .and_then([TxnOp::delete(ck, None)]);
+            .when(ours)
+            .and_then(removal)
+            .or_else([TxnOp::get(ck, Some(GetOptions::new().with_keys_only()))]);
         let (answer, resent) = self.txn_sent("force_unlock", Some(key), txn).await?;
         if answer.succeeded() {
             // This process's listeners learn at once; others' waiters through their watches.
             self.inner.listeners.lock().wake(key.name(), b"released");
-            return Ok(Some(state));
+            return Ok(Removal::Removed(state));
+        }
+        let kept = super::lock::ranges(&answer).into_iter().flatten().next();
+        if let Some(kv) = kept
+            && kv.create_revision() == holder.create_revision()
+        {
+            // The same key, on another lease now: read again.
+            return Ok(Removal::Moved);
         }
         if resent {
             return Err(LockError::backend(
@@ -152,7 +202,7 @@ impl EtcdBackend {
         }
         // The holder read left before the delete (released, or its lease ended): nothing was
         // removed, and whoever took the lock since is not removed either.
-        Ok(None)
+        Ok(Removal::Gone)
     }
 
     /// A page of the held locks under `prefix` whose keys match `pattern`: one key-ordered

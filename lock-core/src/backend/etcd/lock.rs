@@ -171,6 +171,19 @@ impl EtcdBackend {
         Some(Duration::from_secs(secs.saturating_sub(1).max(1)))
     }
 
+    /// Deletes `force_unlock`'s mark `mark` (see [`forced_key`]) in the background, once: one
+    /// that fails ends with the lease it is on.
+    fn forget_mark(&self, mark: String) {
+        let inner = Arc::downgrade(&self.inner);
+        crate::background::spawn(async move {
+            let Some(inner) = inner.upgrade() else { return };
+            let txn = Txn::new().and_then([TxnOp::delete(mark, None)]);
+            if let Err(e) = (EtcdBackend { inner }).txn("release", None, txn).await {
+                tracing::debug!(error = %e, "deleting a removed lock's mark failed; it ends with its lease");
+            }
+        });
+    }
+
     /// The seconds etcd says lease `lease` still runs; `None` when it does not answer in
     /// time or no longer knows the lease.
     async fn lease_left(&self, lease: i64) -> Option<u64> {
@@ -512,15 +525,26 @@ impl EtcdBackend {
         // (only this token's attempts create a key of this name, and a token released is
         // never used again), and a failed delete goes on in the background.
         self.inner.contenders.lock().remove(&ck);
-        let (deleted, resent) = self.delete(key, &ck, ours, "release").await?;
+        // When our key is gone, the same transaction reads whether an operator removed it
+        // (`force_unlock` leaves a mark: see `forced_key`).
+        let mark = forced_key(&ck);
+        let (deleted, resent, forced) = self
+            .delete_or_read(key, &ck, ours, "release", Some(&mark))
+            .await?;
+        if forced {
+            // The mark has told what it had to: gone with it, in the background.
+            self.forget_mark(mark);
+            return Ok(false);
+        }
         if deleted || !resent {
             return Ok(deleted);
         }
         // Sent again after a connection dropped: the first delete may have gone through, its
         // answer lost. Nothing but this backend deletes a contender key while its lease lives
-        // (a release, a leave, the sweep of keys nobody uses; etcd ends it with the lease), and
-        // none of ours but this release would delete this one: while our lease lives, the key
-        // went by this release's hand.
+        // (a release, a leave, the sweep of keys nobody uses; etcd ends it with the lease)
+        // without a mark (`force_unlock` leaves one on the key's lease, read above), and none of
+        // ours but this release would delete this one: while our lease lives, the key went by
+        // this release's hand.
         Ok(match lease {
             Some(lease) => self.lease_left(lease).await.is_some(),
             None => false,
@@ -549,15 +573,32 @@ impl EtcdBackend {
         ours: Compare,
         operation: &'static str,
     ) -> Result<(bool, bool), LockError> {
+        let (deleted, resent, _) = self.delete_or_read(key, ck, ours, operation, None).await?;
+        Ok((deleted, resent))
+    }
+
+    /// [`delete`](Self::delete), which also reads key `otherwise` when `ours` does not hold,
+    /// in the same transaction: the third answer says whether that key exists.
+    async fn delete_or_read(
+        &self,
+        key: &LockKey,
+        ck: &str,
+        ours: Compare,
+        operation: &'static str,
+        otherwise: Option<&str>,
+    ) -> Result<(bool, bool, bool), LockError> {
+        let read = otherwise.map(|k| TxnOp::get(k, Some(GetOptions::new().with_keys_only())));
         let txn = Txn::new()
             .when([ours.clone()])
-            .and_then([TxnOp::delete(ck, None)]);
+            .and_then([TxnOp::delete(ck, None)])
+            .or_else(read.into_iter().collect::<Vec<_>>());
         match self.txn_sent(operation, Some(key), txn.clone()).await {
             Ok((answer, resent)) => {
                 if answer.succeeded() {
                     self.inner.listeners.lock().wake(key.name(), b"released");
                 }
-                Ok((answer.succeeded(), resent))
+                let found = !answer.succeeded() && ranges(&answer).iter().any(|r| !r.is_empty());
+                Ok((answer.succeeded(), resent, found))
             }
             Err(e) => {
                 let (inner, name) = (Arc::downgrade(&self.inner), key.name().to_owned());
@@ -769,6 +810,19 @@ impl EtcdBackend {
             }
         }
         Ok(verdicts)
+    }
+}
+
+/// The mark `force_unlock` leaves when it removes contender key `ck` (`N K/q/<token>`):
+/// `N K/forced/<token>`, on the removed key's etcd lease, in the same transaction. The evicted
+/// holder's release reads it when it finds its key gone (so a release sent again after a
+/// dropped connection tells an operator's removal from its own first delete) and deletes it;
+/// a holder whose process ended takes it with its lease. It is no contender key (not under
+/// `K/q/`), so no listing, inspection or sweep counts it.
+pub(super) fn forced_key(ck: &str) -> String {
+    match ck.rsplit_once("/q/") {
+        Some((name, token)) => format!("{name}/forced/{token}"),
+        None => format!("{ck}/forced"),
     }
 }
 

@@ -10,6 +10,8 @@
 //!   (identity, lease, since when it holds or queues: `backend::stamp`), for `inspect`.
 //! - `N K/result`: the idempotency record (a result or a "started" mark), bound to a lease of
 //!   the record's TTL, written only while our contender key still exists.
+//! - `N K/forced/<token>`: the mark `force_unlock` leaves on a removed holder key's lease, read
+//!   and deleted by that holder's release (`lock::forced_key`).
 //!
 //! Reads are linearizable (etcd's default) and writes go through Raft: a client that reaches
 //! only a minority of the members gets an error, never a lock.

@@ -106,6 +106,8 @@ impl ZooKeeperBackend {
     /// lock at once; the evicted holder finds its node gone at its next renewal. A delete sent
     /// again after a connection loss keeps the condition, so it can never remove the next
     /// holder; if it then finds no node, the first may have removed it: an error says so.
+    /// The lock's node records the removed node's name in the same `multi` (see
+    /// `lock::FORCED`): the evicted holder's release sent again reads it there.
     pub(super) async fn force_unlock_lock(
         &self,
         key: &LockKey,
@@ -167,9 +169,53 @@ impl ZooKeeperBackend {
         holder: &Holder,
     ) -> Result<Removal, LockError> {
         let mut resent = false;
+        // With the delete, the lock's node records the removed node's name (see
+        // `lock::FORCED`): the evicted holder's release, sent again after a lost connection
+        // and finding its node gone, reads it there.
+        let (dir, name) = holder.path.rsplit_once('/').unwrap_or_default();
+        let mark = [super::lock::FORCED, name.as_bytes()].concat();
+        let mut marked = true;
         loop {
-            let sent = session.client.delete(&holder.path, Some(holder.version));
-            match self.within(sent).await {
+            // `None`: refused for the mark alone (nothing done), to be sent without it.
+            let sent = async {
+                if !marked {
+                    return Some(
+                        session
+                            .client
+                            .delete(&holder.path, Some(holder.version))
+                            .await,
+                    );
+                }
+                let mut writer = session.client.new_multi_writer();
+                let added = writer
+                    .add_delete(&holder.path, Some(holder.version))
+                    .and_then(|()| writer.add_set_data(dir, &mark, None));
+                if let Err(e) = added {
+                    return Some(Err(e));
+                }
+                match writer.commit().await {
+                    Ok(_) => Some(Ok(())),
+                    // The operator may delete the lock's nodes without writing its data
+                    // (an ACL of its own): the removal goes on without the mark.
+                    Err(zk::MultiWriteError::OperationFailed {
+                        index: 1,
+                        source: zk::Error::NoAuth,
+                    }) => None,
+                    Err(e) => Some(Err(e.into())),
+                }
+            };
+            let sent = match tokio::time::timeout(self.inner.request_timeout, sent)
+                .await
+                .ok()
+            {
+                Some(None) => {
+                    marked = false;
+                    continue;
+                }
+                Some(Some(answer)) => Some(answer),
+                None => None,
+            };
+            match sent {
                 Some(Ok(())) => return Ok(Removal::Removed),
                 Some(Err(zk::Error::NoNode)) if resent => {
                     return Err(LockError::backend(

@@ -19,6 +19,13 @@ use crate::token::Token;
 /// The most reads one renewal sends in one multi-read.
 const MAX_READS: usize = 1000;
 
+/// What `force_unlock` writes in a lock's node (the parent of its contender nodes) with the
+/// delete of a holder's node, followed by that node's name: a release sent again after a lost
+/// connection that finds its node gone reads there whether an operator removed it (then
+/// `LeaseLost`) or its own first delete went through (`Ok`). Only the latest removal of a
+/// lock is named; older versions leave the data empty and never read it.
+pub(super) const FORCED: &[u8] = b"forced:";
+
 /// A contender node's name: `<kind>-<token>-<sequence>`, the kind `q` for a waiter, `f` for a
 /// fair waiter, `t` for a single attempt (deleted before it answers, unless it holds).
 pub(super) struct Node<'a> {
@@ -566,12 +573,17 @@ impl ZooKeeperBackend {
                     return Ok(true);
                 }
                 Ok(Err(zk::Error::NoNode)) => {
-                    let ours = resent
+                    let mut ours = resent
                         && self
                             .inner
                             .sessions
                             .live()
                             .is_some_and(|s| s.id == session.id);
+                    if ours {
+                        // Unless an operator removed it: `force_unlock` names the node it
+                        // removed in the lock's node.
+                        ours = !self.forced(&session, key, &path, operation).await?;
+                    }
                     if ours {
                         self.inner.listeners.lock().wake(key.name(), b"released");
                     }
@@ -588,6 +600,28 @@ impl ZooKeeperBackend {
                     return Err(timed_out(operation, Some(key.user())));
                 }
             }
+        }
+    }
+
+    /// Whether `force_unlock` removed node `path` (see [`FORCED`]): its parent names it.
+    async fn forced(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        path: &str,
+        operation: &'static str,
+    ) -> Result<bool, LockError> {
+        let Some((dir, name)) = path.rsplit_once('/') else {
+            return Ok(false);
+        };
+        match self.within(session.client.get_data(dir)).await {
+            Some(Ok((data, _))) => Ok(data
+                .strip_prefix(FORCED)
+                .is_some_and(|n| n == name.as_bytes())),
+            // No lock node: nobody named ours (ZooKeeper drops it once empty).
+            Some(Err(zk::Error::NoNode)) => Ok(false),
+            Some(Err(e)) => Err(backend_error(operation, Some(key.user()), e)),
+            None => Err(timed_out(operation, Some(key.user()))),
         }
     }
 

@@ -67,7 +67,10 @@ async fn force_unlock_removes_only_the_holder_it_read() {
     first.release().await.unwrap();
     let second = b.lock("job").fenced().await.unwrap();
     for _ in 0..2 {
-        assert_eq!(operator.remove_holder(&key, &read).await.unwrap(), None);
+        assert_eq!(
+            operator.remove_holder(&key, &read).await.unwrap(),
+            super::super::inspect::Removal::Gone
+        );
         let state = operator.inspect_lock(&key).await.unwrap();
         assert!(state.held, "{state:?}");
         assert_eq!(state.fence, second.fence());
@@ -140,12 +143,68 @@ async fn a_forced_out_holder_learns_at_its_renewal() {
         "the evicted holder's fenced write was accepted"
     );
     within(held.lost()).await;
+    assert_eq!(marks(&etcd).await.len(), 1, "the removal's mark");
     assert!(matches!(
         held.release().await,
         Err(LockError::LeaseLost { .. })
     ));
     assert!(operator.inspect("job").await.unwrap().held);
     next.release().await.unwrap();
+    // The evicted holder's release, which read the mark, deleted it.
+    let gone = Instant::now();
+    while !marks(&etcd).await.is_empty() {
+        assert!(gone.elapsed() < Duration::from_secs(5), "the mark stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The marks force unlock left under `lock:{job}/forced/`: each one's etcd lease.
+async fn marks(etcd: &Etcd) -> Vec<i64> {
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let mut raw = etcd.raw().await;
+    let answer = raw.get("lock:{job}/forced/", Some(options)).await.unwrap();
+    answer
+        .kvs()
+        .iter()
+        .map(etcd_client::KeyValue::lease)
+        .collect()
+}
+
+/// A holder key moved to another etcd lease (an `extend`) between a force unlock's read and its
+/// delete is read again and removed (the same key: its create revision), its mark on the lease
+/// the key was on; the evicted holder's release reads the mark (`LeaseLost`) and deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_moved_to_another_lease_is_read_again_and_its_mark_goes_with_its_release() {
+    let etcd = Etcd::start().await;
+    let operator = etcd.backend().await;
+    let a = Locker::builder(etcd.backend().await)
+        .lease(ETCD_MIN_LEASE)
+        .holder("a")
+        .build();
+    let key = LockKey::new(crate::DEFAULT_PREFIX, "job").unwrap();
+    let held = a.lock("job").fenced().await.unwrap();
+    let read = operator.read_holder(&key, "force_unlock").await.unwrap();
+    held.extend(ETCD_MIN_LEASE * 4).await.unwrap();
+    assert_eq!(
+        operator.remove_holder(&key, &read).await.unwrap(),
+        super::super::inspect::Removal::Moved
+    );
+    assert!(operator.inspect_lock(&key).await.unwrap().held);
+    let removed = operator.force_unlock_lock(&key).await.unwrap().unwrap();
+    assert_eq!(removed.fence, held.fence());
+    assert_eq!(removed.holder.as_deref(), Some("a"));
+    let on = marks(&etcd).await;
+    assert_eq!(on.len(), 1, "one mark");
+    assert_ne!(on[0], 0, "the mark is on the holder's lease");
+    assert!(matches!(
+        held.release().await,
+        Err(LockError::LeaseLost { .. })
+    ));
+    let gone = Instant::now();
+    while !marks(&etcd).await.is_empty() {
+        assert!(gone.elapsed() < Duration::from_secs(5), "the mark stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A listing reads pages of at most 500 keys: a lock whose keys run past a page's end is
