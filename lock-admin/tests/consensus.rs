@@ -3,7 +3,12 @@
 //! name, and the binary's `inspect`, `list` and `unlock --yes` on it through `etcd://` and
 //! `zookeeper://` URLs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
 
 mod support;
 
@@ -39,7 +44,10 @@ async fn inspect_list_and_unlock(url: &str, holder: Locker, waiter: Locker) {
 
     let ran = admin(&["--url", url, "unlock", "order:1", "--yes"], None).await;
     assert_eq!(ran.code, 0, "{ran:?}");
-    assert!(ran.stdout.contains(HOLDER), "prints the holder removed: {ran:?}");
+    assert!(
+        ran.stdout.contains(HOLDER),
+        "prints the holder removed: {ran:?}"
+    );
     let served = tokio::time::timeout(SOON, waiting)
         .await
         .expect("the waiter served after the unlock")
