@@ -411,33 +411,48 @@ async fn bad_arguments_are_refused_with_a_reason_and_code_2() {
     assert!(ran.stderr.contains("cannot connect"), "{ran:?}");
 }
 
-/// Redlock: until lock-core inspects it, each command says so clearly (code 5); once it
-/// does, the same commands work.
+/// Redlock: a lock held on three servers is inspected (held, with its holder) and listed
+/// once; once released, the listing is empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_answers_or_says_clearly_that_it_cannot_yet() {
+async fn redlock_locks_are_inspected_and_listed() {
     let servers: Vec<lock_testkit::RedisServer> =
         (0..3).map(|_| lock_testkit::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let backend = lock_core::RedlockBackend::connect(&urls)
+        .await
+        .expect("connect");
+    let locker = lock_core::Locker::builder(backend)
+        .prefix("rli:")
+        .holder("app-2")
+        .build();
     let hosts: Vec<String> = servers
         .iter()
         .map(|s| format!("127.0.0.1:{}", s.port()))
         .collect();
     let url = format!("redlock://{}", hosts.join(","));
-    for command in [&["inspect", "k"][..], &["list"], &["unlock", "k", "--yes"]] {
-        let args: Vec<&str> = ["--url", url.as_str()]
-            .into_iter()
-            .chain(command.iter().copied())
-            .collect();
-        let ran = admin(&args, None).await;
-        match ran.code {
-            5 => assert!(
-                ran.stderr.contains("Redlock: this backend cannot"),
-                "{command:?}: {ran:?}"
-            ),
-            // Landed: a free lock inspected, nothing listed, nothing held to remove.
-            0 | 4 => assert!(!ran.stderr.contains("panicked"), "{command:?}: {ran:?}"),
-            _ => panic!("{command:?}: {ran:?}"),
-        }
-    }
+    let guard = locker.lock("k").await.unwrap();
+
+    let inspected = admin(
+        &["--url", &url, "--prefix", "rli:", "--json", "inspect", "k"],
+        None,
+    )
+    .await;
+    assert_eq!(inspected.code, 0, "{inspected:?}");
+    let state = &inspected.json_lines()[0];
+    assert_eq!(state["held"], true, "{state}");
+    assert_eq!(state["holder"], "app-2", "{state}");
+
+    let listed = admin(&["--url", &url, "--prefix", "rli:", "--json", "list"], None).await;
+    assert_eq!(listed.code, 0, "{listed:?}");
+    let states = listed.json_lines();
+    assert_eq!(states.len(), 1, "{listed:?}");
+    assert_eq!(states[0]["key"], "k");
+    assert_eq!(states[0]["holder"], "app-2");
+
+    guard.release().await.unwrap();
+    let after = admin(&["--url", &url, "--prefix", "rli:", "list"], None).await;
+    assert_eq!((after.code, after.stdout.as_str()), (0, ""), "{after:?}");
 }
 
 /// `lock-admin list | head`: the reader closes the pipe early; the listing ends quietly
