@@ -306,7 +306,12 @@ async fn renewal_keeps_a_lock_past_its_lease() {
         b.try_lock("job").await,
         Err(LockError::Busy { .. })
     ));
-    guard.release().await.unwrap();
+    // Seen once in a full run on a loaded machine: `LeaseLost` here. The backend forgets a key
+    // only after its local validity passed (a renewal's verdict dates it from the answer, the
+    // guard from the send), so that answer means the watchdog was starved past the 2 s lease:
+    // the stats tell a starved watchdog (late or failed renewals) from anything else.
+    let released = guard.release().await;
+    assert!(released.is_ok(), "{released:?}: {:?}", a.stats());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
