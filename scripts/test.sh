@@ -3,7 +3,8 @@
 # zookeeper (with a JRE) and protobuf-compiler (Debian/Ubuntu, apt) when they are missing, checks formatting, lints,
 # docs, the guide (mdbook, installed with cargo when missing), feature combinations and the
 # declared minimum Rust version, then runs every test of the workspace. Tests start their own
-# redis-server, etcd and ZooKeeper processes on free ports.
+# redis-server, etcd and ZooKeeper processes on free ports; valgrind (also installed when
+# missing) counts the bench's client instructions in its quick run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,8 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+# The bench's instruction counts (its quick run is a test) run it under callgrind.
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 # The TLS tests' certificates are made with the openssl command (testkit/src/tls.rs).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # ZooKeeper: Debian's `zookeeper` (the jars, and a JRE through default-jre), which the test kit
@@ -40,7 +43,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null || status=$?
   [ -z "$policy" ] || $SUDO rm -f "$policy"
   [ "$status" -eq 0 ] || { echo "apt-get install ${missing[*]} failed ($status)" >&2; exit 1; }
-  for binary in redis-server etcd protoc java openssl; do
+  for binary in redis-server etcd protoc java openssl valgrind; do
     command -v "$binary" >/dev/null 2>&1 || { echo "$binary still missing after apt-get install" >&2; exit 1; }
   done
   [ -f /usr/share/java/zookeeper.jar ] || { echo "/usr/share/java/zookeeper.jar still missing after apt-get install" >&2; exit 1; }

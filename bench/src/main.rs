@@ -44,8 +44,9 @@ usage: lock-bench [--quick] [--out PATH] [--redis-url URL] [--only SECTION]
   --redis-url URL  benchmark this Redis instead of starting one (also: REDIS_URL); the
                    cluster and redlock sections always start their own servers
   --only SECTION   run one section and print its table rows and a note naming the run on
-                   stdout, no report written (a partial run); sections: latency throughput
-                   handoff hot watchdog layer idempotency cluster redlock, and etcd when
+                   stdout, no report written (a partial run); sections: latency
+                   instructions (needs valgrind) throughput handoff hot watchdog layer
+                   idempotency cluster redlock, and etcd when
                    built with `--features etcd` (its own etcd member, started by the bench),
                    zookeeper when built with `--features zookeeper` (its own server)
 ";

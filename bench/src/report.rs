@@ -14,8 +14,8 @@ use crate::scenarios::Etcd;
 #[cfg(feature = "zookeeper")]
 use crate::scenarios::ZooKeeper;
 use crate::scenarios::{
-    CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Layer, Memory,
-    PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
+    CLUSTER_TASKS, Cluster, Handoff, HandoffFloors, HotFigures, Idempotency, Instructions, Layer,
+    Memory, PRIMARIES, Plan, REDLOCK_SERVERS, Redlock, Throughput, Uncontended, Watchdog,
 };
 use crate::stats::{Latencies, fmt_ns, fmt_rate, group};
 use crate::svg::{Marker, Series, cdf_chart};
@@ -44,6 +44,7 @@ pub(crate) struct Results {
     pub(crate) machine: Machine,
     pub(crate) plan: Plan,
     pub(crate) uncontended: (Uncontended, Memory),
+    pub(crate) instructions: Instructions,
     pub(crate) many: Throughput,
     /// Ours, seed and rslock, in this order.
     pub(crate) handoffs: [Handoff; 3],
@@ -79,6 +80,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 fn results(r: &Results) -> String {
     [
         latency_rows(&r.uncontended.0, &r.uncontended.1),
+        instruction_rows(&r.instructions),
         many_rows(&r.many),
         handoff_rows(&r.handoffs, &r.handoff_floors),
         hot_rows(&r.hot),
@@ -144,6 +146,34 @@ pub(crate) fn latency_rows(u: &Uncontended, m: &Memory) -> String {
         fmt_ns(MEMORY_NS),
         met(m.p50() < MEMORY_NS),
     )
+}
+
+/// Client instructions per uncontended lock + release cycle (callgrind), against the seed.
+pub(crate) fn instruction_rows(i: &Instructions) -> String {
+    let mut s = String::new();
+    for shape in &i.shapes {
+        let [ours, seed, rslock] = shape.per_cycle;
+        let tasks = match shape.tasks {
+            1 => "1 task".to_owned(),
+            n => format!("{n} tasks x {} keys", shape.keys),
+        };
+        let x = ratio(ours, seed);
+        let _ = writeln!(
+            s,
+            "| Client instructions per uncontended lock cycle, {tasks} (callgrind) | {} | {} | {} | \
+             the same Redis work per cycle (one SET, one EVALSHA); runs of {} and {} cycles, the \
+             difference over {} | {x:.2}× the seed (rslock {:.2}×) | ≤ the seed design's | {} |",
+            group(ours),
+            group(seed),
+            group(rslock),
+            shape.cycles,
+            3 * shape.cycles,
+            2 * shape.cycles,
+            ratio(rslock, seed),
+            met(ours <= seed),
+        );
+    }
+    s
 }
 
 /// Many keys in parallel against the better peer, and Redis server time per cycle.
@@ -781,6 +811,14 @@ fn method(r: &Results) -> String {
 - **Uncontended**: one task, lock then release, cycling over 16 keys; ours with its defaults
   (watchdog on). Met when ours' p50 is at most {UNCONTENDED_X_PING}× PING and at most the best
   peer's ratio to the same PING. The memory backend runs the same loop on a memory `Locker`.
+- **Client instructions per cycle**: `valgrind --tool=callgrind` counts the instructions of the
+  client process (every thread; not the redis-server), which is the same count however busy
+  the machine is. Each design runs `lock-bench --cycles DESIGN N TASKS KEYS` (uncontended lock +
+  release cycles on a current-thread runtime, each task on keys of its own, the seed design and
+  rslock as in the other rows, ours with its defaults) twice, with N and 3N cycles: the
+  difference over 2N cancels start-up, connecting and the warm-up. To reproduce, or to read the
+  profiles with `callgrind_annotate`: `bash bench/callgrind.sh` (it keeps them under
+  `target/callgrind/`). Met when ours is at most the seed design's count in the same shape.
 - **Many keys**: `c` tasks on one locker (ours: one `Locker`, one connection), each locking and
   releasing its own 4 keys in a loop; each contender runs {passes} windows of {run:?}/{passes}
   (after {warm:?} of warm-up each), in turn, and the median window is reported. The goal is a

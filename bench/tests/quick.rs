@@ -11,6 +11,7 @@ const ROWS: &[&str] = &[
     "Baseline: SET round trip",
     "Uncontended lock + release (Redis)",
     "Uncontended lock + release (memory)",
+    "Client instructions per uncontended lock cycle, 1 task (callgrind)",
     "Many keys in parallel, 16 tasks (lock cycles/s)",
     "Many keys in parallel, 64 tasks (lock cycles/s)",
     "Many keys in parallel, 256 tasks (lock cycles/s)",

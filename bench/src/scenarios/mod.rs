@@ -7,6 +7,7 @@ mod etcd;
 mod handoff;
 mod hot;
 mod idempotency;
+mod instructions;
 mod latency;
 mod layer;
 mod scaleout;
@@ -37,6 +38,7 @@ pub(crate) use etcd::Etcd;
 pub(crate) use handoff::{Handoff, HandoffFloors};
 pub(crate) use hot::HotFigures;
 pub(crate) use idempotency::Idempotency;
+pub(crate) use instructions::Instructions;
 pub(crate) use latency::{Memory, Uncontended};
 pub(crate) use layer::Layer;
 pub(crate) use scaleout::{CLUSTER_TASKS, Cluster, PRIMARIES, REDLOCK_SERVERS, Redlock};
@@ -76,6 +78,8 @@ pub(crate) struct Plan {
     pub(crate) watchdog_lease: Duration,
     pub(crate) watchdog_window: Duration,
     pub(crate) layer_n: usize,
+    /// Instruction counts (callgrind): (tasks, keys each, cycles of the shorter run).
+    pub(crate) instruction_shapes: Vec<(usize, usize, usize)>,
     /// etcd: samples per measured operation of the uncontended rounds (Range, Put, lock +
     /// release), and handoffs (and watch events) in all.
     #[cfg(feature = "etcd")]
@@ -113,6 +117,7 @@ impl Plan {
             watchdog_lease: ms(3_000),
             watchdog_window: ms(6_000),
             layer_n: 200_000,
+            instruction_shapes: vec![(1, 1, 2_000), (16, 4, 3_200), (64, 4, 6_400)],
             #[cfg(feature = "etcd")]
             etcd_latency_n: 2_000,
             #[cfg(feature = "etcd")]
@@ -141,6 +146,7 @@ impl Plan {
             watchdog_lease: ms(1_000),
             watchdog_window: ms(700),
             layer_n: 2_000,
+            instruction_shapes: vec![(1, 1, 40)],
             #[cfg(feature = "etcd")]
             etcd_latency_n: 40,
             #[cfg(feature = "etcd")]
@@ -267,6 +273,7 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
     }
 
     let uncontended = latency(&plan, &target).await?;
+    let instructions = instructions(&plan, &target).await?;
     let many = throughput(&plan, &target).await?;
     let (handoffs, handoff_floors) = handoffs(&plan, &target).await?;
     let hot = hot(&plan, &target).await?;
@@ -286,6 +293,7 @@ pub(crate) async fn run_all(options: &Options) -> Result<()> {
         machine,
         plan,
         uncontended,
+        instructions,
         many,
         handoffs,
         handoff_floors,
@@ -311,6 +319,11 @@ async fn latency(plan: &Plan, target: &Target) -> Result<(Uncontended, Memory)> 
     let redis = latency::redis_latencies(plan, target).await?;
     progress("latency: uncontended lock + release (memory)");
     Ok((redis, latency::memory_latencies(plan).await?))
+}
+
+async fn instructions(plan: &Plan, target: &Target) -> Result<Instructions> {
+    progress("client instructions per uncontended lock cycle (callgrind)");
+    instructions::instructions(plan, target).await
 }
 
 async fn throughput(plan: &Plan, target: &Target) -> Result<Throughput> {
@@ -375,6 +388,13 @@ async fn run_only(section: &str, plan: &Plan, target: &Target, machine: &Machine
         "latency" => {
             let (u, m) = latency(plan, target).await?;
             (report::latency_rows(&u, &m), "PING, SET")
+        }
+        "instructions" => {
+            let i = instructions(plan, target).await?;
+            (
+                report::instruction_rows(&i),
+                "none: the seed design and rslock, counted alike",
+            )
         }
         "throughput" => {
             let t = throughput(plan, target).await?;
@@ -475,7 +495,7 @@ pub(crate) const SECTIONS: &str = concat!(redis_sections!(), " etcd zookeeper");
 const REDIS_SECTIONS: &str = redis_sections!();
 macro_rules! redis_sections {
     () => {
-        "latency throughput handoff hot watchdog layer idempotency cluster redlock"
+        "latency instructions throughput handoff hot watchdog layer idempotency cluster redlock"
     };
 }
 use redis_sections;
