@@ -104,7 +104,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (role, result) = match args.split_first() {
         Some((flag, args)) if flag == child::CHILD_FLAG => ("child error", child::main(args)),
-        Some((flag, args)) if flag == cycles::CYCLES_FLAG => ("cycles error", cycles::main(args)),
+        Some((flag, args)) if flag == cycles::CYCLES_FLAG => {
+            ("cycles error", cycles::main(args, false))
+        }
+        Some((flag, args)) if flag == cycles::RATE_FLAG => ("rate error", cycles::main(args, true)),
         _ => match parse_options(&args) {
             Ok(options) => ("error", run(&options)),
             Err(msg) => {

@@ -210,6 +210,18 @@ pub(crate) fn many_rows(t: &Throughput) -> String {
             met(x >= MANY_KEYS_X_PEER),
         );
     }
+    for p in &t.pinned {
+        let [ours, seed, rslock] = p.cycles.map(fmt_rate);
+        let (peer, name) = better(p.cycles, |a, b| a >= b);
+        let x = p.cycles[0] / peer;
+        let _ = writeln!(
+            s,
+            "| Many keys in parallel, pinned, {} tasks, {}-thread runtime (lock cycles/s) | {ours} | {seed} | {rslock} | redis-server on core 0, each client a process of its own on core 1 (as on separate hosts) | {x:.2}× the better peer ({name}) | ≥ {MANY_KEYS_X_PEER}× the better of seed and rslock | {} |",
+            p.tasks,
+            p.runtime,
+            met(x >= MANY_KEYS_X_PEER),
+        );
+    }
     let [ours, seed, rslock] = [0, 1, 2].map(|i| {
         let (us, calls) = (t.server_us[i], &t.server_calls[i]);
         format!("{us:.2} µs per cycle (calls per cycle, in-script included: {calls})")
@@ -811,6 +823,13 @@ fn method(r: &Results) -> String {
 - **Uncontended**: one task, lock then release, cycling over 16 keys; ours with its defaults
   (watchdog on). Met when ours' p50 is at most {UNCONTENDED_X_PING}× PING and at most the best
   peer's ratio to the same PING. The memory backend runs the same loop on a memory `Locker`.
+- **Many keys, pinned**: the same loop with the redis-server's threads on core 0 and each
+  design's client a process of its own (`lock-bench --rate`, started under `taskset -c 1`) on
+  core 1, as on separate hosts, so that the client's cost decides its rate; on a
+  current-thread and on a multi-thread tokio runtime, in {passes} windows of
+  {run:?}/{passes} per design after {warm:?} of warm-up, the designs in turn; the median window.
+  The server's affinity is given back to every core afterwards. Only on a server the bench
+  started (a given one cannot be pinned).
 - **Client instructions per cycle**: `valgrind --tool=callgrind` counts the instructions of the
   client process (every thread; not the redis-server), which is the same count however busy
   the machine is. Each design runs `lock-bench --cycles DESIGN N TASKS KEYS` (uncontended lock +

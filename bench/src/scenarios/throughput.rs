@@ -39,10 +39,23 @@ pub(crate) struct ManyKeys {
     pub(crate) client_us: [f64; 3],
 }
 
+/// Many keys with the client and the server on cores of their own (as on separate hosts).
+#[derive(Debug, Clone)]
+pub(crate) struct Pinned {
+    pub(crate) tasks: usize,
+    /// The client's tokio runtime: `current` or `multi`.
+    pub(crate) runtime: &'static str,
+    /// Lock + release cycles/s per design, in `Kind::ALL` order (the median window).
+    pub(crate) cycles: [f64; 3],
+}
+
 /// The many-keys section.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Throughput {
     pub(crate) levels: Vec<ManyKeys>,
+    /// The pinned levels; empty when the server was not started by the bench (it cannot be
+    /// pinned) or the machine has a single core.
+    pub(crate) pinned: Vec<Pinned>,
     /// Redis server time per uncontended lock cycle (commandstats usec of the commands the
     /// client sent, see [`CYCLE_REQUESTS`]), per design in `Kind::ALL` order.
     pub(crate) server_us: [f64; 3],
@@ -228,10 +241,91 @@ pub(crate) async fn many_keys(plan: &Plan, target: &Target) -> Result<Throughput
             client_us: [1, 2, 3].map(|i| medians[i].client_us),
         });
     }
+    let pinned = pinned(plan, target).await?;
     Ok(Throughput {
         levels,
+        pinned,
         server_us,
         server_n: (plan.latency_n / plan.rounds).max(1) * plan.rounds,
         server_calls,
     })
+}
+
+/// The pinned levels: the redis-server (every thread) on the first core, each design's client a
+/// process of its own (`lock-bench --rate`) on the second, at each of `plan.concurrency` tasks on
+/// a current-thread and on a multi-thread runtime, the designs' windows in turn over
+/// `plan.throughput_passes` passes. The server's affinity is given back to every core after.
+async fn pinned(plan: &Plan, target: &Target) -> Result<Vec<Pinned>> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let Some(pid) = target.started.as_ref().and_then(|s| s.pid()) else {
+        return Ok(Vec::new());
+    };
+    if cores < 2 {
+        return Ok(Vec::new());
+    }
+    let pid = pid.to_string();
+    taskset(&["-a", "-p", "-c", "0", &pid]).await?;
+    let measured = async {
+        let exe = std::env::current_exe()?;
+        let window = plan.throughput_run / u32::try_from(plan.throughput_passes).unwrap_or(1);
+        let ms = |d: Duration| d.as_millis().to_string();
+        let (warm, window) = (ms(plan.throughput_warm), ms(window));
+        let mut out = Vec::new();
+        for &tasks in &plan.concurrency {
+            for runtime in ["current", "multi"] {
+                progress(&format!(
+                    "  pinned: {tasks} tasks, {runtime}-thread runtime"
+                ));
+                let mut rates = [(); 3].map(|()| Vec::new());
+                for _ in 0..plan.throughput_passes {
+                    for (kind, rates) in Kind::ALL.iter().zip(rates.iter_mut()) {
+                        let tasks = tasks.to_string();
+                        let keys = KEYS_PER_TASK.to_string();
+                        let run = tokio::process::Command::new("taskset")
+                            .args(["-c", "1"])
+                            .arg(&exe)
+                            .arg(crate::cycles::RATE_FLAG)
+                            .args([kind.name(), &tasks, &keys, runtime, &warm, &window])
+                            .env("REDIS_URL", &target.url)
+                            .kill_on_drop(true)
+                            .output()
+                            .await?;
+                        let said = String::from_utf8_lossy(&run.stdout);
+                        let rate = said.trim().parse::<f64>().map_err(|_| {
+                            let err = String::from_utf8_lossy(&run.stderr);
+                            format!(
+                                "lock-bench --rate {} failed ({}): {err}",
+                                kind.name(),
+                                run.status
+                            )
+                        })?;
+                        rates.push(rate);
+                    }
+                }
+                out.push(Pinned {
+                    tasks,
+                    runtime,
+                    cycles: rates.map(median),
+                });
+            }
+        }
+        Ok::<_, crate::BoxError>(out)
+    }
+    .await;
+    taskset(&["-a", "-p", "-c", &format!("0-{}", cores - 1), &pid]).await?;
+    measured
+}
+
+/// Runs `taskset` with these arguments (util-linux; on every Debian).
+async fn taskset(args: &[&str]) -> Result<()> {
+    let run = tokio::process::Command::new("taskset")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("taskset (util-linux) could not run: {e}"))?;
+    if !run.status.success() {
+        let err = String::from_utf8_lossy(&run.stderr);
+        return Err(format!("taskset {}: {err}", args.join(" ")).into());
+    }
+    Ok(())
 }
