@@ -252,7 +252,7 @@ impl RedisBackend {
                 answer
             }
             batch::Turn::Queued(answer) => {
-                batch::queued(self, answer, batch::Kind::Release, key).await
+                batch::queued(self, answer, batch::Kind::Release, key, false).await
             }
         }
     }
