@@ -11,6 +11,7 @@ mod error;
 mod faithful;
 mod global;
 mod guard;
+mod hash;
 mod idempotency;
 mod inspect;
 mod key;

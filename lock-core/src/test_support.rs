@@ -113,5 +113,6 @@ pub(crate) fn queued(
         remaining: true,
         unrenewed: false,
         holder: "",
+        bounded: false,
     }
 }

@@ -31,12 +31,14 @@ impl Token {
     /// A new token; `shared` when other processes see the lock (every backend but memory).
     pub(crate) fn new(shared: bool) -> Self {
         let bytes = if shared { os_random() } else { rand::random() };
-        let mut hex = String::with_capacity(32);
-        for b in bytes {
-            hex.push(char::from(HEX[usize::from(b >> 4)]));
-            hex.push(char::from(HEX[usize::from(b & 0x0f)]));
+        // The digits written into a fixed buffer, then checked as UTF-8 once (ASCII: it always
+        // is): a `push` per digit checks capacity and encodes a `char` 32 times.
+        let mut hex = [0u8; 32];
+        for (pair, b) in hex.chunks_exact_mut(2).zip(bytes) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0x0f)];
         }
-        Token(hex)
+        Token(String::from_utf8(hex.to_vec()).unwrap_or_default())
     }
 
     /// A new token from the operating system's generator (as every backend shared between

@@ -33,6 +33,11 @@ pub struct AttemptOptions<'a> {
     /// records it with the lock, and with a queued waiter for the hand-over, for
     /// [`Backend::inspect`](super::Backend::inspect) to show; empty when not given.
     pub holder: &'a str,
+    /// The caller bounds this attempt itself: it drops the attempt's future at its own
+    /// deadline (a request that waits, under its wait). A backend then need not arm a bound
+    /// of its own on the attempt (the Redis backend skips the timer of a request it queues
+    /// for a batch); without it, the backend bounds every wait it adds.
+    pub bounded: bool,
 }
 
 /// The answer to [`Backend::keep_if_alone`](super::Backend::keep_if_alone).

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Renewal, Renewed};
 use crate::engine::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
+use crate::hash::FastHash;
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -42,7 +43,8 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Table {
-    map: HashMap<u64, Entry>,
+    /// Keyed by `Held::id`, counted by this process: hashed without SipHash (see `hash`).
+    map: HashMap<u64, Entry, FastHash>,
     /// What the scheduler does now, so that adding a lock wakes it only when it must: most
     /// new locks are due after the one it already sleeps for.
     plan: Plan,
@@ -82,7 +84,7 @@ impl Table {
 }
 
 impl std::ops::Deref for Table {
-    type Target = HashMap<u64, Entry>;
+    type Target = HashMap<u64, Entry, FastHash>;
     fn deref(&self) -> &Self::Target {
         &self.map
     }

@@ -489,15 +489,23 @@ async fn send(backend: &RedisBackend, kind: Kind, batch: Vec<Request>) {
 /// lone call: the batch is sent by a spawned task, which may stop being run (a runtime that is
 /// only driven now and then, sharing the backend with others) while the connection's own
 /// timeouts wait for it; the caller then gets a `Backend` error at the bound, and the batch,
-/// if it ever runs, releases a lock it took for this caller (see [`send`]).
+/// if it ever runs, releases a lock it took for this caller (see [`send`]). Not when the caller
+/// is `bounded` (`AttemptOptions::bounded`): its own deadline drops this future, and a timer
+/// per queued request (about 900 instructions) would only duplicate it.
 pub(super) async fn queued(
     backend: &RedisBackend,
     receiver: oneshot::Receiver<Result<Value, LockError>>,
     kind: Kind,
     key: &LockKey,
+    bounded: bool,
 ) -> Result<Value, LockError> {
     let bound = backend.inner.batches.answer_bound;
-    match tokio::time::timeout(bound, receiver).await {
+    let answer = if bounded {
+        Ok(receiver.await)
+    } else {
+        tokio::time::timeout(bound, receiver).await
+    };
+    match answer {
         Ok(Ok(answer)) => answer,
         Ok(Err(_)) => Err(LockError::protocol(
             operation(kind),
@@ -693,7 +701,7 @@ mod tests {
             let start = tokio::time::Instant::now();
             let waited = tokio::time::timeout(
                 bound + Duration::from_secs(2),
-                queued(&backend, answer, Kind::Acquire, &key),
+                queued(&backend, answer, Kind::Acquire, &key, false),
             )
             .await
             .expect("the queued request waited past its bound");

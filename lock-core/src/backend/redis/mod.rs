@@ -269,6 +269,7 @@ impl RedisBackend {
             remaining,
             unrenewed: _,
             holder,
+            bounded,
         } = options;
         // Once per key prefix: a permission missing for any command the lock runs is reported
         // here, before a lock is taken, never half-way through a release.
@@ -277,7 +278,7 @@ impl RedisBackend {
             .map_err(|e| permissions::for_operation(e, "nothing was locked"))?;
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
             return self
-                .acquire_plain(key, token, lease, remaining, holder)
+                .acquire_plain(key, token, lease, remaining, holder, bounded)
                 .await;
         }
         let mut stamp = String::new();
@@ -346,6 +347,7 @@ impl RedisBackend {
         lease: Duration,
         remaining: bool,
         holder: &str,
+        bounded: bool,
     ) -> Result<Attempt, LockError> {
         // The value in one allocation: the token, then its stamp.
         let mut value = String::with_capacity(token.as_str().len() + holder.len() + 18);
@@ -367,7 +369,8 @@ impl RedisBackend {
             match batch::enter(self, batch::Kind::Acquire, entry) {
                 batch::Turn::Direct(slot) => Some(slot),
                 batch::Turn::Queued(answer) => {
-                    let reply = batch::queued(self, answer, batch::Kind::Acquire, key).await?;
+                    let reply =
+                        batch::queued(self, answer, batch::Kind::Acquire, key, bounded).await?;
                     let pair = match &reply {
                         Value::Array(pair) => pair.as_slice(),
                         _ => &[],

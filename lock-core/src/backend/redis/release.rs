@@ -10,7 +10,7 @@
 //! handoff pays no added round trip. Redlock's servers always send the full release: a Redlock
 //! waiter's entry does not mark the lock (redlock_waiter.lua).
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use redis::{Script, Value};
 
 use super::{RedisBackend, batch};
 use crate::LockError;
+use crate::hash::FastHash;
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -103,7 +104,8 @@ const SLOTS: usize = 1024;
 /// release goes first (the lock's mark decides what is safe, not this).
 pub(super) struct Contention {
     started: Instant,
-    hasher: RandomState,
+    /// Seeded per process (see `crate::hash`): a collision costs a round trip at most.
+    hasher: FastHash,
     slots: Box<[Slot]>,
 }
 
@@ -119,7 +121,7 @@ impl Contention {
     pub(super) fn new() -> Self {
         Contention {
             started: Instant::now(),
-            hasher: RandomState::new(),
+            hasher: FastHash::random(),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
         }
     }
@@ -250,7 +252,7 @@ impl RedisBackend {
                 answer
             }
             batch::Turn::Queued(answer) => {
-                batch::queued(self, answer, batch::Kind::Release, key).await
+                batch::queued(self, answer, batch::Kind::Release, key, false).await
             }
         }
     }

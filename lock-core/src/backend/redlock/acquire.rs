@@ -96,6 +96,8 @@ impl RedlockBackend {
                             remaining: true,
                             unrenewed,
                             holder: &holder,
+                            // Spawned: it outlives its caller's deadline.
+                            bounded: false,
                         };
                         // A waiter is announced before its attempt, on the same connection: a
                         // release after the attempt publishes.

@@ -91,8 +91,14 @@ pub(crate) fn acquire_owned(
     let observed = observe::Acquiring::new(inner, &key, class);
     let inner = inner.clone();
     Ok(async move {
-        let span = observed.span.clone();
-        let result = within_wait(&inner, &key, spec).instrument(span).await;
+        // Not entered and left at every poll when nobody listens (about 250 instructions a
+        // lock).
+        let result = if observed.span.is_disabled() {
+            within_wait(&inner, &key, spec).await
+        } else {
+            let span = observed.span.clone();
+            within_wait(&inner, &key, spec).instrument(span).await
+        };
         observed.finish(&result);
         result
     })

@@ -42,6 +42,8 @@ pub(super) async fn attempt(
                 remaining: spec.wait.is_zero(),
                 unrenewed: !spec.watchdog,
                 holder: &inner.config.holder,
+                // A request that waits is under its wait's bound (`within_wait`).
+                bounded: !spec.wait.is_zero(),
             },
         )
         .await?;

@@ -179,6 +179,7 @@ impl QueuedWaiter {
                     remaining: true,
                     unrenewed: !self.spec.watchdog,
                     holder: &self.inner.config.holder,
+                    bounded: false,
                 },
             )
             .await;

@@ -132,6 +132,7 @@ fn single_attempt() -> AttemptOptions<'static> {
         remaining: true,
         unrenewed: false,
         holder: "",
+        bounded: false,
     }
 }
 
