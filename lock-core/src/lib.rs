@@ -11,7 +11,6 @@ mod error;
 mod faithful;
 mod global;
 mod guard;
-mod hash;
 mod idempotency;
 mod inspect;
 mod key;

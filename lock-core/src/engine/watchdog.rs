@@ -19,7 +19,6 @@ use tokio::time::Instant;
 
 use crate::backend::{Renewal, Renewed};
 use crate::engine::held::{HANDOVER_RENEWAL_BOUND, Held, Phase};
-use crate::hash::FastHash;
 use crate::locker::LockerInner;
 use crate::sync::{Mutex, MutexGuard};
 
@@ -43,8 +42,8 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Table {
-    /// Keyed by `Held::id`, counted by this process: hashed without SipHash (see `hash`).
-    map: HashMap<u64, Entry, FastHash>,
+    /// Keyed by `Held::id`, counted by this process: hashed without SipHash (foldhash: nobody outside chooses these keys).
+    map: HashMap<u64, Entry, foldhash::fast::FixedState>,
     /// What the scheduler does now, so that adding a lock wakes it only when it must: most
     /// new locks are due after the one it already sleeps for.
     plan: Plan,
@@ -84,7 +83,7 @@ impl Table {
 }
 
 impl std::ops::Deref for Table {
-    type Target = HashMap<u64, Entry, FastHash>;
+    type Target = HashMap<u64, Entry, foldhash::fast::FixedState>;
     fn deref(&self) -> &Self::Target {
         &self.map
     }

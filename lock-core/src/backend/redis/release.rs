@@ -19,7 +19,6 @@ use redis::{Script, Value};
 
 use super::{RedisBackend, batch};
 use crate::LockError;
-use crate::hash::FastHash;
 use crate::key::LockKey;
 use crate::token::Token;
 
@@ -104,8 +103,8 @@ const SLOTS: usize = 1024;
 /// release goes first (the lock's mark decides what is safe, not this).
 pub(super) struct Contention {
     started: Instant,
-    /// Seeded per process (see `crate::hash`): a collision costs a round trip at most.
-    hasher: FastHash,
+    /// foldhash, not SipHash, seeded per process: a chosen collision costs a round trip at most.
+    hasher: foldhash::fast::RandomState,
     slots: Box<[Slot]>,
 }
 
@@ -121,7 +120,7 @@ impl Contention {
     pub(super) fn new() -> Self {
         Contention {
             started: Instant::now(),
-            hasher: FastHash::random(),
+            hasher: foldhash::fast::RandomState::default(),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
         }
     }
