@@ -45,6 +45,7 @@ on_both!(
     a_fair_waiter_of_another_locker_ends_the_grace,
     dropping_the_locker_gives_a_parked_lock_back,
     out_of_range_graces_are_refused,
+    requests_that_may_not_take_a_parked_lock_get_the_key_at_once,
 );
 
 /// Acquisitions per task in the looping tests.
@@ -344,6 +345,41 @@ async fn a_fair_waiter_of_another_locker_ends_the_grace(store: Store) {
         other.lock("hot").fair().await?.release().await
     })
     .await;
+}
+
+/// A request of the locker that may not take a parked lock (without the
+/// watchdog: the lease it would inherit is not its to keep; fair: strict FIFO across
+/// processes) gives it back first and gets the key, also without waiting (`try_lock`), not
+/// `Busy` or a wait for the grace's end.
+async fn requests_that_may_not_take_a_parked_lock_get_the_key_at_once(store: Store) {
+    let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
+    let other = store.builder().await.build();
+    park(&store, &locker, &other, "unwatched").await;
+    let passes = locker.stats().local_handoffs;
+    let unwatched = locker
+        .lock("unwatched")
+        .watchdog(false)
+        .wait(Duration::ZERO)
+        .await
+        .expect("a try_lock without the watchdog found the parked lock busy");
+    unwatched.release().await.unwrap();
+    park(&store, &locker, &other, "fair").await;
+    let fair = locker
+        .lock("fair")
+        .fair()
+        .wait(LONG_GRACE / 2)
+        .await
+        .expect("a fair request waited for the grace");
+    assert!(matches!(
+        other.try_lock("fair").await,
+        Err(LockError::Busy { .. })
+    ));
+    fair.release().await.unwrap();
+    assert_eq!(
+        locker.stats().local_handoffs,
+        passes,
+        "passed to such a request"
+    );
 }
 
 /// A locker dropped (every handle) with a lock parked: the lock goes back to the backend at the

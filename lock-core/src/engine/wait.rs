@@ -517,7 +517,8 @@ fn take_parked(
     receives: Option<Receives>,
 ) -> Option<Result<Arc<Held>, Arc<Held>>> {
     let parked = q.parked.take()?;
-    let cohort = q.holder.take().filter(|c| c.held == parked.lock.id);
+    // The parked lock's own note as holder goes with it, whatever comes next.
+    let cohort = q.holder.take_if(|c| c.held == parked.lock.id);
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
     let local = inner.config.local;
     let taker = receives.zip(cohort).filter(|(_, cohort)| {
