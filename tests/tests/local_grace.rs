@@ -422,7 +422,7 @@ async fn out_of_range_graces_are_refused(store: Store) {
 /// lease would end.
 #[test]
 fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
-    for memory in [true, false] {
+    for (memory, current_thread) in [(true, false), (false, false), (true, true), (false, true)] {
         let main = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -434,11 +434,13 @@ fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
             Store::redis()
         };
         let other = main.block_on(store.builder()).build();
-        let parking = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        // A current-thread runtime too: its tasks are dropped on the thread that drops it.
+        let mut parking = if current_thread {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+        };
+        let parking = parking.enable_all().build().unwrap();
         let locker = parking.block_on(async {
             let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
             park(&store, &locker, &other, "shutdown").await;
@@ -450,7 +452,9 @@ fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
                 .lock("shutdown")
                 .wait(lock_core::DEFAULT_LEASE / 3)
                 .await
-                .expect("the parked lock was left to its lease")
+                .unwrap_or_else(|e| {
+                    panic!("memory {memory}, current-thread {current_thread}: the parked lock was left to its lease: {e}")
+                })
                 .release()
                 .await
                 .unwrap();

@@ -638,8 +638,14 @@ impl Held {
     /// [`give_back`](Self::give_back) where no task can be spawned (the runtime the lock was
     /// parked on shuts down): the release runs on a thread of its own, on a runtime of its
     /// own, and this waits for it (at most [`GIVE_BACK_BOUND`]), so that a program that ends
-    /// right after its last release does not leave the lock to its lease.
+    /// right after its last release does not leave the lock to its lease. Not while a
+    /// current-thread runtime shuts down on this thread: its tasks, the backend's connection
+    /// among them, are dropped one after the other by this very thread, so a release sent on
+    /// that connection is answered (failed, then sent again on a new one) only once this drop
+    /// returns; the thread finishes it then, unwaited for.
     pub(crate) fn give_back_blocking(self: &Arc<Self>) {
+        let shutting_down_here = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
         if self.snapshot().phase == Phase::Released {
             return;
         }
@@ -661,7 +667,9 @@ impl Held {
                     }
                 });
             });
-        if let Ok(thread) = thread {
+        if let Ok(thread) = thread
+            && !shutting_down_here
+        {
             let _ = thread.join();
         }
     }
