@@ -8,10 +8,11 @@
 //! from the backend acquisition. Past either bound the holder asks the backend whether a waiter
 //! of another process queues: if one does the lock goes to it, otherwise the turns start again.
 //!
-//! Grace (issue 34): a holder of a hot key (passed between this locker's tasks since the backend
-//! last vouched for it) that releases while no local waiter queues does not give the lock back
-//! to the backend at once: it *parks* it in the queue for `local_grace`, within the same bounds
-//! and conditions as a local turn (no other process known to wait). A request of this locker
+//! Grace (issue 34): a holder of a hot key (its local queue exists: tasks of this locker queued
+//! for it, or took it parked, within [`LINGER`]) that releases while no local waiter queues does
+//! not give the lock back to the backend at once: it *parks* it in the queue for `local_grace`,
+//! within the same bounds and conditions as a local turn (no other process known to wait; the
+//! backend asked before the first turn of a run). A request of this locker
 //! that arrives meanwhile takes it as a local turn ([`WaitQueues::arrive`]); a request that may
 //! not (fenced, fair, without the watchdog), the grace's end ([`Keeper`]), a loss, or the
 //! runtime's shutdown gives it back to the backend. Tasks that await between one lock and the
