@@ -180,34 +180,43 @@ async fn no_two_holders_across_graces_and_lockers(store: Store) {
     );
 }
 
-/// Leaves a lock of `key` parked in `locker`: a holder, a waiter of the locker that queues
-/// behind it (the key's local queue forms: it is hot here), the release that gives the lock to
-/// the waiter, and the waiter's release with nobody queued. Checked from `other`, another
-/// locker: the key stays busy.
+/// Leaves a lock of `key` parked in `locker`: a holder and two waiters of the locker behind it;
+/// the holder's release hands the lock to the first waiter through the backend, whose release
+/// passes it to the second (a local turn: the key is hot here), whose release finds nobody
+/// queued. Checked from `other`, another locker: the key stays busy.
 async fn park(store: &Store, locker: &Locker, other: &Locker, key: &str) {
     let first = locker.lock(key).await.unwrap();
-    let waiter = {
-        let (locker, key) = (locker.clone(), key.to_owned());
-        tokio::spawn(async move { locker.lock(&key).await.unwrap() })
-    };
-    eventually("the waiter queued", SOON, async || {
-        locker.stats().waiters == 1
-    })
-    .await;
-    eventually("the waiter queued in the backend", SOON, async || {
+    let (tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    for n in 1..=2 {
+        let (waiter, key, tx) = (locker.clone(), key.to_owned(), tx.clone());
+        tokio::spawn(async move { tx.send(waiter.lock(&key).await.unwrap()) });
+        eventually("the waiter queued", SOON, async || {
+            locker.stats().waiters == n
+        })
+        .await;
+    }
+    eventually("the first waiter queued in the backend", SOON, async || {
         store.queued(key).await >= 1
     })
     .await;
     let renewals = locker.stats().renewal_calls;
     first.release().await.unwrap();
-    let second = waiter.await.unwrap();
+    let second = got.recv().await.unwrap();
     // Handed over with the short hand-over lease (3 s): renewed to the full lease first, so
     // that only a release can free the key before a test's wait ends, never that lease.
     eventually("the handed-over lock was renewed", SOON, async || {
         locker.stats().renewal_calls > renewals
     })
     .await;
+    let passes = locker.stats().local_handoffs;
     second.release().await.unwrap();
+    let third = got.recv().await.unwrap();
+    assert_eq!(
+        locker.stats().local_handoffs,
+        passes + 1,
+        "not passed locally"
+    );
+    third.release().await.unwrap();
     assert!(
         matches!(other.try_lock(key).await, Err(LockError::Busy { .. })),
         "the released lock is not parked"
@@ -363,7 +372,9 @@ async fn requests_that_may_not_take_a_parked_lock_get_the_key_at_once(store: Sto
         .await
         .expect("a try_lock without the watchdog found the parked lock busy");
     unwatched.release().await.unwrap();
+    assert_eq!(locker.stats().local_handoffs, passes, "passed to such a request");
     park(&store, &locker, &other, "fair").await;
+    let passes = locker.stats().local_handoffs;
     let fair = locker
         .lock("fair")
         .fair()

@@ -8,16 +8,15 @@
 //! from the backend acquisition. Past either bound the holder asks the backend whether a waiter
 //! of another process queues: if one does the lock goes to it, otherwise the turns start again.
 //!
-//! Grace (issue 34): a holder of a hot key (its local queue exists: tasks of this locker queued
-//! for it, or took it parked, within [`LINGER`]) that releases while no local waiter queues does
-//! not give the lock back to the backend at once: it *parks* it in the queue for `local_grace`,
-//! within the same bounds and conditions as a local turn (no other process known to wait; the
-//! backend asked before the first turn of a run). A request of this locker
-//! that arrives meanwhile takes it as a local turn ([`WaitQueues::arrive`]); a request that may
-//! not (fenced, fair, without the watchdog), the grace's end ([`Keeper`]), a loss, or the
-//! runtime's shutdown gives it back to the backend. Tasks that await between one lock and the
-//! next thus keep a hot key in the process instead of taking it through the backend each time
-//! the local queue drains.
+//! Grace (issue 34): a holder of a hot key (in a run of local turns: passed between this
+//! locker's tasks, or taken parked, since the backend last vouched for it) that releases while
+//! no local waiter queues does not give the lock back to the backend at once: it *parks* it in
+//! the queue for `local_grace`, within the same bounds and conditions as a local turn (no other
+//! process known to wait). A request of this locker that arrives meanwhile takes it as a local
+//! turn ([`WaitQueues::arrive`]); a request that may not (fenced, fair, without the watchdog),
+//! the grace's end ([`Keeper`]), a loss, or the runtime's shutdown gives it back to the
+//! backend. Tasks that await between one lock and the next thus keep a hot key in the process
+//! instead of taking it through the backend each time the local queue drains.
 //!
 //! The head hears through the queue's inbox: a handover or release message (one subscription per
 //! locker and key, made when the queue forms and dropped [`LINGER`] after it empties, so a burst
@@ -448,11 +447,15 @@ fn park(
     asked: bool,
 ) -> (PassOn, bool) {
     let local = inner.config.local;
-    // Hot: the key's local queue exists (tasks of this locker queued for it within `LINGER`),
-    // and this holder may pass it on. Heard: a fair waiter of another process announcing
-    // itself during the grace is heard.
+    // Hot: in a run of local turns (the lock was passed between this locker's tasks, or taken
+    // parked, since the backend last vouched for it), or the backend just answered that nobody
+    // else queues, at the bounds of such a run. Not a lock taken from the backend and released
+    // with nobody here to pass it to: a single task that waited for another process's holder
+    // makes no cohort, and its release goes to the backend as before. Heard: a fair waiter of
+    // another process announcing itself during the grace is heard.
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
     let parkable = !local.grace.is_zero()
+        && (asked || cohort.turns > 0)
         && q.waiters.is_empty()
         && q.handed.is_none()
         && q.parked.is_none()
@@ -470,10 +473,9 @@ fn park(
     if asked {
         cohort.turns = 0;
         cohort.since = now;
-    } else if cohort.turns == 0 || cohort.turns >= local.turns || now >= cohort.since + local.hold {
-        // As before a local turn: the backend is asked before the first of a run (a waiter of
-        // another process may queue there already; one round trip, as the release it stands
-        // for) and at the bounds, counted across the grace.
+    } else if cohort.turns >= local.turns || now >= cohort.since + local.hold {
+        // The bounds of local turns, counted across the grace: the backend is asked first (one
+        // round trip, as the release it stands for).
         return (PassOn::AskBackend, false);
     }
     // The grace ends by the bound of local hold: a waiter of another process, served at the
