@@ -322,18 +322,29 @@ async fn served_while_hot(hog: &Locker, other: impl Future<Output = Result<(), L
         hog.stats().local_handoffs > 50
     })
     .await;
+    let asked = hog.stats().local_handoffs;
     let served = other.await;
+    let between = hog.stats().local_handoffs - asked;
     stop.store(true, Ordering::SeqCst);
     while let Some(done) = tasks.join_next().await {
         done.unwrap();
     }
     served.expect("the other locker got its turn within its wait");
+    // The local turns the hog takes while the other's request reaches the backend's queue,
+    // then within the bound (20 ms here, or an announcement): 0-455 in runs of this test.
+    // With a grace that started the run again at each park (a mutation of `park`), the other
+    // got in after 52,518 and 99,865, by chance.
+    assert!(
+        between < 10_000,
+        "{between} local turns of the hog before the other got in"
+    );
 }
 
-/// A locker whose bound of local turns is out of reach, with `hold` as its `local_hold`.
+/// A locker whose bound of local turns is out of reach, with `hold` as its `local_hold`, and a
+/// grace that never runs out while its tasks loop (only the bounds can let another locker in).
 async fn hog(store: &Store, hold: Duration) -> Locker {
     let builder = store.builder().await.local_turns(100_000);
-    builder.local_hold(hold).build()
+    builder.local_hold(hold).local_grace(LONG_GRACE).build()
 }
 
 /// The turns bound out of reach: only `local_hold`, counted across graces (a take of a parked
@@ -372,7 +383,11 @@ async fn requests_that_may_not_take_a_parked_lock_get_the_key_at_once(store: Sto
         .await
         .expect("a try_lock without the watchdog found the parked lock busy");
     unwatched.release().await.unwrap();
-    assert_eq!(locker.stats().local_handoffs, passes, "passed to such a request");
+    assert_eq!(
+        locker.stats().local_handoffs,
+        passes,
+        "passed to such a request"
+    );
     park(&store, &locker, &other, "fair").await;
     let passes = locker.stats().local_handoffs;
     let fair = locker
