@@ -1,6 +1,12 @@
 //! A store shared by two lockers (each another process, as far as locks go): the memory
 //! backend or a real redis-server; and `on_both!`, which runs a property on each.
 
+#![allow(
+    unused_macros,
+    unused_imports,
+    reason = "shared by the test files that include `support`; only some run properties on both"
+)]
+
 use std::sync::Arc;
 
 use lock_core::backend::{Backend, IntoBackend};
