@@ -42,6 +42,7 @@ on_both!(
     a_fenced_request_gives_a_parked_lock_back_and_gets_a_fence,
     a_parked_lock_whose_key_was_lost_is_never_given_out,
     a_waiter_of_another_locker_is_served_within_the_local_hold_across_graces,
+    a_waiter_of_another_locker_is_served_within_the_local_turns_across_graces,
     a_fair_waiter_of_another_locker_ends_the_grace,
     dropping_the_locker_gives_a_parked_lock_back,
     out_of_range_graces_are_refused,
@@ -352,6 +353,18 @@ async fn hog(store: &Store, hold: Duration) -> Locker {
 /// the key for good.
 async fn a_waiter_of_another_locker_is_served_within_the_local_hold_across_graces(store: Store) {
     let hog = hog(&store, Duration::from_millis(20)).await;
+    let other = store.builder().await.build();
+    served_while_hot(&hog, async { other.lock("hot").await?.release().await }).await;
+}
+
+/// The hold bound out of reach: only `local_turns`, counted across graces (each take of a
+/// parked lock is a turn), lets the other locker in.
+async fn a_waiter_of_another_locker_is_served_within_the_local_turns_across_graces(store: Store) {
+    let builder = store.builder().await.local_turns(4);
+    let hog = builder
+        .local_hold(Duration::from_secs(600))
+        .local_grace(LONG_GRACE)
+        .build();
     let other = store.builder().await.build();
     served_while_hot(&hog, async { other.lock("hot").await?.release().await }).await;
 }
