@@ -7,8 +7,8 @@
 //!   observer connection in this process received the lock's release notification (ours with
 //!   OBSERVE `1` only; 0 otherwise), to split the handoff into delivery and wake-up. The
 //!   observer is a second subscriber in this process, so the main measurement runs without it.
-//! - `--child hot DESIGN KEY TASKS ID_BASE`: TASKS tasks that lock, record, release, in a loop
-//!   from `go` to `stop`; then writes `records <n>` and one `<t> <task id> <waited ns>` line
+//! - `--child hot DESIGN KEY TASKS ID_BASE [yield]`: TASKS tasks that lock, record, release, in a
+//!   loop from `go` to `stop` (with `yield`, a `yield_now().await` after each release); then writes `records <n>` and one `<t> <task id> <waited ns>` line
 //!   per acquisition. `calls` answers `calls <backend calls> <local hand-offs>` (lock-core's
 //!   counts so far; 0 0 for the peers).
 //! - `--child raw CHANNEL`: the notified-handoff floor without a lock: on `go`, `started <t>`,
@@ -80,7 +80,9 @@ pub(crate) fn main(args: &[String]) -> Result<()> {
                 child_handoff(&design, key, observer.as_ref(), &mut input).await
             }
             "hot" => {
-                let hot = HotTasks::spawn(&design, key, arg(3)?.parse()?, arg(4)?.parse()?);
+                let yielding = args.get(5).is_some_and(|a| a == "yield");
+                let (tasks, base) = (arg(3)?.parse()?, arg(4)?.parse()?);
+                let hot = HotTasks::spawn(&design, key, tasks, base, yielding);
                 child_hot(&design, hot, &mut input).await
             }
             other => Err(format!("child: unknown mode {other}").into()),
@@ -233,7 +235,8 @@ async fn child_hot(design: &Design, hot: HotTasks, input: &mut Input) -> Result<
 }
 
 /// Tasks hammering one key: lock, record the acquisition, release, again; from `go` until
-/// stopped.
+/// stopped. `yielding`: each task awaits `tokio::task::yield_now()` between its release and its
+/// next lock, as a real handler awaits something between one lock and the next.
 pub(crate) struct HotTasks {
     start: watch::Sender<bool>,
     set: JoinSet<Result<()>>,
@@ -241,7 +244,13 @@ pub(crate) struct HotTasks {
 }
 
 impl HotTasks {
-    pub(crate) fn spawn(design: &Design, key: &str, tasks: usize, id_base: u32) -> Self {
+    pub(crate) fn spawn(
+        design: &Design,
+        key: &str,
+        tasks: usize,
+        id_base: u32,
+        yielding: bool,
+    ) -> Self {
         let (start, _) = watch::channel(false);
         let records = Arc::new(Mutex::new(Vec::with_capacity(1 << 16)));
         let mut set = JoinSet::new();
@@ -259,6 +268,9 @@ impl HotTasks {
                         .unwrap_or_else(PoisonError::into_inner)
                         .push((t, id, t.saturating_sub(asked)));
                     design.release(held).await?;
+                    if yielding {
+                        tokio::task::yield_now().await;
+                    }
                 }
             });
         }

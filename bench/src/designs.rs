@@ -171,8 +171,17 @@ pub(crate) async fn ours(target: &Target, lease: Duration, local_handoff: bool) 
     let builder = builder
         .local_handoff(local_handoff)
         .local_turns(LOCAL_TURNS);
-    Ok(builder.local_hold(LOCAL_HOLD).try_build()?)
+    let builder = builder.local_hold(LOCAL_HOLD);
+    // The grace's length can be set for a measurement (bench/NOTES.md); by default lock-core's.
+    let builder = match std::env::var(LOCAL_GRACE_ENV) {
+        Ok(us) => builder.local_grace(Duration::from_micros(us.parse()?)),
+        Err(_) => builder,
+    };
+    Ok(builder.try_build()?)
 }
+
+/// Sets `local_grace` (in microseconds) for ours, in both processes (the child inherits it).
+pub(crate) const LOCAL_GRACE_ENV: &str = "LOCK_BENCH_LOCAL_GRACE_US";
 
 /// 128 random bits as hex, as a user writing the seed design would draw them: from rand's
 /// thread-local CSPRNG, formatted in one `format!`. (Until 2026-12-02 this formatted each of

@@ -273,12 +273,16 @@ pub(crate) fn handoff_rows(h: &[Handoff; 3], f: &HandoffFloors) -> String {
 /// other process.
 pub(crate) fn hot_rows(hot: &[HotFigures]) -> String {
     let mut s = String::new();
-    let mut waiters: Vec<usize> = hot.iter().map(|f| f.waiters).collect();
+    let mut waiters: Vec<usize> = hot
+        .iter()
+        .filter(|f| !f.yielding)
+        .map(|f| f.waiters)
+        .collect();
     waiters.sort_unstable();
     waiters.dedup();
     for processes in [1, 2] {
         let fig = |k: Kind, waiters: usize, local: bool| {
-            let mut hot = hot.iter();
+            let mut hot = hot.iter().filter(|f| !f.yielding);
             hot.find(|f| {
                 (f.kind, f.processes, f.waiters, f.local_handoff) == (k, processes, waiters, local)
             })
@@ -320,7 +324,43 @@ pub(crate) fn hot_rows(hot: &[HotFigures]) -> String {
             }
         }
     }
+    yielding_rows(hot, &mut s);
     s
+}
+
+/// Hot key with an await between release and lock (ours only): on against off in one
+/// process; the other process's waiter's wait in two.
+fn yielding_rows(hot: &[HotFigures], s: &mut String) {
+    let fig = |processes: usize, local: bool| {
+        hot.iter()
+            .find(|f| f.yielding && (f.processes, f.local_handoff) == (processes, local))
+    };
+    if let (Some(on), Some(off)) = (fig(1, true), fig(1, false)) {
+        let x = on.handoffs_per_s / off.handoffs_per_s;
+        let _ = writeln!(
+            s,
+            "| Hot key, {} waiters, 1 process, `yield_now().await` between release and lock: local hand-off on / off | on: {}; off: {} | n/a | n/a | the same scenario with `.local_handoff(false)`, same run | {x:.1}× | ≥ {LOCAL_HANDOFF_X:.0}× the handoffs/s without it | {} |",
+            on.waiters,
+            handoffs(on),
+            handoffs(off),
+            met(x >= LOCAL_HANDOFF_X),
+        );
+    }
+    if let Some(on) = fig(2, true) {
+        let (wait, run) = (&on.remote_wait, on.longest_run);
+        let bound = 2 * LOCAL_HOLD.as_nanos() as u64;
+        let _ = writeln!(
+            s,
+            "| Hot key, {} waiters, 2 processes, `yield_now().await` between release and lock: wait of a waiter in the other process | {}; max {} / p99 {} (n={}) per acquisition; longest run of one process: {run} acquisitions | n/a | n/a | local_turns {LOCAL_TURNS}, local_hold {LOCAL_HOLD:?} | max = {:.2}× local_hold | bounded by local_turns / local_hold: max ≤ 2 × local_hold | {} |",
+            on.waiters,
+            handoffs(on),
+            fmt_ns(wait.max()),
+            fmt_ns(wait.p99()),
+            wait.n(),
+            ratio(wait.max(), bound / 2),
+            met(wait.n() > 0 && wait.max() <= bound),
+        );
+    }
 }
 
 /// A hot-key cell: handoffs/s, acquisitions/s, Redis work per handoff (and ours' local

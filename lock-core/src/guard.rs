@@ -8,8 +8,11 @@ use crate::LockError;
 use crate::engine::held::Held;
 
 /// An acquired lock. Dropping it releases the lock in the background; [`release`] does it now
-/// and says whether the lock was still ours. (On the memory backend, inside a runtime, a drop
-/// has released the lock by the time it returns: there is no I/O to wait for. On Redis the
+/// and says whether the lock was still ours. (A hot key's lock may stay parked in its locker
+/// for the next task of the locker, for up to
+/// [`local_grace`](crate::LockerBuilder::local_grace), before other lockers can take it.
+/// On the memory backend, inside a runtime, a drop has otherwise released the lock by the time
+/// it returns: there is no I/O to wait for. On Redis the
 /// release is on its way: a `try_lock` of the key right after the drop may still be `Busy`,
 /// where a `lock` with a wait is woken by that release.) A guard dropped on a thread outside
 /// any runtime (a `std::thread`) sends its release to the runtime its locker's watchdog runs

@@ -49,7 +49,8 @@ pub use idempotency::{
 pub use inspect::{HeldLocks, LockState, MAX_HOLDER_LEN, Unlocked};
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PREFIX_LEN};
 pub use locker::{
-    DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_WAIT, MIN_LEASE,
+    DEFAULT_LEASE, DEFAULT_WAIT, Locker, LockerBuilder, LockerStats, MAX_LEASE, MAX_LOCAL_GRACE,
+    MAX_WAIT, MIN_LEASE,
 };
 pub use request::LockRequest;
 

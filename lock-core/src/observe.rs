@@ -345,6 +345,15 @@ pub(crate) fn handed_over(inner: &LockerInner, class: &'static str) {
     tracing::debug!("lock handed over by its release");
 }
 
+/// A lock parked in its locker's grace was taken by a task of the locker: a local hand-off,
+/// counted under the class of the holder that parked it.
+pub(crate) fn local_handoff(inner: &LockerInner, class: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(names::LOCAL_HANDOFFS, "class" => class, "backend" => inner.backend.kind())
+        .increment(1);
+    let _ = (inner, class);
+}
+
 /// One renewal call of the watchdog, for `locks` locks, took `took` and ended `ok` (an answer
 /// for each) or not.
 pub(crate) fn renewal_call(inner: &LockerInner, took: Duration, ok: bool) {

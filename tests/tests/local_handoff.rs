@@ -19,92 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_core::backend::{Backend, IntoBackend};
-use lock_core::{LockError, Locker, LockerBuilder, MemoryBackend, RedisBackend};
+use lock_core::{LockError, Locker, RedisBackend};
 use lock_testkit::{RedisServer, eventually};
 use tokio::task::JoinSet;
 
-/// A hang guard, never a speed claim.
-const SOON: Duration = Duration::from_secs(10);
+mod support;
 
-enum Store {
-    Memory(MemoryBackend),
-    Redis(RedisServer),
-}
-
-impl Store {
-    fn memory() -> Self {
-        Store::Memory(MemoryBackend::new())
-    }
-
-    fn redis() -> Self {
-        Store::Redis(RedisServer::start())
-    }
-
-    /// A locker of its own on the shared store (another process, as far as locks go).
-    async fn builder(&self) -> LockerBuilder {
-        let backend: Arc<dyn Backend> = match self {
-            Store::Memory(m) => m.clone().into_backend(),
-            Store::Redis(s) => RedisBackend::connect(&s.url())
-                .await
-                .unwrap()
-                .into_backend(),
-        };
-        Locker::builder(backend).wait(SOON)
-    }
-
-    /// How many waiters queue for `key` in the backend (default prefix).
-    async fn queued(&self, key: &str) -> usize {
-        match self {
-            Store::Memory(m) => m.queued(key),
-            Store::Redis(s) => queued_in(s, key).await,
-        }
-    }
-
-    async fn delete(&self, key: &str) {
-        match self {
-            Store::Memory(m) => assert!(m.force_delete(key)),
-            Store::Redis(s) => {
-                // The default prefix and the key's hash tag, as lock-core names it.
-                assert_eq!(s.del(&format!("lock:{{{key}}}")).await, 1);
-            }
-        }
-    }
-}
-
-/// How many waiters queue for `key` in a Redis server (default prefix).
-async fn queued_in(server: &RedisServer, key: &str) -> usize {
-    let waiters: i64 = server
-        .query(
-            redis::cmd("HLEN")
-                .arg(format!("lock:{{{key}}}:waiters"))
-                .clone(),
-        )
-        .await;
-    usize::try_from(waiters).unwrap_or(0)
-}
-
-/// Runs each property on both backends.
-macro_rules! on_both {
-    ($($test:ident),* $(,)?) => {
-        mod on_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Store::memory()).await;
-                }
-            )*
-        }
-        mod on_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::Store::redis()).await;
-                }
-            )*
-        }
-    };
-}
+use support::store::{SOON, Store, on_both};
 
 on_both!(
     waiters_of_one_locker_take_their_turns_without_the_backend,
@@ -958,7 +879,7 @@ async fn giver_with_a_local_waiter(
     })
     .await;
     eventually("the giver queued in the backend", SOON, async || {
-        queued_in(server, key).await >= 1
+        support::queued(server, key).await >= 1
     })
     .await;
     first.release().await.unwrap();
@@ -1011,7 +932,7 @@ async fn a_release_given_up_while_it_asks_never_passes_a_lock_the_backend_gave_a
     eventually(
         "the other process queued in the backend",
         SOON,
-        async || queued_in(&server, key).await >= 1,
+        async || support::queued(&server, key).await >= 1,
     )
     .await;
     server.pause();

@@ -3,6 +3,11 @@
 //! sorted, an acquisition by a different task than the previous one is a handoff (a polling
 //! design's releaser often takes the lock straight back: that is an acquisition, not a
 //! handoff). Redis work is the `INFO commandstats` delta over the same window.
+//!
+//! The yielding variant (ours only, local hand-off on and off): each task awaits
+//! `tokio::task::yield_now()` between its release and its next lock, as real handlers await
+//! between one lock and the next; the releasing task comes back after the other tasks ran, so
+//! the local queue often holds nobody at a release (issue 34).
 
 use std::time::Duration;
 
@@ -27,6 +32,8 @@ pub(crate) struct HotFigures {
     pub(crate) processes: usize,
     /// Ours only: whether local hand-off was on (the peers: always `true`, meaningless).
     pub(crate) local_handoff: bool,
+    /// Whether each task awaited `yield_now()` between its release and its next lock.
+    pub(crate) yielding: bool,
     pub(crate) acquisitions_per_s: f64,
     pub(crate) handoffs_per_s: f64,
     /// Every command Redis ran (script-internal ones included) per handoff.
@@ -59,21 +66,36 @@ pub(crate) async fn hot_keys(
                     "  {waiters} waiters, {processes} process(es), {name}{off}"
                 ));
                 let point = (kind, local, waiters, processes);
-                out.push(hot_key(plan, target, stats, point).await?);
+                out.push(hot_key(plan, target, stats, point, false).await?);
             }
         }
     }
+    // Ours with an await between release and lock: on and off in one process, on in two (the
+    // other process's waiter's wait).
+    for (local, processes) in [(true, 1), (false, 1), (true, 2)] {
+        let off = if local { "" } else { ", local hand-off off" };
+        crate::progress(&format!(
+            "  {YIELDING_WAITERS} waiters yielding, {processes} process(es), ours{off}"
+        ));
+        let point = (Kind::Ours, local, YIELDING_WAITERS, processes);
+        out.push(hot_key(plan, target, stats, point, true).await?);
+    }
     Ok(out)
 }
+
+/// The yielding variant's waiters (11 tasks, as in issue 34).
+pub(crate) const YIELDING_WAITERS: usize = 10;
 
 async fn hot_key(
     plan: &Plan,
     target: &Target,
     stats: &mut ConnectionManager,
     (kind, local_handoff, waiters, processes): (Kind, bool, usize, usize),
+    yielding: bool,
 ) -> Result<HotFigures> {
     let off = if local_handoff { "" } else { ":off" };
-    let key = format!("hot:{}{off}:{waiters}w:{processes}p", kind.name());
+    let y = if yielding { ":yield" } else { "" };
+    let key = format!("hot:{}{off}{y}:{waiters}w:{processes}p", kind.name());
     let tasks = waiters + 1;
     let local = if processes == 1 {
         tasks
@@ -91,11 +113,12 @@ async fn hot_key(
         0 => None,
         remote => {
             let (remote, base) = (remote.to_string(), REMOTE_ID_BASE.to_string());
-            let args = ["hot", kind.name(), &key, &remote, &base];
+            let y = if yielding { "yield" } else { "-" };
+            let args = ["hot", kind.name(), &key, &remote, &base, y];
             Some(ChildProc::spawn(&args, &target.url).await?)
         }
     };
-    let hot = HotTasks::spawn(&design, &key, local, 0).go();
+    let hot = HotTasks::spawn(&design, &key, local, 0, yielding).go();
     if let Some(c) = child.as_mut() {
         c.send("go").await;
     }
@@ -129,6 +152,7 @@ async fn hot_key(
         waiters,
         processes,
         local_handoff,
+        yielding,
         acquisitions_per_s: window.acquisitions as f64 / secs,
         handoffs_per_s: window.handoffs as f64 / secs,
         commands_per_handoff: per_handoff(redis.total()),

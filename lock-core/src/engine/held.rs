@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::backend::{Kept, Renewal, Renewed, drift};
+use crate::background;
 use crate::engine::wait::PassOn;
 use crate::engine::watched::Watched;
 use crate::key::LockKey;
@@ -28,6 +29,10 @@ pub(crate) const HANDOVER_RENEWAL_DELAY: Duration = Duration::from_millis(5);
 /// locker has such waiters): the waiter's return path takes no wake-up. Within the bound a
 /// server stall of most of the hand-over lease is ridden out.
 pub(crate) const HANDOVER_RENEWAL_BOUND: Duration = Duration::from_millis(100);
+
+/// How long a parked lock's release at a runtime's shutdown may take (see
+/// `Held::give_back_blocking`): the shutdown waits for it.
+pub(crate) const GIVE_BACK_BOUND: Duration = Duration::from_secs(2);
 
 /// Where one acquisition stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,11 +191,14 @@ impl Held {
     /// from now on) and `max_hold`. This acquisition ends (released) and the lease's news goes
     /// to the new one, counted in metrics under the receiver's `class`. `None` when this one was
     /// no longer held: nothing is passed.
+    /// `end`: how this acquisition's end is observed (`End::Passed`; `End::Released` when it
+    /// is parked for the next request of the locker: released, to its caller).
     pub(crate) fn pass_to(
         self: &Arc<Self>,
         lease: Duration,
         max_hold: Option<Duration>,
         class: &'static str,
+        end: End,
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
@@ -239,7 +247,7 @@ impl Held {
         });
         if passed {
             if observed {
-                self.end_observed(End::Passed);
+                self.end_observed(end);
             }
         } else {
             next.state.change(|s| {
@@ -499,6 +507,12 @@ impl Held {
         } else {
             self.locker.queues.holder_left(self);
         }
+        self.release_in_backend(valid).await
+    }
+
+    /// The release in the backend, never passed on locally (`valid`: held until now by every
+    /// local sign). Also how a parked lock whose grace ended goes back to the backend.
+    pub(crate) async fn release_in_backend(self: &Arc<Self>, valid: bool) -> Result<(), LockError> {
         self.locker.watchdog.remove(self.id);
         let (before, class) = self.mark_released_observed();
         if before == Phase::Released {
@@ -596,6 +610,84 @@ impl Held {
         }
     }
 
+    /// A parked lock goes back to the backend (its grace ended, or it must go): released there,
+    /// never passed on locally; at once on the memory backend, else in the background. Where no
+    /// task can be spawned (no runtime, or one shutting down), see [`give_back_blocking`].
+    ///
+    /// [`give_back_blocking`]: Self::give_back_blocking
+    pub(crate) fn give_back(self: &Arc<Self>) {
+        let held = self.clone();
+        let mut release = Box::pin(async move {
+            let valid = held.is_held();
+            if let Err(e) = held.release_in_backend(valid).await {
+                tracing::debug!(key = %held.key.display(), error = %e, "giving a parked lock back failed; the lease will expire");
+            }
+        });
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+        if self.done_at_once(in_runtime, release.as_mut()) {
+            return;
+        }
+        // A runtime shutting down drops a task spawned on it at once, unpolled (nothing of
+        // the release ran): finished already, it is done on a thread of its own.
+        match background::spawn(release) {
+            Some(task) if !task.is_finished() => {}
+            _ => self.give_back_blocking(),
+        }
+    }
+
+    /// [`give_back`](Self::give_back) where no task can be spawned (the runtime the lock was
+    /// parked on shuts down): the release runs on a thread of its own, on a runtime of its
+    /// own, and this waits for it (at most [`GIVE_BACK_BOUND`]), so that a program that ends
+    /// right after its last release does not leave the lock to its lease. Not while a
+    /// current-thread runtime shuts down on this thread: its tasks, the backend's connection
+    /// among them, are dropped one after the other by this very thread, so a release sent on
+    /// that connection is answered (failed, then sent again on a new one) only once this drop
+    /// returns; the thread finishes it then, unwaited for.
+    pub(crate) fn give_back_blocking(self: &Arc<Self>) {
+        let shutting_down_here = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
+        if self.snapshot().phase == Phase::Released {
+            return;
+        }
+        let held = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("lock-give-back".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async {
+                    let valid = held.is_held();
+                    let release = held.release_in_backend(valid);
+                    if tokio::time::timeout(GIVE_BACK_BOUND, release).await.is_err() {
+                        tracing::debug!(key = %held.key.display(), "giving a parked lock back at shutdown timed out; the lease will expire");
+                    }
+                });
+            });
+        if let Ok(thread) = thread
+            && !shutting_down_here
+        {
+            let _ = thread.join();
+        }
+    }
+
+    /// Polls a release once where it needs no I/O (an in-process backend, inside a runtime):
+    /// whether it is done.
+    fn done_at_once(
+        &self,
+        in_runtime: bool,
+        release: std::pin::Pin<&mut (impl Future<Output = ()> + ?Sized)>,
+    ) -> bool {
+        self.locker.backend.in_process()
+            && in_runtime
+            && release
+                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                .is_ready()
+    }
+
     /// Stops renewal and releases in the background (drop of a guard).
     pub(crate) fn release_in_background(self: &Arc<Self>) {
         // Dropped on a thread outside any runtime (a `std::thread`, a foreign pool): the
@@ -644,13 +736,7 @@ impl Held {
         // background only if it has to wait (a renewal in progress). Not outside a runtime
         // (none entered above): a lock passed on to a local waiter may start the watchdog's
         // task, which needs one.
-        if self.locker.backend.in_process()
-            && in_runtime
-            && release
-                .as_mut()
-                .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-                .is_ready()
-        {
+        if self.done_at_once(in_runtime, release.as_mut()) {
             return;
         }
         if let Some(runtime) = runtime {
@@ -866,10 +952,10 @@ mod tests {
         let guard = locker.lock("lineage").await.unwrap();
         let first = guard.held().clone();
         let second = first
-            .pass_to(Duration::from_secs(30), None, "test")
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
             .expect("passed");
         let third = second
-            .pass_to(Duration::from_secs(30), None, "test")
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
             .expect("passed again");
         assert!(Arc::ptr_eq(first.renewing(), second.renewing()));
         assert!(Arc::ptr_eq(second.renewing(), third.renewing()));

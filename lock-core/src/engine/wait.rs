@@ -8,6 +8,16 @@
 //! from the backend acquisition. Past either bound the holder asks the backend whether a waiter
 //! of another process queues: if one does the lock goes to it, otherwise the turns start again.
 //!
+//! Grace (issue 34): a holder of a hot key (in a run of local turns: passed between this
+//! locker's tasks, or taken parked, since the backend last vouched for it) that releases while
+//! no local waiter queues does not give the lock back to the backend at once: it *parks* it in
+//! the queue for `local_grace`, within the same bounds and conditions as a local turn (no other
+//! process known to wait). A request of this locker that arrives meanwhile takes it as a local
+//! turn ([`WaitQueues::arrive`]); a request that may not (fenced, fair, without the watchdog),
+//! the grace's end ([`Keeper`]), a loss, or the runtime's shutdown gives it back to the
+//! backend. Tasks that await between one lock and the next thus keep a hot key in the process
+//! instead of taking it through the backend each time the local queue drains.
+//!
 //! The head hears through the queue's inbox: a handover or release message (one subscription per
 //! locker and key, made when the queue forms and dropped [`LINGER`] after it empties, so a burst
 //! of contention subscribes once), a release through this locker; and it tries again when the
@@ -28,6 +38,7 @@ use crate::background;
 use crate::engine::held::Held;
 use crate::key::LockKey;
 use crate::locker::LockerInner;
+use crate::observe::End;
 use crate::sync::{Mutex, MutexGuard};
 
 /// How long an emptied queue keeps its release subscription for the next waiter.
@@ -57,6 +68,34 @@ struct Queue {
     holder: Option<Cohort>,
     /// A lock passed to the head and not taken yet: the waiter's id and the lock.
     handed: Option<(u64, Arc<Held>)>,
+    /// A hot lock released with nobody queued here, kept for the next local request.
+    parked: Option<Parked>,
+    /// The runtime of the last [`Keeper`] started for this queue, while it watches.
+    keeper: Option<tokio::runtime::Id>,
+}
+
+/// A lock parked in its queue for the grace (see the module docs): still held in the backend
+/// and renewed by the watchdog, by an acquisition nobody holds (`lock`, the queue's `holder`).
+#[derive(Debug)]
+struct Parked {
+    lock: Arc<Held>,
+    /// When the grace ends: the lock goes back to the backend.
+    until: Instant,
+}
+
+/// What a request of this locker finds for its key when it arrives (see
+/// [`WaitQueues::arrive`]).
+#[derive(Debug)]
+pub(crate) enum Arrival {
+    /// Nobody here holds or queues for it: contend in the backend.
+    Free,
+    /// A task of this locker holds it, or waiters queue: queue here.
+    Busy,
+    /// The parked lock, taken as a local turn.
+    Taken(Arc<Held>),
+    /// The parked lock, which this request may not take (or may not any more): give it back
+    /// to the backend, then contend there.
+    GiveBack(Arc<Held>),
 }
 
 /// A queue's release subscription: not asked for yet, confirmed by the backend, or failed.
@@ -142,12 +181,38 @@ impl WaitQueues {
         self.by_key.lock()
     }
 
-    /// Whether any local waiter queues for `key`, or a task of this locker holds it and may
-    /// pass it on: a new request then queues here without trying the backend.
-    pub(crate) fn busy_here(&self, key: &LockKey) -> bool {
-        self.map()
-            .get(key.name())
-            .is_some_and(|q| !q.waiters.is_empty() || q.holder.is_some())
+    /// A request for `key` arrives (`receives`: it may take a lock passed by local hand-off):
+    /// whether any local waiter queues for it, or a task of this locker holds it and may pass
+    /// it on (a new request then queues here without trying the backend); a parked lock is
+    /// taken, or handed back to be given back to the backend.
+    pub(crate) fn arrive(
+        &self,
+        inner: &Arc<LockerInner>,
+        key: &LockKey,
+        receives: Option<Receives>,
+    ) -> Arrival {
+        let mut map = self.map();
+        let Some(q) = map.get_mut(key.name()) else {
+            return Arrival::Free;
+        };
+        match take_parked(q, inner, receives) {
+            Some(Ok(next)) => Arrival::Taken(next),
+            Some(Err(parked)) => Arrival::GiveBack(parked),
+            None if !q.waiters.is_empty() || q.holder.is_some() => Arrival::Busy,
+            None => Arrival::Free,
+        }
+    }
+
+    /// Takes out the lock parked for `key`, if any, to be given back to the backend (a
+    /// request that may never take it, a fair one, arrives).
+    pub(crate) fn unpark(&self, key: &LockKey) -> Option<Arc<Held>> {
+        let mut map = self.map();
+        let q = map.get_mut(key.name())?;
+        let parked = q.parked.take()?;
+        if q.holder.as_ref().is_some_and(|c| c.held == parked.lock.id) {
+            q.holder = None;
+        }
+        Some(parked.lock)
     }
 
     /// An acquisition of `key` by this locker: when a local queue exists for the key, the new
@@ -163,13 +228,25 @@ impl WaitQueues {
         }
     }
 
-    /// The holder `held` lost its lock: the head must contend in the backend again.
+    /// The holder `held` lost its lock: the head must contend in the backend again. A parked
+    /// lock lost is given to nobody: it is dropped (its release in the backend, which checks
+    /// the token, cleans up in case the key still holds it).
     pub(crate) fn holder_lost(&self, held: &Held) {
-        if let Some(q) = self.map().get_mut(held.key.name())
-            && q.holder.as_ref().is_some_and(|c| c.held == held.id)
-        {
+        let mut map = self.map();
+        let Some(q) = map.get_mut(held.key.name()) else {
+            return;
+        };
+        if q.holder.as_ref().is_some_and(|c| c.held == held.id) {
             q.holder = None;
             q.inbox.wake();
+        }
+        let lost = match &q.parked {
+            Some(p) if p.lock.id == held.id => q.parked.take(),
+            _ => None,
+        };
+        drop(map);
+        if let Some(parked) = lost {
+            parked.lock.give_back();
         }
     }
 
@@ -192,8 +269,12 @@ impl WaitQueues {
         };
         let head = q.waiters.front().and_then(|w| Some((w.id, w.receives?)));
         let Some((head, receives)) = head.filter(|_| q.handed.is_none()) else {
-            q.holder = None;
-            return PassOn::Release;
+            let (outcome, keeper) = park(q, inner, held, cohort, asked);
+            drop(map);
+            if keeper {
+                Keeper::start(inner, &held.key);
+            }
+            return outcome;
         };
         let local = inner.config.local;
         if held.renewing().try_lock().is_err() {
@@ -216,7 +297,13 @@ impl WaitQueues {
         {
             return PassOn::AskBackend;
         }
-        let Some(next) = held.pass_to(receives.lease, receives.max_hold, receives.class) else {
+        let passed = held.pass_to(
+            receives.lease,
+            receives.max_hold,
+            receives.class,
+            End::Passed,
+        );
+        let Some(next) = passed else {
             q.holder = None;
             return PassOn::Release;
         };
@@ -313,20 +400,263 @@ impl WaitQueues {
             swept: None,
             holder: None,
             handed: None,
+            parked: None,
+            keeper: None,
         });
         q.idle_since = None;
+        // A lock parked since this waiter's request arrived: taken as its local turn (this
+        // waiter is the head), or given back to the backend.
+        let give_back = match take_parked(q, locker, receives) {
+            Some(Ok(next)) => {
+                q.handed = Some((id, next));
+                None
+            }
+            Some(Err(parked)) => Some(parked),
+            None => None,
+        };
         q.waiters.push_back(Waiter {
             id,
             turn: turn.clone(),
             receives,
         });
+        let (inbox, subscription) = (q.inbox.clone(), q.subscription.clone());
+        drop(map);
+        if let Some(parked) = give_back {
+            parked.give_back();
+        }
         Ticket {
             locker: locker.clone(),
             key: key.clone(),
             id,
             turn,
-            inbox: q.inbox.clone(),
-            subscription: q.subscription.clone(),
+            inbox,
+            subscription,
+        }
+    }
+}
+
+/// The holder `held` releases and no local waiter may take the lock: parks it for the grace
+/// when the key is hot here and no other process is known to wait (see the module docs), else
+/// says what to do. `cohort`: the holder's, `asked` as in [`WaitQueues::pass_on`]. Also
+/// returns whether a [`Keeper`] must be started for the queue.
+fn park(
+    q: &mut Queue,
+    inner: &Arc<LockerInner>,
+    held: &Arc<Held>,
+    mut cohort: Cohort,
+    asked: bool,
+) -> (PassOn, bool) {
+    let local = inner.config.local;
+    // Hot: in a run of local turns (the lock was passed between this locker's tasks, or taken
+    // parked, since the backend last vouched for it), or the backend just answered that nobody
+    // else queues, at the bounds of such a run. Not a lock taken from the backend and released
+    // with nobody here to pass it to: a single task that waited for another process's holder
+    // makes no cohort, and its release goes to the backend as before. Heard: a fair waiter of
+    // another process announcing itself during the grace is heard.
+    let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
+    let parkable = !local.grace.is_zero()
+        && (asked || cohort.turns > 0)
+        && q.waiters.is_empty()
+        && q.handed.is_none()
+        && q.parked.is_none()
+        && heard
+        && !q.inbox.fair_waiting();
+    if !parkable {
+        q.holder = None;
+        return (PassOn::Release, false);
+    }
+    if held.renewing().try_lock().is_err() {
+        // As for a pass: never parked under a lease change or a result store in flight.
+        return (PassOn::AskBackend, false);
+    }
+    let now = Instant::now();
+    if asked {
+        cohort.turns = 0;
+        cohort.since = now;
+    } else if cohort.turns >= local.turns || now >= cohort.since + local.hold {
+        // The bounds of local turns, counted across the grace: the backend is asked first (one
+        // round trip, as the release it stands for).
+        return (PassOn::AskBackend, false);
+    }
+    // The grace ends by the bound of local hold: a waiter of another process, served at the
+    // bounds, waits no longer than without a grace.
+    let until = (now + local.grace).min(cohort.since + local.hold);
+    let class = held.class().unwrap_or(crate::observe::DEFAULT_CLASS);
+    // Renewed up to the grace's end only: a parked lock whose keeper never runs (its runtime
+    // not driven) expires on its own.
+    let max_hold = until.saturating_duration_since(now);
+    let Some(parked) = held.pass_to(held.lease(), Some(max_hold), class, End::Released) else {
+        q.holder = None;
+        return (PassOn::Release, false);
+    };
+    inner
+        .watchdog
+        .transfer(inner, held.id, &parked, now + parked.lease() / 10);
+    q.holder = Some(Cohort {
+        held: parked.id,
+        lock: Arc::downgrade(&parked),
+        turns: cohort.turns,
+        since: cohort.since,
+    });
+    q.parked = Some(Parked {
+        lock: parked,
+        until,
+    });
+    let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+    let keeper = runtime.is_some() && q.keeper != runtime;
+    if keeper {
+        q.keeper = runtime;
+    }
+    (PassOn::Passed, keeper)
+}
+
+/// Takes the lock parked in `q`, if any: `Ok` with the lock passed to a request that may take
+/// it (`receives`) as a local turn, within the grace, the bounds and while no other process is
+/// known to wait; `Err` with the parked lock otherwise, to be given back to the backend (also
+/// one lost meanwhile).
+fn take_parked(
+    q: &mut Queue,
+    inner: &Arc<LockerInner>,
+    receives: Option<Receives>,
+) -> Option<Result<Arc<Held>, Arc<Held>>> {
+    let parked = q.parked.take()?;
+    // The parked lock's own note as holder goes with it, whatever comes next.
+    let cohort = q.holder.take_if(|c| c.held == parked.lock.id);
+    let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
+    let local = inner.config.local;
+    let taker = receives.zip(cohort).filter(|(_, cohort)| {
+        q.waiters.is_empty()
+            && q.handed.is_none()
+            && heard
+            && !q.inbox.fair_waiting()
+            && Instant::now() < parked.until
+            && cohort.turns < local.turns
+    });
+    let Some((receives, cohort)) = taker else {
+        return Some(Err(parked.lock));
+    };
+    if parked.lock.renewing().try_lock().is_err() {
+        // A renewal in flight (the watchdog's): never passed under it.
+        return Some(Err(parked.lock));
+    }
+    let passed = parked.lock.pass_to(
+        receives.lease,
+        receives.max_hold,
+        receives.class,
+        End::Passed,
+    );
+    // Lost (or past its validity) while parked: given to nobody.
+    let Some(next) = passed else {
+        return Some(Err(parked.lock));
+    };
+    let renew_by = Instant::now() + next.lease() / 10;
+    inner
+        .watchdog
+        .transfer(inner, parked.lock.id, &next, renew_by);
+    q.holder = Some(Cohort {
+        held: next.id,
+        lock: Arc::downgrade(&next),
+        turns: cohort.turns + 1,
+        since: cohort.since,
+    });
+    // In use: the queue (and its subscription) stays while the key is hot, though nobody
+    // joins it.
+    if q.idle_since.is_some() {
+        q.idle_since = Some(Instant::now());
+    }
+    inner.local_handoffs.fetch_add(1, Ordering::Relaxed);
+    crate::observe::local_handoff(inner, parked.lock.class().unwrap_or(receives.class));
+    Some(Ok(next))
+}
+
+/// Ends the grace of the locks parked in one queue: sleeps until the parked lock's grace ends,
+/// then gives it back to the backend; ends when nothing is parked. One per queue and runtime
+/// while it watches (a hot key parks again and again: the keeper started at the first park
+/// sees the later ones). Dropped before it is done (its runtime shut down), it gives the
+/// parked lock back on a thread of its own.
+struct Keeper {
+    locker: Arc<LockerInner>,
+    key: LockKey,
+    runtime: Option<tokio::runtime::Id>,
+    done: bool,
+}
+
+/// What a [`Keeper`] found when it looked.
+enum Look {
+    Sleep(Instant),
+    GiveBack(Arc<Held>),
+    Done,
+}
+
+impl Keeper {
+    fn start(inner: &Arc<LockerInner>, key: &LockKey) {
+        let keeper = Keeper {
+            locker: inner.clone(),
+            key: key.clone(),
+            runtime: tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
+            done: false,
+        };
+        // Without a runtime the keeper is dropped at once, and its drop gives the lock back.
+        drop(background::spawn(keeper.run()));
+    }
+
+    async fn run(mut self) {
+        loop {
+            match self.look(false) {
+                Look::Sleep(until) => tokio::time::sleep_until(until).await,
+                Look::GiveBack(parked) => {
+                    let valid = parked.is_held();
+                    if let Err(e) = parked.release_in_backend(valid).await {
+                        tracing::debug!(key = %parked.key.display(), error = %e, "giving a parked lock back failed; the lease will expire");
+                    }
+                }
+                Look::Done => break,
+            }
+        }
+        self.done = true;
+    }
+
+    /// `now`: the grace ends now, whatever is left of it.
+    fn look(&self, now: bool) -> Look {
+        let mut map = self.locker.queues.map();
+        let Some(q) = map.get_mut(self.key.name()) else {
+            return Look::Done;
+        };
+        let until = q.parked.as_ref().map(|p| p.until);
+        match until {
+            Some(until) if !now && Instant::now() < until => Look::Sleep(until),
+            Some(_) => {
+                let parked = q.parked.take().map(|p| p.lock);
+                if let Some(p) = &parked
+                    && q.holder.as_ref().is_some_and(|c| c.held == p.id)
+                {
+                    q.holder = None;
+                }
+                parked.map_or(Look::Done, Look::GiveBack)
+            }
+            None => {
+                if q.keeper == self.runtime {
+                    q.keeper = None;
+                }
+                Look::Done
+            }
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Look::GiveBack(parked) = self.look(true) {
+            parked.give_back_blocking();
+        }
+        let mut map = self.locker.queues.map();
+        if let Some(q) = map.get_mut(self.key.name())
+            && q.keeper == self.runtime
+        {
+            q.keeper = None;
         }
     }
 }
@@ -602,6 +932,10 @@ impl Sweeper {
             return None;
         };
         let until = idle_since + LINGER;
+        if !now && q.parked.is_some() {
+            // A parked lock keeps the queue until its keeper gave it back.
+            return Some(until.max(Instant::now() + LINGER));
+        }
         if !now && Instant::now() < until {
             return Some(until);
         }
@@ -609,6 +943,10 @@ impl Sweeper {
         drop(map);
         // Unconditional: removing a listener that was never registered does nothing.
         self.locker.backend.unsubscribe(&self.key, &q.inbox);
+        if let Some(parked) = q.parked {
+            // Removed with its runtime shutting down: no task can give it back.
+            parked.lock.give_back_blocking();
+        }
         None
     }
 }

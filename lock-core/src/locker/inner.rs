@@ -80,10 +80,16 @@ pub(crate) struct LocalHandoff {
     pub(crate) turns: u32,
     /// How long the locker may keep a lock through local turns, from its backend acquisition.
     pub(crate) hold: Duration,
+    /// How long a hot lock released with no local waiter stays parked in the locker for the
+    /// next local request (zero: never parked; see `LockerBuilder::local_grace`).
+    pub(crate) grace: Duration,
 }
 
 /// The most local turns in a row [`LocalHandoff::turns`] may allow.
 const MAX_LOCAL_TURNS: u32 = 100_000;
+
+/// The default [`LocalHandoff::grace`] (see `LockerBuilder::local_grace` for the measurement).
+pub(crate) const DEFAULT_LOCAL_GRACE: Duration = Duration::from_millis(1);
 
 impl Default for LocalHandoff {
     fn default() -> Self {
@@ -91,6 +97,7 @@ impl Default for LocalHandoff {
             on: true,
             turns: 64,
             hold: Duration::from_millis(50),
+            grace: DEFAULT_LOCAL_GRACE,
         }
     }
 }
@@ -108,6 +115,13 @@ impl LocalHandoff {
                 "local_hold {:?} is out of range: use above zero and at most {:?} (or local_handoff(false))",
                 self.hold,
                 crate::locker::MAX_LEASE
+            )));
+        }
+        if self.grace > crate::locker::MAX_LOCAL_GRACE {
+            return Err(LockError::config(format!(
+                "local_grace {:?} is out of range: use zero (no grace) to {:?}",
+                self.grace,
+                crate::locker::MAX_LOCAL_GRACE
             )));
         }
         Ok(())

@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+pub mod store;
+
 use lock_core::{Locker, RedisBackend};
 use lock_testkit::{ChildProcess, RedisServer, eventually};
 use lock_tests::worker::WorkerArgs;

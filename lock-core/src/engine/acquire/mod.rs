@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::engine::held::Held;
-use crate::engine::wait::{Local, Receives};
+use crate::engine::wait::{Arrival, Local, Receives};
 use crate::guard::LockGuard;
 use crate::key::LockKey;
 use crate::locker::{LockerInner, MAX_LEASE, validate_lease, validate_wait};
@@ -214,9 +214,22 @@ async fn acquire(
     heard: &AtomicBool,
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
+    let receives = receives(inner, spec);
+    let busy = match inner.queues.arrive(inner, key, receives) {
+        // Parked in this locker's grace: a local turn, no round trip.
+        Arrival::Taken(held) => return Ok(received(held)),
+        Arrival::GiveBack(parked) => {
+            let valid = parked.is_held();
+            // Its outcome is the parked lock's, not this request's.
+            let _ = parked.release_in_backend(valid).await;
+            false
+        }
+        Arrival::Busy => true,
+        Arrival::Free => false,
+    };
     // Nobody queues or holds it here: contend at once (the uncontended path is this one round
     // trip).
-    if spec.wait.is_zero() || !inner.queues.busy_here(key) {
+    if spec.wait.is_zero() || !busy {
         match attempt(inner, key, spec, false).await? {
             outcome if spec.wait.is_zero() => return outcome.or_busy(key),
             Outcome::Acquired(guard) => return Ok(guard),
@@ -227,7 +240,19 @@ async fn acquire(
     let _waiting = observe::Waiting::new(inner, spec.class);
     // Boxed: the wait's state (local queue ticket, subscription, queued attempts) is large;
     // inline, it would size every acquire's future, moved and copied on the uncontended path.
-    Box::pin(wait_in_queue(inner, key, spec, start, deadline)).await
+    Box::pin(wait_in_queue(inner, key, spec, receives, start, deadline)).await
+}
+
+/// What a request may receive by local hand-off (or take parked in the grace): a lock passed
+/// on keeps the lease its giver had in the backend, so only a request the watchdog renews for
+/// may take one, and only one without a fence (every holder of a fenced lock gets a new token
+/// from the backend).
+fn receives(inner: &LockerInner, spec: &Spec) -> Option<Receives> {
+    (inner.config.local.on && spec.watchdog && !spec.fenced && !spec.fair).then_some(Receives {
+        lease: spec.lease,
+        max_hold: spec.max_hold,
+        class: spec.class,
+    })
 }
 
 /// The rest of [`acquire`] once its first attempt found the key busy (or queued for here).
@@ -235,17 +260,10 @@ async fn wait_in_queue(
     inner: &Arc<LockerInner>,
     key: &LockKey,
     spec: &Spec,
+    receives: Option<Receives>,
     start: Instant,
     deadline: Instant,
 ) -> Result<LockGuard, LockError> {
-    // A lock passed by local hand-off keeps the lease its giver had in the backend: only a
-    // request the watchdog renews for may take one, and only one without a fence (every holder
-    // of a fenced lock gets a new token from the backend).
-    let receives = (inner.config.local.on && spec.watchdog && !spec.fenced).then_some(Receives {
-        lease: spec.lease,
-        max_hold: spec.max_hold,
-        class: spec.class,
-    });
     let ticket = inner.queues.join(inner, key, receives);
     // A lock handed over with a lease shorter than asked for is renewed soon after it comes
     // (one asked with at most the hand-over lease is renewed like any other).

@@ -53,6 +53,12 @@ pub(super) async fn acquire_fair(
     heard: &AtomicBool,
 ) -> Result<LockGuard, LockError> {
     let deadline = start + spec.wait;
+    // A lock parked in this locker's grace is never taken by a fair request: it goes back to
+    // the backend's queue first, where this request takes its place in order.
+    if let Some(parked) = inner.queues.unpark(key) {
+        let valid = parked.is_held();
+        let _ = parked.release_in_backend(valid).await;
+    }
     let inbox = Arc::new(Inbox::default());
     let mut queued = QueuedWaiter::new(inner, key, spec, inbox.clone(), true);
     if spec.wait.is_zero() {
