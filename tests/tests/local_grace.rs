@@ -83,6 +83,7 @@ async fn hot_locker(store: &Store) -> LockerBuilder {
         .await
         .local_turns(64)
         .local_hold(Duration::from_secs(600))
+        .local_grace(Duration::from_millis(1))
 }
 
 /// On Redis only: on the memory backend a lock and its release complete without awaiting, so
@@ -106,7 +107,14 @@ async fn tasks_that_await_between_release_and_lock_keep_the_key_local() {
 }
 
 async fn no_grace_or_no_local_handoff_parks_nothing(store: Store) {
+    // The grace is opt-in: a locker built without `local_grace` parks nothing either.
+    let default = store
+        .builder()
+        .await
+        .local_turns(64)
+        .local_hold(Duration::from_secs(600));
     for builder in [
+        default,
         hot_locker(&store).await.local_grace(Duration::ZERO),
         hot_locker(&store).await.local_handoff(false),
     ] {
@@ -142,6 +150,7 @@ async fn no_two_holders_across_graces_and_lockers(store: Store) {
             .await
             .local_turns(8)
             .local_hold(Duration::from_millis(20))
+            .local_grace(Duration::from_millis(1))
             .build();
         lockers.push(locker.clone());
         for _ in 0..6 {

@@ -89,7 +89,9 @@ pub(crate) struct LocalHandoff {
 const MAX_LOCAL_TURNS: u32 = 100_000;
 
 /// The default [`LocalHandoff::grace`] (see `LockerBuilder::local_grace` for the measurement).
-pub(crate) const DEFAULT_LOCAL_GRACE: Duration = Duration::from_millis(1);
+/// Zero (no grace) until the grace has had a review of its own: opt in with
+/// `local_grace(Duration::from_millis(1))`, the length the measurements suggest.
+pub(crate) const DEFAULT_LOCAL_GRACE: Duration = Duration::ZERO;
 
 impl Default for LocalHandoff {
     fn default() -> Self {

@@ -496,8 +496,8 @@ impl LockerBuilder {
     /// tells it (`lost()` resolves, `run` is cancelled), and the release that passed it on says
     /// `Ok`. Fencing, or `local_handoff(false)`, is the answer to data loss (FAULTS.md).
     ///
-    /// A hot lock released while no task of this locker waits may stay *parked* in the locker
-    /// for [`local_grace`](Self::local_grace), for the next task that asks for it.
+    /// With [`local_grace`](Self::local_grace) (opt-in), a hot lock released while no task of
+    /// this locker waits may stay *parked* in the locker, for the next task that asks for it.
     ///
     /// Requests that take no part: `.fenced()` ones (each holder gets a new fencing token
     /// from the backend), `.fair()` ones (strict FIFO across processes), and those without the
@@ -543,9 +543,9 @@ impl LockerBuilder {
     }
 
     /// How long a hot lock released while no task of this locker waits for it stays *parked*
-    /// in the locker, for the next task of this locker that asks for the key (default 1 ms;
-    /// zero parks nothing; at most [`MAX_LOCAL_GRACE`]). See
-    /// [`local_handoff`](Self::local_handoff).
+    /// in the locker, for the next task of this locker that asks for the key (default zero:
+    /// nothing is parked; 1 ms is the length measured below; at most [`MAX_LOCAL_GRACE`]).
+    /// See [`local_handoff`](Self::local_handoff).
     ///
     /// Real handlers await something between one lock and the next: the local queue drains,
     /// and without a grace the last holder gives the lock back to the backend, where this
@@ -566,9 +566,10 @@ impl LockerBuilder {
     ///
     /// Measured on one Redis (bench/NOTES.md, 2026-12-02): 11 tasks looping `lock`, `release`,
     /// `yield_now().await` made 174-285k handoffs/s with a grace (any from 100 µs to 5 ms)
-    /// against 30k without, and 0.0 Redis requests per handoff against 1.1. The default, 1 ms
-    /// (about one round trip on a LAN), also covers the short awaits of real handlers, while a
-    /// key this locker stopped using stays busy for another process at most 1 ms longer.
+    /// against 30k without, and 0.0 Redis requests per handoff against 1.1. 1 ms (about one
+    /// round trip on a LAN) also covers the short awaits of real handlers, while a key this
+    /// locker stopped using stays busy for another process at most 1 ms longer. The grace is
+    /// opt-in in this release: it becomes the default once it has had its own review.
     ///
     /// ```
     /// use std::time::Duration;
