@@ -391,23 +391,22 @@ async fn stress_counter_ends_exact(fx: Fixture) {
     assert_eq!(s.last, s.total, "lost updates under the lock");
 }
 
-/// After the stress, no lock is left behind: the key is free for a newcomer once the stressing
-/// lockers' grace ended (the last release of a hot key may park the lock in its locker for
-/// `local_grace`, 1 ms by default, at most [`MAX_LOCAL_GRACE`](crate::MAX_LOCAL_GRACE); a lock
-/// left behind would hold it for its lease), and then (as the probe reads it) no token is
-/// stored for it.
+/// After the stress, no lock is left behind: the key is free for a newcomer at once, and (as
+/// the probe reads it) no token is stored for it. REVIEW 38: restored as it was before the
+/// grace (7a1c5c4). The grace34 branch loosened it to a wait of `MAX_LOCAL_GRACE` + 500 ms when
+/// its grace was on by default; the grace is opt-in now (the kit's lockers park nothing), and
+/// the loosened check let a lock left behind for up to 1.5 s pass on every backend.
 async fn stress_leaves_no_lock_behind(fx: Fixture) {
     stress(&fx).await;
+    assert!(fx.stored("stress").await.is_none_or(|s| s.token.is_none()));
     let newcomer = fx.locker().await;
     newcomer
-        .lock("stress")
-        .wait(crate::MAX_LOCAL_GRACE + Duration::from_millis(500))
+        .try_lock("stress")
         .await
         .expect("a lock was left behind")
         .release()
         .await
         .expect("release");
-    assert!(fx.stored("stress").await.is_none_or(|s| s.token.is_none()));
 }
 
 /// The control for the stress: the same read-modify-write without the lock loses updates, so
