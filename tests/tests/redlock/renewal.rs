@@ -290,15 +290,24 @@ async fn eight_servers() -> (Vec<RedisServer>, Locker) {
     (servers, locker)
 }
 
-/// Until every server has `key`'s extended deadline (above 7.2 s of an 8 s lease, where it
-/// was about 7 s before the extend). A server the extend never reached keeps its old one.
-async fn extended_everywhere(servers: &[RedisServer], key: &str) {
+/// Until every server has `key`'s extended deadline, for an extend to [`EXTEND_LEASE`] (8 s)
+/// made at `since` or later, 1 s or more after the lock was taken. A server that got it
+/// expires the key 8 s after `since` at the earliest; one the extend never reached keeps its
+/// old deadline, 7 s after `since` at the latest. So the remaining time plus the time since
+/// `since` (read after the answer) tells them apart, whatever time the reads themselves take
+/// (a fixed threshold failed on a loaded machine: reading 64 keys on 8 servers took longer
+/// than the 0.8 s between the two deadlines).
+async fn extended_everywhere(servers: &[RedisServer], key: &str, since: Instant) {
     let name = format!("lock:{{{key}}}");
     for (i, s) in servers.iter().enumerate() {
         eventually(
             &format!("{key}: server {i} has the extended deadline"),
             Duration::from_secs(1),
-            async || s.pttl(&name).await > 7_200,
+            async || {
+                let left = s.pttl(&name).await;
+                let passed = i64::try_from(since.elapsed().as_millis()).unwrap_or(i64::MAX);
+                left.saturating_add(passed) > 7_500
+            },
         )
         .await;
     }
@@ -320,10 +329,11 @@ async fn an_extend_reaches_every_server() {
         held_on(&servers, &key, &every).await;
         // Idle, as in redsync's test: about 7 s left on every server.
         tokio::time::sleep(Duration::from_secs(1)).await;
+        let since = Instant::now();
         guard.extend(lease).await.unwrap();
         // The new deadline on every server soon after: redsync reads it at once; the calls
         // still on their way when the quorum answered are let finish.
-        extended_everywhere(&servers, &key).await;
+        extended_everywhere(&servers, &key, since).await;
         guard.release().await.unwrap();
     }
 }
@@ -345,6 +355,7 @@ async fn extends_at_once_reach_every_server() {
         held_on(&servers, key, &every).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let since = Instant::now();
     let extends: Vec<_> = guards
         .into_iter()
         .map(|g| {
@@ -361,7 +372,7 @@ async fn extends_at_once_reach_every_server() {
         guards.push(g);
     }
     for key in &keys {
-        extended_everywhere(&servers, key).await;
+        extended_everywhere(&servers, key, since).await;
     }
     drop(guards);
 }
