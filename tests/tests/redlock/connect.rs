@@ -12,8 +12,10 @@ async fn connect_needs_a_majority_and_late_servers_join() {
     servers[0].stop();
     servers[1].stop();
     servers[2].stop();
+    // The three stopped servers refuse at once (their ports are closed); the bound is for the
+    // two up, which a loaded machine answered later than 300 ms (1 of 2 counted).
     let refused = RedlockBackend::builder(&all.iter().map(String::as_str).collect::<Vec<_>>())
-        .connect_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_secs(3))
         .connect()
         .await
         .unwrap_err();
@@ -139,12 +141,9 @@ async fn a_server_joining_later_under_a_second_url_is_refused() {
     servers[3].restart();
     // Both of its URLs connect again (every second).
     both_urls_tried(&servers[3]).await;
-    let probe = locker.try_lock("probe").await.unwrap();
-    assert!(
-        servers[3].exists("lock:{probe}").await,
-        "server 3 joined once"
-    );
-    probe.release().await.unwrap();
+    // Server 3 joined once: a probe lock lands on it (retried: under load a lock is decided
+    // by the first three answers, before server 3's, within the 100 ms per-server bound).
+    all_reachable(&locker, &servers).await;
     servers[0].stop();
     servers[1].stop();
     // Servers 2 and 3 answer: 2 votes of 5, whatever server 3's second URL says.

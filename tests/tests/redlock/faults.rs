@@ -655,6 +655,18 @@ async fn an_undecided_mark_write_keeps_an_earlier_mark() {
     // A retry holds the lock everywhere; server 2 is silent while it writes its mark: two
     // servers find the first mark, two write the retry's, so the write is undecided.
     let retry = locker.lock("charge:5").await.unwrap();
+    // On every server before the mark: a lock decided by a quorum before a slow server's
+    // answer (under load) may reach that server after the mark, which then finds the lock not
+    // the retry's there, and the first mark's quorum (`Started`) decides instead of the take-back
+    // this test is about.
+    for (i, s) in servers.iter().enumerate() {
+        eventually(
+            &format!("the retry's lock on server {i}"),
+            Duration::from_secs(2),
+            async || s.exists("lock:{charge:5}").await,
+        )
+        .await;
+    }
     servers[2].pause();
     let marked = retry.mark_started("fp", ttl).await;
     assert!(
