@@ -47,6 +47,7 @@ on_both!(
     dropping_the_locker_gives_a_parked_lock_back,
     out_of_range_graces_are_refused,
     requests_that_may_not_take_a_parked_lock_get_the_key_at_once,
+    review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on,
 );
 
 // Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
@@ -55,7 +56,6 @@ on_both!(
     review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked,
     review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
     review38_a_try_lock_that_takes_a_parked_lock_did_not_wait,
-    review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on,
 );
 
 /// Acquisitions per task in the looping tests.
@@ -704,7 +704,10 @@ fn review38_a_lock_released_outside_a_runtime_is_not_left_parked_without_a_keepe
 /// in a run of local turns, the locker force-unlocks the key itself and another locker takes
 /// it; the holder's release passes the lock to the locker's waiting task without asking the
 /// backend (a local turn after the first), and that task holds it beside the other locker.
-/// `force_unlock` tells nothing to its own locker's local hand-off state.
+/// `force_unlock` told nothing to its own locker's local hand-off state. Now a `force_unlock`
+/// that ends makes every lock the backend vouched for before ask again before its next local
+/// turn: the release asks, hears "not ours" (`LeaseLost`, as `force_unlock`'s contract says),
+/// and the waiter takes its turn through the backend.
 async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on(store: Store) {
     let locker = store
         .builder()
@@ -729,17 +732,26 @@ async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_
         store.queued(key).await >= 1
     })
     .await;
-    let mut next = async || {
+    let next = async |got: &mut tokio::sync::mpsc::UnboundedReceiver<_>| {
         tokio::time::timeout(SOON * 2, got.recv())
             .await
             .expect("no waiter answered")
             .expect("a waiter task ended")
     };
+    let renewals = locker.stats().renewal_calls;
     first.release().await.unwrap();
     // Handed over through the backend; the next turn asks the backend, then passes locally.
-    let second = next().await.unwrap();
+    let second = next(&mut got).await.unwrap();
+    // Handed over with the short hand-over lease: renewed to the full lease first, so that
+    // this early renewal (which renews every lock due within a tenth of its lease with it)
+    // cannot find the forced key gone and let the waiter take it through the backend before
+    // the other locker tries.
+    eventually("the handed-over lock was renewed", SOON, async || {
+        locker.stats().renewal_calls > renewals
+    })
+    .await;
     second.release().await.unwrap();
-    let third = next().await.unwrap();
+    let third = next(&mut got).await.unwrap();
     // A run of local turns: the next pass does not ask the backend (once the key's release
     // subscription is confirmed; until then every pass asks).
     eventually("the release subscription was confirmed", SOON, async || {
@@ -751,13 +763,28 @@ async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_
         .try_lock(key)
         .await
         .expect("the key was force-unlocked");
+    // A pass is made inside the release, without I/O: counted by the time it returns.
+    let passes = locker.stats().local_handoffs;
     let released = third.release().await;
-    let fourth = next().await;
-    let two = matches!(&fourth, Ok(g) if g.is_held()) && others.is_held();
-    drop(fourth);
-    others.release().await.unwrap();
+    let passed = locker.stats().local_handoffs - passes;
+    let early = got.try_recv().ok();
+    let two = matches!(&early, Some(Ok(g)) if g.is_held()) && others.is_held();
+    drop(early);
     assert!(
-        !two,
+        passed == 0 && !two,
         "passed on locally (release said {released:?}) after this locker force-unlocked it: two holders"
     );
+    // The contract of `force_unlock`: the old holder's release says `LeaseLost`.
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "the release of a force-unlocked lock said {released:?}"
+    );
+    // The waiter takes the key through the backend once the other locker lets it go.
+    others.release().await.unwrap();
+    let fourth = next(&mut got)
+        .await
+        .expect("the waiter got the key from the backend");
+    assert!(fourth.is_held());
+    assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
+    fourth.release().await.unwrap();
 }

@@ -550,7 +550,7 @@ impl Held {
     /// process queues: if one does, the lock is released to it here (`Ok(true)` too).
     async fn pass_on(self: &Arc<Self>) -> Result<bool, LockError> {
         let queues = &self.locker.queues;
-        match queues.pass_on(&self.locker, self, false) {
+        match queues.pass_on(&self.locker, self, None) {
             PassOn::Passed => return Ok(true),
             PassOn::Release => return Ok(false),
             PassOn::AskBackend => {}
@@ -561,6 +561,9 @@ impl Held {
         // away would find it gone and report a loss that is in fact this release.
         let serial = self.renewing().lock().await;
         queues.asking_backend(&self.key);
+        // Read before the backend is asked: a `force_unlock` of this locker that ends after
+        // this point may have removed the lock after the backend vouched for it.
+        let forced = self.locker.forced();
         let answer = self
             .locker
             .call()
@@ -571,7 +574,7 @@ impl Held {
         match answer {
             Ok(Kept::Alone) => {
                 drop(serial);
-                let passed = queues.pass_on(&self.locker, self, true);
+                let passed = queues.pass_on(&self.locker, self, Some(forced));
                 match passed {
                     PassOn::Passed => Ok(true),
                     PassOn::Release | PassOn::AskBackend => {
@@ -716,7 +719,7 @@ impl Held {
             && in_runtime
             && self.is_held()
             && matches!(
-                self.locker.queues.pass_on(&self.locker, self, false),
+                self.locker.queues.pass_on(&self.locker, self, None),
                 PassOn::Passed
             )
         {
@@ -1032,7 +1035,7 @@ mod tests {
         let target = holder.held().clone();
         let hook: Hook = Box::new(move |held: &Held| {
             assert_eq!(held.id, target.id);
-            let outcome = target.locker.queues.pass_on(&target.locker, &target, false);
+            let outcome = target.locker.queues.pass_on(&target.locker, &target, None);
             let _ = passed_tx.send(matches!(outcome, PassOn::Passed));
         });
         LOST_NOT_YET_LEFT.set(KEY, hook);

@@ -135,6 +135,10 @@ struct Cohort {
     /// asked for waiters of other processes).
     turns: u32,
     since: Instant,
+    /// The locker's force generation ([`LockerInner::forced`]) read before the backend last
+    /// vouched for the lock: a `force_unlock` of this locker that ended since may have removed
+    /// it, and no local turn is passed (or parked lock taken) until the backend vouched again.
+    forced: u64,
 }
 
 #[derive(Debug)]
@@ -219,11 +223,13 @@ impl WaitQueues {
     /// holder is noted there, and may pass the lock to the queue (`giver`).
     pub(crate) fn note_holder(&self, held: &Arc<Held>, giver: bool) {
         if let Some(q) = self.map().get_mut(held.key.name()) {
+            // No turn yet: the backend is asked before the first (whatever `forced` says).
             q.holder = giver.then(|| Cohort {
                 held: held.id,
                 lock: Arc::downgrade(held),
                 turns: 0,
                 since: Instant::now(),
+                forced: 0,
             });
         }
     }
@@ -252,13 +258,14 @@ impl WaitQueues {
 
     /// The holder `held` is releasing: passes the lock to the local queue's head when the
     /// head may take it and the bounds allow (see the module docs), else says what to do.
-    /// `asked` when the backend just answered that no other process waits: the bounds start
-    /// again.
+    /// `asked` when the backend just answered that no other process waits (and the lock is
+    /// ours): the bounds start again; it holds the locker's force generation read before the
+    /// backend was asked.
     pub(crate) fn pass_on(
         &self,
         inner: &Arc<LockerInner>,
         held: &Arc<Held>,
-        asked: bool,
+        asked: Option<u64>,
     ) -> PassOn {
         let mut map = self.map();
         let Some(q) = map.get_mut(held.key.name()) else {
@@ -285,15 +292,18 @@ impl WaitQueues {
         // The backend is asked (one round trip) before the first local turn of a run (a fair
         // waiter may queue there already), whenever a fair waiter announced itself since, while
         // such announcements could be missed (no confirmed subscription), and at the bounds.
+        // And after a `force_unlock` of this locker (the lock may be gone).
         let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
-        if asked {
+        if let Some(forced) = asked {
             cohort.turns = 0;
             cohort.since = Instant::now();
+            cohort.forced = forced;
         } else if cohort.turns == 0
             || !heard
             || q.inbox.fair_waiting()
             || cohort.turns >= local.turns
             || cohort.since.elapsed() >= local.hold
+            || cohort.forced != inner.forced()
         {
             return PassOn::AskBackend;
         }
@@ -319,6 +329,7 @@ impl WaitQueues {
             lock: Arc::downgrade(&next),
             turns: cohort.turns + 1,
             since: cohort.since,
+            forced: cohort.forced,
         });
         q.handed = Some((head, next));
         q.inbox.wake();
@@ -444,7 +455,7 @@ fn park(
     inner: &Arc<LockerInner>,
     held: &Arc<Held>,
     mut cohort: Cohort,
-    asked: bool,
+    asked: Option<u64>,
 ) -> (PassOn, bool) {
     let local = inner.config.local;
     // Hot: in a run of local turns (the lock was passed between this locker's tasks, or taken
@@ -455,7 +466,7 @@ fn park(
     // another process announcing itself during the grace is heard.
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
     let parkable = !local.grace.is_zero()
-        && (asked || cohort.turns > 0)
+        && (asked.is_some() || cohort.turns > 0)
         && q.waiters.is_empty()
         && q.handed.is_none()
         && q.parked.is_none()
@@ -470,12 +481,17 @@ fn park(
         return (PassOn::AskBackend, false);
     }
     let now = Instant::now();
-    if asked {
+    if let Some(forced) = asked {
         cohort.turns = 0;
         cohort.since = now;
-    } else if cohort.turns >= local.turns || now >= cohort.since + local.hold {
-        // The bounds of local turns, counted across the grace: the backend is asked first (one
-        // round trip, as the release it stands for).
+        cohort.forced = forced;
+    } else if cohort.turns >= local.turns
+        || now >= cohort.since + local.hold
+        || cohort.forced != inner.forced()
+    {
+        // The bounds of local turns, counted across the grace (and a `force_unlock` of this
+        // locker since the backend vouched): the backend is asked first (one round trip, as
+        // the release it stands for).
         return (PassOn::AskBackend, false);
     }
     // The grace ends by the bound of local hold: a waiter of another process, served at the
@@ -497,6 +513,7 @@ fn park(
         lock: Arc::downgrade(&parked),
         turns: cohort.turns,
         since: cohort.since,
+        forced: cohort.forced,
     });
     q.parked = Some(Parked {
         lock: parked,
@@ -531,6 +548,7 @@ fn take_parked(
             && !q.inbox.fair_waiting()
             && Instant::now() < parked.until
             && cohort.turns < local.turns
+            && cohort.forced == inner.forced()
     });
     let Some((receives, cohort)) = taker else {
         return Some(Err(parked.lock));
@@ -558,6 +576,7 @@ fn take_parked(
         lock: Arc::downgrade(&next),
         turns: cohort.turns + 1,
         since: cohort.since,
+        forced: cohort.forced,
     });
     // In use: the queue (and its subscription) stays while the key is hot, though nobody
     // joins it.

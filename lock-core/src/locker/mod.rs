@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::backend::{Backend, IntoBackend, MemoryBackend};
-use crate::engine::wait::WaitQueues;
-use crate::engine::watchdog::Watchdog;
 use crate::key::{DEFAULT_PREFIX, validate_prefix};
 use crate::request::LockRequest;
 
@@ -625,10 +623,10 @@ impl LockerBuilder {
             .and_then(|()| crate::inspect::validate_holder(&holder))
             .err();
         Locker {
-            inner: Arc::new(LockerInner {
+            inner: Arc::new(LockerInner::new(
                 id,
-                backend: self.backend,
-                config: Config {
+                self.backend,
+                Config {
                     prefix: self.prefix,
                     lease: self.lease,
                     wait: self.wait,
@@ -637,12 +635,7 @@ impl LockerBuilder {
                     holder,
                     error,
                 },
-                watchdog: Watchdog::default(),
-                queues: WaitQueues::default(),
-                calls: AtomicU64::new(0),
-                handovers: AtomicU64::new(0),
-                local_handoffs: AtomicU64::new(0),
-            }),
+            )),
         }
     }
 
