@@ -48,13 +48,13 @@ on_both!(
     out_of_range_graces_are_refused,
     requests_that_may_not_take_a_parked_lock_get_the_key_at_once,
     review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on,
+    review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
 );
 
 // Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
 on_both!(
     ignore = "a known hole (session-38 review of the local grace), failing until fixed";
     review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked,
-    review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
     review38_a_try_lock_that_takes_a_parked_lock_did_not_wait,
 );
 
@@ -599,7 +599,8 @@ async fn review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked
 /// The locker's next request takes the parked lock without asking the backend: two holders,
 /// both `is_held()`. Without the grace the request goes to the backend and is `Busy`. The
 /// locker knows it removed the lock, yet keeps it parked (until the next renewal, a tenth of
-/// the lease, finds it gone).
+/// the lease, finds it gone). Now the take of a parked lock checks the locker's force
+/// generation: the lock is given back, and the request finds the key busy in the backend.
 async fn review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked(store: Store) {
     let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
     let other = store.builder().await.build();
