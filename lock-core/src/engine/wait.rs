@@ -11,8 +11,11 @@
 //! Grace (issue 34): a holder of a hot key (in a run of local turns: passed between this
 //! locker's tasks, or taken parked, since the backend last vouched for it) that releases while
 //! no local waiter queues does not give the lock back to the backend at once: it *parks* it in
-//! the queue for `local_grace`, within the same bounds and conditions as a local turn (no other
-//! process known to wait). A request of this locker that arrives meanwhile takes it as a local
+//! the queue for `local_grace`, under the same conditions as a local turn (no other process
+//! known to wait). It asks the backend first (`keep.lua`, one round trip, as the release it
+//! stands for): the lock is parked only on the backend's word that it is still ours and that
+//! no other process queues (one that does gets the lock), so a release never says `Ok` for a
+//! lost lock it parks, and the bounds of local turns start again. A request of this locker that arrives meanwhile takes it as a local
 //! turn ([`WaitQueues::arrive`]); a request that may not (fenced, fair, without the watchdog),
 //! the grace's end ([`Keeper`]), a loss, or the runtime's shutdown gives it back to the
 //! backend. Tasks that await between one lock and the next thus keep a hot key in the process
@@ -480,20 +483,21 @@ fn park(
         // As for a pass: never parked under a lease change or a result store in flight.
         return (PassOn::AskBackend, false);
     }
-    let now = Instant::now();
-    if let Some(forced) = asked {
-        cohort.turns = 0;
-        cohort.since = now;
-        cohort.forced = forced;
-    } else if cohort.turns >= local.turns
-        || now >= cohort.since + local.hold
-        || cohort.forced != inner.forced()
-    {
-        // The bounds of local turns, counted across the grace (and a `force_unlock` of this
-        // locker since the backend vouched): the backend is asked first (one round trip, as
-        // the release it stands for).
+    // Parked only on the backend's word, just given: the lock is still ours and no other
+    // process queues for it. A release that parks its lock tells its caller `Ok`, and nobody
+    // holds a parked lock to learn of a loss later: without that word, a lock lost behind its
+    // holder's back (an operator's `DEL`, a `FLUSHALL`, a `force_unlock`) would be parked and
+    // reported released (review 38, hole 1). The backend is asked first (one round trip, as
+    // the release it stands for); the release then says `LeaseLost` for a lost lock, or parks
+    // it with the bounds of local turns starting again (a waiter of another process queued
+    // there was given the lock by the asking).
+    let Some(forced) = asked else {
         return (PassOn::AskBackend, false);
-    }
+    };
+    let now = Instant::now();
+    cohort.turns = 0;
+    cohort.since = now;
+    cohort.forced = forced;
     // The grace ends by the bound of local hold: a waiter of another process, served at the
     // bounds, waits no longer than without a grace.
     let until = (now + local.grace).min(cohort.since + local.hold);

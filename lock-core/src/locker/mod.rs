@@ -550,10 +550,10 @@ impl LockerBuilder {
     /// locker's tasks then take it again one round trip at a time. A lock is parked only when
     /// it is hot here (passed between this locker's tasks since the backend last vouched for
     /// it), while no other process is known to wait (the key's release subscription is
-    /// confirmed and no fair waiter announced itself), and within the bounds of local turns:
-    /// a task that takes a parked lock takes a local turn, and the grace ends by
-    /// [`local_hold`](Self::local_hold) from the backend acquisition, so a waiter of another
-    /// process is served within `local_hold`, as without a grace. The parked lock stays held
+    /// confirmed and no fair waiter announced itself), and once the backend vouched for it (see
+    /// below): a task that takes a parked lock takes a local turn, and the grace ends by
+    /// [`local_hold`](Self::local_hold) at the latest, so a waiter of another process is
+    /// served within `local_hold`, as without a grace. The parked lock stays held
     /// in the backend, renewed by the watchdog; one lost meanwhile is given to nobody. When
     /// the grace ends unclaimed, when a request that may not take it arrives (`fenced`,
     /// `fair`, without the watchdog), or when its runtime shuts down, the lock is released in
@@ -568,6 +568,15 @@ impl LockerBuilder {
     /// round trip on a LAN) also covers the short awaits of real handlers, while a key this
     /// locker stopped using stays busy for another process at most 1 ms longer. The grace is
     /// opt-in in this release: it becomes the default once it has had its own review.
+    ///
+    /// Since its review, a release parks its lock only on the backend's word, asked as it
+    /// releases (one round trip, as a release without the grace): the lock is still ours and no
+    /// other process queues for it (one that does is given the lock). A release of a lock lost
+    /// behind its back thus says [`LockError::LeaseLost`] and parks nothing, and a task that
+    /// takes a parked lock takes one the backend vouched for at most the grace ago. The
+    /// request of the next task is what the grace saves: in the test of the loop above, 175-207
+    /// backend calls for 1,100 acquisitions against 1,240-2,210 without a grace (29 before the
+    /// review, when a park took the backend's last answer, up to `local_hold` old, on trust).
     ///
     /// ```
     /// use std::time::Duration;
