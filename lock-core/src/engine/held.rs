@@ -192,13 +192,16 @@ impl Held {
     /// to the new one, counted in metrics under the receiver's `class`. `None` when this one was
     /// no longer held: nothing is passed.
     /// `end`: how this acquisition's end is observed (`End::Passed`; `End::Released` when it
-    /// is parked for the next request of the locker: released, to its caller).
+    /// is parked for the next request of the locker: released, to its caller). `waited`: the
+    /// new acquisition's [`waited`](Self::waited): whether its request found the key held (a
+    /// queued waiter did; a request that takes a parked lock as it arrives did not).
     pub(crate) fn pass_to(
         self: &Arc<Self>,
         lease: Duration,
         max_hold: Option<Duration>,
         class: &'static str,
         end: End,
+        waited: bool,
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
@@ -220,7 +223,7 @@ impl Held {
             acquired_at: now,
             first_renewal: now,
             first_renewal_by: now,
-            waited: true,
+            waited,
             renewing: OnceLock::from(self.renewing().clone()),
             current: OnceLock::from(current.clone()),
             mark: Mutex::new(None),
@@ -955,10 +958,10 @@ mod tests {
         let guard = locker.lock("lineage").await.unwrap();
         let first = guard.held().clone();
         let second = first
-            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed, true)
             .expect("passed");
         let third = second
-            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed, true)
             .expect("passed again");
         assert!(Arc::ptr_eq(first.renewing(), second.renewing()));
         assert!(Arc::ptr_eq(second.renewing(), third.renewing()));

@@ -202,7 +202,8 @@ impl WaitQueues {
         let Some(q) = map.get_mut(key.name()) else {
             return Arrival::Free;
         };
-        match take_parked(q, inner, receives) {
+        // Taken as the request arrives: it found the key free here, and did not wait.
+        match take_parked(q, inner, receives, false) {
             Some(Ok(next)) => Arrival::Taken(next),
             Some(Err(parked)) => Arrival::GiveBack(parked),
             None if !q.waiters.is_empty() || q.holder.is_some() => Arrival::Busy,
@@ -310,11 +311,13 @@ impl WaitQueues {
         {
             return PassOn::AskBackend;
         }
+        // To a queued waiter: it waited.
         let passed = held.pass_to(
             receives.lease,
             receives.max_hold,
             receives.class,
             End::Passed,
+            true,
         );
         let Some(next) = passed else {
             q.holder = None;
@@ -420,7 +423,8 @@ impl WaitQueues {
         q.idle_since = None;
         // A lock parked since this waiter's request arrived: taken as its local turn (this
         // waiter is the head), or given back to the backend.
-        let give_back = match take_parked(q, locker, receives) {
+        // This waiter's request found the key held here (it queues): it waited.
+        let give_back = match take_parked(q, locker, receives, true) {
             Some(Ok(next)) => {
                 q.handed = Some((id, next));
                 None
@@ -505,7 +509,9 @@ fn park(
     // Renewed up to the grace's end only: a parked lock whose keeper never runs (its runtime
     // not driven) expires on its own.
     let max_hold = until.saturating_duration_since(now);
-    let Some(parked) = held.pass_to(held.lease(), Some(max_hold), class, End::Released) else {
+    // Held by nobody (`waited` is the taker's, given when it is taken).
+    let parked = held.pass_to(held.lease(), Some(max_hold), class, End::Released, false);
+    let Some(parked) = parked else {
         q.holder = None;
         return (PassOn::Release, false);
     };
@@ -534,11 +540,13 @@ fn park(
 /// Takes the lock parked in `q`, if any: `Ok` with the lock passed to a request that may take
 /// it (`receives`) as a local turn, within the grace, the bounds and while no other process is
 /// known to wait; `Err` with the parked lock otherwise, to be given back to the backend (also
-/// one lost meanwhile).
+/// one lost meanwhile). `waited`: whether the request found the key held (review 38, hole 3:
+/// a `try_lock` that took a parked lock said it had waited, and lock-tower counted a wait).
 fn take_parked(
     q: &mut Queue,
     inner: &Arc<LockerInner>,
     receives: Option<Receives>,
+    waited: bool,
 ) -> Option<Result<Arc<Held>, Arc<Held>>> {
     let parked = q.parked.take()?;
     // The parked lock's own note as holder goes with it, whatever comes next.
@@ -566,6 +574,7 @@ fn take_parked(
         receives.max_hold,
         receives.class,
         End::Passed,
+        waited,
     );
     // Lost (or past its validity) while parked: given to nobody.
     let Some(next) = passed else {
