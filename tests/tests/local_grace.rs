@@ -47,15 +47,11 @@ on_both!(
     dropping_the_locker_gives_a_parked_lock_back,
     out_of_range_graces_are_refused,
     requests_that_may_not_take_a_parked_lock_get_the_key_at_once,
+    // Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
     review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on,
     review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
     review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked,
     review38_a_try_lock_that_takes_a_parked_lock_did_not_wait,
-);
-
-// Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
-on_both!(
-    ignore = "a known hole (session-38 review of the local grace), failing until fixed";
 );
 
 /// Acquisitions per task in the looping tests.
@@ -657,8 +653,8 @@ async fn review38_a_try_lock_that_takes_a_parked_lock_did_not_wait(store: Store)
 /// comment "without a runtime the keeper is dropped at once, and its drop gives the lock back"
 /// never applies. The watchdog renews it to the grace's end, then nobody gives it back: another
 /// locker waits for the 30 s lease. Without the grace the release freed the key at once.
+/// Now nothing is parked outside a runtime: the release goes to the backend.
 #[test]
-#[ignore = "a known hole (session-38 review of the local grace), failing until fixed"]
 fn review38_a_lock_released_outside_a_runtime_is_not_left_parked_without_a_keeper() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};

@@ -471,8 +471,13 @@ fn park(
     // with nobody here to pass it to: a single task that waited for another process's holder
     // makes no cohort, and its release goes to the backend as before. Heard: a fair waiter of
     // another process announcing itself during the grace is heard.
+    // In a runtime: its keeper gives a parked lock back at the grace's end, and there is none
+    // to run one outside a runtime (a future polled by another executor); such a lock was
+    // left to its lease (review 38, hole 4).
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
+    let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
     let parkable = !local.grace.is_zero()
+        && runtime.is_some()
         && (asked.is_some() || cohort.turns > 0)
         && q.waiters.is_empty()
         && q.handed.is_none()
@@ -529,8 +534,7 @@ fn park(
         lock: parked,
         until,
     });
-    let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
-    let keeper = runtime.is_some() && q.keeper != runtime;
+    let keeper = q.keeper != runtime;
     if keeper {
         q.keeper = runtime;
     }
@@ -628,7 +632,8 @@ impl Keeper {
             runtime: tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
             done: false,
         };
-        // Without a runtime the keeper is dropped at once, and its drop gives the lock back.
+        // Started in a runtime only (nothing is parked outside one); a runtime shutting down
+        // drops it at once, and its drop gives the lock back.
         drop(background::spawn(keeper.run()));
     }
 

@@ -557,7 +557,9 @@ impl LockerBuilder {
     /// in the backend, renewed by the watchdog; one lost meanwhile is given to nobody. When
     /// the grace ends unclaimed, when a request that may not take it arrives (`fenced`,
     /// `fair`, without the watchdog), or when its runtime shuts down, the lock is released in
-    /// the backend. A `try_lock` may take a parked lock. A current-thread runtime that is kept
+    /// the backend; a release polled outside a tokio runtime (by another executor) parks
+    /// nothing, since no keeper could give the lock back there. A `try_lock` may take a parked
+    /// lock. A current-thread runtime that is kept
     /// but not driven after the last release (a `Runtime::block_on` that returned) keeps a lock
     /// parked on it until it runs again or the lease ends: give lockers used so
     /// `local_grace(Duration::ZERO)`.
