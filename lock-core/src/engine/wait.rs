@@ -471,11 +471,17 @@ fn park(
     // with nobody here to pass it to: a single task that waited for another process's holder
     // makes no cohort, and its release goes to the backend as before. Heard: a fair waiter of
     // another process announcing itself during the grace is heard.
-    // In a runtime: its keeper gives a parked lock back at the grace's end, and there is none
-    // to run one outside a runtime (a future polled by another executor); such a lock was
-    // left to its lease (review 38, hole 4).
+    // On a runtime that runs on its own (multi-thread): its keeper gives a parked lock back at
+    // the grace's end. There is none to run one outside a runtime (a future polled by another
+    // executor; review 38, hole 4), and a current-thread runtime runs its tasks only while a
+    // `block_on` drives it: one kept but not driven after the release (a sync facade's
+    // `block_on` per request) left its parked lock to its lease, its keeper, watchdog and
+    // connection all waiting on it. There the release goes to the backend, as without a grace.
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
-    let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+    let runtime = tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+        .map(|h| h.id());
     let parkable = !local.grace.is_zero()
         && runtime.is_some()
         && (asked.is_some() || cohort.turns > 0)
@@ -632,8 +638,8 @@ impl Keeper {
             runtime: tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
             done: false,
         };
-        // Started in a runtime only (nothing is parked outside one); a runtime shutting down
-        // drops it at once, and its drop gives the lock back.
+        // Started on a multi-thread runtime only (nothing is parked elsewhere); a runtime
+        // shutting down drops it, and its drop gives the lock back.
         drop(background::spawn(keeper.run()));
     }
 

@@ -553,16 +553,17 @@ impl LockerBuilder {
     /// confirmed and no fair waiter announced itself), and once the backend vouched for it (see
     /// below): a task that takes a parked lock takes a local turn, and the grace ends by
     /// [`local_hold`](Self::local_hold) at the latest, so a waiter of another process is
-    /// served within `local_hold`, as without a grace. The parked lock stays held
-    /// in the backend, renewed by the watchdog; one lost meanwhile is given to nobody. When
-    /// the grace ends unclaimed, when a request that may not take it arrives (`fenced`,
-    /// `fair`, without the watchdog), or when its runtime shuts down, the lock is released in
-    /// the backend; a release polled outside a tokio runtime (by another executor) parks
-    /// nothing, since no keeper could give the lock back there. A `try_lock` may take a parked
-    /// lock. A current-thread runtime that is kept
-    /// but not driven after the last release (a `Runtime::block_on` that returned) keeps a lock
-    /// parked on it until it runs again or the lease ends: give lockers used so
-    /// `local_grace(Duration::ZERO)`.
+    /// served within `local_hold`, as without a grace. The parked lock stays held in the
+    /// backend, renewed by the watchdog; one lost meanwhile is given to nobody. When the grace
+    /// ends unclaimed, when a request that may not take it arrives (`fenced`, `fair`, without
+    /// the watchdog), or when its runtime shuts down, the lock is released in the backend. A
+    /// `try_lock` may take a parked lock.
+    ///
+    /// Only a release on a multi-thread tokio runtime parks: the task that gives the lock back
+    /// at the grace's end must run whatever the caller does next. A release on a current-thread
+    /// runtime (which runs its tasks only while a `block_on` drives it: a sync facade's
+    /// `block_on` per request would leave the lock parked until its lease ends), or polled
+    /// outside any runtime, goes to the backend as without a grace.
     ///
     /// Measured on one Redis (bench/NOTES.md, 2026-12-02): 11 tasks looping `lock`, `release`,
     /// `yield_now().await` made 174-285k handoffs/s with a grace (any from 100 µs to 5 ms)
