@@ -1021,6 +1021,44 @@ mod tests {
         second.block_on(next.release()).unwrap();
     }
 
+    /// A `force_unlock` of this locker that ends while a release asks the backend whether it may
+    /// keep the lock (`keep.lua`): the backend's "ours, nobody waits" may be from before the
+    /// removal, so the lock is neither passed on nor parked on it; the release goes to the
+    /// backend. Fails if the generation read before asking is not checked when the answer is
+    /// applied (the lock was passed: two holders once another locker takes the key).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_force_unlock_that_ends_while_the_backend_is_asked_stops_the_pass() {
+        const KEY: &str = "forced-while-asked";
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_secs(30))
+            .local_hold(Duration::from_secs(30))
+            .build();
+        let (holder, mut handed) = passing_locally(&locker, KEY, 4).await;
+        let held = holder.held().clone();
+        // As `Held::pass_on` does: the generation is read before the backend is asked ...
+        let forced = locker.inner.forced();
+        // ... and the force ends before its answer is applied.
+        assert!(locker.force_unlock(KEY).await.unwrap().is_some());
+        let passes = locker.stats().local_handoffs;
+        let outcome = locker
+            .inner
+            .queues
+            .pass_on(&locker.inner, &held, Some(forced));
+        assert!(
+            matches!(outcome, PassOn::Release),
+            "passed on a vouch from before the force_unlock: {outcome:?}"
+        );
+        assert_eq!(locker.stats().local_handoffs, passes);
+        let released = holder.release().await;
+        assert!(
+            matches!(released, Err(LockError::LeaseLost { .. })),
+            "{released:?}"
+        );
+        let next = within(handed.recv()).await.unwrap().unwrap();
+        assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
+        next.release().await.unwrap();
+    }
+
     /// A release that checked its lock was held, then passes it on to a local waiter just as
     /// the lock is marked lost, before the local queue heard of the loss: the lock is not
     /// passed (`pass_to` looks at the phase under the queues' lock), and the release reports

@@ -278,6 +278,13 @@ impl WaitQueues {
         let Some(mut cohort) = q.holder.clone().filter(|c| c.held == held.id) else {
             return PassOn::Release;
         };
+        if asked.is_some_and(|forced| forced != inner.forced()) {
+            // A `force_unlock` of this locker ended while the backend was asked: its answer
+            // may be from before the removal. Neither passed nor parked: released in the
+            // backend, whose answer (the token compared) says whether it was still ours.
+            q.holder = None;
+            return PassOn::Release;
+        }
         let head = q.waiters.front().and_then(|w| Some((w.id, w.receives?)));
         let Some((head, receives)) = head.filter(|_| q.handed.is_none()) else {
             let (outcome, keeper) = park(q, inner, held, cohort, asked);
