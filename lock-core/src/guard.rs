@@ -171,7 +171,9 @@ impl LockGuard {
         self.held.lease()
     }
 
-    /// Whether this acquisition had to wait: its first attempt found the lock held.
+    /// Whether this acquisition had to wait: its first attempt found the lock held. A lock
+    /// passed by local hand-off to a queued task waited; one taken parked in the locker's
+    /// [`local_grace`](crate::LockerBuilder::local_grace) as its request arrived did not.
     ///
     /// ```
     /// # async fn demo() {

@@ -369,8 +369,11 @@ impl Locker {
     /// stuck: the waiters are woken at once (the oldest queued one is handed the lock, as a
     /// release would); the next fence is larger than every one before, so the old holder's
     /// fenced writes are refused; the old holder learns at its next renewal (`lost()`
-    /// resolves, `run` is cancelled, its release says [`LockError::LeaseLost`]). Each removal
-    /// is logged at `warn` level, target `lock_core::audit`, with the key and the holder
+    /// resolves, `run` is cancelled, its release says [`LockError::LeaseLost`]). When the old
+    /// holder is a task of this locker, the locker's local hand-off stops at once: a lock it
+    /// held before the call ended is passed to another of its tasks (or taken parked) again
+    /// only once the backend vouched for it anew, so the holder's release asks the backend. Each
+    /// removal is logged at `warn` level, target `lock_core::audit`, with the key and the holder
     /// removed. On Redlock the step is atomic on each server and removes only the
     /// acquisition a majority of them hold; Redlock keeps no fence, so the old holder is not
     /// fenced off until it learns.
@@ -392,7 +395,10 @@ impl Locker {
     /// ```
     pub async fn force_unlock(&self, key: impl AsRef<str>) -> Result<Option<LockState>, LockError> {
         let key = LockKey::new(&self.inner.config.prefix, key.as_ref())?;
-        let removed = self.inner.backend.force_unlock(&key).await?;
+        let removed = {
+            let _ended = ForceEnded(&self.inner);
+            self.inner.backend.force_unlock(&key).await?
+        };
         if let Some(state) = &removed {
             tracing::warn!(
                 target: "lock_core::audit",
@@ -452,7 +458,10 @@ impl Locker {
                 Unlocked::NotHeld
             });
         }
-        let answer = self.inner.backend.force_unlock_seen(&key, seen).await?;
+        let answer = {
+            let _ended = ForceEnded(&self.inner);
+            self.inner.backend.force_unlock_seen(&key, seen).await?
+        };
         if let Unlocked::Removed(state) = &answer {
             tracing::warn!(
                 target: "lock_core::audit",
@@ -640,6 +649,18 @@ impl HeldLocks {
                 },
             }
         }
+    }
+}
+
+/// Ends a `force_unlock` of the locker when dropped, whatever its outcome (answered, failed,
+/// or dropped before the answer: the lock may be removed all the same): the locker's local
+/// hand-off asks the backend again before it passes on a lock vouched for before (see
+/// `LockerInner::forced`).
+struct ForceEnded<'a>(&'a crate::locker::LockerInner);
+
+impl Drop for ForceEnded<'_> {
+    fn drop(&mut self) {
+        self.0.force_ended();
     }
 }
 

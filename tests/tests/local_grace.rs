@@ -47,15 +47,11 @@ on_both!(
     dropping_the_locker_gives_a_parked_lock_back,
     out_of_range_graces_are_refused,
     requests_that_may_not_take_a_parked_lock_get_the_key_at_once,
-);
-
-// Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
-on_both!(
-    ignore = "a known hole (session-38 review of the local grace), failing until fixed";
-    review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked,
-    review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
-    review38_a_try_lock_that_takes_a_parked_lock_did_not_wait,
+    // Holes found by the session-38 review of the grace (issue 34), each failing until fixed.
     review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on,
+    review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked,
+    review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked,
+    review38_a_try_lock_that_takes_a_parked_lock_did_not_wait,
 );
 
 /// Acquisitions per task in the looping tests.
@@ -110,11 +106,14 @@ async fn tasks_that_await_between_release_and_lock_keep_the_key_local() {
         .build();
     let calls = yielding_loop(&locker, "hot").await;
     let acquisitions = TASKS * ROUNDS;
-    // The backend is asked once per 64 local turns (plus the first acquisitions, the
-    // subscription's first turns). Without the grace the queue drains every few acquisitions and each cohort is
-    // rebuilt through the backend: about 1.2 calls per handoff (issue 34), here more than 400.
+    // The backend is asked at each park (it must vouch that the lock is still ours before a
+    // release that parks it says `Ok`), once per 64 local turns, and for the first
+    // acquisitions and the subscription's first turns: 175-207 calls in runs of this test
+    // (29 when a park did not ask, which let a release say `Ok` for a lost lock). Without the
+    // grace the queue drains every few acquisitions and each cohort is rebuilt through the
+    // backend: about 1.2 calls per handoff (issue 34), 1,240-2,210 calls here.
     assert!(
-        calls * 10 < acquisitions,
+        calls * 3 < acquisitions,
         "{calls} backend calls for {acquisitions} acquisitions: {:?}",
         locker.stats()
     );
@@ -204,11 +203,20 @@ async fn no_two_holders_across_graces_and_lockers(store: Store) {
     );
 }
 
-/// Leaves a lock of `key` parked in `locker`: a holder and two waiters of the locker behind it;
-/// the holder's release hands the lock to the first waiter through the backend, whose release
-/// passes it to the second (a local turn: the key is hot here), whose release finds nobody
-/// queued. Checked from `other`, another locker: the key stays busy.
+/// Leaves a lock of `key` parked in `locker`: see [`hot_run`]. Checked from `other`, another
+/// locker: the key stays busy.
 async fn park(store: &Store, locker: &Locker, other: &Locker, key: &str) {
+    hot_run(store, locker, key).await;
+    assert!(
+        matches!(other.try_lock(key).await, Err(LockError::Busy { .. })),
+        "the released lock is not parked"
+    );
+}
+
+/// A holder and two waiters of `locker` behind it; the holder's release hands the lock to the
+/// first waiter through the backend, whose release passes it to the second (a local turn: the
+/// key is hot here), whose release finds nobody queued: where a lock may be parked, it is.
+async fn hot_run(store: &Store, locker: &Locker, key: &str) {
     let first = locker.lock(key).await.unwrap();
     let (tx, mut got) = tokio::sync::mpsc::unbounded_channel();
     for n in 1..=2 {
@@ -241,10 +249,6 @@ async fn park(store: &Store, locker: &Locker, other: &Locker, key: &str) {
         "not passed locally"
     );
     third.release().await.unwrap();
-    assert!(
-        matches!(other.try_lock(key).await, Err(LockError::Busy { .. })),
-        "the released lock is not parked"
-    );
 }
 
 async fn try_lock_takes_a_parked_lock_without_the_backend(store: Store) {
@@ -481,10 +485,11 @@ async fn out_of_range_graces_are_refused(store: Store) {
 
 /// A runtime shut down with a lock parked on it (its keeper never runs again): the lock goes
 /// back to the backend during the shutdown, and another locker takes it long before its 30 s
-/// lease would end.
+/// lease would end. Multi-thread runtimes only: nothing is parked on a current-thread one
+/// (`a_lock_parked_on_a_runtime_not_driven_again_is_given_back`).
 #[test]
 fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
-    for (memory, current_thread) in [(true, false), (false, false), (true, true), (false, true)] {
+    for memory in [true, false] {
         let main = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -496,13 +501,10 @@ fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
             Store::redis()
         };
         let other = main.block_on(store.builder()).build();
-        // A current-thread runtime too: its tasks are dropped on the thread that drops it.
-        let mut parking = if current_thread {
-            tokio::runtime::Builder::new_current_thread()
-        } else {
-            tokio::runtime::Builder::new_multi_thread()
-        };
-        let parking = parking.enable_all().build().unwrap();
+        let parking = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let locker = parking.block_on(async {
             let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
             park(&store, &locker, &other, "shutdown").await;
@@ -515,7 +517,7 @@ fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
                 .wait(lock_core::DEFAULT_LEASE / 3)
                 .await
                 .unwrap_or_else(|e| {
-                    panic!("memory {memory}, current-thread {current_thread}: the parked lock was left to its lease: {e}")
+                    panic!("memory {memory}: the parked lock was left to its lease: {e}")
                 })
                 .release()
                 .await
@@ -525,40 +527,50 @@ fn a_runtime_shut_down_with_a_parked_lock_gives_it_back() {
     }
 }
 
-/// Known limit, found by review and not fixed: a lock parked on a current-thread runtime that
-/// is kept but not driven again (a `Runtime::block_on` that returned) stays parked until that
-/// runtime runs again, or its lease ends (renewal stops at the grace's end): its keeper, its
-/// watchdog and the backend's connection are all tasks of that runtime. Before the grace the
-/// release completed inside `block_on`. Lockers used so take `local_grace(Duration::ZERO)`.
+/// Found by review (a known limit until session 39): a lock parked on a current-thread runtime
+/// that is kept but not driven again (a `Runtime::block_on` that returned, as a sync facade's
+/// `block_on` per request) stayed parked until that runtime ran again, or its lease ended
+/// (renewal stops at the grace's end): its keeper, its watchdog and the backend's connection
+/// are all tasks of that runtime. Now nothing is parked on a current-thread runtime: the
+/// release completes inside `block_on`, as without a grace, and another locker takes the key
+/// at once.
 #[test]
-#[ignore = "known limit: a parked lock waits for its runtime to be driven again"]
 fn a_lock_parked_on_a_runtime_not_driven_again_is_given_back() {
-    let main = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = Store::redis();
-    let other = main.block_on(store.builder()).build();
-    let parking = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let locker = parking.block_on(async {
-        let locker = hot_locker(&store).await.build();
-        park(&store, &locker, &other, "undriven").await;
-        locker
-    });
-    main.block_on(async {
-        other
-            .lock("undriven")
-            .wait(lock_core::DEFAULT_LEASE / 3)
-            .await
-            .expect("the parked lock was left to its lease")
-            .release()
-            .await
+    for memory in [true, false] {
+        let main = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
             .unwrap();
-    });
-    drop((locker, parking));
+        let store = if memory {
+            Store::memory()
+        } else {
+            Store::redis()
+        };
+        let other = main.block_on(store.builder()).build();
+        let parking = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let locker = parking.block_on(async {
+            let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
+            hot_run(&store, &locker, "undriven").await;
+            locker
+        });
+        // `parking` is kept, never driven again.
+        main.block_on(async {
+            other
+                .try_lock("undriven")
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("memory {memory}: the lock stayed parked on an undriven runtime: {e}")
+                })
+                .release()
+                .await
+                .unwrap();
+        });
+        drop((locker, parking));
+    }
 }
 
 /// REVIEW 38, HOLE 1 (a "success" for a lock someone else holds): DESIGN.md's contract is
@@ -569,6 +581,8 @@ fn a_lock_parked_on_a_runtime_not_driven_again_is_given_back() {
 /// says `Ok(())` though another locker holds the key. Nobody ever learns of the loss: the
 /// keeper's give-back fails with a `debug!` line only. (FAULTS.md documents `Ok` for a release
 /// that *passed* the lock to a waiting task, not for one that parked it with nobody waiting.)
+/// Now a release parks its lock only on the backend's word, asked as it releases: here "not
+/// ours", so the release says `LeaseLost` and nothing is parked.
 async fn review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked(store: Store) {
     let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
     let other = store.builder().await.build();
@@ -599,7 +613,8 @@ async fn review38_a_release_of_a_lock_lost_behind_its_back_is_not_ok_when_parked
 /// The locker's next request takes the parked lock without asking the backend: two holders,
 /// both `is_held()`. Without the grace the request goes to the backend and is `Busy`. The
 /// locker knows it removed the lock, yet keeps it parked (until the next renewal, a tenth of
-/// the lease, finds it gone).
+/// the lease, finds it gone). Now the take of a parked lock checks the locker's force
+/// generation: the lock is given back, and the request finds the key busy in the backend.
 async fn review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked(store: Store) {
     let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
     let other = store.builder().await.build();
@@ -630,6 +645,7 @@ async fn review38_a_lock_this_locker_force_unlocked_is_not_given_out_parked(stor
 /// it to its metrics (`acquired(waited, guard.waited())`). A `try_lock` (which never waits)
 /// that takes a parked lock reports `waited() == true`: `Held::pass_to` marks every passed
 /// lock `waited: true`, right for a queued waiter, wrong for a take from the grace.
+/// Now the take says whether its request found the key held: not here.
 async fn review38_a_try_lock_that_takes_a_parked_lock_did_not_wait(store: Store) {
     let locker = hot_locker(&store).await.local_grace(LONG_GRACE).build();
     let other = store.builder().await.build();
@@ -650,8 +666,8 @@ async fn review38_a_try_lock_that_takes_a_parked_lock_did_not_wait(store: Store)
 /// comment "without a runtime the keeper is dropped at once, and its drop gives the lock back"
 /// never applies. The watchdog renews it to the grace's end, then nobody gives it back: another
 /// locker waits for the 30 s lease. Without the grace the release freed the key at once.
+/// Now nothing is parked outside a runtime: the release goes to the backend.
 #[test]
-#[ignore = "a known hole (session-38 review of the local grace), failing until fixed"]
 fn review38_a_lock_released_outside_a_runtime_is_not_left_parked_without_a_keeper() {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
@@ -704,7 +720,10 @@ fn review38_a_lock_released_outside_a_runtime_is_not_left_parked_without_a_keepe
 /// in a run of local turns, the locker force-unlocks the key itself and another locker takes
 /// it; the holder's release passes the lock to the locker's waiting task without asking the
 /// backend (a local turn after the first), and that task holds it beside the other locker.
-/// `force_unlock` tells nothing to its own locker's local hand-off state.
+/// `force_unlock` told nothing to its own locker's local hand-off state. Now a `force_unlock`
+/// that ends makes every lock the backend vouched for before ask again before its next local
+/// turn: the release asks, hears "not ours" (`LeaseLost`, as `force_unlock`'s contract says),
+/// and the waiter takes its turn through the backend.
 async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_on(store: Store) {
     let locker = store
         .builder()
@@ -729,17 +748,26 @@ async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_
         store.queued(key).await >= 1
     })
     .await;
-    let mut next = async || {
+    let next = async |got: &mut tokio::sync::mpsc::UnboundedReceiver<_>| {
         tokio::time::timeout(SOON * 2, got.recv())
             .await
             .expect("no waiter answered")
             .expect("a waiter task ended")
     };
+    let renewals = locker.stats().renewal_calls;
     first.release().await.unwrap();
     // Handed over through the backend; the next turn asks the backend, then passes locally.
-    let second = next().await.unwrap();
+    let second = next(&mut got).await.unwrap();
+    // Handed over with the short hand-over lease: renewed to the full lease first, so that
+    // this early renewal (which renews every lock due within a tenth of its lease with it)
+    // cannot find the forced key gone and let the waiter take it through the backend before
+    // the other locker tries.
+    eventually("the handed-over lock was renewed", SOON, async || {
+        locker.stats().renewal_calls > renewals
+    })
+    .await;
     second.release().await.unwrap();
-    let third = next().await.unwrap();
+    let third = next(&mut got).await.unwrap();
     // A run of local turns: the next pass does not ask the backend (once the key's release
     // subscription is confirmed; until then every pass asks).
     eventually("the release subscription was confirmed", SOON, async || {
@@ -751,13 +779,28 @@ async fn review38_without_grace_a_lock_this_locker_force_unlocked_is_not_passed_
         .try_lock(key)
         .await
         .expect("the key was force-unlocked");
+    // A pass is made inside the release, without I/O: counted by the time it returns.
+    let passes = locker.stats().local_handoffs;
     let released = third.release().await;
-    let fourth = next().await;
-    let two = matches!(&fourth, Ok(g) if g.is_held()) && others.is_held();
-    drop(fourth);
-    others.release().await.unwrap();
+    let passed = locker.stats().local_handoffs - passes;
+    let early = got.try_recv().ok();
+    let two = matches!(&early, Some(Ok(g)) if g.is_held()) && others.is_held();
+    drop(early);
     assert!(
-        !two,
+        passed == 0 && !two,
         "passed on locally (release said {released:?}) after this locker force-unlocked it: two holders"
     );
+    // The contract of `force_unlock`: the old holder's release says `LeaseLost`.
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "the release of a force-unlocked lock said {released:?}"
+    );
+    // The waiter takes the key through the backend once the other locker lets it go.
+    others.release().await.unwrap();
+    let fourth = next(&mut got)
+        .await
+        .expect("the waiter got the key from the backend");
+    assert!(fourth.is_held());
+    assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
+    fourth.release().await.unwrap();
 }

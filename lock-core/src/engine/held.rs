@@ -192,13 +192,16 @@ impl Held {
     /// to the new one, counted in metrics under the receiver's `class`. `None` when this one was
     /// no longer held: nothing is passed.
     /// `end`: how this acquisition's end is observed (`End::Passed`; `End::Released` when it
-    /// is parked for the next request of the locker: released, to its caller).
+    /// is parked for the next request of the locker: released, to its caller). `waited`: the
+    /// new acquisition's [`waited`](Self::waited): whether its request found the key held (a
+    /// queued waiter did; a request that takes a parked lock as it arrives did not).
     pub(crate) fn pass_to(
         self: &Arc<Self>,
         lease: Duration,
         max_hold: Option<Duration>,
         class: &'static str,
         end: End,
+        waited: bool,
     ) -> Option<Arc<Held>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 62);
         let now = Instant::now();
@@ -220,7 +223,7 @@ impl Held {
             acquired_at: now,
             first_renewal: now,
             first_renewal_by: now,
-            waited: true,
+            waited,
             renewing: OnceLock::from(self.renewing().clone()),
             current: OnceLock::from(current.clone()),
             mark: Mutex::new(None),
@@ -550,7 +553,7 @@ impl Held {
     /// process queues: if one does, the lock is released to it here (`Ok(true)` too).
     async fn pass_on(self: &Arc<Self>) -> Result<bool, LockError> {
         let queues = &self.locker.queues;
-        match queues.pass_on(&self.locker, self, false) {
+        match queues.pass_on(&self.locker, self, None) {
             PassOn::Passed => return Ok(true),
             PassOn::Release => return Ok(false),
             PassOn::AskBackend => {}
@@ -561,6 +564,9 @@ impl Held {
         // away would find it gone and report a loss that is in fact this release.
         let serial = self.renewing().lock().await;
         queues.asking_backend(&self.key);
+        // Read before the backend is asked: a `force_unlock` of this locker that ends after
+        // this point may have removed the lock after the backend vouched for it.
+        let forced = self.locker.forced();
         let answer = self
             .locker
             .call()
@@ -571,7 +577,7 @@ impl Held {
         match answer {
             Ok(Kept::Alone) => {
                 drop(serial);
-                let passed = queues.pass_on(&self.locker, self, true);
+                let passed = queues.pass_on(&self.locker, self, Some(forced));
                 match passed {
                     PassOn::Passed => Ok(true),
                     PassOn::Release | PassOn::AskBackend => {
@@ -716,7 +722,7 @@ impl Held {
             && in_runtime
             && self.is_held()
             && matches!(
-                self.locker.queues.pass_on(&self.locker, self, false),
+                self.locker.queues.pass_on(&self.locker, self, None),
                 PassOn::Passed
             )
         {
@@ -952,10 +958,10 @@ mod tests {
         let guard = locker.lock("lineage").await.unwrap();
         let first = guard.held().clone();
         let second = first
-            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed, true)
             .expect("passed");
         let third = second
-            .pass_to(Duration::from_secs(30), None, "test", End::Passed)
+            .pass_to(Duration::from_secs(30), None, "test", End::Passed, true)
             .expect("passed again");
         assert!(Arc::ptr_eq(first.renewing(), second.renewing()));
         assert!(Arc::ptr_eq(second.renewing(), third.renewing()));
@@ -1015,6 +1021,44 @@ mod tests {
         second.block_on(next.release()).unwrap();
     }
 
+    /// A `force_unlock` of this locker that ends while a release asks the backend whether it may
+    /// keep the lock (`keep.lua`): the backend's "ours, nobody waits" may be from before the
+    /// removal, so the lock is neither passed on nor parked on it; the release goes to the
+    /// backend. Fails if the generation read before asking is not checked when the answer is
+    /// applied (the lock was passed: two holders once another locker takes the key).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_force_unlock_that_ends_while_the_backend_is_asked_stops_the_pass() {
+        const KEY: &str = "forced-while-asked";
+        let locker = Locker::builder(MemoryBackend::new())
+            .lease(Duration::from_secs(30))
+            .local_hold(Duration::from_secs(30))
+            .build();
+        let (holder, mut handed) = passing_locally(&locker, KEY, 4).await;
+        let held = holder.held().clone();
+        // As `Held::pass_on` does: the generation is read before the backend is asked ...
+        let forced = locker.inner.forced();
+        // ... and the force ends before its answer is applied.
+        assert!(locker.force_unlock(KEY).await.unwrap().is_some());
+        let passes = locker.stats().local_handoffs;
+        let outcome = locker
+            .inner
+            .queues
+            .pass_on(&locker.inner, &held, Some(forced));
+        assert!(
+            matches!(outcome, PassOn::Release),
+            "passed on a vouch from before the force_unlock: {outcome:?}"
+        );
+        assert_eq!(locker.stats().local_handoffs, passes);
+        let released = holder.release().await;
+        assert!(
+            matches!(released, Err(LockError::LeaseLost { .. })),
+            "{released:?}"
+        );
+        let next = within(handed.recv()).await.unwrap().unwrap();
+        assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
+        next.release().await.unwrap();
+    }
+
     /// A release that checked its lock was held, then passes it on to a local waiter just as
     /// the lock is marked lost, before the local queue heard of the loss: the lock is not
     /// passed (`pass_to` looks at the phase under the queues' lock), and the release reports
@@ -1032,7 +1076,7 @@ mod tests {
         let target = holder.held().clone();
         let hook: Hook = Box::new(move |held: &Held| {
             assert_eq!(held.id, target.id);
-            let outcome = target.locker.queues.pass_on(&target.locker, &target, false);
+            let outcome = target.locker.queues.pass_on(&target.locker, &target, None);
             let _ = passed_tx.send(matches!(outcome, PassOn::Passed));
         });
         LOST_NOT_YET_LEFT.set(KEY, hook);

@@ -11,8 +11,11 @@
 //! Grace (issue 34): a holder of a hot key (in a run of local turns: passed between this
 //! locker's tasks, or taken parked, since the backend last vouched for it) that releases while
 //! no local waiter queues does not give the lock back to the backend at once: it *parks* it in
-//! the queue for `local_grace`, within the same bounds and conditions as a local turn (no other
-//! process known to wait). A request of this locker that arrives meanwhile takes it as a local
+//! the queue for `local_grace`, under the same conditions as a local turn (no other process
+//! known to wait). It asks the backend first (`keep.lua`, one round trip, as the release it
+//! stands for): the lock is parked only on the backend's word that it is still ours and that
+//! no other process queues (one that does gets the lock), so a release never says `Ok` for a
+//! lost lock it parks, and the bounds of local turns start again. A request of this locker that arrives meanwhile takes it as a local
 //! turn ([`WaitQueues::arrive`]); a request that may not (fenced, fair, without the watchdog),
 //! the grace's end ([`Keeper`]), a loss, or the runtime's shutdown gives it back to the
 //! backend. Tasks that await between one lock and the next thus keep a hot key in the process
@@ -135,6 +138,10 @@ struct Cohort {
     /// asked for waiters of other processes).
     turns: u32,
     since: Instant,
+    /// The locker's force generation ([`LockerInner::forced`]) read before the backend last
+    /// vouched for the lock: a `force_unlock` of this locker that ended since may have removed
+    /// it, and no local turn is passed (or parked lock taken) until the backend vouched again.
+    forced: u64,
 }
 
 #[derive(Debug)]
@@ -195,7 +202,8 @@ impl WaitQueues {
         let Some(q) = map.get_mut(key.name()) else {
             return Arrival::Free;
         };
-        match take_parked(q, inner, receives) {
+        // Taken as the request arrives: it found the key free here, and did not wait.
+        match take_parked(q, inner, receives, false) {
             Some(Ok(next)) => Arrival::Taken(next),
             Some(Err(parked)) => Arrival::GiveBack(parked),
             None if !q.waiters.is_empty() || q.holder.is_some() => Arrival::Busy,
@@ -219,11 +227,13 @@ impl WaitQueues {
     /// holder is noted there, and may pass the lock to the queue (`giver`).
     pub(crate) fn note_holder(&self, held: &Arc<Held>, giver: bool) {
         if let Some(q) = self.map().get_mut(held.key.name()) {
+            // No turn yet: the backend is asked before the first (whatever `forced` says).
             q.holder = giver.then(|| Cohort {
                 held: held.id,
                 lock: Arc::downgrade(held),
                 turns: 0,
                 since: Instant::now(),
+                forced: 0,
             });
         }
     }
@@ -252,13 +262,14 @@ impl WaitQueues {
 
     /// The holder `held` is releasing: passes the lock to the local queue's head when the
     /// head may take it and the bounds allow (see the module docs), else says what to do.
-    /// `asked` when the backend just answered that no other process waits: the bounds start
-    /// again.
+    /// `asked` when the backend just answered that no other process waits (and the lock is
+    /// ours): the bounds start again; it holds the locker's force generation read before the
+    /// backend was asked.
     pub(crate) fn pass_on(
         &self,
         inner: &Arc<LockerInner>,
         held: &Arc<Held>,
-        asked: bool,
+        asked: Option<u64>,
     ) -> PassOn {
         let mut map = self.map();
         let Some(q) = map.get_mut(held.key.name()) else {
@@ -267,6 +278,13 @@ impl WaitQueues {
         let Some(mut cohort) = q.holder.clone().filter(|c| c.held == held.id) else {
             return PassOn::Release;
         };
+        if asked.is_some_and(|forced| forced != inner.forced()) {
+            // A `force_unlock` of this locker ended while the backend was asked: its answer
+            // may be from before the removal. Neither passed nor parked: released in the
+            // backend, whose answer (the token compared) says whether it was still ours.
+            q.holder = None;
+            return PassOn::Release;
+        }
         let head = q.waiters.front().and_then(|w| Some((w.id, w.receives?)));
         let Some((head, receives)) = head.filter(|_| q.handed.is_none()) else {
             let (outcome, keeper) = park(q, inner, held, cohort, asked);
@@ -285,23 +303,28 @@ impl WaitQueues {
         // The backend is asked (one round trip) before the first local turn of a run (a fair
         // waiter may queue there already), whenever a fair waiter announced itself since, while
         // such announcements could be missed (no confirmed subscription), and at the bounds.
+        // And after a `force_unlock` of this locker (the lock may be gone).
         let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
-        if asked {
+        if let Some(forced) = asked {
             cohort.turns = 0;
             cohort.since = Instant::now();
+            cohort.forced = forced;
         } else if cohort.turns == 0
             || !heard
             || q.inbox.fair_waiting()
             || cohort.turns >= local.turns
             || cohort.since.elapsed() >= local.hold
+            || cohort.forced != inner.forced()
         {
             return PassOn::AskBackend;
         }
+        // To a queued waiter: it waited.
         let passed = held.pass_to(
             receives.lease,
             receives.max_hold,
             receives.class,
             End::Passed,
+            true,
         );
         let Some(next) = passed else {
             q.holder = None;
@@ -319,6 +342,7 @@ impl WaitQueues {
             lock: Arc::downgrade(&next),
             turns: cohort.turns + 1,
             since: cohort.since,
+            forced: cohort.forced,
         });
         q.handed = Some((head, next));
         q.inbox.wake();
@@ -406,7 +430,8 @@ impl WaitQueues {
         q.idle_since = None;
         // A lock parked since this waiter's request arrived: taken as its local turn (this
         // waiter is the head), or given back to the backend.
-        let give_back = match take_parked(q, locker, receives) {
+        // This waiter's request found the key held here (it queues): it waited.
+        let give_back = match take_parked(q, locker, receives, true) {
             Some(Ok(next)) => {
                 q.handed = Some((id, next));
                 None
@@ -444,7 +469,7 @@ fn park(
     inner: &Arc<LockerInner>,
     held: &Arc<Held>,
     mut cohort: Cohort,
-    asked: bool,
+    asked: Option<u64>,
 ) -> (PassOn, bool) {
     let local = inner.config.local;
     // Hot: in a run of local turns (the lock was passed between this locker's tasks, or taken
@@ -453,9 +478,20 @@ fn park(
     // with nobody here to pass it to: a single task that waited for another process's holder
     // makes no cohort, and its release goes to the backend as before. Heard: a fair waiter of
     // another process announcing itself during the grace is heard.
+    // On a runtime that runs on its own (multi-thread): its keeper gives a parked lock back at
+    // the grace's end. There is none to run one outside a runtime (a future polled by another
+    // executor; review 38, hole 4), and a current-thread runtime runs its tasks only while a
+    // `block_on` drives it: one kept but not driven after the release (a sync facade's
+    // `block_on` per request) left its parked lock to its lease, its keeper, watchdog and
+    // connection all waiting on it. There the release goes to the backend, as without a grace.
     let heard = q.subscription.confirmed() && inner.backend.notifications_healthy();
+    let runtime = tokio::runtime::Handle::try_current()
+        .ok()
+        .filter(|h| h.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+        .map(|h| h.id());
     let parkable = !local.grace.is_zero()
-        && (asked || cohort.turns > 0)
+        && runtime.is_some()
+        && (asked.is_some() || cohort.turns > 0)
         && q.waiters.is_empty()
         && q.handed.is_none()
         && q.parked.is_none()
@@ -469,15 +505,21 @@ fn park(
         // As for a pass: never parked under a lease change or a result store in flight.
         return (PassOn::AskBackend, false);
     }
-    let now = Instant::now();
-    if asked {
-        cohort.turns = 0;
-        cohort.since = now;
-    } else if cohort.turns >= local.turns || now >= cohort.since + local.hold {
-        // The bounds of local turns, counted across the grace: the backend is asked first (one
-        // round trip, as the release it stands for).
+    // Parked only on the backend's word, just given: the lock is still ours and no other
+    // process queues for it. A release that parks its lock tells its caller `Ok`, and nobody
+    // holds a parked lock to learn of a loss later: without that word, a lock lost behind its
+    // holder's back (an operator's `DEL`, a `FLUSHALL`, a `force_unlock`) would be parked and
+    // reported released (review 38, hole 1). The backend is asked first (one round trip, as
+    // the release it stands for); the release then says `LeaseLost` for a lost lock, or parks
+    // it with the bounds of local turns starting again (a waiter of another process queued
+    // there was given the lock by the asking).
+    let Some(forced) = asked else {
         return (PassOn::AskBackend, false);
-    }
+    };
+    let now = Instant::now();
+    cohort.turns = 0;
+    cohort.since = now;
+    cohort.forced = forced;
     // The grace ends by the bound of local hold: a waiter of another process, served at the
     // bounds, waits no longer than without a grace.
     let until = (now + local.grace).min(cohort.since + local.hold);
@@ -485,7 +527,9 @@ fn park(
     // Renewed up to the grace's end only: a parked lock whose keeper never runs (its runtime
     // not driven) expires on its own.
     let max_hold = until.saturating_duration_since(now);
-    let Some(parked) = held.pass_to(held.lease(), Some(max_hold), class, End::Released) else {
+    // Held by nobody (`waited` is the taker's, given when it is taken).
+    let parked = held.pass_to(held.lease(), Some(max_hold), class, End::Released, false);
+    let Some(parked) = parked else {
         q.holder = None;
         return (PassOn::Release, false);
     };
@@ -497,13 +541,13 @@ fn park(
         lock: Arc::downgrade(&parked),
         turns: cohort.turns,
         since: cohort.since,
+        forced: cohort.forced,
     });
     q.parked = Some(Parked {
         lock: parked,
         until,
     });
-    let runtime = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
-    let keeper = runtime.is_some() && q.keeper != runtime;
+    let keeper = q.keeper != runtime;
     if keeper {
         q.keeper = runtime;
     }
@@ -513,11 +557,13 @@ fn park(
 /// Takes the lock parked in `q`, if any: `Ok` with the lock passed to a request that may take
 /// it (`receives`) as a local turn, within the grace, the bounds and while no other process is
 /// known to wait; `Err` with the parked lock otherwise, to be given back to the backend (also
-/// one lost meanwhile).
+/// one lost meanwhile). `waited`: whether the request found the key held (review 38, hole 3:
+/// a `try_lock` that took a parked lock said it had waited, and lock-tower counted a wait).
 fn take_parked(
     q: &mut Queue,
     inner: &Arc<LockerInner>,
     receives: Option<Receives>,
+    waited: bool,
 ) -> Option<Result<Arc<Held>, Arc<Held>>> {
     let parked = q.parked.take()?;
     // The parked lock's own note as holder goes with it, whatever comes next.
@@ -531,6 +577,7 @@ fn take_parked(
             && !q.inbox.fair_waiting()
             && Instant::now() < parked.until
             && cohort.turns < local.turns
+            && cohort.forced == inner.forced()
     });
     let Some((receives, cohort)) = taker else {
         return Some(Err(parked.lock));
@@ -544,6 +591,7 @@ fn take_parked(
         receives.max_hold,
         receives.class,
         End::Passed,
+        waited,
     );
     // Lost (or past its validity) while parked: given to nobody.
     let Some(next) = passed else {
@@ -558,6 +606,7 @@ fn take_parked(
         lock: Arc::downgrade(&next),
         turns: cohort.turns + 1,
         since: cohort.since,
+        forced: cohort.forced,
     });
     // In use: the queue (and its subscription) stays while the key is hot, though nobody
     // joins it.
@@ -596,7 +645,8 @@ impl Keeper {
             runtime: tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
             done: false,
         };
-        // Without a runtime the keeper is dropped at once, and its drop gives the lock back.
+        // Started on a multi-thread runtime only (nothing is parked elsewhere); a runtime
+        // shutting down drops it, and its drop gives the lock back.
         drop(background::spawn(keeper.run()));
     }
 

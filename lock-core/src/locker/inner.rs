@@ -27,9 +27,41 @@ pub(crate) struct LockerInner {
     pub(crate) handovers: AtomicU64,
     /// Locks passed between tasks of this locker without the backend.
     pub(crate) local_handoffs: AtomicU64,
+    /// `force_unlock` calls of this locker that ended (see [`LockerInner::forced`]).
+    forced: AtomicU64,
 }
 
 impl LockerInner {
+    pub(crate) fn new(id: u64, backend: Arc<dyn Backend>, config: Config) -> Self {
+        LockerInner {
+            id,
+            backend,
+            config,
+            watchdog: Watchdog::default(),
+            queues: WaitQueues::default(),
+            calls: AtomicU64::new(0),
+            handovers: AtomicU64::new(0),
+            local_handoffs: AtomicU64::new(0),
+            forced: AtomicU64::new(0),
+        }
+    }
+
+    /// The force generation: how many `force_unlock` calls of this locker have ended. Read
+    /// before the backend is asked to vouch for a lock that local turns then pass on (see
+    /// `WaitQueues::pass_on`): a lock the backend vouched for before a `force_unlock` of this
+    /// locker ended may have been removed by it, and is passed on again only once the backend
+    /// vouched for it anew.
+    pub(crate) fn forced(&self) -> u64 {
+        self.forced.load(Ordering::Acquire)
+    }
+
+    /// A `force_unlock` of this locker ended (answered, failed or dropped: it may have
+    /// removed a lock): every lock vouched for before is asked about again before its next
+    /// local turn.
+    pub(crate) fn force_ended(&self) {
+        self.forced.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// A new owner token, from the OS for a backend other processes share (fork-safe).
     pub(crate) fn new_token(&self) -> Token {
         Token::new(!self.backend.in_process())
