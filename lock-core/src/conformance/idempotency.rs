@@ -90,11 +90,14 @@ async fn record_expires_after_its_ttl(fx: Fixture) {
     let locker = fx.locker().await;
     let ttl = Duration::from_millis(300);
     let guard = locker.lock("short").await.expect("acquire");
+    // Read before the store is sent: the server starts the TTL when it runs the write, after
+    // this; read after the store returns, a loaded machine's late answer made the record look
+    // expired early (a Sentinel run: more than 5 ms between the write and its answer).
+    let stored_at = std::time::Instant::now();
     guard
         .store_result("fp", b"soon gone", ttl)
         .await
         .expect("store");
-    let stored_at = std::time::Instant::now();
     guard.release().await.expect("release");
     let record = completed(state(&locker, "short").await);
     assert!(record.expires_in <= ttl, "{:?}", record.expires_in);
@@ -115,7 +118,7 @@ async fn record_expires_after_its_ttl(fx: Fixture) {
         state(&locker, "short").await == IdempotencyState::Absent
     })
     .await;
-    // Never before its TTL ran out (by this process's clock, which started after the store).
+    // Never before its TTL ran out (by this process's clock, which started before the store).
     assert!(stored_at.elapsed() >= ttl - Duration::from_millis(5));
     assert!(!record_written(&fx, &locker, "short").await);
 }
