@@ -32,6 +32,7 @@ mod shards;
 mod subscriber;
 pub(crate) mod tls;
 mod watcher;
+mod wire;
 
 pub use connect::RedisBackendBuilder;
 #[cfg(feature = "cluster")]
