@@ -140,9 +140,10 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// The redis-rs settings the backend's command connection uses (these timeouts, one retry,
-    /// reconnect backoff), for a tool that must talk to Redis exactly as the lock does, such as
-    /// a benchmark's baseline client.
+    /// The redis-rs settings the backend's command connection uses over TLS or RESP3 (these
+    /// timeouts, one retry, reconnect backoff), for a tool that must talk to Redis with the
+    /// lock's timeouts, such as a benchmark's baseline client. (Over plain TCP or a Unix socket
+    /// the backend uses a connection of its own with the same timeouts.)
     ///
     /// ```
     /// let config = lock_core::RedisBackend::builder("redis://127.0.0.1/").connection_manager_config();
