@@ -705,6 +705,9 @@ fn integer(digits: &[u8]) -> Result<i64, String> {
 }
 
 #[cfg(test)]
+mod live;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
