@@ -358,12 +358,12 @@ impl Wire {
             Target::Tcp(host, port) => {
                 let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
-                runtime.spawn(drive(Arc::clone(&link), stream));
+                runtime.spawn(drive(Closer(Arc::clone(&link)), stream));
             }
             #[cfg(unix)]
             Target::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path).await?;
-                runtime.spawn(drive(Arc::clone(&link), stream));
+                runtime.spawn(drive(Closer(Arc::clone(&link)), stream));
             }
         }
         if self.shared.hello_replies > 0 {
@@ -417,7 +417,9 @@ fn io_kind(e: &RedisError) -> io::ErrorKind {
     }
 }
 
-/// Ends the link when the connection's task ends, or is dropped with its runtime.
+/// Ends the link when the connection's task ends, or is dropped with its runtime: made before
+/// the task is spawned, so that a task dropped before it ever ran ends it too (an async fn's
+/// body, and what it makes, starts only at the first poll).
 struct Closer(Arc<Link>);
 
 impl Drop for Closer {
@@ -431,8 +433,7 @@ impl Drop for Closer {
 
 /// The connection's task: writes what requests queue, reads replies and hands them out, until
 /// the connection fails or the backend is dropped.
-async fn drive<S: AsyncRead + AsyncWrite + Unpin>(link: Arc<Link>, mut stream: S) {
-    let closer = Closer(link);
+async fn drive<S: AsyncRead + AsyncWrite + Unpin>(closer: Closer, mut stream: S) {
     let link = &closer.0;
     let mut writing: Vec<u8> = Vec::new();
     let mut written = 0;

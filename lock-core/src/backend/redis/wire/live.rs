@@ -135,7 +135,7 @@ async fn replies_split_at_every_byte_reach_their_requests() {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port()))
         .await
         .unwrap();
-    let task = tokio::spawn(drive(Arc::clone(&link), OneByte(stream)));
+    let task = tokio::spawn(drive(Closer(Arc::clone(&link)), OneByte(stream)));
     *wire.shared.link.lock() = Arc::clone(&link);
     let mut setup = redis::pipe();
     setup
@@ -402,4 +402,27 @@ async fn a_dropped_wire_ends_its_connection() {
         async || clients(&server).await == 1,
     )
     .await;
+}
+
+/// A backend connected in one runtime and used from another after the first was dropped,
+/// its connection's task never run: the task was dropped with the runtime, and the next
+/// request reconnects rather than waiting on a connection nobody serves.
+#[test]
+fn a_connection_whose_runtime_was_dropped_is_replaced() {
+    let server = RedisServer::start();
+    let current = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let wire = wire(&server.url(), SHORT, SHORT);
+    let first = current();
+    // Connected, its task spawned and not run yet: the runtime is dropped with it.
+    first.block_on(wire.connect()).unwrap();
+    drop(first);
+    current().block_on(async {
+        let answer = wire.command(&echo("after")).await.unwrap();
+        assert_eq!(answer, Value::BulkString(b"after".to_vec()));
+    });
 }
