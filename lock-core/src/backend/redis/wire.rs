@@ -366,6 +366,9 @@ impl Wire {
                 runtime.spawn(drive(Closer(Arc::clone(&link)), stream));
             }
         }
+        // Until it is returned, the connection is this attempt's alone: ended if the attempt
+        // is given up half way (the connect timeout, the caller's own deadline) or fails.
+        let mut attempt = Attempt(Some(Arc::clone(&link)));
         if self.shared.hello_replies > 0 {
             let hello = &self.shared.hello;
             let queued = {
@@ -400,7 +403,23 @@ impl Wire {
                 return Err(e);
             }
         }
+        attempt.0 = None;
         Ok(link)
+    }
+}
+
+/// A connection being made: ended when dropped before it is kept (its task and socket would
+/// otherwise live on with nobody to use or close them).
+struct Attempt(Option<Arc<Link>>);
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(link) = self.0.take() {
+            link.close(
+                io::ErrorKind::ConnectionAborted,
+                "the connection attempt was given up",
+            );
+        }
     }
 }
 

@@ -426,3 +426,31 @@ fn a_connection_whose_runtime_was_dropped_is_replaced() {
         assert_eq!(answer, Value::BulkString(b"after".to_vec()));
     });
 }
+
+/// A connection attempt given up while `AUTH` waits for its answer (the connect timeout
+/// fired, or the caller stopped waiting) leaves no connection behind: its task ends, and the
+/// server, once it answers again, sees the socket closed.
+#[tokio::test]
+async fn an_attempt_given_up_during_auth_leaves_no_connection_behind() {
+    let mut server = RedisServer::builder().requirepass("pw").start();
+    // The connect timeout fires first (AUTH's own wait is the longer response timeout).
+    let by_timeout = wire(&server.admin_url(), SHORT, LONG);
+    // The caller gives up first.
+    let by_caller = wire(&server.admin_url(), LONG, LONG);
+    server.pause();
+    let e = by_timeout.connect().await.unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(
+        tokio::time::timeout(SHORT, by_caller.connect())
+            .await
+            .is_err()
+    );
+    server.resume();
+    lock_testkit::eventually(
+        "the server has no connection but the one asking",
+        LONG,
+        async || clients(&server).await == 1,
+    )
+    .await;
+    drop((by_timeout, by_caller));
+}
