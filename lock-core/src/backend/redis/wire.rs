@@ -65,8 +65,9 @@ struct Shared {
     response_timeout: Duration,
     /// The connection in use (closed once it failed, until a request makes a new one).
     link: Mutex<Arc<Link>>,
-    /// Connection attempts so far; with `connecting`, one attempt at a time, and the requests
-    /// that waited for an attempt that failed get its error rather than making their own.
+    /// Connection attempts ended so far; with `connecting`, one attempt at a time, and the
+    /// requests that waited for an attempt that failed get its error rather than making their
+    /// own.
     attempts: AtomicU64,
     connecting: tokio::sync::Mutex<Option<(io::ErrorKind, String)>>,
 }
@@ -309,19 +310,19 @@ impl Wire {
     /// Makes a new connection unless another request made one (or failed to) meanwhile.
     async fn reconnect(&self) -> Result<(), RedisError> {
         let shared = &self.shared;
+        // Attempts ended so far: one that ends while this request waits for the lock is as
+        // recent as its own would be, and its error is shared rather than tried again.
         let seen = shared.attempts.load(Ordering::Acquire);
         let mut last_failure = shared.connecting.lock().await;
-        if shared.attempts.load(Ordering::Acquire) != seen {
-            // Another request tried while this one waited: its connection, or its error.
-            if shared.link.lock().state.lock().closed.is_none() {
-                return Ok(());
-            }
-            if let Some((kind, why)) = last_failure.as_ref() {
-                return Err(io::Error::new(*kind, why.clone()).into());
-            }
+        if shared.link.lock().state.lock().closed.is_none() {
+            return Ok(());
         }
-        shared.attempts.fetch_add(1, Ordering::AcqRel);
-        match tokio::time::timeout(shared.connect_timeout, self.open()).await {
+        if shared.attempts.load(Ordering::Acquire) != seen
+            && let Some((kind, why)) = last_failure.as_ref()
+        {
+            return Err(io::Error::new(*kind, why.clone()).into());
+        }
+        let made = match tokio::time::timeout(shared.connect_timeout, self.open()).await {
             Ok(Ok(link)) => {
                 *last_failure = None;
                 *shared.link.lock() = link;
@@ -340,7 +341,9 @@ impl Wire {
                 *last_failure = Some((io::ErrorKind::TimedOut, why.clone()));
                 Err(io::Error::new(io::ErrorKind::TimedOut, why).into())
             }
-        }
+        };
+        shared.attempts.fetch_add(1, Ordering::AcqRel);
+        made
     }
 
     /// A new connection, its task started and `hello` answered.

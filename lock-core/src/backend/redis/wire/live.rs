@@ -5,6 +5,7 @@
 use super::*;
 
 use lock_testkit::RedisServer;
+use lock_testkit::proxy::Proxy;
 use redis::IntoConnectionInfo;
 use tokio::task::JoinSet;
 
@@ -453,4 +454,33 @@ async fn an_attempt_given_up_during_auth_leaves_no_connection_behind() {
     )
     .await;
     drop((by_timeout, by_caller));
+}
+
+/// Requests that find the connection gone while an attempt to make a new one is under way
+/// wait for that attempt and share its error: one attempt (and one connect timeout), not one
+/// more after it for those that arrived while it ran.
+#[tokio::test]
+async fn requests_waiting_for_a_failed_attempt_share_its_error() {
+    let server = RedisServer::builder().requirepass("pw").start();
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port()).into()).await;
+    let wire = wire(&format!("redis://:pw@{}/", proxy.addr()), SHORT, SHORT);
+    wire.connect().await.unwrap();
+    proxy.cut();
+    lock_testkit::eventually("the connection is seen closed", LONG, async || {
+        is_closed(&wire)
+    })
+    .await;
+    // New connections reach nothing: AUTH waits until a timeout.
+    proxy.blackhole();
+    let before = proxy.accepted();
+    let mut requests = JoinSet::new();
+    for _ in 0..8 {
+        let wire = wire.clone();
+        requests.spawn(async move { wire.command(&redis::cmd("PING")).await });
+    }
+    let started = std::time::Instant::now();
+    while let Some(answer) = requests.join_next().await {
+        assert!(answer.unwrap().unwrap_err().is_timeout());
+    }
+    assert_eq!(proxy.accepted() - before, 1, "{:?}", started.elapsed());
 }
