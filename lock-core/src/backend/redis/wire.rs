@@ -14,7 +14,7 @@
 //! packed by redis-rs, answers are redis-rs `Value`s (a server error is parsed by redis-rs
 //! itself, so its kind is the same), each request waits at most the response timeout (a
 //! timer of the caller's own, so a connection whose task is not run any more still answers
-//! in time), and a dropped connection fails every pending request with an I/O error, which
+//! in time, and is then replaced), and a dropped connection fails every pending request with an I/O error, which
 //! the backend retries once on a new connection (made by the next request, within the
 //! connect timeout). TLS and RESP3 URLs keep redis-rs's `ConnectionManager`.
 
@@ -96,6 +96,17 @@ struct LinkState {
     task: Option<Waker>,
     /// Why the connection ended (no request is queued on it any more).
     closed: Option<(io::ErrorKind, String)>,
+    /// How many times the connection's task was polled: a request that timed out with no
+    /// poll since it was queued finds the task not run any more.
+    polls: u64,
+}
+
+/// A request queued on a connection, as its caller waits for it.
+struct Queued {
+    link: Arc<Link>,
+    /// The task's polls when the request was queued.
+    polls: u64,
+    answer: oneshot::Receiver<Result<Value, RedisError>>,
 }
 
 /// A request waiting for its replies.
@@ -109,6 +120,50 @@ struct Pending {
 }
 
 impl Link {
+    /// Queues a request (`encode` appends its bytes) and wakes the task, or `None` when the
+    /// connection has ended.
+    fn push(
+        self: &Arc<Link>,
+        encode: &impl Fn(&mut Vec<u8>),
+        skip: usize,
+        wants: Option<usize>,
+    ) -> Option<Queued> {
+        let mut state = self.state.lock();
+        if state.closed.is_some() {
+            return None;
+        }
+        let (answer, receiver) = oneshot::channel();
+        encode(&mut state.out);
+        state.pending.push_back(Pending {
+            skip,
+            wants,
+            got: Vec::new(),
+            answer,
+        });
+        if let Some(task) = state.task.take() {
+            task.wake();
+        }
+        Some(Queued {
+            link: Arc::clone(self),
+            polls: state.polls,
+            answer: receiver,
+        })
+    }
+
+    /// Ends the connection when its task has not been polled since a request was queued
+    /// `polls` ago, a whole response timeout: its runtime is gone or not driven any more (a
+    /// backend used from another runtime than the one it connected in), and nothing queued
+    /// on it would ever be sent. The requests pending get an error the backend retries, on a
+    /// new connection made in the caller's runtime.
+    fn close_if_stalled(&self, polls: u64) {
+        if self.state.lock().polls == polls {
+            self.close(
+                io::ErrorKind::ConnectionAborted,
+                "the Redis connection's task was not run for a whole response timeout",
+            );
+        }
+    }
+
     fn closed(why: (io::ErrorKind, String)) -> Arc<Link> {
         Arc::new(Link {
             state: Mutex::new(LinkState {
@@ -247,7 +302,7 @@ impl Wire {
         encode: impl Fn(&mut Vec<u8>),
         skip: usize,
         wants: Option<usize>,
-    ) -> Result<oneshot::Receiver<Result<Value, RedisError>>, RedisError> {
+    ) -> Result<Queued, RedisError> {
         if let Some(answer) = self.queue(&encode, skip, wants) {
             return Ok(answer);
         }
@@ -267,43 +322,27 @@ impl Wire {
         encode: &impl Fn(&mut Vec<u8>),
         skip: usize,
         wants: Option<usize>,
-    ) -> Option<oneshot::Receiver<Result<Value, RedisError>>> {
-        let link = self.shared.link.lock();
-        let mut state = link.state.lock();
-        if state.closed.is_some() {
-            return None;
-        }
-        let (answer, receiver) = oneshot::channel();
-        encode(&mut state.out);
-        state.pending.push_back(Pending {
-            skip,
-            wants,
-            got: Vec::new(),
-            answer,
-        });
-        if let Some(task) = state.task.take() {
-            task.wake();
-        }
-        Some(receiver)
+    ) -> Option<Queued> {
+        self.shared.link.lock().push(encode, skip, wants)
     }
 
     /// The answer to a queued request, within the response timeout.
-    async fn wait(
-        &self,
-        answer: oneshot::Receiver<Result<Value, RedisError>>,
-    ) -> Result<Value, RedisError> {
-        match tokio::time::timeout(self.shared.response_timeout, answer).await {
+    async fn wait(&self, queued: Queued) -> Result<Value, RedisError> {
+        match tokio::time::timeout(self.shared.response_timeout, queued.answer).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the connection's task ended",
             )
             .into()),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no answer from Redis within the response timeout",
-            )
-            .into()),
+            Err(_) => {
+                queued.link.close_if_stalled(queued.polls);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer from Redis within the response timeout",
+                )
+                .into())
+            }
         }
     }
 
@@ -374,22 +413,15 @@ impl Wire {
         let mut attempt = Attempt(Some(Arc::clone(&link)));
         if self.shared.hello_replies > 0 {
             let hello = &self.shared.hello;
-            let queued = {
-                let mut state = link.state.lock();
-                let (answer, receiver) = oneshot::channel();
-                state.out.extend_from_slice(hello);
-                state.pending.push_back(Pending {
-                    skip: 0,
-                    wants: Some(self.shared.hello_replies),
-                    got: Vec::new(),
-                    answer,
-                });
-                if let Some(task) = state.task.take() {
-                    task.wake();
-                }
-                receiver
+            let hello = |out: &mut Vec<u8>| out.extend_from_slice(hello);
+            let replies = match link.push(&hello, 0, Some(self.shared.hello_replies)) {
+                Some(queued) => self.wait(queued).await,
+                None => Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the connection ended as it was made",
+                )
+                .into()),
             };
-            let replies = self.wait(queued).await;
             let failed = match replies {
                 Ok(Value::Array(replies)) => {
                     replies.into_iter().find_map(|r| r.extract_error().err())
@@ -501,6 +533,7 @@ async fn drive<S: AsyncRead + AsyncWrite + Unpin>(closer: Closer, mut stream: S)
                 return Poll::Ready(why);
             }
             let mut state = link.state.lock();
+            state.polls = state.polls.wrapping_add(1);
             if let Some(why) = &state.closed {
                 return Poll::Ready(why.clone());
             }

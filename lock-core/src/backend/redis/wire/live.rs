@@ -74,6 +74,8 @@ async fn late_replies_after_a_pause_never_reach_newer_requests() {
         assert!(answer.unwrap_err().is_timeout());
         assert!(took < SHORT * 3, "{took:?}");
     }
+    // The connection's task ran: a slow server is no reason to replace it.
+    assert!(!is_closed(&wire));
     server.resume();
     for i in 0..20 {
         let payload = format!("fresh {i}");
@@ -483,4 +485,36 @@ async fn requests_waiting_for_a_failed_attempt_share_its_error() {
         assert!(answer.unwrap().unwrap_err().is_timeout());
     }
     assert_eq!(proxy.accepted() - before, 1, "{:?}", started.elapsed());
+}
+
+/// A backend connected in one runtime and used from another after the first stopped being
+/// driven (alive, never run again): the request that finds the connection's task not running
+/// times out, and the next one makes a new connection on its own runtime rather than timing
+/// out too, forever.
+#[test]
+fn a_connection_whose_runtime_is_not_driven_any_more_is_replaced() {
+    let server = RedisServer::start();
+    let current = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = current();
+    let wire = wire(&server.url(), SHORT, SHORT);
+    first.block_on(async {
+        wire.connect().await.unwrap();
+        let answer = wire.command(&echo("before")).await.unwrap();
+        assert_eq!(answer, Value::BulkString(b"before".to_vec()));
+    });
+    // `first` lives on, never driven again.
+    current().block_on(async {
+        let stalled = wire.command(&echo("stalled")).await.unwrap_err();
+        assert!(stalled.is_timeout(), "{stalled:?}");
+        for _ in 0..3 {
+            let answer = wire.command(&echo("after")).await.unwrap();
+            assert_eq!(answer, Value::BulkString(b"after".to_vec()));
+        }
+    });
+    drop(first);
 }
