@@ -267,6 +267,8 @@ impl Wire {
 
     /// Sends a pipeline; `count` replies after the first `offset`, as redis-rs's
     /// `req_packed_commands` answers (transactions are not sent here: the backend sends none).
+    /// The replies after those are read and dropped: whatever `offset` and `count` say, the
+    /// request takes one reply per command of the pipeline, no fewer and no more.
     pub(crate) async fn pipeline(
         &self,
         pipeline: &Pipeline,
@@ -285,12 +287,30 @@ impl Wire {
                 "a pipeline that wants no reply is not sent on this connection",
             )));
         }
+        let replies = pipeline.len();
+        if offset
+            .checked_add(count)
+            .is_none_or(|wanted| wanted > replies)
+        {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "a pipeline asked for more replies than its commands get",
+                format!("replies {offset}..+{count} of {replies}"),
+            )));
+        }
         let packed = pipeline.get_packed_pipeline();
         let answer = self
-            .send(|out| out.extend_from_slice(&packed), offset, Some(count))
+            .send(
+                |out| out.extend_from_slice(&packed),
+                offset,
+                Some(replies - offset),
+            )
             .await?;
         match self.wait(answer).await? {
-            Value::Array(values) => Ok(values),
+            Value::Array(mut values) => {
+                values.truncate(count);
+                Ok(values)
+            }
             other => Ok(vec![other]),
         }
     }

@@ -518,3 +518,29 @@ fn a_connection_whose_runtime_is_not_driven_any_more_is_replaced() {
     });
     drop(first);
 }
+
+/// A pipeline asked for fewer replies than its commands have (or more): the replies beyond
+/// those asked for are not handed to the next request, nor is the next request's reply taken.
+#[tokio::test]
+async fn a_pipeline_takes_its_own_replies_whatever_count_it_asks() {
+    let server = RedisServer::start();
+    let wire = wire(&server.url(), LONG, SHORT);
+    wire.connect().await.unwrap();
+    let mut three = redis::pipe();
+    three
+        .cmd("ECHO")
+        .arg("a")
+        .cmd("ECHO")
+        .arg("b")
+        .cmd("ECHO")
+        .arg("c");
+    let middle = wire.pipeline(&three, 1, 1).await.unwrap();
+    assert_eq!(middle, vec![Value::BulkString(b"b".to_vec())]);
+    let next = wire.command(&echo("next")).await.unwrap();
+    assert_eq!(next, Value::BulkString(b"next".to_vec()));
+    let mut one = redis::pipe();
+    one.cmd("ECHO").arg("x");
+    assert!(wire.pipeline(&one, 0, 2).await.is_err());
+    let last = wire.command(&echo("last")).await.unwrap();
+    assert_eq!(last, Value::BulkString(b"last".to_vec()));
+}
