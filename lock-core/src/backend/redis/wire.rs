@@ -56,10 +56,8 @@ pub(crate) struct Wire {
 
 struct Shared {
     target: Target,
-    /// `AUTH` and `SELECT` as the URL asks (packed), sent first on every new connection.
-    hello: Vec<u8>,
-    /// How many replies `hello` gets.
-    hello_replies: usize,
+    /// `AUTH` and `SELECT` as the URL asks, sent first on every new connection.
+    hello: Hello,
     db: i64,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -78,6 +76,74 @@ impl Drop for Shared {
         self.link
             .get_mut()
             .close(io::ErrorKind::NotConnected, "the backend was dropped");
+    }
+}
+
+/// What a new connection sends first: `AUTH` and `SELECT` as the URL asks.
+struct Hello {
+    /// Packed; empty when the URL asks for neither.
+    packed: Vec<u8>,
+    /// How many replies it gets.
+    replies: usize,
+    /// Whether it starts with `AUTH`.
+    auth: bool,
+    /// The same with `AUTH` of the password alone, when the URL names a user: a server
+    /// before Redis 6 (no ACL users) refuses `AUTH user password`, and redis-rs tries again
+    /// without the user, as this does.
+    without_user: Option<Vec<u8>>,
+}
+
+impl Hello {
+    fn new(settings: &redis::RedisConnectionInfo) -> Hello {
+        let packed = |user: Option<&str>| {
+            let mut out = Vec::new();
+            if let Some(password) = settings.password() {
+                let mut auth = redis::cmd("AUTH");
+                if let Some(user) = user {
+                    auth.arg(user);
+                }
+                auth.arg(password).write_packed_command(&mut out);
+            }
+            if settings.db() != 0 {
+                redis::cmd("SELECT")
+                    .arg(settings.db())
+                    .write_packed_command(&mut out);
+            }
+            out
+        };
+        let auth = settings.password().is_some();
+        Hello {
+            packed: packed(settings.username()),
+            replies: usize::from(auth) + usize::from(settings.db() != 0),
+            auth,
+            without_user: (auth && settings.username().is_some()).then(|| packed(None)),
+        }
+    }
+
+    /// Why the server refused the connection, from its replies to `hello`; `Ok(true)` when it
+    /// refused only the user name of `AUTH` (a server before Redis 6).
+    fn refusal(&self, replies: Vec<Value>) -> Result<bool, RedisError> {
+        let mut replies = replies.into_iter();
+        if self.auth
+            && let Some(Value::ServerError(e)) = replies.next()
+        {
+            let why = e.details().unwrap_or(e.code()).to_owned();
+            if self.without_user.is_some()
+                && why.contains("wrong number of arguments for 'auth' command")
+            {
+                return Ok(true);
+            }
+            // The kind redis-rs gives a refused AUTH, with the server's reason.
+            return Err(RedisError::from((
+                ErrorKind::AuthenticationFailed,
+                "Password authentication failed",
+                format!("{}: {why}", e.code()),
+            )));
+        }
+        match replies.find_map(|r| r.extract_error().err()) {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
     }
 }
 
@@ -214,28 +280,11 @@ impl Wire {
         if settings.protocol() != redis::ProtocolVersion::RESP2 {
             return None;
         }
-        let mut hello = Vec::new();
-        let mut hello_replies = 0;
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password).write_packed_command(&mut hello);
-            hello_replies += 1;
-        }
-        if settings.db() != 0 {
-            redis::cmd("SELECT")
-                .arg(settings.db())
-                .write_packed_command(&mut hello);
-            hello_replies += 1;
-        }
         let never = (io::ErrorKind::NotConnected, "not connected yet".to_owned());
         Some(Wire {
             shared: Arc::new(Shared {
                 target,
-                hello,
-                hello_replies,
+                hello: Hello::new(settings),
                 db: settings.db(),
                 connect_timeout,
                 response_timeout,
@@ -431,31 +480,44 @@ impl Wire {
         // Until it is returned, the connection is this attempt's alone: ended if the attempt
         // is given up half way (the connect timeout, the caller's own deadline) or fails.
         let mut attempt = Attempt(Some(Arc::clone(&link)));
-        if self.shared.hello_replies > 0 {
-            let hello = &self.shared.hello;
-            let hello = |out: &mut Vec<u8>| out.extend_from_slice(hello);
-            let replies = match link.push(&hello, 0, Some(self.shared.hello_replies)) {
-                Some(queued) => self.wait(queued).await,
-                None => Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "the connection ended as it was made",
-                )
-                .into()),
-            };
-            let failed = match replies {
-                Ok(Value::Array(replies)) => {
-                    replies.into_iter().find_map(|r| r.extract_error().err())
+        let hello = &self.shared.hello;
+        if hello.replies > 0 {
+            // The URL's `AUTH`, then (refused by a server before Redis 6) the password alone.
+            let mut tries = std::iter::once(&hello.packed).chain(&hello.without_user);
+            loop {
+                let Some(packed) = tries.next() else {
+                    return Err(RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        "AUTH refused with and without the user name".to_owned(),
+                    )));
+                };
+                let send = |out: &mut Vec<u8>| out.extend_from_slice(packed);
+                let replies = match link.push(&send, 0, Some(hello.replies)) {
+                    Some(queued) => self.wait(queued).await,
+                    None => Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the connection ended as it was made",
+                    )
+                    .into()),
+                };
+                let refused = match replies {
+                    Ok(Value::Array(replies)) => hello.refusal(replies),
+                    Ok(other) => Err(RedisError::from((
+                        ErrorKind::Parse,
+                        "unexpected answer to AUTH / SELECT",
+                        format!("{other:?}"),
+                    ))),
+                    Err(e) => Err(e),
+                };
+                match refused {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => {
+                        link.close(io::ErrorKind::NotConnected, "AUTH or SELECT refused");
+                        return Err(e);
+                    }
                 }
-                Ok(other) => Some(RedisError::from((
-                    ErrorKind::Parse,
-                    "unexpected answer to AUTH / SELECT",
-                    format!("{other:?}"),
-                ))),
-                Err(e) => Some(e),
-            };
-            if let Some(e) = failed {
-                link.close(io::ErrorKind::NotConnected, "AUTH or SELECT refused");
-                return Err(e);
             }
         }
         attempt.0 = None;

@@ -333,7 +333,8 @@ async fn under_kills_and_given_up_requests_every_answer_is_its_own() {
 }
 
 /// AUTH with a password and with an ACL user, SELECT of the URL's database, a Unix socket: each
-/// connects and answers; a wrong password is an error at connect.
+/// connects and answers; a wrong password is an authentication error at connect (the kind
+/// redis-rs gives it).
 #[tokio::test]
 async fn auth_select_and_unix_sockets() {
     let user = lock_testkit::AclUser::new("app", "secret").rules(["~*", "+@all"]);
@@ -376,7 +377,8 @@ async fn auth_select_and_unix_sockets() {
         LONG,
         LONG,
     );
-    assert!(wrong.connect().await.is_err());
+    let e = wrong.connect().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AuthenticationFailed, "{e:?}");
     assert!(is_closed(&wrong));
 }
 
@@ -543,4 +545,43 @@ async fn a_pipeline_takes_its_own_replies_whatever_count_it_asks() {
     assert!(wire.pipeline(&one, 0, 2).await.is_err());
     let last = wire.command(&echo("last")).await.unwrap();
     assert_eq!(last, Value::BulkString(b"last".to_vec()));
+}
+
+/// A server before Redis 6 (no ACL users) refuses `AUTH user password` as a wrong number of
+/// arguments: the connection tries `AUTH password` alone, as redis-rs does (hosted Redis URLs
+/// often name a user). No such server is at hand: a peer of our own plays its part, byte for
+/// byte.
+#[tokio::test]
+async fn a_user_name_an_old_server_refuses_is_dropped_from_auth() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let peer = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let exchange: [(Vec<u8>, &[u8]); 3] = [
+            (
+                redis::cmd("AUTH").arg("h").arg("pw").get_packed_command(),
+                b"-ERR wrong number of arguments for 'auth' command\r\n",
+            ),
+            (
+                redis::cmd("AUTH").arg("pw").get_packed_command(),
+                b"+OK\r\n",
+            ),
+            (redis::cmd("PING").get_packed_command(), b"+PONG\r\n"),
+        ];
+        for (expected, reply) in exchange {
+            let mut got = vec![0; expected.len()];
+            socket.read_exact(&mut got).await.unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(&expected)
+            );
+            socket.write_all(reply).await.unwrap();
+        }
+    });
+    let wire = wire(&format!("redis://h:pw@127.0.0.1:{port}/"), LONG, LONG);
+    wire.connect().await.unwrap();
+    let pong = wire.command(&redis::cmd("PING")).await.unwrap();
+    assert_eq!(pong, Value::SimpleString("PONG".into()));
+    peer.await.unwrap();
 }
