@@ -39,6 +39,12 @@ pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError
     };
     match (info("server").await, info("cluster").await) {
         (Ok(server), _) if server.contains("redis_mode:sentinel") => Err(sentinel_refused()),
+        // A peer that answers anything to everything (not Redis): no version to go by.
+        (Ok(server), Ok(_)) if !server.contains("redis_version:") => Err(LockError::protocol(
+            "connect",
+            None,
+            "the server's INFO names no redis_version: not a Redis server",
+        )),
         (Ok(server), Ok(cluster)) => Ok(ServerInfo {
             major: server_major_version(&server),
             cluster: cluster.contains("cluster_enabled:1"),
