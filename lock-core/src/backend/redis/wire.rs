@@ -421,7 +421,17 @@ impl Wire {
         // Attempts ended so far: one that ends while this request waits for the lock is as
         // recent as its own would be, and its error is shared rather than tried again.
         let seen = shared.attempts.load(Ordering::Acquire);
-        let mut last_failure = shared.connecting.lock().await;
+        // An attempt ends within the connect timeout, unless the request making it is not
+        // polled any more (its caller kept its future and waits on something else): then
+        // this one fails in that time too, rather than waiting for good.
+        let waited = tokio::time::timeout(shared.connect_timeout, shared.connecting.lock()).await;
+        let Ok(mut last_failure) = waited else {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "another connection attempt did not end within the connect timeout",
+            )
+            .into());
+        };
         if shared.link.lock().state.lock().closed.is_none() {
             return Ok(());
         }

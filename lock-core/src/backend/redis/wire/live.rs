@@ -585,3 +585,31 @@ async fn a_user_name_an_old_server_refuses_is_dropped_from_auth() {
     assert_eq!(pong, Value::SimpleString("PONG".into()));
     peer.await.unwrap();
 }
+
+/// A request whose future made a connection attempt and is then not polled any more (kept by
+/// its caller, e.g. a `select!` branch that lost) holds that attempt's turn: other requests
+/// wait for it at most the connect timeout, then fail, rather than waiting for good.
+#[tokio::test]
+async fn a_stuck_attempt_holds_others_back_at_most_the_connect_timeout() {
+    let server = RedisServer::builder().requirepass("pw").start();
+    let proxy = Proxy::start(([127, 0, 0, 1], server.port()).into()).await;
+    let wire = wire(&format!("redis://:pw@{}/", proxy.addr()), SHORT, SHORT);
+    wire.connect().await.unwrap();
+    proxy.cut();
+    lock_testkit::eventually("the connection is seen closed", LONG, async || {
+        is_closed(&wire)
+    })
+    .await;
+    proxy.blackhole();
+    // Polled once: it takes the turn to connect, and waits for AUTH's answer.
+    let ping = redis::cmd("PING");
+    let mut stuck = Box::pin(wire.command(&ping));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(stuck.as_mut().poll(&mut cx).is_pending());
+    let started = std::time::Instant::now();
+    let other = tokio::time::timeout(LONG, wire.command(&ping)).await;
+    let e = other.expect("no answer within 5 s").unwrap_err();
+    assert!(e.is_timeout(), "{e:?}");
+    assert!(started.elapsed() < SHORT * 3, "{:?}", started.elapsed());
+    drop(stuck);
+}
