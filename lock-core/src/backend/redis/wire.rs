@@ -701,6 +701,9 @@ fn hand_out(
     scratch: &mut Scratch,
 ) -> Result<(), (io::ErrorKind, String)> {
     let Scratch { replies, answered } = scratch;
+    // The replies before a fault still go to their requests (they were answered): only then
+    // does the connection end.
+    let mut fault = None;
     loop {
         match parse(&read[*start..end], 0) {
             Ok(Some((reply, used))) => {
@@ -708,20 +711,21 @@ fn hand_out(
                 replies.push(reply);
             }
             Ok(None) => break,
-            Err(e) => return Err((io::ErrorKind::InvalidData, e)),
+            Err(e) => {
+                fault = Some((io::ErrorKind::InvalidData, e));
+                break;
+            }
         }
     }
-    if replies.is_empty() {
-        return Ok(());
-    }
-    {
+    if !replies.is_empty() {
         let mut state = link.state.lock();
         for reply in replies.drain(..) {
             let Some(front) = state.pending.front_mut() else {
-                return Err((
+                fault = Some((
                     io::ErrorKind::InvalidData,
                     "Redis sent a reply nobody asked for".into(),
                 ));
+                break;
             };
             if front.skip > 0 {
                 front.skip -= 1;
@@ -745,7 +749,7 @@ fn hand_out(
     for (answer, reply) in answered.drain(..) {
         let _ = answer.send(Ok(reply));
     }
-    Ok(())
+    fault.map_or(Ok(()), Err)
 }
 
 /// Buffers the connection's task reuses from one read to the next.

@@ -613,3 +613,78 @@ async fn a_stuck_attempt_holds_others_back_at_most_the_connect_timeout() {
     assert!(started.elapsed() < SHORT * 3, "{:?}", started.elapsed());
     drop(stuck);
 }
+
+/// A peer that is not quite Redis, one fault per connection: a RESP3 map, a reply nobody asked
+/// for, a reply cut by the close, silence, bytes that are not RESP. Each is an error of its
+/// own kind within the response timeout (a retriable I/O error but for silence, a timeout),
+/// never a panic or another reply, and the next request makes a new connection. A reply read
+/// together with the fault that follows it still reaches its request.
+#[tokio::test]
+async fn a_peer_that_breaks_the_protocol_gives_typed_errors_and_a_new_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let faults: [&[u8]; 7] = [
+        b"%1\r\n+a\r\n+b\r\n",
+        b"+PONG\r\n+EXTRA\r\n",
+        b"+PONG\r\n\x00\xff not RESP\r\n",
+        b"$10\r\nabc",
+        b"",
+        b"\x00\xff not RESP\r\n",
+        b"+PONG\r\n",
+    ];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        for reply in faults {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                if !reply.is_empty() {
+                    let _ = socket.write_all(reply).await;
+                }
+                if reply.starts_with(b"$10") {
+                    return;
+                }
+                // Open until the client closes it.
+                while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    let wire = wire(&format!("redis://127.0.0.1:{port}/"), SHORT, SHORT);
+    let ping = redis::cmd("PING");
+    let ask = async || {
+        let started = std::time::Instant::now();
+        let answer = wire.command(&ping).await;
+        assert!(started.elapsed() < SHORT * 3, "{:?}", started.elapsed());
+        answer
+    };
+    let resp3 = ask().await.unwrap_err();
+    assert!(resp3.is_io_error() && !resp3.is_timeout(), "{resp3:?}");
+    assert_eq!(ask().await.unwrap(), Value::SimpleString("PONG".into()));
+    lock_testkit::eventually("the unasked reply ends the connection", LONG, async || {
+        is_closed(&wire)
+    })
+    .await;
+    assert_eq!(ask().await.unwrap(), Value::SimpleString("PONG".into()));
+    lock_testkit::eventually(
+        "the bytes after the reply end the connection",
+        LONG,
+        async || is_closed(&wire),
+    )
+    .await;
+    let cut = ask().await.unwrap_err();
+    assert!(cut.is_io_error() && !cut.is_timeout(), "{cut:?}");
+    let silence = ask().await.unwrap_err();
+    assert!(silence.is_timeout(), "{silence:?}");
+    // Silence is a slow server, not a broken one: the connection stays until it is closed.
+    wire.shared
+        .link
+        .lock()
+        .close(io::ErrorKind::ConnectionAborted, "the test moves on");
+    let garbage = ask().await.unwrap_err();
+    assert!(
+        garbage.is_io_error() && !garbage.is_timeout(),
+        "{garbage:?}"
+    );
+    assert_eq!(ask().await.unwrap(), Value::SimpleString("PONG".into()));
+}
