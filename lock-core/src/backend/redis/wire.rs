@@ -14,7 +14,7 @@
 //! packed by redis-rs, answers are redis-rs `Value`s (a server error is parsed by redis-rs
 //! itself, so its kind is the same), each request waits at most the response timeout (a
 //! timer of the caller's own, so a connection whose task is not run any more still answers
-//! in time), and a dropped connection fails every pending request with an I/O error, which
+//! in time, and is then replaced), and a dropped connection fails every pending request with an I/O error, which
 //! the backend retries once on a new connection (made by the next request, within the
 //! connect timeout). TLS and RESP3 URLs keep redis-rs's `ConnectionManager`.
 
@@ -56,17 +56,16 @@ pub(crate) struct Wire {
 
 struct Shared {
     target: Target,
-    /// `AUTH` and `SELECT` as the URL asks (packed), sent first on every new connection.
-    hello: Vec<u8>,
-    /// How many replies `hello` gets.
-    hello_replies: usize,
+    /// `AUTH` and `SELECT` as the URL asks, sent first on every new connection.
+    hello: Hello,
     db: i64,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// The connection in use (closed once it failed, until a request makes a new one).
     link: Mutex<Arc<Link>>,
-    /// Connection attempts so far; with `connecting`, one attempt at a time, and the requests
-    /// that waited for an attempt that failed get its error rather than making their own.
+    /// Connection attempts ended so far; with `connecting`, one attempt at a time, and the
+    /// requests that waited for an attempt that failed get its error rather than making their
+    /// own.
     attempts: AtomicU64,
     connecting: tokio::sync::Mutex<Option<(io::ErrorKind, String)>>,
 }
@@ -77,6 +76,74 @@ impl Drop for Shared {
         self.link
             .get_mut()
             .close(io::ErrorKind::NotConnected, "the backend was dropped");
+    }
+}
+
+/// What a new connection sends first: `AUTH` and `SELECT` as the URL asks.
+struct Hello {
+    /// Packed; empty when the URL asks for neither.
+    packed: Vec<u8>,
+    /// How many replies it gets.
+    replies: usize,
+    /// Whether it starts with `AUTH`.
+    auth: bool,
+    /// The same with `AUTH` of the password alone, when the URL names a user: a server
+    /// before Redis 6 (no ACL users) refuses `AUTH user password`, and redis-rs tries again
+    /// without the user, as this does.
+    without_user: Option<Vec<u8>>,
+}
+
+impl Hello {
+    fn new(settings: &redis::RedisConnectionInfo) -> Hello {
+        let packed = |user: Option<&str>| {
+            let mut out = Vec::new();
+            if let Some(password) = settings.password() {
+                let mut auth = redis::cmd("AUTH");
+                if let Some(user) = user {
+                    auth.arg(user);
+                }
+                auth.arg(password).write_packed_command(&mut out);
+            }
+            if settings.db() != 0 {
+                redis::cmd("SELECT")
+                    .arg(settings.db())
+                    .write_packed_command(&mut out);
+            }
+            out
+        };
+        let auth = settings.password().is_some();
+        Hello {
+            packed: packed(settings.username()),
+            replies: usize::from(auth) + usize::from(settings.db() != 0),
+            auth,
+            without_user: (auth && settings.username().is_some()).then(|| packed(None)),
+        }
+    }
+
+    /// Why the server refused the connection, from its replies to `hello`; `Ok(true)` when it
+    /// refused only the user name of `AUTH` (a server before Redis 6).
+    fn refusal(&self, replies: Vec<Value>) -> Result<bool, RedisError> {
+        let mut replies = replies.into_iter();
+        if self.auth
+            && let Some(Value::ServerError(e)) = replies.next()
+        {
+            let why = e.details().unwrap_or(e.code()).to_owned();
+            if self.without_user.is_some()
+                && why.contains("wrong number of arguments for 'auth' command")
+            {
+                return Ok(true);
+            }
+            // The kind redis-rs gives a refused AUTH, with the server's reason.
+            return Err(RedisError::from((
+                ErrorKind::AuthenticationFailed,
+                "Password authentication failed",
+                format!("{}: {why}", e.code()),
+            )));
+        }
+        match replies.find_map(|r| r.extract_error().err()) {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
     }
 }
 
@@ -95,6 +162,17 @@ struct LinkState {
     task: Option<Waker>,
     /// Why the connection ended (no request is queued on it any more).
     closed: Option<(io::ErrorKind, String)>,
+    /// How many times the connection's task was polled: a request that timed out with no
+    /// poll since it was queued finds the task not run any more.
+    polls: u64,
+}
+
+/// A request queued on a connection, as its caller waits for it.
+struct Queued {
+    link: Arc<Link>,
+    /// The task's polls when the request was queued.
+    polls: u64,
+    answer: oneshot::Receiver<Result<Value, RedisError>>,
 }
 
 /// A request waiting for its replies.
@@ -108,6 +186,50 @@ struct Pending {
 }
 
 impl Link {
+    /// Queues a request (`encode` appends its bytes) and wakes the task, or `None` when the
+    /// connection has ended.
+    fn push(
+        self: &Arc<Link>,
+        encode: &impl Fn(&mut Vec<u8>),
+        skip: usize,
+        wants: Option<usize>,
+    ) -> Option<Queued> {
+        let mut state = self.state.lock();
+        if state.closed.is_some() {
+            return None;
+        }
+        let (answer, receiver) = oneshot::channel();
+        encode(&mut state.out);
+        state.pending.push_back(Pending {
+            skip,
+            wants,
+            got: Vec::new(),
+            answer,
+        });
+        if let Some(task) = state.task.take() {
+            task.wake();
+        }
+        Some(Queued {
+            link: Arc::clone(self),
+            polls: state.polls,
+            answer: receiver,
+        })
+    }
+
+    /// Ends the connection when its task has not been polled since a request was queued
+    /// `polls` ago, a whole response timeout: its runtime is gone or not driven any more (a
+    /// backend used from another runtime than the one it connected in), and nothing queued
+    /// on it would ever be sent. The requests pending get an error the backend retries, on a
+    /// new connection made in the caller's runtime.
+    fn close_if_stalled(&self, polls: u64) {
+        if self.state.lock().polls == polls {
+            self.close(
+                io::ErrorKind::ConnectionAborted,
+                "the Redis connection's task was not run for a whole response timeout",
+            );
+        }
+    }
+
     fn closed(why: (io::ErrorKind, String)) -> Arc<Link> {
         Arc::new(Link {
             state: Mutex::new(LinkState {
@@ -158,28 +280,11 @@ impl Wire {
         if settings.protocol() != redis::ProtocolVersion::RESP2 {
             return None;
         }
-        let mut hello = Vec::new();
-        let mut hello_replies = 0;
-        if let Some(password) = settings.password() {
-            let mut auth = redis::cmd("AUTH");
-            if let Some(user) = settings.username() {
-                auth.arg(user);
-            }
-            auth.arg(password).write_packed_command(&mut hello);
-            hello_replies += 1;
-        }
-        if settings.db() != 0 {
-            redis::cmd("SELECT")
-                .arg(settings.db())
-                .write_packed_command(&mut hello);
-            hello_replies += 1;
-        }
         let never = (io::ErrorKind::NotConnected, "not connected yet".to_owned());
         Some(Wire {
             shared: Arc::new(Shared {
                 target,
-                hello,
-                hello_replies,
+                hello: Hello::new(settings),
                 db: settings.db(),
                 connect_timeout,
                 response_timeout,
@@ -211,6 +316,8 @@ impl Wire {
 
     /// Sends a pipeline; `count` replies after the first `offset`, as redis-rs's
     /// `req_packed_commands` answers (transactions are not sent here: the backend sends none).
+    /// The replies after those are read and dropped: whatever `offset` and `count` say, the
+    /// request takes one reply per command of the pipeline, no fewer and no more.
     pub(crate) async fn pipeline(
         &self,
         pipeline: &Pipeline,
@@ -229,12 +336,30 @@ impl Wire {
                 "a pipeline that wants no reply is not sent on this connection",
             )));
         }
+        let replies = pipeline.len();
+        if offset
+            .checked_add(count)
+            .is_none_or(|wanted| wanted > replies)
+        {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "a pipeline asked for more replies than its commands get",
+                format!("replies {offset}..+{count} of {replies}"),
+            )));
+        }
         let packed = pipeline.get_packed_pipeline();
         let answer = self
-            .send(|out| out.extend_from_slice(&packed), offset, Some(count))
+            .send(
+                |out| out.extend_from_slice(&packed),
+                offset,
+                Some(replies - offset),
+            )
             .await?;
         match self.wait(answer).await? {
-            Value::Array(values) => Ok(values),
+            Value::Array(mut values) => {
+                values.truncate(count);
+                Ok(values)
+            }
             other => Ok(vec![other]),
         }
     }
@@ -246,7 +371,7 @@ impl Wire {
         encode: impl Fn(&mut Vec<u8>),
         skip: usize,
         wants: Option<usize>,
-    ) -> Result<oneshot::Receiver<Result<Value, RedisError>>, RedisError> {
+    ) -> Result<Queued, RedisError> {
         if let Some(answer) = self.queue(&encode, skip, wants) {
             return Ok(answer);
         }
@@ -266,62 +391,56 @@ impl Wire {
         encode: &impl Fn(&mut Vec<u8>),
         skip: usize,
         wants: Option<usize>,
-    ) -> Option<oneshot::Receiver<Result<Value, RedisError>>> {
-        let link = self.shared.link.lock();
-        let mut state = link.state.lock();
-        if state.closed.is_some() {
-            return None;
-        }
-        let (answer, receiver) = oneshot::channel();
-        encode(&mut state.out);
-        state.pending.push_back(Pending {
-            skip,
-            wants,
-            got: Vec::new(),
-            answer,
-        });
-        if let Some(task) = state.task.take() {
-            task.wake();
-        }
-        Some(receiver)
+    ) -> Option<Queued> {
+        self.shared.link.lock().push(encode, skip, wants)
     }
 
     /// The answer to a queued request, within the response timeout.
-    async fn wait(
-        &self,
-        answer: oneshot::Receiver<Result<Value, RedisError>>,
-    ) -> Result<Value, RedisError> {
-        match tokio::time::timeout(self.shared.response_timeout, answer).await {
+    async fn wait(&self, queued: Queued) -> Result<Value, RedisError> {
+        match tokio::time::timeout(self.shared.response_timeout, queued.answer).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "the connection's task ended",
             )
             .into()),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no answer from Redis within the response timeout",
-            )
-            .into()),
+            Err(_) => {
+                queued.link.close_if_stalled(queued.polls);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer from Redis within the response timeout",
+                )
+                .into())
+            }
         }
     }
 
     /// Makes a new connection unless another request made one (or failed to) meanwhile.
     async fn reconnect(&self) -> Result<(), RedisError> {
         let shared = &self.shared;
+        // Attempts ended so far: one that ends while this request waits for the lock is as
+        // recent as its own would be, and its error is shared rather than tried again.
         let seen = shared.attempts.load(Ordering::Acquire);
-        let mut last_failure = shared.connecting.lock().await;
-        if shared.attempts.load(Ordering::Acquire) != seen {
-            // Another request tried while this one waited: its connection, or its error.
-            if shared.link.lock().state.lock().closed.is_none() {
-                return Ok(());
-            }
-            if let Some((kind, why)) = last_failure.as_ref() {
-                return Err(io::Error::new(*kind, why.clone()).into());
-            }
+        // An attempt ends within the connect timeout, unless the request making it is not
+        // polled any more (its caller kept its future and waits on something else): then
+        // this one fails in that time too, rather than waiting for good.
+        let waited = tokio::time::timeout(shared.connect_timeout, shared.connecting.lock()).await;
+        let Ok(mut last_failure) = waited else {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "another connection attempt did not end within the connect timeout",
+            )
+            .into());
+        };
+        if shared.link.lock().state.lock().closed.is_none() {
+            return Ok(());
         }
-        shared.attempts.fetch_add(1, Ordering::AcqRel);
-        match tokio::time::timeout(shared.connect_timeout, self.open()).await {
+        if shared.attempts.load(Ordering::Acquire) != seen
+            && let Some((kind, why)) = last_failure.as_ref()
+        {
+            return Err(io::Error::new(*kind, why.clone()).into());
+        }
+        let made = match tokio::time::timeout(shared.connect_timeout, self.open()).await {
             Ok(Ok(link)) => {
                 *last_failure = None;
                 *shared.link.lock() = link;
@@ -340,7 +459,9 @@ impl Wire {
                 *last_failure = Some((io::ErrorKind::TimedOut, why.clone()));
                 Err(io::Error::new(io::ErrorKind::TimedOut, why).into())
             }
-        }
+        };
+        shared.attempts.fetch_add(1, Ordering::AcqRel);
+        made
     }
 
     /// A new connection, its task started and `hello` answered.
@@ -358,49 +479,74 @@ impl Wire {
             Target::Tcp(host, port) => {
                 let stream = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 stream.set_nodelay(true)?;
-                runtime.spawn(drive(Arc::clone(&link), stream));
+                runtime.spawn(drive(Closer(Arc::clone(&link)), stream));
             }
             #[cfg(unix)]
             Target::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path).await?;
-                runtime.spawn(drive(Arc::clone(&link), stream));
+                runtime.spawn(drive(Closer(Arc::clone(&link)), stream));
             }
         }
-        if self.shared.hello_replies > 0 {
-            let hello = &self.shared.hello;
-            let queued = {
-                let mut state = link.state.lock();
-                let (answer, receiver) = oneshot::channel();
-                state.out.extend_from_slice(hello);
-                state.pending.push_back(Pending {
-                    skip: 0,
-                    wants: Some(self.shared.hello_replies),
-                    got: Vec::new(),
-                    answer,
-                });
-                if let Some(task) = state.task.take() {
-                    task.wake();
+        // Until it is returned, the connection is this attempt's alone: ended if the attempt
+        // is given up half way (the connect timeout, the caller's own deadline) or fails.
+        let mut attempt = Attempt(Some(Arc::clone(&link)));
+        let hello = &self.shared.hello;
+        if hello.replies > 0 {
+            // The URL's `AUTH`, then (refused by a server before Redis 6) the password alone.
+            let mut tries = std::iter::once(&hello.packed).chain(&hello.without_user);
+            loop {
+                let Some(packed) = tries.next() else {
+                    return Err(RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        "AUTH refused with and without the user name".to_owned(),
+                    )));
+                };
+                let send = |out: &mut Vec<u8>| out.extend_from_slice(packed);
+                let replies = match link.push(&send, 0, Some(hello.replies)) {
+                    Some(queued) => self.wait(queued).await,
+                    None => Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "the connection ended as it was made",
+                    )
+                    .into()),
+                };
+                let refused = match replies {
+                    Ok(Value::Array(replies)) => hello.refusal(replies),
+                    Ok(other) => Err(RedisError::from((
+                        ErrorKind::Parse,
+                        "unexpected answer to AUTH / SELECT",
+                        format!("{other:?}"),
+                    ))),
+                    Err(e) => Err(e),
+                };
+                match refused {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => {
+                        link.close(io::ErrorKind::NotConnected, "AUTH or SELECT refused");
+                        return Err(e);
+                    }
                 }
-                receiver
-            };
-            let replies = self.wait(queued).await;
-            let failed = match replies {
-                Ok(Value::Array(replies)) => {
-                    replies.into_iter().find_map(|r| r.extract_error().err())
-                }
-                Ok(other) => Some(RedisError::from((
-                    ErrorKind::Parse,
-                    "unexpected answer to AUTH / SELECT",
-                    format!("{other:?}"),
-                ))),
-                Err(e) => Some(e),
-            };
-            if let Some(e) = failed {
-                link.close(io::ErrorKind::NotConnected, "AUTH or SELECT refused");
-                return Err(e);
             }
         }
+        attempt.0 = None;
         Ok(link)
+    }
+}
+
+/// A connection being made: ended when dropped before it is kept (its task and socket would
+/// otherwise live on with nobody to use or close them).
+struct Attempt(Option<Arc<Link>>);
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(link) = self.0.take() {
+            link.close(
+                io::ErrorKind::ConnectionAborted,
+                "the connection attempt was given up",
+            );
+        }
     }
 }
 
@@ -417,7 +563,9 @@ fn io_kind(e: &RedisError) -> io::ErrorKind {
     }
 }
 
-/// Ends the link when the connection's task ends, or is dropped with its runtime.
+/// Ends the link when the connection's task ends, or is dropped with its runtime: made before
+/// the task is spawned, so that a task dropped before it ever ran ends it too (an async fn's
+/// body, and what it makes, starts only at the first poll).
 struct Closer(Arc<Link>);
 
 impl Drop for Closer {
@@ -431,8 +579,7 @@ impl Drop for Closer {
 
 /// The connection's task: writes what requests queue, reads replies and hands them out, until
 /// the connection fails or the backend is dropped.
-async fn drive<S: AsyncRead + AsyncWrite + Unpin>(link: Arc<Link>, mut stream: S) {
-    let closer = Closer(link);
+async fn drive<S: AsyncRead + AsyncWrite + Unpin>(closer: Closer, mut stream: S) {
     let link = &closer.0;
     let mut writing: Vec<u8> = Vec::new();
     let mut written = 0;
@@ -478,6 +625,7 @@ async fn drive<S: AsyncRead + AsyncWrite + Unpin>(link: Arc<Link>, mut stream: S
                 return Poll::Ready(why);
             }
             let mut state = link.state.lock();
+            state.polls = state.polls.wrapping_add(1);
             if let Some(why) = &state.closed {
                 return Poll::Ready(why.clone());
             }
@@ -553,6 +701,9 @@ fn hand_out(
     scratch: &mut Scratch,
 ) -> Result<(), (io::ErrorKind, String)> {
     let Scratch { replies, answered } = scratch;
+    // The replies before a fault still go to their requests (they were answered): only then
+    // does the connection end.
+    let mut fault = None;
     loop {
         match parse(&read[*start..end], 0) {
             Ok(Some((reply, used))) => {
@@ -560,20 +711,21 @@ fn hand_out(
                 replies.push(reply);
             }
             Ok(None) => break,
-            Err(e) => return Err((io::ErrorKind::InvalidData, e)),
+            Err(e) => {
+                fault = Some((io::ErrorKind::InvalidData, e));
+                break;
+            }
         }
     }
-    if replies.is_empty() {
-        return Ok(());
-    }
-    {
+    if !replies.is_empty() {
         let mut state = link.state.lock();
         for reply in replies.drain(..) {
             let Some(front) = state.pending.front_mut() else {
-                return Err((
+                fault = Some((
                     io::ErrorKind::InvalidData,
                     "Redis sent a reply nobody asked for".into(),
                 ));
+                break;
             };
             if front.skip > 0 {
                 front.skip -= 1;
@@ -597,7 +749,7 @@ fn hand_out(
     for (answer, reply) in answered.drain(..) {
         let _ = answer.send(Ok(reply));
     }
-    Ok(())
+    fault.map_or(Ok(()), Err)
 }
 
 /// Buffers the connection's task reuses from one read to the next.
@@ -703,6 +855,9 @@ fn integer(digits: &[u8]) -> Result<i64, String> {
             )
         })
 }
+
+#[cfg(test)]
+mod live;
 
 #[cfg(test)]
 mod tests {
