@@ -22,7 +22,8 @@ mod support;
 use support::until_queued;
 
 const LEASE: Duration = Duration::from_secs(30);
-const TASKS: usize = 64;
+/// Beyond the 64 requests of a kind that go out alone (batch.rs's `DIRECT`), so batches form.
+const TASKS: usize = 256;
 
 async fn locker(server: &RedisServer) -> Locker {
     let backend = RedisBackend::builder(&server.url())
@@ -306,7 +307,7 @@ fn unread_by_server(port: u16) -> u64 {
 /// out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_requests_go_out_without_waiting_for_the_ones_in_flight() {
-    const N: usize = 32;
+    const N: usize = 128;
     let mut server = RedisServer::start();
     let ours = locker(&server).await;
     // The prefix's permission check is done before the server freezes.

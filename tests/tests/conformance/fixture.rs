@@ -236,9 +236,14 @@ impl Fixture {
         if let Server::Redlock(servers) = server {
             // The lock is what a majority holds: an acquire returns once a majority said yes,
             // and a minority may miss the key for a moment (a straggling SET lands later).
+            // Each server's value is the token and a stamp of when that server's write was
+            // made (`|<since ms>|<holder>|`): the servers' stamps may differ by a few ms, so a
+            // majority is counted by token, the value's head.
+            let head = |v: &str| v.split(['|', '+']).next().unwrap_or_default().to_owned();
             let mut seen = Vec::with_capacity(servers.len());
             for s in servers.iter() {
-                seen.push((s.get(&name).await, s.pttl(&name).await));
+                let value: Option<String> = s.get(&name).await;
+                seen.push((value.as_deref().map(head), s.pttl(&name).await));
             }
             let on = |t: &String| seen.iter().filter(|(u, _)| u.as_ref() == Some(t)).count();
             let token = seen

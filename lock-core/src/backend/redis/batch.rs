@@ -38,11 +38,16 @@ use crate::token::Token;
 
 /// How many requests of one kind go out alone at once before the next ones queue for a batch.
 ///
-/// Measured with lock-bench's many-keys scenario, one process alternating 0.4 s windows (10
-/// rounds): with the queue flushed at the runtime's next turn, 2 did 16 % more lock cycles/s
-/// than 8 without that flush at 64 tasks and 27 % more at 256, the same at 16; 1 and 4 were
-/// within a few percent of 2.
-pub(super) const DIRECT: usize = 2;
+/// Our own connection (wire.rs) already sends what many callers queue in one write, so a
+/// batch saves the server work (one script call for many releases), not system calls, and
+/// costs the client a queue entry, a channel and a flush task per request. Counted with
+/// callgrind (lock-bench `--cycles`, 16 and 64 tasks on 4 keys each): with 2, 26,508 and
+/// 16,135 client instructions per lock cycle (batches of about 3 at 16 tasks do not pay for
+/// themselves), with 16, 19,118 and 19,036, without batches 19,968 and 20,632; the seed design
+/// 21,230 and 20,978. Lock cycles/s at 64 and 256 tasks did not tell 64 from no batches apart
+/// on this machine (both within its noise of the seed's), and fell with 16 or 2. So up to 64
+/// go alone, and batches form only beyond that, where the server's work decides.
+pub(super) const DIRECT: usize = 64;
 
 /// The most requests in one batch (the rest wait for the next one).
 const MAX_BATCH: usize = 256;
@@ -618,26 +623,33 @@ mod tests {
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
         let context = runtime.enter();
-        let first = enter(&backend, Kind::Acquire, acquire(&key("a"), &token, lease));
-        let second = enter(&backend, Kind::Acquire, acquire(&key("b"), &token, lease));
-        assert!(matches!(first, Turn::Direct(_)) && matches!(second, Turn::Direct(_)));
-        // The third queues and schedules a flush; nothing runs (the runtime is never driven).
+        let mut direct: Vec<_> = (0..DIRECT)
+            .map(|i| {
+                enter(
+                    &backend,
+                    Kind::Acquire,
+                    acquire(&key(&format!("d{i}")), &token, lease),
+                )
+            })
+            .collect();
+        assert!(direct.iter().all(|t| matches!(t, Turn::Direct(_))));
+        // The next queues and schedules a flush; nothing runs (the runtime is never driven).
         let Turn::Queued(answer) =
             enter(&backend, Kind::Acquire, acquire(&key("c"), &token, lease))
         else {
-            panic!("a third request went out alone");
+            panic!("a request past DIRECT went out alone");
         };
-        assert_eq!(lane_state(&backend), (3, true, 1));
+        assert_eq!(lane_state(&backend), (DIRECT + 1, true, 1));
         // A direct call finishing sends the queue as a batch, in a task of its own.
-        drop(first);
-        assert_eq!(lane_state(&backend), (3, true, 0));
+        direct.pop();
+        assert_eq!(lane_state(&backend), (DIRECT + 1, true, 0));
         drop(context);
         drop(runtime);
         // Both spawned tasks went unpolled: the flush's place and the batch's are back, the
         // queued caller has its answer (an error), the lane may flush again.
-        assert_eq!(lane_state(&backend), (1, false, 0));
+        assert_eq!(lane_state(&backend), (DIRECT - 1, false, 0));
         assert!(answer.blocking_recv().map_or(true, |a| a.is_err()));
-        drop(second);
+        drop(direct);
         assert_eq!(lane_state(&backend), (0, false, 0));
     }
 
@@ -685,11 +697,12 @@ mod tests {
         let token = Token::new(true);
         let lease = Duration::from_secs(5);
         let context = idle.enter();
-        let first = enter(&backend, Kind::Acquire, acquire(&key, &token, lease));
-        let second = enter(&backend, Kind::Acquire, acquire(&key, &token, lease));
+        let direct: Vec<_> = (0..DIRECT)
+            .map(|_| enter(&backend, Kind::Acquire, acquire(&key, &token, lease)))
+            .collect();
         let Turn::Queued(answer) = enter(&backend, Kind::Acquire, acquire(&key, &token, lease))
         else {
-            panic!("a third request went out alone");
+            panic!("a request past DIRECT went out alone");
         };
         drop(context);
         let other = tokio::runtime::Builder::new_current_thread()
@@ -711,7 +724,7 @@ mod tests {
             );
             assert!(start.elapsed() >= bound);
         });
-        drop((first, second));
+        drop(direct);
         drop(idle);
     }
 }

@@ -15,6 +15,7 @@ use super::server::{ServerInfo, server_info};
 use super::subscriber::Subscriber;
 use super::tls::{TlsSettings, is_tls, parse_url, url_error};
 use super::watcher::Watcher;
+use super::wire::Wire;
 use super::{Inner, RedisBackend};
 use crate::LockError;
 
@@ -139,9 +140,10 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// The redis-rs settings the backend's command connection uses (these timeouts, one retry,
-    /// reconnect backoff), for a tool that must talk to Redis exactly as the lock does, such as
-    /// a benchmark's baseline client.
+    /// The redis-rs settings the backend's command connection uses over TLS or RESP3 (these
+    /// timeouts, one retry, reconnect backoff), for a tool that must talk to Redis with the
+    /// lock's timeouts, such as a benchmark's baseline client. (Over plain TCP or a Unix socket
+    /// the backend uses a connection of its own with the same timeouts.)
     ///
     /// ```
     /// let config = lock_core::RedisBackend::builder("redis://127.0.0.1/").connection_manager_config();
@@ -176,14 +178,23 @@ impl RedisBackendBuilder {
         )?;
         let info = self.tls.apply(info)?;
         let tls = is_tls(&info);
+        let wire = Wire::for_info(&info, self.connect_timeout, self.response_timeout);
         let client =
             Client::open(info).map_err(|e| url_error(&self.url, &e, "a valid Redis URL"))?;
-        let config = manager_config(self.connect_timeout, self.response_timeout);
-        let mut conn = Conn::Single(
-            ConnectionManager::new_with_config(client.clone(), config)
-                .await
-                .map_err(|e| connect_error(e, tls))?,
-        );
+        let mut conn = match wire {
+            Some(wire) => {
+                wire.connect().await.map_err(|e| connect_error(e, tls))?;
+                Conn::Wire(wire)
+            }
+            None => {
+                let config = manager_config(self.connect_timeout, self.response_timeout);
+                Conn::Single(
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map_err(|e| connect_error(e, tls))?,
+                )
+            }
+        };
         let probed = probe(&mut conn).await?;
         let server = &probed.server;
         let subscriber = Subscriber::new(

@@ -1,4 +1,5 @@
-//! The Redis backend: one Redis server through redis-rs's `ConnectionManager`. A cluster-mode
+//! The Redis backend: one Redis server, through a multiplexed connection of our own over plain
+//! TCP or a Unix socket (wire.rs), or redis-rs's `ConnectionManager` over TLS. A cluster-mode
 //! node that serves every slot itself works too (renewals then go one lock name per call).
 //! The cluster backend (`backend::cluster`) is this backend over a cluster connection
 //! (`conn::Conn`): the same scripts, calls and reply parsing.
@@ -32,6 +33,7 @@ mod shards;
 mod subscriber;
 pub(crate) mod tls;
 mod watcher;
+mod wire;
 
 pub use connect::RedisBackendBuilder;
 #[cfg(feature = "cluster")]
@@ -157,8 +159,7 @@ impl RedisBackend {
     }
 
     /// Runs a script (EVALSHA, loading it again after NOSCRIPT). When the connection was found
-    /// dropped or refused, the connection manager starts reconnecting and the call is made once
-    /// more: every script here is safe to run twice (acquire recognises its own token; release,
+    /// dropped or refused, the call is made once more, on a new connection: every script here is safe to run twice (acquire recognises its own token; release,
     /// renew and leave compare it). Timeouts are not retried: the caller's deadline rules.
     async fn invoke(
         &self,

@@ -39,6 +39,19 @@ pub(super) async fn server_info(conn: &mut Conn) -> Result<ServerInfo, LockError
     };
     match (info("server").await, info("cluster").await) {
         (Ok(server), _) if server.contains("redis_mode:sentinel") => Err(sentinel_refused()),
+        // Whatever answers INFO without a version is not a Redis server (a peer answering
+        // every command alike).
+        (Ok(server), _) if !server.contains("redis_version:") => Err(LockError::backend(
+            "connect",
+            None,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the server answered INFO with no redis_version: not Redis? ({:?})",
+                    server.chars().take(80).collect::<String>()
+                ),
+            ),
+        )),
         (Ok(server), Ok(cluster)) => Ok(ServerInfo {
             major: server_major_version(&server),
             cluster: cluster.contains("cluster_enabled:1"),

@@ -136,7 +136,9 @@ impl RedlockBackendBuilder {
     /// certificates that do not parse or come with a URL that is not `rediss://`;
     /// [`LockError::Backend`] with a [`NoQuorum`] source when fewer than a quorum of servers
     /// could be reached (a server that refuses the TLS handshake is one that could not: the
-    /// reason is logged, and it is tried again in the background).
+    /// reason is logged, and it is tried again in the background); its count of the servers
+    /// that answered includes those that answer within the connect timeout after enough others
+    /// refused.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), lock_core::LockError> {
@@ -241,13 +243,17 @@ impl RedlockBackendBuilder {
                 None => break,
             }
         }
-        if tally.up < quorum {
-            return Err(backend.no_quorum("connect", None, tally.up));
-        }
-        // The others usually answer a moment later: a short grace (twice what the majority
-        // took, plus 100 ms) lets them join before the first locks, so that these are on every
-        // server that answers; a stalled one is not waited for longer.
-        let grace = (started.elapsed() * 2 + Duration::from_millis(100)).min(connect_timeout);
+        let grace = if tally.up < quorum {
+            // No majority can join now (enough servers refused at once, which can be sooner
+            // than the others' answers): the others are waited for, within the connect
+            // timeout, so that the error counts every server that answers.
+            connect_timeout
+        } else {
+            // The others usually answer a moment later: a short grace (twice what the majority
+            // took, plus 100 ms) lets them join before the first locks, so that these are on
+            // every server that answers; a stalled one is not waited for longer.
+            (started.elapsed() * 2 + Duration::from_millis(100)).min(connect_timeout)
+        };
         let grace = tokio::time::sleep(grace);
         tokio::pin!(grace);
         while tally.up + tally.down < n {
@@ -258,6 +264,9 @@ impl RedlockBackendBuilder {
                 },
                 () = &mut grace => break,
             }
+        }
+        if tally.up < quorum {
+            return Err(backend.no_quorum("connect", None, tally.up));
         }
         // A server that answered is not left half-checked: whether it is one already joined
         // under a second URL is known before connect returns (each check is bounded by the
