@@ -88,6 +88,24 @@ pub(crate) async fn passing_locally(locker: &Locker, key: &'static str, waiters:
     (holder, handed)
 }
 
+/// The end of a [`passing_locally`] whose holder's lock must not be passed on: its release
+/// says `LeaseLost`, and the next waiter takes the key through the backend (the locker's count
+/// of local hand-offs stays `passes`).
+pub(crate) async fn released_lost_and_not_passed(
+    (holder, mut handed): Passing,
+    locker: &Locker,
+    passes: u64,
+) {
+    let released = holder.release().await;
+    assert!(
+        matches!(released, Err(LockError::LeaseLost { .. })),
+        "{released:?}"
+    );
+    let next = within(handed.recv()).await.unwrap().unwrap();
+    assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
+    next.release().await.unwrap();
+}
+
 /// A fair waiter's queue ticket named `id`, at its first attempt (3 s ticket and handover
 /// lease), for tests that drive a backend's acquire by hand.
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]

@@ -879,8 +879,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_support::{BOUND, Hook, HookPoint, passing_locally, within};
-    use crate::{LockError, Locker, MemoryBackend};
+    use crate::test_support::{
+        BOUND, Hook, HookPoint, passing_locally, released_lost_and_not_passed, within,
+    };
+    use crate::{Locker, MemoryBackend};
 
     /// Reached right after a lock is marked lost and before the local queue hears of it
     /// (`holder_lost`).
@@ -1033,7 +1035,7 @@ mod tests {
             .lease(Duration::from_secs(30))
             .local_hold(Duration::from_secs(30))
             .build();
-        let (holder, mut handed) = passing_locally(&locker, KEY, 4).await;
+        let (holder, handed) = passing_locally(&locker, KEY, 4).await;
         let held = holder.held().clone();
         // As `Held::pass_on` does: the generation is read before the backend is asked ...
         let forced = locker.inner.forced();
@@ -1049,14 +1051,7 @@ mod tests {
             "passed on a vouch from before the force_unlock: {outcome:?}"
         );
         assert_eq!(locker.stats().local_handoffs, passes);
-        let released = holder.release().await;
-        assert!(
-            matches!(released, Err(LockError::LeaseLost { .. })),
-            "{released:?}"
-        );
-        let next = within(handed.recv()).await.unwrap().unwrap();
-        assert_eq!(locker.stats().local_handoffs, passes, "passed locally");
-        next.release().await.unwrap();
+        released_lost_and_not_passed((holder, handed), &locker, passes).await;
     }
 
     /// A release that checked its lock was held, then passes it on to a local waiter just as
@@ -1071,7 +1066,7 @@ mod tests {
             .lease(Duration::from_secs(30))
             .local_hold(Duration::from_secs(30))
             .build();
-        let (holder, mut handed) = passing_locally(&locker, KEY, 4).await;
+        let (holder, handed) = passing_locally(&locker, KEY, 4).await;
         let (passed_tx, passed) = std::sync::mpsc::channel();
         let target = holder.held().clone();
         let hook: Hook = Box::new(move |held: &Held| {
@@ -1087,14 +1082,7 @@ mod tests {
             "a lock marked lost was passed on to a local waiter"
         );
         assert_eq!(locker.stats().local_handoffs, passes);
-        let released = holder.release().await;
-        assert!(
-            matches!(released, Err(LockError::LeaseLost { .. })),
-            "{released:?}"
-        );
         // The waiters left take the key through the backend, not as a pass of the lost lock.
-        let next = within(handed.recv()).await.unwrap().unwrap();
-        assert_eq!(locker.stats().local_handoffs, passes);
-        next.release().await.unwrap();
+        released_lost_and_not_passed((holder, handed), &locker, passes).await;
     }
 }

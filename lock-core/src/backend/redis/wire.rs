@@ -347,14 +347,14 @@ impl Wire {
                 format!("replies {offset}..+{count} of {replies}"),
             )));
         }
-        let packed = pipeline.get_packed_pipeline();
-        let answer = self
-            .send(
-                |out| out.extend_from_slice(&packed),
-                offset,
-                Some(replies - offset),
-            )
-            .await?;
+        // Packed straight into the connection's buffer (not a transaction: its commands one
+        // after the other), not into a buffer of its own first.
+        let encode = |out: &mut Vec<u8>| {
+            for cmd in pipeline.cmd_iter() {
+                cmd.write_packed_command(out);
+            }
+        };
+        let answer = self.send(encode, offset, Some(replies - offset)).await?;
         match self.wait(answer).await? {
             Value::Array(mut values) => {
                 values.truncate(count);

@@ -460,11 +460,10 @@ async fn an_attempt_given_up_during_auth_leaves_no_connection_behind() {
     drop((by_timeout, by_caller));
 }
 
-/// Requests that find the connection gone while an attempt to make a new one is under way
-/// wait for that attempt and share its error: one attempt (and one connect timeout), not one
-/// more after it for those that arrived while it ran.
-#[tokio::test]
-async fn requests_waiting_for_a_failed_attempt_share_its_error() {
+/// A wire behind a proxy to a server with a password, connected, then cut off: it has seen
+/// its connection close, and new connections through the proxy reach nothing (`AUTH` waits
+/// until a timeout).
+async fn cut_then_blackholed() -> (RedisServer, Proxy, Wire) {
     let server = RedisServer::builder().requirepass("pw").start();
     let proxy = Proxy::start(([127, 0, 0, 1], server.port()).into()).await;
     let wire = wire(&format!("redis://:pw@{}/", proxy.addr()), SHORT, SHORT);
@@ -474,8 +473,16 @@ async fn requests_waiting_for_a_failed_attempt_share_its_error() {
         is_closed(&wire)
     })
     .await;
-    // New connections reach nothing: AUTH waits until a timeout.
     proxy.blackhole();
+    (server, proxy, wire)
+}
+
+/// Requests that find the connection gone while an attempt to make a new one is under way
+/// wait for that attempt and share its error: one attempt (and one connect timeout), not one
+/// more after it for those that arrived while it ran.
+#[tokio::test]
+async fn requests_waiting_for_a_failed_attempt_share_its_error() {
+    let (_server, proxy, wire) = cut_then_blackholed().await;
     let before = proxy.accepted();
     let mut requests = JoinSet::new();
     for _ in 0..8 {
@@ -591,16 +598,7 @@ async fn a_user_name_an_old_server_refuses_is_dropped_from_auth() {
 /// wait for it at most the connect timeout, then fail, rather than waiting for good.
 #[tokio::test]
 async fn a_stuck_attempt_holds_others_back_at_most_the_connect_timeout() {
-    let server = RedisServer::builder().requirepass("pw").start();
-    let proxy = Proxy::start(([127, 0, 0, 1], server.port()).into()).await;
-    let wire = wire(&format!("redis://:pw@{}/", proxy.addr()), SHORT, SHORT);
-    wire.connect().await.unwrap();
-    proxy.cut();
-    lock_testkit::eventually("the connection is seen closed", LONG, async || {
-        is_closed(&wire)
-    })
-    .await;
-    proxy.blackhole();
+    let (_server, _proxy, wire) = cut_then_blackholed().await;
     // Polled once: it takes the turn to connect, and waits for AUTH's answer.
     let ping = redis::cmd("PING");
     let mut stuck = Box::pin(wire.command(&ping));
