@@ -18,13 +18,17 @@
 --
 -- Returns 1 when the lock was ours and is now deleted, 2 when it is ours and marked (nothing
 -- done), 0 when it was not ours (expired or taken).
-local value = redis.call('GET', KEYS[1])
-local owner = value and string.sub(value, 1, #ARGV[1] + 1)
-if owner == ARGV[1] or owner == ARGV[1] .. '|' or owner == ARGV[1] .. '+' then
-  if string.sub(value, -1) == '+' then
+local value, token = redis.call('GET', KEYS[1]), ARGV[1]
+if value ~= token then
+  -- Not the token alone: the token, then '|' (124) or '+' (43). A byte and a plain find at 1:
+  -- no string is made (a substring or a concatenation is made, hashed and interned).
+  local after = value and string.byte(value, #token + 1)
+  if not ((after == 124 or after == 43) and string.find(value, token, 1, true) == 1) then
+    return 0
+  end
+  if string.byte(value, -1) == 43 then
     return 2
   end
-  redis.call('DEL', KEYS[1])
-  return 1
 end
-return 0
+redis.call('DEL', KEYS[1])
+return 1

@@ -9,10 +9,10 @@
 local out = {}
 for i, key in ipairs(KEYS) do
   local value, token = redis.call('GET', key), ARGV[i]
-  local owner = value and string.sub(value, 1, #token + 1)
-  if not (owner == token or owner == token .. '|' or owner == token .. '+') then
+  local after = value and string.byte(value, #token + 1)
+  if not (value == token or ((after == 124 or after == 43) and string.find(value, token, 1, true) == 1)) then
     out[i] = 0
-  elseif string.sub(value, -1) == '+' then
+  elseif string.byte(value, -1) == 43 then
     out[i] = 2
   else
     redis.call('DEL', key)
