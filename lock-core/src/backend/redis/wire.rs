@@ -275,12 +275,25 @@ impl Link {
     /// backend used from another runtime than the one it connected in), and nothing queued
     /// on it would ever be sent. The requests pending get an error the backend retries, on a
     /// new connection made in the caller's runtime.
+    ///
+    /// Not polled because it was not asked to (its waker is still there, not taken by a wake:
+    /// the request waited behind a flusher whose caller keeps its future without polling it,
+    /// on a server slower than the timeout) is not a task that is not run: it is asked now,
+    /// and the connection stays (the next timeout, if it is not run, ends it).
     fn close_if_stalled(&self, polls: u64) {
-        if self.state.lock().polls == polls {
-            self.close(
+        let task = {
+            let mut state = self.state.lock();
+            if state.polls != polls {
+                return;
+            }
+            state.task.take()
+        };
+        match task {
+            Some(task) => task.wake(),
+            None => self.close(
                 io::ErrorKind::ConnectionAborted,
                 "the Redis connection's task was not run for a whole response timeout",
-            );
+            ),
         }
     }
 
@@ -692,15 +705,18 @@ async fn drive<S: AsyncRead + AsyncWrite + Unpin>(closer: Closer, mut stream: S)
             if let Some(why) = &state.closed {
                 return Poll::Ready(why.clone());
             }
-            if !state.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                state.task = Some(cx.waker().clone());
-            }
             if more {
                 // A chunk was handed out and more answers wait: their tasks run first (and
-                // queue their next requests, which go out before the next chunk).
+                // queue their next requests, which go out before the next chunk). No waker is
+                // left: a wake is on its way (`close_if_stalled` tells a task asked to run by
+                // one that was not).
+                state.task = None;
                 drop(state);
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
+            }
+            if !state.task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                state.task = Some(cx.waker().clone());
             }
             if written == writing.len() && !state.out.is_empty() {
                 continue;

@@ -686,3 +686,39 @@ async fn a_peer_that_breaks_the_protocol_gives_typed_errors_and_a_new_connection
     );
     assert_eq!(ask().await.unwrap(), Value::SimpleString("PONG".into()));
 }
+
+/// A request queued behind the flusher of its batch (`Link::push`) whose caller keeps its
+/// future without polling it again (`select!` on `&mut future`, a branch that lost), on a
+/// server slower than the response timeout: it times out (the server is slow), but its
+/// connection is not taken for one whose task is not run (nobody asked the task to run: the
+/// flusher was to) and replaced, failing every request in flight on it.
+#[tokio::test]
+async fn a_kept_flusher_on_a_slow_server_does_not_replace_the_connection() {
+    let mut server = RedisServer::start();
+    let wire = wire(&server.url(), LONG, SHORT);
+    wire.connect().await.unwrap();
+    server.pause();
+    let mut cx = Context::from_waker(Waker::noop());
+    let (first, flusher) = (echo("first"), echo("flusher"));
+    // Sent, and waits for its answer from the paused server.
+    let mut first = Box::pin(wire.command(&first));
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    lock_testkit::eventually("the first request is sent", LONG, async || {
+        wire.shared.link.lock().state.lock().out.is_empty()
+    })
+    .await;
+    // Queued behind it: the flusher, which yields, and is then kept, never polled again.
+    let mut flusher = Box::pin(wire.command(&flusher));
+    assert!(flusher.as_mut().poll(&mut cx).is_pending());
+    let behind = wire.command(&echo("behind")).await.unwrap_err();
+    assert!(behind.is_timeout(), "{behind:?}");
+    assert!(!is_closed(&wire), "a slow server taken for a stalled task");
+    lock_testkit::eventually("what waited behind the flusher is sent", LONG, async || {
+        wire.shared.link.lock().state.lock().out.is_empty()
+    })
+    .await;
+    server.resume();
+    let answer = wire.command(&echo("after")).await.unwrap();
+    assert_eq!(answer, Value::BulkString(b"after".to_vec()));
+    drop((first, flusher));
+}
