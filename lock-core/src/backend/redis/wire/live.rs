@@ -722,3 +722,24 @@ async fn a_kept_flusher_on_a_slow_server_does_not_replace_the_connection() {
     assert_eq!(answer, Value::BulkString(b"after".to_vec()));
     drop((first, flusher));
 }
+
+/// A pipeline of many commands, alone on its connection: its replies are handed over in one
+/// go, not a chunk per poll of the connection's task (each a trip through the runtime's run
+/// queue, behind every task ready to run) when no other request waits for an answer.
+#[tokio::test]
+async fn a_long_pipeline_is_answered_without_a_poll_per_chunk() {
+    let server = RedisServer::start();
+    let wire = wire(&server.url(), LONG, LONG);
+    wire.connect().await.unwrap();
+    let mut pipe = redis::pipe();
+    for i in 0..512 {
+        pipe.cmd("ECHO").arg(i);
+    }
+    let polls = || wire.shared.link.lock().state.lock().polls;
+    let before = polls();
+    let replies = wire.pipeline(&pipe, 0, 512).await.unwrap();
+    let after = polls();
+    assert_eq!(replies.len(), 512);
+    assert_eq!(replies[511], Value::BulkString(b"511".to_vec()));
+    assert!(after - before < 16, "{} polls", after - before);
+}
