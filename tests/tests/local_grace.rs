@@ -152,7 +152,22 @@ async fn no_grace_or_no_local_handoff_parks_nothing(store: Store) {
     }
 }
 
+/// Rounds of [`graces_round`] until one had a local hand-off: under load the two lockers can
+/// alternate so closely that every turn goes to the other locker's waiter (a grace ends, and
+/// a local hand-off gives way, for one), which proves nothing about graces.
 async fn no_two_holders_across_graces_and_lockers(store: Store) {
+    const ROUNDS: usize = 5;
+    for _ in 0..ROUNDS {
+        if graces_round(&store).await > 0 {
+            return;
+        }
+    }
+    panic!("no local hand-off happened in {ROUNDS} rounds: the test proves nothing");
+}
+
+/// Two lockers' tasks take turns on one key, with graces and local hand-offs: never two
+/// holders, no lost update; the local hand-offs that happened.
+async fn graces_round(store: &Store) -> u64 {
     let inside = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
@@ -196,11 +211,7 @@ async fn no_two_holders_across_graces_and_lockers(store: Store) {
         done.unwrap();
     }
     assert_eq!(count.load(Ordering::SeqCst), 2 * 6 * 40);
-    let local: u64 = lockers.iter().map(|l| l.stats().local_handoffs).sum();
-    assert!(
-        local > 0,
-        "no local hand-off happened: the test proves nothing"
-    );
+    lockers.iter().map(|l| l.stats().local_handoffs).sum()
 }
 
 /// Leaves a lock of `key` parked in `locker`: see [`hot_run`]. Checked from `other`, another

@@ -97,7 +97,22 @@ async fn waiters_of_one_locker_take_their_turns_without_the_backend(store: Store
     );
 }
 
+/// Rounds of [`holders_round`] until one had a local hand-off: under load the two lockers can
+/// alternate so closely that every turn goes to the other locker's waiter (a local hand-off
+/// gives way to one), which proves nothing about local hand-offs.
 async fn no_two_holders_across_local_handoffs_and_lockers(store: Store) {
+    const ROUNDS: usize = 5;
+    for _ in 0..ROUNDS {
+        if holders_round(&store).await > 0 {
+            return;
+        }
+    }
+    panic!("no local hand-off happened in {ROUNDS} rounds: the test proves nothing");
+}
+
+/// Two lockers' tasks take turns on one key, with local hand-offs: never two holders, no lost
+/// update; the local hand-offs that happened.
+async fn holders_round(store: &Store) -> u64 {
     let inside = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
@@ -125,10 +140,7 @@ async fn no_two_holders_across_local_handoffs_and_lockers(store: Store) {
         local = local.max(done.unwrap());
     }
     assert_eq!(count.load(Ordering::SeqCst), 2 * 8 * 25);
-    assert!(
-        local > 0,
-        "no local hand-off happened: the test proves nothing"
-    );
+    local
 }
 
 /// Keeps `key` busy in `tasks` tasks of `locker` (lock, yield, release, in a loop) until
