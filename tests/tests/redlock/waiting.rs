@@ -102,7 +102,15 @@ async fn fencing_and_fair_mode_are_refused_before_any_io() {
     // Refused before any I/O and before the local queue. A fair request subscribes nowhere
     // first.
     let holder = locker.lock("held").await.unwrap();
+    // The lock returns once a majority answered: the last server's SET may land later, and
+    // must not be counted below.
     for s in &servers {
+        eventually(
+            "the holder's SET reached every server",
+            Duration::from_secs(10),
+            async || s.exists("lock:{held}").await,
+        )
+        .await;
         s.reset_stats().await;
     }
     let fair = locker
