@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 mod support;
 
-use support::store::{SOON, Store, on_both};
+use support::store::{SOON, Store, on_both, until_a_local_handoff};
 
 /// A grace far longer than any step of a test (the most allowed): a lock parked stays parked
 /// while the test looks at it.
@@ -152,17 +152,8 @@ async fn no_grace_or_no_local_handoff_parks_nothing(store: Store) {
     }
 }
 
-/// Rounds of [`graces_round`] until one had a local hand-off: under load the two lockers can
-/// alternate so closely that every turn goes to the other locker's waiter (a grace ends, and
-/// a local hand-off gives way, for one), which proves nothing about graces.
 async fn no_two_holders_across_graces_and_lockers(store: Store) {
-    const ROUNDS: usize = 5;
-    for _ in 0..ROUNDS {
-        if graces_round(&store).await > 0 {
-            return;
-        }
-    }
-    panic!("no local hand-off happened in {ROUNDS} rounds: the test proves nothing");
+    until_a_local_handoff(&store, graces_round).await;
 }
 
 /// Two lockers' tasks take turns on one key, with graces and local hand-offs: never two
