@@ -767,3 +767,49 @@ async fn four_servers_judge_over_three() {
     )
     .await;
 }
+
+/// One acquisition writes one value, stamp included, on every server: the servers' tasks must
+/// not each read the clock (a stamp one millisecond apart made `inspect` answer another `since`
+/// depending on which servers answered first, and `lock-admin unlock` refuse a holding it had
+/// just shown as "changed hands"). Many acquisitions, so that some straddle a millisecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_acquisition_bears_one_stamp_on_every_server() {
+    let servers = servers(3);
+    let app = Locker::builder(backend(&urls(&servers)).await)
+        .lease(Duration::from_secs(30))
+        .holder("stamper")
+        .build();
+    all_reachable(&app, &servers).await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(app.lock(format!("stamp{i}")).await.unwrap());
+    }
+    for i in 0..300 {
+        let key = format!("lock:{{stamp{i}}}");
+        // The last server's SET may land after the acquire returned on a majority.
+        eventually(
+            "the value on every server",
+            Duration::from_secs(5),
+            async || {
+                let mut values = Vec::new();
+                for s in &servers {
+                    values.push(s.get(&key).await);
+                }
+                values.iter().all(Option::is_some)
+            },
+        )
+        .await;
+        let mut values = Vec::new();
+        for s in &servers {
+            values.push(s.get(&key).await.unwrap());
+        }
+        assert!(
+            values.iter().all(|v| *v == values[0]),
+            "{key}: one acquisition, several values: {values:?}"
+        );
+        assert!(values[0].contains("|stamper|"), "{values:?}");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

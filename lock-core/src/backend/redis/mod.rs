@@ -264,6 +264,20 @@ impl RedisBackend {
         lease: Duration,
         options: AttemptOptions<'_>,
     ) -> Result<Attempt, LockError> {
+        self.acquire_stamped(key, token, lease, options, None).await
+    }
+
+    /// [`acquire`](Self::acquire), the holding stamped as taken at `since` (`None`: now). A
+    /// Redlock acquisition stamps every server with one instant, so that each server holds
+    /// one value and `inspect` answers one `since` whichever servers it hears.
+    pub(crate) async fn acquire_stamped(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        lease: Duration,
+        options: AttemptOptions<'_>,
+        since: Option<std::time::SystemTime>,
+    ) -> Result<Attempt, LockError> {
         let AttemptOptions {
             fenced,
             ticket,
@@ -278,12 +292,16 @@ impl RedisBackend {
             .await
             .map_err(|e| permissions::for_operation(e, "nothing was locked"))?;
         if ticket.is_none() && !fenced && self.inner.set_nx_get {
+            // The value in one allocation: the token, then its stamp.
+            let mut value = String::with_capacity(token.as_str().len() + holder.len() + 18);
+            value.push_str(token.as_str());
+            stamp_onto(&mut value, holder, since);
             return self
-                .acquire_plain(key, token, lease, remaining, holder, bounded)
+                .acquire_plain(key, token, &value, lease, remaining, bounded)
                 .await;
         }
         let mut stamp = String::new();
-        stamp_onto(&mut stamp, holder);
+        stamp_onto(&mut stamp, holder, since);
         let mut call = match ticket {
             None => ACQUIRE.prepare_invoke(),
             Some(_) => ACQUIRE_QUEUED.prepare_invoke(),
@@ -340,20 +358,17 @@ impl RedisBackend {
     /// The common case without a script: `SET key token NX PX lease GET` (Redis 7+), followed
     /// in the same round trip by `PTTL key` when the caller wants to know how long a holder's
     /// lease runs. Still one atomic acquire; the old value tells a retry that the lock is its
-    /// own already. Native commands cost the server a tenth of a script call.
+    /// own already. Native commands cost the server a tenth of a script call. `value` is the
+    /// token followed by its stamp (see [`stamp_onto`]).
     async fn acquire_plain(
         &self,
         key: &LockKey,
         token: &Token,
+        value: &str,
         lease: Duration,
         remaining: bool,
-        holder: &str,
         bounded: bool,
     ) -> Result<Attempt, LockError> {
-        // The value in one allocation: the token, then its stamp.
-        let mut value = String::with_capacity(token.as_str().len() + holder.len() + 18);
-        value.push_str(token.as_str());
-        stamp_onto(&mut value, holder);
         // Sent at once while few acquires are in flight, else in the next batch (batch.rs);
         // never batched on a cluster node (a batch's keys would span slots).
         let slot = if self.inner.cluster {
@@ -364,7 +379,7 @@ impl RedisBackend {
                 token,
                 lease,
                 remaining,
-                value: &value,
+                value,
                 fast: false,
             };
             match batch::enter(self, batch::Kind::Acquire, entry) {
@@ -395,7 +410,7 @@ impl RedisBackend {
         let mut set = redis::Cmd::with_capacity(7, 40 + key.name().len() + value.len());
         set.arg("SET")
             .arg(key.name())
-            .arg(&value)
+            .arg(value)
             .arg("NX")
             .arg("PX")
             .arg(millis(lease))
@@ -631,13 +646,14 @@ fn retriable(e: &redis::RedisError) -> bool {
 }
 
 /// Appends to `out` what a lock's value holds after its token (see release_fast.lua):
-/// `|<since>|<holder>|`, `since` in ms since 1970 by this process's clock; nothing for a
-/// holder that names none.
-fn stamp_onto(out: &mut String, holder: &str) {
+/// `|<since>|<holder>|`, `since` in ms since 1970 by this process's clock (now when `None`);
+/// nothing for a holder that names none.
+fn stamp_onto(out: &mut String, holder: &str, since: Option<std::time::SystemTime>) {
     if holder.is_empty() {
         return;
     }
-    let since = std::time::SystemTime::now()
+    let since = since
+        .unwrap_or_else(std::time::SystemTime::now)
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     // Not `write!`: `core::fmt` costs several times the rest of the stamp on every acquire.

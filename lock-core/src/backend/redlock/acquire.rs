@@ -69,6 +69,9 @@ impl RedlockBackend {
             .map(|t| (t.id.clone(), t.ttl));
         let unrenewed = options.unrenewed;
         let holder: Arc<str> = Arc::from(options.holder);
+        // One stamp on every server: each server holds one value for this acquisition, and
+        // `inspect` answers one `since` whichever servers it hears.
+        let since = std::time::SystemTime::now();
         // Each server's attempt is a task of its own: one that is slow is not cut off half-way
         // when the outcome is decided without it (a lock that succeeds gets every server it
         // can), and whatever it did is known before anything is given back there.
@@ -101,7 +104,7 @@ impl RedlockBackend {
                         };
                         // A waiter is announced before its attempt, on the same connection: a
                         // release after the attempt publishes.
-                        let attempt = b.acquire(&key, &token, lease, plain);
+                        let attempt = b.acquire_stamped(&key, &token, lease, plain, Some(since));
                         let answer = match &waiter {
                             Some((ticket, ttl)) => {
                                 let announce = b.redlock_waiter(&key, ticket, *ttl, true);
