@@ -16,13 +16,15 @@
 //! its worker on `CLOCK_MONOTONIC` (`lock_tests::chaos::Section`), the driver records its
 //! faults on the same clock, and the records are checked afterwards (`check.rs`):
 //!
-//! - `two-holders`: no two holders of one key at once, unless data was lost in between. Proven
+//! - `two-holders`: no two holders of one key at once, unless a fault that may lose data was
+//!   under way in between (a failover loses what the old primary acknowledges until it is
+//!   demoted, seconds after the fault began). Proven
 //!   from the records: A's `is_held()` answered true after B's acquire returned, and B's
 //!   `is_held()` answered true at some point. Data is lost by a restart without persistence or
 //!   FLUSHALL (one server), and by a failover to an asynchronous replica (a primary killed on
 //!   Cluster or Sentinel, `SENTINEL FAILOVER`): the documented limit of a Redis lock. Then a
 //!   stale holder may still believe it holds until it learns, and `stale-learned-late` (it
-//!   learns within its lease) and `fence-serial` (the store saw the fenced writers one after
+//!   learns within its lease of the fault's end) and `fence-serial` (the store saw the fenced writers one after
 //!   the other: the stale one's writes rejected, or all before the new one's) apply; unfenced
 //!   writes of a stale holder are counted as the documented limit, not a failure. Nothing on
 //!   Redlock counts as data loss (a minority fails; restarts follow the documented delay), nor
