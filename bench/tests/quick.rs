@@ -69,6 +69,17 @@ fn scratch_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("lock-bench-{name}-{}", std::process::id()))
 }
 
+/// The bench runs of this file, one at a time: each starts its own servers (Redis, and etcd
+/// and ZooKeeper for theirs) and holds 1,000 locks with short leases; side by side on a
+/// 2-core machine they starved each other (a ZooKeeper watchdog lock not taken within its
+/// 10 s wait), which is load, not what these tests check.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static BENCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    BENCH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn bench() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lock-bench"));
     // Always the bench's own redis-server, whatever the environment points at.
@@ -78,6 +89,7 @@ fn bench() -> Command {
 
 #[test]
 fn quick_mode_writes_every_scenario_row_and_the_plot() {
+    let serial = one_at_a_time();
     let dir = scratch_dir("quick");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("BENCH.md");
@@ -87,6 +99,7 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
         .arg(&out)
         .output()
         .unwrap();
+    drop(serial);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "lock-bench --quick failed:\n{stderr}");
 
@@ -179,6 +192,7 @@ fn quick_mode_writes_every_scenario_row_and_the_plot() {
     reason = "a test helper: a bench that cannot be started fails the test"
 )]
 fn partial_run(section: &str) -> String {
+    let _serial = one_at_a_time();
     let run = bench()
         .args(["--quick", "--only", section])
         .output()
