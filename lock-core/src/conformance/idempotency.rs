@@ -103,16 +103,20 @@ async fn record_expires_after_its_ttl(fx: Fixture) {
     assert!(record.expires_in <= ttl, "{:?}", record.expires_in);
     if fx.record_ttl("short").await.is_some() {
         // On Redlock the store returns once a quorum has the record; a server's write may land
-        // just after.
+        // just after. A loaded machine may read only after the record's TTL ran out: its TTL
+        // is checked whenever it is read in time.
+        let mut read = None;
         eventually("the record is in the store", SOON, async || {
-            matches!(fx.record_ttl("short").await, Some(Some(_)))
+            read = fx.record_ttl("short").await.flatten();
+            read.is_some() || stored_at.elapsed() >= ttl
         })
         .await;
-        let ttl = fx.record_ttl("short").await.flatten();
-        assert!(
-            ttl.is_some_and(|t| t > Duration::ZERO && t <= Duration::from_millis(300)),
-            "the record's TTL is {ttl:?}"
-        );
+        if let Some(left) = read {
+            assert!(
+                left > Duration::ZERO && left <= ttl,
+                "the record's TTL is {left:?}"
+            );
+        }
     }
     eventually("the record expires", SOON, async || {
         state(&locker, "short").await == IdempotencyState::Absent
