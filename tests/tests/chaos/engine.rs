@@ -115,7 +115,12 @@ impl Deployment {
 }
 
 fn done(kind: Kind, what: String, loss: bool) -> Done {
-    Done { kind, what, loss }
+    Done {
+        kind,
+        what,
+        loss,
+        slots: None,
+    }
 }
 
 /// CLIENT KILL of the normal connections, the pub/sub ones, or both (by `pick`).
@@ -262,18 +267,23 @@ async fn on_cluster(cluster: &mut RedisCluster, roll: u64, dur: u64, pick: u64, 
             )
         }
         _ => {
+            // Only this shard's keys may be lost: the checks excuse no other key.
+            let slots = cluster.slots_of(p).await;
             cluster.kill_node(p);
             let promoted = cluster.wait_for_failover(p).await;
             tokio::task::block_in_place(|| cluster.node_mut(p).server_mut().restart());
             cluster.wait_until_ok().await;
-            done(
-                Kind::PrimaryKill,
-                format!(
-                    "primary node {p} killed, node {promoted} promoted, node {p} back empty \
-                     as a replica"
-                ),
-                true,
-            )
+            Done {
+                slots: Some(slots),
+                ..done(
+                    Kind::PrimaryKill,
+                    format!(
+                        "primary node {p} killed, node {promoted} promoted, node {p} back \
+                         empty as a replica"
+                    ),
+                    true,
+                )
+            }
         }
     }
 }

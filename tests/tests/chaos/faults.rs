@@ -49,13 +49,29 @@ pub(crate) struct Fault {
     /// FLUSHALL, a failover to an asynchronous replica): the documented limit of a Redis lock,
     /// under which a stale holder may overlap a new one until it learns.
     pub(crate) loss: bool,
+    /// The hash slots whose keys the fault may lose (a cluster primary killed: its own
+    /// slots, not the other shards'); `None`: every key.
+    pub(crate) slots: Option<Vec<u16>>,
 }
 
-/// What an engine's fault did: its kind, a description, whether it may lose data.
+impl Fault {
+    /// Whether the fault may lose the data of lock key `key` (the name the workers lock).
+    pub(crate) fn may_lose(&self, key: &str) -> bool {
+        self.loss
+            && self
+                .slots
+                .as_ref()
+                .is_none_or(|s| s.contains(&lock_testkit::cluster::key_slot(key)))
+    }
+}
+
+/// What an engine's fault did: its kind, a description, whether it may lose data, and of
+/// which slots (`None`: every key).
 pub(crate) struct Done {
     pub(crate) kind: Kind,
     pub(crate) what: String,
     pub(crate) loss: bool,
+    pub(crate) slots: Option<Vec<u16>>,
 }
 
 pub(crate) fn ms(n: u64) -> Duration {
@@ -116,6 +132,7 @@ pub(crate) async fn inject(
                     start,
                     end: now_us(),
                     loss: false,
+                    slots: None,
                 }
             }));
             continue;
@@ -131,6 +148,7 @@ pub(crate) async fn inject(
             start,
             end: now_us(),
             loss: done.loss,
+            slots: done.slots,
         });
     }
     for b in background {

@@ -22,7 +22,8 @@
 //!   from the records: A's `is_held()` answered true after B's acquire returned, and B's
 //!   `is_held()` answered true at some point. Data is lost by a restart without persistence or
 //!   FLUSHALL (one server), and by a failover to an asynchronous replica (a primary killed on
-//!   Cluster or Sentinel, `SENTINEL FAILOVER`): the documented limit of a Redis lock. Then a
+//!   Cluster or Sentinel, `SENTINEL FAILOVER`; a cluster primary's loses its own shard's keys
+//!   only): the documented limit of a Redis lock. Then a
 //!   stale holder may still believe it holds until it learns, and `stale-learned-late` (it
 //!   learns within its lease of the fault's end) and `fence-serial` (the store saw the fenced writers one after
 //!   the other: the stale one's writes rejected, or all before the new one's) apply; unfenced
